@@ -1,0 +1,142 @@
+//! Decoding and preprocessing, identical on both sides of the split.
+//!
+//! The weights expect the TensorFlow EfficientNet evaluation pipeline: a centre crop of
+//! `224 / 256` of the short side, a bicubic resize to 224x224 (as Pillow computes it, with its
+//! anti-aliasing support and 8-bit fixed-point arithmetic), then `(x - 127) / 128` per channel.
+
+mod resample;
+
+use burn::tensor::{Device, Tensor, TensorData};
+
+use crate::error::{Error, Result};
+use crate::model::INPUT_SIZE;
+
+pub use resample::resize_bicubic;
+
+/// Fraction of the short side kept by the centre crop (224 of 256).
+pub const CROP_FRACTION: f64 = 224.0 / 256.0;
+/// Largest image (in pixels) we agree to decode, so a hostile upload cannot exhaust memory.
+pub const MAX_DECODED_PIXELS: u64 = 40_000_000;
+
+/// An 8-bit RGB image, row-major, channels interleaved (`HWC`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RgbImage {
+    /// Width in pixels.
+    pub width: usize,
+    /// Height in pixels.
+    pub height: usize,
+    /// `height * width * 3` bytes.
+    pub pixels: Vec<u8>,
+}
+
+impl RgbImage {
+    /// Wrap raw HWC pixels.
+    ///
+    /// # Errors
+    /// [`Error::ImageDecode`] when the length is not `width * height * 3`.
+    pub fn new(width: usize, height: usize, pixels: Vec<u8>) -> Result<Self> {
+        if pixels.len() != width * height * 3 || width == 0 || height == 0 {
+            return Err(Error::ImageDecode(format!(
+                "{} bytes is not a {width}x{height} RGB image",
+                pixels.len()
+            )));
+        }
+        Ok(Self { width, height, pixels })
+    }
+
+    /// Copy out a rectangle.
+    fn crop(&self, left: usize, top: usize, w: usize, h: usize) -> Self {
+        let mut pixels = Vec::with_capacity(w * h * 3);
+        for y in top..top + h {
+            let start = (y * self.width + left) * 3;
+            pixels.extend_from_slice(&self.pixels[start..start + w * 3]);
+        }
+        Self { width: w, height: h, pixels }
+    }
+}
+
+/// Decode JPEG or PNG bytes (any colour type) to RGB.
+///
+/// # Errors
+/// [`Error::ImageDecode`] for unknown formats, corrupt data, or images over
+/// [`MAX_DECODED_PIXELS`].
+pub fn decode(bytes: &[u8]) -> Result<RgbImage> {
+    let reader = ::image::ImageReader::new(std::io::Cursor::new(bytes))
+        .with_guessed_format()
+        .map_err(|e| Error::ImageDecode(e.to_string()))?;
+    if reader.format().is_none() {
+        return Err(Error::ImageDecode("not a JPEG or PNG image".into()));
+    }
+    let (w, h) = reader.into_dimensions().map_err(|e| Error::ImageDecode(e.to_string()))?;
+    if u64::from(w) * u64::from(h) > MAX_DECODED_PIXELS {
+        return Err(Error::ImageDecode(format!("{w}x{h} is larger than {MAX_DECODED_PIXELS} pixels")));
+    }
+    let img = ::image::load_from_memory(bytes).map_err(|e| Error::ImageDecode(e.to_string()))?;
+    let rgb = img.to_rgb8();
+    let (w, h) = rgb.dimensions();
+    RgbImage::new(w as usize, h as usize, rgb.into_raw())
+}
+
+/// Centre crop of [`CROP_FRACTION`] of the short side, bicubic resize to `size` x `size`.
+pub fn center_crop_resize(img: &RgbImage, size: usize) -> RgbImage {
+    let short = img.width.min(img.height) as f64;
+    // Python's round(): ties to even, as the reference pipeline computes it.
+    let c = ((size as f64 / (size as f64 + 32.0)) * short).round_ties_even().max(1.0) as usize;
+    // Python's (w - c + 1) // 2: the extra pixel of an odd margin goes to the left/top.
+    let left = (img.width - c).div_ceil(2);
+    let top = (img.height - c).div_ceil(2);
+    resize_bicubic(&img.crop(left, top, c, c), size, size)
+}
+
+/// Decode and preprocess image bytes to the `224x224` HWC pixels the network takes.
+///
+/// # Errors
+/// As [`decode`].
+pub fn preprocess(bytes: &[u8]) -> Result<RgbImage> {
+    Ok(center_crop_resize(&decode(bytes)?, INPUT_SIZE))
+}
+
+/// Normalize HWC pixels to the network input, `(x - 127) / 128`, as a CHW f32 vector.
+pub fn normalize(img: &RgbImage) -> Vec<f32> {
+    let plane = img.width * img.height;
+    let mut out = vec![0.0f32; plane * 3];
+    for (i, px) in img.pixels.chunks_exact(3).enumerate() {
+        for c in 0..3 {
+            out[c * plane + i] = (f32::from(px[c]) - 127.0) / 128.0;
+        }
+    }
+    out
+}
+
+/// The input tensor for one preprocessed image.
+///
+/// # Shapes
+/// Returns `[1, 3, H, W]`.
+pub fn to_input_tensor(img: &RgbImage, device: &Device) -> Tensor<4> {
+    Tensor::from_data(TensorData::new(normalize(img), [1, 3, img.height, img.width]), device)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crop_matches_python_offsets() {
+        // 451x300 (chelsea): c = round(0.875 * 300) = 262, left = (451 - 262 + 1) // 2 = 95.
+        let img = RgbImage::new(451, 300, (0..451 * 300 * 3).map(|i| (i % 251) as u8).collect()).unwrap();
+        let out = center_crop_resize(&img, 224);
+        assert_eq!((out.width, out.height), (224, 224));
+    }
+
+    #[test]
+    fn normalize_is_channel_planar() {
+        let img = RgbImage::new(2, 1, vec![127, 255, 0, 127, 255, 0]).unwrap();
+        assert_eq!(normalize(&img), vec![0.0, 0.0, 1.0, 1.0, -127.0 / 128.0, -127.0 / 128.0]);
+    }
+
+    #[test]
+    fn decode_rejects_garbage() {
+        assert!(matches!(decode(b"definitely not an image"), Err(Error::ImageDecode(_))));
+        assert!(matches!(decode(&[0xff, 0xd8, 0xff, 0xe0, 0, 0]), Err(Error::ImageDecode(_))));
+    }
+}

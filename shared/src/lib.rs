@@ -1,0 +1,18 @@
+//! What the browser edge and the cloud server must agree on, with no networking code:
+//!
+//! - [`model`]: EfficientNet-Lite0 in burn, split at 21 named [`Boundary`]s, with per-boundary
+//!   metadata (shape, MACs, parameter bytes) and the project's weights file format;
+//! - [`image`]: decoding and preprocessing, so both sides feed the network identical pixels;
+//! - [`protocol`]: the versioned binary frames that cross the WebSocket;
+//! - [`labels`]: ImageNet class names and top-k.
+//!
+//! Everything here builds for `wasm32-unknown-unknown` and natively.
+
+pub mod error;
+pub mod image;
+pub mod labels;
+pub mod model;
+pub mod protocol;
+
+pub use error::{Error, Result};
+pub use model::{Boundary, EfficientNetLite0};

@@ -1,0 +1,20 @@
+//! EfficientNet-Lite0 (Tan & Le, "EfficientNet: Rethinking Model Scaling for CNNs", ICML 2019;
+//! the Lite variants drop squeeze-excite and use ReLU6 so they quantize and run well on edge
+//! hardware), split at block boundaries.
+//!
+//! Conventions the pretrained weights need (each one costs accuracy when wrong):
+//! TensorFlow "SAME" padding (asymmetric for stride 2), batch-norm eps 1e-3 (folded into the
+//! convolutions when the weights are converted), ReLU6 except after the projection conv, and
+//! input normalized as `(x - 127) / 128`.
+
+mod arch;
+mod boundary;
+mod network;
+mod weights;
+
+pub use arch::{
+    BlockSpec, BoundaryInfo, HEAD_CHANNELS, INPUT_SIZE, NUM_CLASSES, blocks, boundary_table,
+};
+pub use boundary::{Boundary, NUM_BOUNDARIES};
+pub use network::{EfficientNetLite0, MAX_BATCH, MbConv, check_shape};
+pub use weights::{WEIGHTS_MAGIC, WEIGHTS_VERSION, WeightsFile};

@@ -1,0 +1,151 @@
+//! Why a frame was refused, as a typed error on the decoding side and a numeric code on the wire.
+
+/// A frame that could not be decoded. Each variant maps to an [`ErrorCode`] sent back to the peer.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WireError {
+    /// The frame ended before a field it announced.
+    #[error("frame truncated: needed {needed} bytes, got {got}")]
+    Truncated {
+        /// Bytes needed to read the next field.
+        needed: usize,
+        /// Bytes present.
+        got: usize,
+    },
+    /// The first four bytes are not "SPLT".
+    #[error("not a split-inference frame (bad magic)")]
+    BadMagic,
+    /// The peer speaks another protocol version.
+    #[error("protocol version {got} is not supported; this side speaks {supported}")]
+    UnsupportedVersion {
+        /// Version in the frame.
+        got: u16,
+        /// Version this side speaks.
+        supported: u16,
+    },
+    /// A frame kind this side does not know.
+    #[error("unknown frame kind {kind:#04x}")]
+    UnknownKind {
+        /// Request id from the header.
+        id: u64,
+        /// Kind byte.
+        kind: u8,
+    },
+    /// A model id this side does not serve.
+    #[error("unknown model id {model}")]
+    UnknownModel {
+        /// Request id from the header.
+        id: u64,
+        /// Model byte.
+        model: u8,
+    },
+    /// A boundary index out of range.
+    #[error("unknown boundary index {0}")]
+    UnknownBoundary(u8),
+    /// A dtype this side cannot decode.
+    #[error("unsupported dtype {0}")]
+    UnsupportedDtype(u8),
+    /// More dimensions than any activation has.
+    #[error("{0} dimensions; at most 4 are allowed")]
+    TooManyDims(u8),
+    /// Payload over [`super::MAX_PAYLOAD_BYTES`].
+    #[error("payload of {len} bytes exceeds the limit of {max}")]
+    PayloadTooLarge {
+        /// Announced length.
+        len: usize,
+        /// Limit.
+        max: usize,
+    },
+    /// The payload length disagrees with the shape and dtype.
+    #[error("payload is {got} bytes but shape {shape:?} needs {expected}")]
+    LengthMismatch {
+        /// Announced shape.
+        shape: Vec<u32>,
+        /// Bytes the shape needs.
+        expected: usize,
+        /// Bytes announced.
+        got: usize,
+    },
+    /// Bytes after the end of the body.
+    #[error("{extra} unexpected bytes after the frame body")]
+    TrailingBytes {
+        /// How many.
+        extra: usize,
+    },
+    /// A reply string that is not UTF-8 or too long.
+    #[error("invalid message text")]
+    BadText,
+}
+
+impl WireError {
+    /// The code sent back for this error.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Self::UnsupportedVersion { .. } => ErrorCode::UnsupportedVersion,
+            Self::PayloadTooLarge { .. } => ErrorCode::TooLarge,
+            Self::UnknownModel { .. } => ErrorCode::UnknownModel,
+            _ => ErrorCode::Malformed,
+        }
+    }
+}
+
+/// Error codes carried in error replies. Stable on the wire: never renumber, only add.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[repr(u16)]
+#[non_exhaustive]
+pub enum ErrorCode {
+    /// The frame could not be parsed.
+    Malformed = 1,
+    /// The frame's protocol version is not spoken here.
+    UnsupportedVersion = 2,
+    /// The frame or payload is over a limit.
+    TooLarge = 3,
+    /// The model id is not served here.
+    UnknownModel = 4,
+    /// The tensor's shape does not match its boundary.
+    ShapeMismatch = 5,
+    /// The uploaded image could not be decoded.
+    BadImage = 6,
+    /// The server's queue is full; retry later.
+    Busy = 7,
+    /// Text frames or other message types this endpoint does not take.
+    UnsupportedMessage = 8,
+    /// The server failed; the request may be retried.
+    Internal = 9,
+    /// A code from a newer peer.
+    Unknown = 0xffff,
+}
+
+impl ErrorCode {
+    /// From the wire value; unknown values map to [`ErrorCode::Unknown`].
+    pub fn from_u16(v: u16) -> Self {
+        match v {
+            1 => Self::Malformed,
+            2 => Self::UnsupportedVersion,
+            3 => Self::TooLarge,
+            4 => Self::UnknownModel,
+            5 => Self::ShapeMismatch,
+            6 => Self::BadImage,
+            7 => Self::Busy,
+            8 => Self::UnsupportedMessage,
+            9 => Self::Internal,
+            _ => Self::Unknown,
+        }
+    }
+
+    /// Stable lower-case name, for logs and JavaScript.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Malformed => "malformed",
+            Self::UnsupportedVersion => "unsupported_version",
+            Self::TooLarge => "too_large",
+            Self::UnknownModel => "unknown_model",
+            Self::ShapeMismatch => "shape_mismatch",
+            Self::BadImage => "bad_image",
+            Self::Busy => "busy",
+            Self::UnsupportedMessage => "unsupported_message",
+            Self::Internal => "internal",
+            Self::Unknown => "unknown",
+        }
+    }
+}

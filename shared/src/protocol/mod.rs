@@ -1,0 +1,96 @@
+//! The binary frames that cross the WebSocket, one frame per WebSocket binary message.
+//!
+//! Every frame starts with the same 16-byte header (little-endian):
+//!
+//! ```text
+//! 0  magic    "SPLT"
+//! 4  version  u16   PROTOCOL_VERSION
+//! 6  kind     u8    1 features, 2 image (client -> server); 0x81 result, 0x82 error (server -> client)
+//! 7  model    u8    1 = EfficientNet-Lite0
+//! 8  id       u64   request id chosen by the client, echoed in the reply
+//! ```
+//!
+//! followed by the kind's body (see [`Request`] and [`Reply`]). Decoders check every length
+//! before reading it and reject trailing bytes, so a frame is either fully understood or
+//! answered with a typed [`WireError`].
+
+mod cursor;
+mod error;
+mod reply;
+mod request;
+
+pub use error::{ErrorCode, WireError};
+pub use reply::{Reply, ServerTimings};
+pub use request::{DType, Request};
+
+/// First four bytes of every frame.
+pub const MAGIC: [u8; 4] = *b"SPLT";
+/// Version this build speaks. A peer with another version gets [`ErrorCode::UnsupportedVersion`].
+pub const PROTOCOL_VERSION: u16 = 1;
+/// Bytes of the common header.
+pub const HEADER_LEN: usize = 16;
+/// The only model served so far.
+pub const MODEL_EFFICIENTNET_LITE0: u8 = 1;
+/// Largest payload (features or image bytes) in one frame: the largest f32 activation (the stem
+/// output, 1.6 MB per image) for a full batch fits; anything larger is refused before it is
+/// buffered.
+pub const MAX_PAYLOAD_BYTES: usize = 8 << 20;
+/// Largest whole frame: payload plus header and shape.
+pub const MAX_FRAME_BYTES: usize = MAX_PAYLOAD_BYTES + 64;
+/// Longest error message carried in a reply.
+pub const MAX_MESSAGE_BYTES: usize = 1024;
+/// Most predictions in a result reply.
+pub const MAX_TOP_K: usize = 10;
+
+const _: () = assert!(MAX_FRAME_BYTES > MAX_PAYLOAD_BYTES + HEADER_LEN + 4 + 4 * 4 + 4);
+const _: () = assert!(crate::model::MAX_BATCH * 32 * 112 * 112 * 4 <= MAX_PAYLOAD_BYTES);
+
+/// Frame kinds (byte 6 of the header).
+pub(crate) mod kind {
+    pub const FEATURES: u8 = 1;
+    pub const IMAGE: u8 = 2;
+    pub const RESULT: u8 = 0x81;
+    pub const ERROR: u8 = 0x82;
+}
+
+/// The parsed common header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Header {
+    pub kind: u8,
+    pub id: u64,
+}
+
+pub(crate) fn write_header(out: &mut Vec<u8>, kind: u8, id: u64) {
+    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(&PROTOCOL_VERSION.to_le_bytes());
+    out.push(kind);
+    out.push(MODEL_EFFICIENTNET_LITE0);
+    out.extend_from_slice(&id.to_le_bytes());
+}
+
+pub(crate) fn read_header(c: &mut cursor::Cursor<'_>) -> Result<Header, WireError> {
+    if c.remaining() < HEADER_LEN {
+        return Err(WireError::Truncated { needed: HEADER_LEN, got: c.remaining() });
+    }
+    if c.take(4)? != MAGIC {
+        return Err(WireError::BadMagic);
+    }
+    let version = c.u16()?;
+    if version != PROTOCOL_VERSION {
+        return Err(WireError::UnsupportedVersion { got: version, supported: PROTOCOL_VERSION });
+    }
+    let kind = c.u8()?;
+    let model = c.u8()?;
+    let id = c.u64()?;
+    if model != MODEL_EFFICIENTNET_LITE0 {
+        return Err(WireError::UnknownModel { id, model });
+    }
+    Ok(Header { kind, id })
+}
+
+/// The request id of a frame, if its header is readable: lets a server address an error reply
+/// to the request that caused it even when the body is malformed.
+pub fn peek_request_id(frame: &[u8]) -> Option<u64> {
+    (frame.len() >= HEADER_LEN && frame[..4] == MAGIC)
+        .then(|| u64::from_le_bytes(frame[8..16].try_into().expect("8 bytes")))
+}

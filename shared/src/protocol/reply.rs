@@ -1,0 +1,162 @@
+//! Server -> client frames.
+//!
+//! Result body: `boundary u8 | k u8 | k x (class u16, prob f32) | queue_us u32 | decode_us u32 |
+//! compute_us u32`. Error body: `code u16 | len u16 | message utf-8`.
+
+use super::cursor::Cursor;
+use super::{ErrorCode, MAX_MESSAGE_BYTES, MAX_TOP_K, WireError, kind, read_header, write_header};
+use crate::labels::Prediction;
+use crate::model::Boundary;
+
+/// Where the server spent its time on one request, in microseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ServerTimings {
+    /// Waiting for the model worker.
+    pub queue_us: u32,
+    /// Decoding the frame payload (and the image, in cloud-only mode).
+    pub decode_us: u32,
+    /// Running the network's remaining stages and the softmax.
+    pub compute_us: u32,
+}
+
+/// A reply from the server.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Reply {
+    /// The classification.
+    Result {
+        /// Id of the request answered.
+        id: u64,
+        /// Boundary the server started from (`input` for an image).
+        from: Boundary,
+        /// Most probable classes, best first.
+        top: Vec<Prediction>,
+        /// Server-side timings.
+        timings: ServerTimings,
+    },
+    /// The request was refused; the session stays open.
+    Error {
+        /// Id of the request refused (0 when the frame was unreadable).
+        id: u64,
+        /// What kind of failure.
+        code: ErrorCode,
+        /// Human-readable detail.
+        message: String,
+    },
+}
+
+impl Reply {
+    /// An error reply; the message is cut to [`MAX_MESSAGE_BYTES`] at a character boundary.
+    pub fn error(id: u64, code: ErrorCode, message: impl Into<String>) -> Self {
+        let mut message = message.into();
+        if message.len() > MAX_MESSAGE_BYTES {
+            let mut end = MAX_MESSAGE_BYTES;
+            while !message.is_char_boundary(end) {
+                end -= 1;
+            }
+            message.truncate(end);
+        }
+        Self::Error { id, code, message }
+    }
+
+    /// The id of the request this answers.
+    pub fn id(&self) -> u64 {
+        match self {
+            Self::Result { id, .. } | Self::Error { id, .. } => *id,
+        }
+    }
+
+    /// The encoded frame.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(64);
+        match self {
+            Self::Result { id, from, top, timings } => {
+                write_header(&mut out, kind::RESULT, *id);
+                let top = &top[..top.len().min(MAX_TOP_K)];
+                out.extend_from_slice(&[from.index(), top.len() as u8]);
+                for p in top {
+                    out.extend_from_slice(&p.class.to_le_bytes());
+                    out.extend_from_slice(&p.prob.to_le_bytes());
+                }
+                for t in [timings.queue_us, timings.decode_us, timings.compute_us] {
+                    out.extend_from_slice(&t.to_le_bytes());
+                }
+            }
+            Self::Error { id, code, message } => {
+                write_header(&mut out, kind::ERROR, *id);
+                out.extend_from_slice(&(*code as u16).to_le_bytes());
+                out.extend_from_slice(&(message.len() as u16).to_le_bytes());
+                out.extend_from_slice(message.as_bytes());
+            }
+        }
+        out
+    }
+
+    /// Decode one reply frame.
+    ///
+    /// # Errors
+    /// A [`WireError`] naming the first problem found.
+    pub fn decode(frame: &[u8]) -> Result<Self, WireError> {
+        let mut c = Cursor::new(frame);
+        let header = read_header(&mut c)?;
+        let id = header.id;
+        let reply = match header.kind {
+            kind::RESULT => {
+                let from = c.u8()?;
+                let from = Boundary::from_index(from).map_err(|_| WireError::UnknownBoundary(from))?;
+                let k = c.u8()? as usize;
+                if k > MAX_TOP_K {
+                    return Err(WireError::TooManyDims(k as u8));
+                }
+                let top = (0..k)
+                    .map(|_| Ok(Prediction { class: c.u16()?, prob: c.f32()? }))
+                    .collect::<Result<Vec<_>, WireError>>()?;
+                let timings = ServerTimings { queue_us: c.u32()?, decode_us: c.u32()?, compute_us: c.u32()? };
+                Self::Result { id, from, top, timings }
+            }
+            kind::ERROR => {
+                let code = ErrorCode::from_u16(c.u16()?);
+                let len = c.u16()? as usize;
+                if len > MAX_MESSAGE_BYTES {
+                    return Err(WireError::BadText);
+                }
+                let message = std::str::from_utf8(c.take(len)?).map_err(|_| WireError::BadText)?.to_string();
+                Self::Error { id, code, message }
+            }
+            other => return Err(WireError::UnknownKind { id, kind: other }),
+        };
+        c.finish()?;
+        Ok(reply)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips() {
+        let result = Reply::Result {
+            id: 9,
+            from: Boundary::block(3).unwrap(),
+            top: vec![Prediction { class: 282, prob: 0.4 }, Prediction { class: 281, prob: 0.2 }],
+            timings: ServerTimings { queue_us: 1, decode_us: 2, compute_us: 3 },
+        };
+        let error = Reply::error(7, ErrorCode::ShapeMismatch, "shape [1, 2] does not match");
+        for r in [result, error] {
+            let bytes = r.to_bytes();
+            assert_eq!(Reply::decode(&bytes).unwrap(), r);
+            for cut in 0..bytes.len() {
+                assert!(Reply::decode(&bytes[..cut]).is_err());
+            }
+        }
+    }
+
+    #[test]
+    fn long_messages_are_cut_at_a_char_boundary() {
+        let Reply::Error { message, .. } = Reply::error(1, ErrorCode::Internal, "é".repeat(MAX_MESSAGE_BYTES)) else {
+            unreachable!()
+        };
+        assert!(message.len() <= MAX_MESSAGE_BYTES);
+        assert!(Reply::decode(&Reply::error(1, ErrorCode::Internal, message).to_bytes()).is_ok());
+    }
+}
