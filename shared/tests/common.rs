@@ -1,0 +1,52 @@
+//! Helpers shared by the integration tests: the weights and the golden fixtures.
+#![allow(dead_code, missing_docs)]
+
+use std::path::PathBuf;
+
+use burn::tensor::{Device, Tensor};
+use split_shared::EfficientNetLite0;
+use split_shared::image::RgbImage;
+use split_shared::model::WeightsFile;
+
+/// `$SPLIT_WEIGHTS`, else the file `cargo xtask setup` writes.
+pub fn weights_path() -> PathBuf {
+    if let Some(p) = std::env::var_os("SPLIT_WEIGHTS") {
+        return p.into();
+    }
+    let cache = std::env::var_os("SPLIT_CACHE").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/splitinfer")
+    });
+    cache.join("weights/efficientnet-lite0.splw")
+}
+
+pub fn model(device: &Device) -> EfficientNetLite0 {
+    let path = weights_path();
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| {
+        panic!("these tests need the pretrained weights at {} ({e}); run `cargo xtask setup`", path.display())
+    });
+    EfficientNetLite0::from_weights(&WeightsFile::from_bytes(&bytes).expect("valid weights"), device)
+        .expect("weights fit the model")
+}
+
+pub fn data(name: &str) -> Vec<u8> {
+    std::fs::read(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name)).expect("fixture")
+}
+
+/// The reference's preprocessed 224x224 input for `chelsea` or `coffee`.
+pub fn fixture_image(name: &str) -> RgbImage {
+    RgbImage::new(224, 224, data(&format!("{name}_224.rgb"))).expect("224x224 RGB")
+}
+
+/// The reference's float32 logits.
+pub fn fixture_logits(name: &str) -> Vec<f32> {
+    data(&format!("{name}_logits.f32")).chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+}
+
+pub fn values(t: Tensor<4>) -> Vec<f32> {
+    t.into_data().try_to_vec::<f32>().expect("f32 tensor")
+}
+
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}

