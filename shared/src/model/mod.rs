@@ -17,4 +17,4 @@ pub use arch::{
 };
 pub use boundary::{Boundary, NUM_BOUNDARIES};
 pub use network::{EfficientNetLite0, MAX_BATCH, MbConv, check_shape};
-pub use weights::{WEIGHTS_MAGIC, WEIGHTS_VERSION, WeightsFile};
+pub use weights::{WEIGHTS_MAGIC, WEIGHTS_VERSION, WeightsFile, default_weights_path};

@@ -25,6 +25,20 @@ const MAX_TENSORS: usize = 4096;
 const HEADER_LEN: usize = 12;
 const CHECKSUM_LEN: usize = 8;
 
+/// Where native tools look for the weights: `$SPLIT_WEIGHTS`, else
+/// `$SPLIT_CACHE/weights/efficientnet-lite0.splw`, with `~/.cache/splitinfer` as the default cache
+/// (the file `cargo xtask setup` writes). Browsers get the file from the server instead.
+pub fn default_weights_path() -> std::path::PathBuf {
+    use std::path::PathBuf;
+    if let Some(p) = std::env::var_os("SPLIT_WEIGHTS") {
+        return p.into();
+    }
+    let cache = std::env::var_os("SPLIT_CACHE").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| ".".into())).join(".cache/splitinfer")
+    });
+    cache.join("weights/efficientnet-lite0.splw")
+}
+
 /// Named f32 tensors, in file order.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct WeightsFile {

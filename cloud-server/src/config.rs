@@ -1,0 +1,57 @@
+//! Operator-facing configuration: flags, each with an environment variable.
+
+use std::path::PathBuf;
+
+/// Which burn device runs the cloud half.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DeviceChoice {
+    /// Pure-Rust CPU backend; works everywhere.
+    Flex,
+    /// GPU through wgpu; needs the `wgpu` cargo feature and a working Vulkan/Metal/DX12 driver.
+    Wgpu,
+}
+
+/// Server configuration.
+#[derive(Clone, Debug, clap::Parser)]
+#[command(version, about = "Cloud half of split EfficientNet-Lite0 inference, and the demo page")]
+pub struct Config {
+    /// Address to listen on.
+    #[arg(long, env = "SPLIT_HOST", default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to listen on (0 picks a free one).
+    #[arg(long, env = "SPLIT_PORT", default_value_t = 8080)]
+    pub port: u16,
+    /// Converted weights file (made by `cargo xtask setup`).
+    #[arg(long, env = "SPLIT_WEIGHTS")]
+    pub weights: Option<PathBuf>,
+    /// Folder with the demo page and the wasm package.
+    #[arg(long, env = "SPLIT_WEB_DIR")]
+    pub web_dir: Option<PathBuf>,
+    /// Device for the model.
+    #[arg(long, env = "SPLIT_DEVICE", value_enum, default_value_t = DeviceChoice::Flex)]
+    pub device: DeviceChoice,
+    /// Model worker threads, each with its own copy of the network.
+    #[arg(long, env = "SPLIT_WORKERS", default_value_t = 1)]
+    pub workers: usize,
+    /// Requests that may wait for a worker before new ones are refused with `busy`.
+    #[arg(long, env = "SPLIT_QUEUE", default_value_t = 64)]
+    pub queue: usize,
+}
+
+impl Config {
+    /// Defaults for tests and embedding: loopback, a free port, the default weights path.
+    pub fn for_tests() -> Self {
+        <Self as clap::Parser>::parse_from(["cloud-server", "--port", "0"])
+    }
+
+    /// The weights path: the flag, else [`split_shared::model::default_weights_path`].
+    pub fn weights_path(&self) -> PathBuf {
+        self.weights.clone().unwrap_or_else(split_shared::model::default_weights_path)
+    }
+
+    /// The web folder: the flag, else `web/` next to this crate.
+    pub fn web_path(&self) -> PathBuf {
+        self.web_dir.clone().unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../web"))
+    }
+}
+

@@ -1,0 +1,35 @@
+//! Why a request failed, and how each failure is reported to the client.
+
+use split_shared::protocol::{ErrorCode, WireError};
+
+/// A request that could not be served. The session that sent it stays open.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// The frame did not decode.
+    #[error(transparent)]
+    Wire(#[from] WireError),
+    /// The model refused the input (wrong shape, undecodable image).
+    #[error(transparent)]
+    Model(#[from] split_shared::Error),
+    /// Every worker is busy and the queue is full.
+    #[error("the server is busy ({0} requests queued); retry shortly")]
+    Busy(usize),
+    /// A worker died or the backend failed.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl ServeError {
+    /// The code sent in the error reply.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Self::Wire(e) => e.code(),
+            Self::Model(split_shared::Error::ShapeMismatch { .. }) => ErrorCode::ShapeMismatch,
+            Self::Model(split_shared::Error::ImageDecode(_)) => ErrorCode::BadImage,
+            Self::Model(split_shared::Error::Wire(e)) => e.code(),
+            Self::Model(_) | Self::Internal(_) => ErrorCode::Internal,
+            Self::Busy(_) => ErrorCode::Busy,
+        }
+    }
+}

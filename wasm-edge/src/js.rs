@@ -1,0 +1,97 @@
+//! Conversions from Rust values to plain JavaScript objects.
+
+use js_sys::{Array, Object, Reflect, Uint8Array};
+use split_shared::labels::{Prediction, short_name};
+use split_shared::model::boundary_table;
+use split_shared::protocol::Reply;
+use wasm_bindgen::JsValue;
+
+use crate::edge::EdgeOutput;
+
+fn set(obj: &Object, key: &str, value: impl Into<JsValue>) {
+    // Setting a property on a fresh plain object cannot fail.
+    let _ = Reflect::set(obj, &JsValue::from_str(key), &value.into());
+}
+
+fn predictions(top: &[Prediction]) -> Array {
+    top.iter()
+        .map(|p| {
+            let o = Object::new();
+            set(&o, "class", p.class);
+            set(&o, "name", short_name(p.class as usize));
+            set(&o, "prob", p.prob);
+            JsValue::from(o)
+        })
+        .collect()
+}
+
+pub fn edge_output(out: &EdgeOutput) -> JsValue {
+    let o = Object::new();
+    match out {
+        EdgeOutput::Local { top } => set(&o, "top", predictions(top)),
+        EdgeOutput::Remote { frame } => set(&o, "frame", Uint8Array::from(frame.as_slice())),
+    }
+    o.into()
+}
+
+pub fn reply(r: &Reply) -> JsValue {
+    let o = Object::new();
+    set(&o, "id", r.id() as f64);
+    match r {
+        Reply::Result { from, top, timings, .. } => {
+            set(&o, "kind", "result");
+            set(&o, "from", from.name());
+            set(&o, "top", predictions(top));
+            let t = Object::new();
+            set(&t, "queueMs", f64::from(timings.queue_us) / 1e3);
+            set(&t, "decodeMs", f64::from(timings.decode_us) / 1e3);
+            set(&t, "computeMs", f64::from(timings.compute_us) / 1e3);
+            set(&o, "timings", t);
+        }
+        Reply::Error { code, message, .. } => {
+            set(&o, "kind", "error");
+            set(&o, "code", code.name());
+            set(&o, "message", message.as_str());
+        }
+    }
+    o.into()
+}
+
+pub fn boundaries() -> JsValue {
+    boundary_table()
+        .iter()
+        .map(|b| {
+            let o = Object::new();
+            set(&o, "name", b.name);
+            set(&o, "shape", b.shape.iter().map(|d| JsValue::from(*d as u32)).collect::<Array>());
+            set(&o, "cumulativeMacs", b.cumulative_macs as f64);
+            set(&o, "bytesF32", (b.numel() * 4) as u32);
+            JsValue::from(o)
+        })
+        .collect::<Array>()
+        .into()
+}
+
+#[cfg(target_family = "wasm")]
+pub fn has_webgpu() -> bool {
+    let navigator = Reflect::get(&js_sys::global(), &JsValue::from_str("navigator")).unwrap_or(JsValue::UNDEFINED);
+    Reflect::get(&navigator, &JsValue::from_str("gpu")).map(|g| !g.is_undefined() && !g.is_null()).unwrap_or(false)
+}
+
+pub fn warn(message: &str) {
+    #[cfg(target_family = "wasm")]
+    web_console_warn(message);
+    #[cfg(not(target_family = "wasm"))]
+    eprintln!("{message}");
+}
+
+#[cfg(target_family = "wasm")]
+fn web_console_warn(message: &str) {
+    use wasm_bindgen::JsCast;
+    let console = Reflect::get(&js_sys::global(), &JsValue::from_str("console")).unwrap_or(JsValue::UNDEFINED);
+    if let Ok(f) = Reflect::get(&console, &JsValue::from_str("warn")) {
+        if let Ok(f) = f.dyn_into::<js_sys::Function>() {
+            let _ = f.call1(&console, &JsValue::from_str(message));
+        }
+    }
+}

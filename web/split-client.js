@@ -1,0 +1,181 @@
+// SplitClient: the embeddable API of split inference in the browser.
+//
+//   import { SplitClient } from "./split-client.js";
+//   const client = await SplitClient.create({ onProgress: (p) => console.log(p.stage, p.fraction) });
+//   const result = await client.classify(fileBytes, "block5");   // or "edge", "cloud", any boundary
+//   result.top[0].name  // "tiger cat"
+//
+// The WebSocket lives here, in JS; the wasm module (./pkg) computes and frames. Every failure is
+// thrown as a SplitError with a stable `code` ("network", "timeout", or a server error code such
+// as "shape_mismatch") and a message meant for a developer.
+
+import init, { EdgeSession, boundaries, decodeReply, encodeImageRequest } from "./pkg/wasm_edge.js";
+
+/** An error with a stable, machine-readable code. */
+export class SplitError extends Error {
+  constructor(code, message) {
+    super(message);
+    this.name = "SplitError";
+    this.code = code;
+  }
+}
+
+const DEFAULT_TIMEOUT_MS = 120_000;
+
+async function fetchWithProgress(url, stage, onProgress) {
+  const response = await fetch(url);
+  if (!response.ok) {
+    throw new SplitError("network", `GET ${url} failed: ${response.status} ${response.statusText}`);
+  }
+  const total = Number(response.headers.get("content-length")) || 0;
+  const reader = response.body.getReader();
+  const chunks = [];
+  let loaded = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    chunks.push(value);
+    loaded += value.length;
+    onProgress({ stage, loaded, total, fraction: total ? loaded / total : null });
+  }
+  const bytes = new Uint8Array(loaded);
+  let offset = 0;
+  for (const c of chunks) {
+    bytes.set(c, offset);
+    offset += c.length;
+  }
+  return bytes;
+}
+
+export class SplitClient {
+  /**
+   * Load the wasm module and the weights, pick WebGPU or the CPU, and prepare the connection.
+   * @param {object} [options]
+   * @param {string} [options.baseUrl]   where the server is (default: this page's origin)
+   * @param {"auto"|"webgpu"|"cpu"} [options.backend]  default "auto": WebGPU if it works, else CPU
+   * @param {(p: {stage: string, fraction: number|null}) => void} [options.onProgress]
+   * @param {number} [options.timeoutMs]  per request
+   */
+  static async create(options = {}) {
+    const base = new URL(options.baseUrl ?? "/", location.href);
+    const onProgress = options.onProgress ?? (() => {});
+    onProgress({ stage: "wasm", fraction: null });
+    await init();
+    const weights = await fetchWithProgress(new URL("weights/efficientnet-lite0.splw", base), "weights", onProgress);
+    onProgress({ stage: "warm-up", fraction: null });
+    const edge = await EdgeSession.create(weights, options.backend ?? "auto");
+    onProgress({ stage: "ready", fraction: 1 });
+    return new SplitClient(base, edge, options.timeoutMs ?? DEFAULT_TIMEOUT_MS);
+  }
+
+  constructor(base, edge, timeoutMs) {
+    this.edge = edge;
+    this.timeoutMs = timeoutMs;
+    this.wsUrl = new URL("ws", base);
+    this.wsUrl.protocol = base.protocol === "https:" ? "wss:" : "ws:";
+    this.socket = null;
+    this.pending = new Map();
+    this.nextId = 1;
+  }
+
+  /** "webgpu" or "cpu": where the edge half runs. */
+  get backend() {
+    return this.edge.backend;
+  }
+
+  /** Every split boundary: [{ name, shape, cumulativeMacs, bytesF32 }]. */
+  static boundaries() {
+    return boundaries();
+  }
+
+  async connect() {
+    if (this.socket && this.socket.readyState === WebSocket.OPEN) return this.socket;
+    const socket = new WebSocket(this.wsUrl);
+    socket.binaryType = "arraybuffer";
+    await new Promise((resolve, reject) => {
+      socket.onopen = resolve;
+      socket.onerror = () => reject(new SplitError("network", `cannot connect to ${this.wsUrl}`));
+    });
+    socket.onmessage = (event) => {
+      let reply;
+      try {
+        reply = decodeReply(new Uint8Array(event.data));
+      } catch (e) {
+        console.error("undecodable reply", e);
+        return;
+      }
+      const waiter = this.pending.get(reply.id);
+      if (waiter) waiter(reply);
+    };
+    socket.onclose = (event) => {
+      const error = new SplitError("network", `connection closed (${event.code}${event.reason ? ": " + event.reason : ""})`);
+      for (const waiter of this.pending.values()) waiter(error);
+      this.pending.clear();
+      this.socket = null;
+    };
+    this.socket = socket;
+    return socket;
+  }
+
+  async request(id, frame) {
+    const socket = await this.connect();
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.pending.delete(id);
+        reject(new SplitError("timeout", `no reply to request ${id} within ${this.timeoutMs} ms`));
+      }, this.timeoutMs);
+      this.pending.set(id, (reply) => {
+        clearTimeout(timer);
+        this.pending.delete(id);
+        if (reply instanceof Error) reject(reply);
+        else if (reply.kind === "error") reject(new SplitError(reply.code, reply.message));
+        else resolve(reply);
+      });
+      socket.send(frame);
+    });
+  }
+
+  /**
+   * Classify an encoded image (JPEG or PNG bytes).
+   * @param {Uint8Array} image
+   * @param {string} split  "edge" (all local), "cloud" (upload the image), or a boundary name
+   * @returns {Promise<{mode, split, backend, top, edgeMs, bytesSent, serverMs, roundTripMs, totalMs}>}
+   */
+  async classify(image, split = "block5") {
+    const id = this.nextId++;
+    const started = performance.now();
+    let frame;
+    let edgeMs = 0;
+    if (split === "cloud") {
+      frame = encodeImageRequest(id, image);
+    } else {
+      const out = await this.edge.run(image, split === "edge" ? "logits" : split, id);
+      edgeMs = performance.now() - started;
+      if (out.top) {
+        return { mode: "edge", split: "logits", backend: this.backend, top: out.top, edgeMs, bytesSent: 0,
+                 serverMs: 0, roundTripMs: 0, totalMs: edgeMs };
+      }
+      frame = out.frame;
+    }
+    const sent = performance.now();
+    const reply = await this.request(id, frame);
+    const roundTripMs = performance.now() - sent;
+    const t = reply.timings;
+    return {
+      mode: split === "cloud" ? "cloud" : "split",
+      split: reply.from,
+      backend: split === "cloud" ? "server" : this.backend,
+      top: reply.top,
+      edgeMs,
+      bytesSent: frame.length,
+      serverMs: t.queueMs + t.decodeMs + t.computeMs,
+      roundTripMs,
+      totalMs: performance.now() - started,
+    };
+  }
+
+  /** Close the connection. */
+  close() {
+    if (this.socket) this.socket.close(1000, "client closed");
+  }
+}
