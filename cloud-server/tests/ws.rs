@@ -25,7 +25,8 @@ fn server() -> actix_test::TestServer {
 }
 
 async fn connect(srv: &actix_test::TestServer) -> Socket {
-    srv.ws_at("/ws").await.expect("websocket handshake")
+    let (_response, socket) = awc::Client::new().ws(srv.url("/ws")).connect().await.expect("websocket handshake");
+    socket
 }
 
 async fn next_frame(ws: &mut Socket) -> Frame {
