@@ -89,9 +89,9 @@ pub fn warn(message: &str) {
 fn web_console_warn(message: &str) {
     use wasm_bindgen::JsCast;
     let console = Reflect::get(&js_sys::global(), &JsValue::from_str("console")).unwrap_or(JsValue::UNDEFINED);
-    if let Ok(f) = Reflect::get(&console, &JsValue::from_str("warn")) {
-        if let Ok(f) = f.dyn_into::<js_sys::Function>() {
-            let _ = f.call1(&console, &JsValue::from_str(message));
-        }
+    if let Ok(f) = Reflect::get(&console, &JsValue::from_str("warn"))
+        && let Ok(f) = f.dyn_into::<js_sys::Function>()
+    {
+        let _ = f.call1(&console, &JsValue::from_str(message));
     }
 }

@@ -118,6 +118,7 @@ pub fn run(args: &[String]) -> Result<()> {
 
     let mut tallies: Vec<Tally> = o.splits.iter().map(|_| Tally::default()).collect();
     let (mut full_top1, mut ref_agree, mut ref_n, mut labelled) = (0, 0, 0, 0);
+    let mut ref_disagreements = Vec::new();
     for (i, path) in files.iter().enumerate() {
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
         let img = split_shared::image::preprocess(&std::fs::read(path)?)
@@ -132,6 +133,10 @@ pub fn run(args: &[String]) -> Result<()> {
         if let Some(r) = reference.as_ref().and_then(|r| r.get(&name)) {
             ref_n += 1;
             ref_agree += usize::from(full[0].class as usize == *r);
+            if full[0].class as usize != *r {
+                let margin = full[0].prob - full[1].prob;
+                ref_disagreements.push(format!("{name}: ours {} (p {:.3}, margin {margin:.3}), reference {r}", full[0].class, full[0].prob));
+            }
         }
         for (split, t) in o.splits.iter().zip(&mut tallies) {
             let start = Instant::now();
@@ -166,6 +171,9 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     if ref_n > 0 {
         println!("top-1 agreement with reference predictions: {:.2}% ({ref_agree}/{ref_n})", pct(ref_agree, ref_n));
+        for d in &ref_disagreements {
+            println!("  differs: {d}");
+        }
     }
     println!("| split | top-1 | top-5 | agreement with unsplit | bytes/image | edge ms | cloud ms |");
     println!("|---|---|---|---|---|---|---|");

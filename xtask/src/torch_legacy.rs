@@ -47,14 +47,25 @@ impl Value {
     }
 }
 
+/// What a persistent id says about a storage.
+#[derive(Clone, Copy, Debug)]
+struct StorageKind {
+    /// Bytes per element.
+    elem: usize,
+    /// Float32 data (the only kind materialized).
+    is_f32: bool,
+    /// Element count.
+    numel: usize,
+}
+
 struct Machine<'a> {
     buf: &'a [u8],
     pos: usize,
     stack: Vec<Value>,
     marks: Vec<usize>,
     memo: HashMap<u32, Value>,
-    /// Storage key -> (bytes per element, is f32, element count), from the persistent ids.
-    storage_kinds: HashMap<String, (usize, bool, usize)>,
+    /// Storage key -> what its persistent id said about it.
+    storage_kinds: HashMap<String, StorageKind>,
 }
 
 impl<'a> Machine<'a> {
@@ -232,11 +243,11 @@ impl<'a> Machine<'a> {
                 }
                 b'Q' => {
                     let pid = self.pop()?;
-                    let storage = persistent(pid)?;
-                    if let (Value::Storage { key, .. }, Some(kind)) = (&storage.0, storage.1) {
+                    let (storage, kind) = persistent(pid)?;
+                    if let Value::Storage { key } = &storage {
                         self.storage_kinds.insert(key.clone(), kind);
                     }
-                    self.stack.push(storage.0);
+                    self.stack.push(storage);
                 }
                 b'R' => {
                     let args = self.pop()?;
@@ -249,7 +260,7 @@ impl<'a> Machine<'a> {
     }
 }
 
-fn persistent(pid: Value) -> Result<(Value, Option<(usize, bool, usize)>)> {
+fn persistent(pid: Value) -> Result<(Value, StorageKind)> {
     let Value::Tuple(items) = pid else { bail!("persistent id is not a tuple") };
     match items.as_slice() {
         [Value::Str(kind), Value::Global(module, ty), Value::Str(key), _location, numel, _view]
@@ -262,7 +273,7 @@ fn persistent(pid: Value) -> Result<(Value, Option<(usize, bool, usize)>)> {
                 _ => bail!("unsupported storage type {module}.{ty}"),
             };
             let numel = usize::try_from(numel.int()?)?;
-            Ok((Value::Storage { key: key.clone() }, Some((elem.0, elem.1, numel))))
+            Ok((Value::Storage { key: key.clone() }, StorageKind { elem: elem.0, is_f32: elem.1, numel }))
         }
         _ => bail!("unexpected persistent id {items:?}"),
     }
@@ -325,8 +336,8 @@ pub fn read_state_dict(bytes: &[u8]) -> Result<Vec<(String, TorchTensor)>> {
     for key in keys {
         let Value::Str(key) = key else { bail!("storage key is not a string") };
         let n = usize::try_from(i64::from_le_bytes(m.bytes(8)?.try_into()?))?;
-        let &(elem, is_f32, numel) =
-            m.storage_kinds.get(&key).with_context(|| format!("storage {key} never referenced"))?;
+        let StorageKind { elem, is_f32, numel } =
+            *m.storage_kinds.get(&key).with_context(|| format!("storage {key} never referenced"))?;
         ensure!(n == numel, "storage {key}: {n} elements on disk, {numel} in the header");
         let raw = m
             .bytes(n.checked_mul(elem).context("storage too large")?)

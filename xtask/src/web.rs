@@ -35,10 +35,10 @@ fn locked_wasm_bindgen_version() -> Result<String> {
     let lock = std::fs::read_to_string(paths::repo_root().join("Cargo.lock")).context("reading Cargo.lock")?;
     let mut lines = lock.lines();
     while let Some(line) = lines.next() {
-        if line == "name = \"wasm-bindgen\"" {
-            if let Some(v) = lines.next().and_then(|l| l.strip_prefix("version = \"")) {
-                return Ok(v.trim_end_matches('"').to_string());
-            }
+        if line == "name = \"wasm-bindgen\""
+            && let Some(v) = lines.next().and_then(|l| l.strip_prefix("version = \""))
+        {
+            return Ok(v.trim_end_matches('"').to_string());
         }
     }
     bail!("wasm-bindgen is not in Cargo.lock")
@@ -46,10 +46,10 @@ fn locked_wasm_bindgen_version() -> Result<String> {
 
 fn ensure_wasm_target() -> Result<()> {
     let out = Command::new("rustup").args(["target", "list", "--installed"]).output();
-    if let Ok(out) = out {
-        if !String::from_utf8_lossy(&out.stdout).lines().any(|l| l == WASM_TARGET) {
-            run(Command::new("rustup").args(["target", "add", WASM_TARGET]))?;
-        }
+    if let Ok(out) = out
+        && !String::from_utf8_lossy(&out.stdout).lines().any(|l| l == WASM_TARGET)
+    {
+        run(Command::new("rustup").args(["target", "add", WASM_TARGET]))?;
     }
     Ok(())
 }
