@@ -74,6 +74,7 @@ export class SplitClient {
     this.wsUrl = new URL("ws", base);
     this.wsUrl.protocol = base.protocol === "https:" ? "wss:" : "ws:";
     this.socket = null;
+    this.connecting = null;
     this.pending = new Map();
     this.nextId = 1;
   }
@@ -88,13 +89,17 @@ export class SplitClient {
     return boundaries();
   }
 
-  async connect() {
-    if (this.socket && this.socket.readyState === WebSocket.OPEN) return this.socket;
+  /** Open the WebSocket if it is not open; concurrent callers share one attempt. */
+  connect() {
+    if (this.socket && this.socket.readyState === WebSocket.OPEN) return Promise.resolve(this.socket);
+    if (this.connecting) return this.connecting;
     const socket = new WebSocket(this.wsUrl);
     socket.binaryType = "arraybuffer";
-    await new Promise((resolve, reject) => {
-      socket.onopen = resolve;
+    this.connecting = new Promise((resolve, reject) => {
+      socket.onopen = () => resolve(socket);
       socket.onerror = () => reject(new SplitError("network", `cannot connect to ${this.wsUrl}`));
+    }).finally(() => {
+      this.connecting = null;
     });
     socket.onmessage = (event) => {
       let reply;
@@ -111,10 +116,10 @@ export class SplitClient {
       const error = new SplitError("network", `connection closed (${event.code}${event.reason ? ": " + event.reason : ""})`);
       for (const waiter of this.pending.values()) waiter(error);
       this.pending.clear();
-      this.socket = null;
+      if (this.socket === socket) this.socket = null;
     };
     this.socket = socket;
-    return socket;
+    return this.connecting;
   }
 
   async request(id, frame) {
