@@ -3,26 +3,17 @@
 // Chromium against a running server. Not a test: prints a markdown table.
 //
 //   SPLIT_URL=http://127.0.0.1:8080/ node tests/bench.mjs
-import { chromium } from "playwright-core";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { GPU_ARGS, withPage } from "./browser.mjs";
 
 const url = process.env.SPLIT_URL ?? "http://127.0.0.1:8080/";
 const REPEATS = Number(process.env.REPEATS ?? 5);
 const SPLITS = (process.env.SPLITS ?? "edge,cloud,stem,block5,block11,head").split(",");
-const BASE_ARGS = ["--headless", "--no-sandbox", "--disable-quic", "--no-first-run",
-  "--disable-background-networking", "--disable-component-update", "--disable-sync"];
-const BACKENDS = [{ backend: "cpu", args: ["--disable-gpu"] }, { backend: "webgpu", args: ["--enable-unsafe-webgpu"] }];
+const BACKENDS = [{ backend: "cpu", args: GPU_ARGS.cpu }, { backend: "webgpu", args: GPU_ARGS.webgpu }];
 
 console.log(`| backend | split | edge ms | bytes sent | server ms | round trip ms | total ms | load ms |`);
 console.log(`|---|---|---|---|---|---|---|---|`);
 for (const { backend, args } of BACKENDS.filter((b) => !process.env.BACKEND || b.backend === process.env.BACKEND)) {
-  const profile = mkdtempSync(join(tmpdir(), "split-bench-"));
-  const context = await chromium.launchPersistentContext(profile, {
-    executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium", headless: true, args: [...BASE_ARGS, ...args] });
-  try {
-    const page = context.pages()[0] ?? (await context.newPage());
+  await withPage(args, async (page) => {
     await page.goto(new URL("index.html", url).href);
     const rows = await page.evaluate(async ({ backend, splits, repeats }) => {
       const { SplitClient } = await import("/split-client.js");
@@ -46,8 +37,5 @@ for (const { backend, args } of BACKENDS.filter((b) => !process.env.BACKEND || b
     for (const r of rows) {
       console.log(`| ${r.backend} | ${r.split} | ${r.edgeMs.toFixed(1)} | ${r.bytesSent} | ${r.serverMs.toFixed(1)} | ${r.roundTripMs.toFixed(1)} | ${r.totalMs.toFixed(1)} | ${r.loadMs.toFixed(0)} |`);
     }
-  } finally {
-    await context.close();
-    rmSync(profile, { recursive: true, force: true });
-  }
+  });
 }

@@ -1,27 +1,18 @@
 // Browser end-to-end test: headless Chromium opens the page served by the real server and
 // classifies `chelsea` edge-only, cloud-only and at two splits, once with WebGPU and once on the
 // CPU fallback. Run by `cargo xtask test`, which starts the server and sets SPLIT_URL.
-import { chromium } from "playwright-core";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import assert from "node:assert/strict";
+import { GPU_ARGS, withPage } from "./browser.mjs";
 
 const url = process.env.SPLIT_URL;
 assert.ok(url, "set SPLIT_URL to the server's base URL (cargo xtask test does)");
-const executablePath = process.env.CHROMIUM ?? "/usr/bin/chromium";
 const CATS = new Set([281, 282, 283, 284, 285]);
 // SwiftShader's WebGPU is a software rasterizer: slow, but correct.
 const STEP_TIMEOUT_MS = 300_000;
-const BASE_ARGS = ["--headless", "--no-sandbox", "--disable-quic", "--no-first-run",
-  "--disable-background-networking", "--disable-component-update", "--disable-sync"];
 
 async function runPass({ name, args, expectBackend }) {
-  const profile = mkdtempSync(join(tmpdir(), "split-e2e-"));
-  const context = await chromium.launchPersistentContext(profile, { executablePath, headless: true, args: [...BASE_ARGS, ...args] });
   const errors = [];
-  try {
-    const page = context.pages()[0] ?? (await context.newPage());
+  return withPage(args, async (page) => {
     page.on("pageerror", (e) => errors.push(e.message));
     page.on("console", (m) => m.type() === "error" && errors.push(m.text()));
     await page.goto(url);
@@ -53,15 +44,12 @@ async function runPass({ name, args, expectBackend }) {
     assert.equal(rows.find((r) => r.split === "edge").bytesSent, 0, "edge-only sends nothing");
     assert.equal(errors.filter((e) => !/WebGPU unavailable/.test(e)).length, 0, `${name}: page errors: ${errors.join("\n")}`);
     return rows;
-  } finally {
-    await context.close();
-    rmSync(profile, { recursive: true, force: true });
-  }
+  });
 }
 
 const passes = [
-  { name: "webgpu", args: ["--enable-unsafe-webgpu"], expectBackend: "webgpu" },
-  { name: "cpu-fallback", args: ["--disable-gpu"], expectBackend: "cpu" },
+  { name: "webgpu", args: GPU_ARGS.webgpu, expectBackend: "webgpu" },
+  { name: "cpu-fallback", args: GPU_ARGS.cpu, expectBackend: "cpu" },
 ];
 const only = process.env.SPLIT_E2E_PASS;
 const all = [];
