@@ -73,3 +73,17 @@ fn preprocessing_matches_reference_pixels() {
     eprintln!("preprocess vs Pillow: {off} of {} values differ, max by {max}", diffs.len());
     assert_eq!(max, 0, "preprocessing must reproduce Pillow's bicubic resize exactly");
 }
+
+/// The JPEG decoder's choice matters: two dev photos whose top-2 classes are within 1% flipped
+/// against the reference when decoded by the `image` crate (max 20 grey levels off Pillow's
+/// libjpeg-turbo). `jpeg-decoder` stays within 4 on all 500 dev photos; this fixture, a 4:2:0
+/// JPEG that Pillow wrote from the chelsea photo, pins that.
+#[test]
+fn jpeg_decoding_stays_close_to_pillow() {
+    let img = split_shared::image::decode(&data("chelsea_96.jpg")).unwrap();
+    let pillow = data("chelsea_96_pillow.rgb");
+    assert_eq!((img.width, img.height), (96, 96));
+    let max = img.pixels.iter().zip(&pillow).map(|(a, b)| (i32::from(*a) - i32::from(*b)).abs()).max().unwrap();
+    eprintln!("jpeg vs Pillow: max difference {max}");
+    assert!(max <= 4, "decoded JPEG differs from Pillow's by up to {max} grey levels");
+}

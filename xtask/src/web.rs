@@ -91,9 +91,10 @@ impl Drop for Server {
     }
 }
 
-/// Build and start the server on a free port; returns once it prints its URL.
-pub fn start_server(extra: &[String]) -> Result<Server> {
-    run(cargo().args(["build", "--package", "cloud-server"]))?;
+/// Start the server binary that `cargo test --workspace` just built (building it separately
+/// would resolve features differently and recompile burn) on a free port; returns once it prints
+/// its URL.
+fn start_server(extra: &[String]) -> Result<Server> {
     let bin = target_dir().join("debug/cloud-server");
     let mut child = Command::new(&bin)
         .args(["--port", "0"])
