@@ -19,7 +19,7 @@ use split_shared::labels::top_k;
 use split_shared::model::{Boundary, EfficientNetLite0, WeightsFile};
 use split_shared::protocol::Request;
 
-use crate::{paths, setup};
+use crate::setup;
 
 struct Options {
     images: PathBuf,
@@ -97,7 +97,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let o = parse(args)?;
     let weights_path = match &o.weights {
         Some(p) => p.clone(),
-        None => setup::ensure_weights().unwrap_or_else(|_| paths::weights_file()),
+        None => setup::ensure_weights()?,
     };
     let bytes = std::fs::read(&weights_path).with_context(|| format!("reading {}", weights_path.display()))?;
     let device = Device::flex();
