@@ -51,7 +51,8 @@ impl Config {
 
     /// The web folder: the flag, else `web/` next to this crate.
     pub fn web_path(&self) -> PathBuf {
-        self.web_dir.clone().unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../web"))
+        self.web_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../web"))
     }
 }
-

@@ -45,12 +45,19 @@ fn micros(since: Instant) -> u32 {
     since.elapsed().as_micros().min(u128::from(u32::MAX)) as u32
 }
 
-fn serve(model: &EfficientNetLite0, device: &Device, request: Request) -> Result<(Boundary, Vec<f32>, u32, u32), ServeError> {
+fn serve(
+    model: &EfficientNetLite0,
+    device: &Device,
+    request: Request,
+) -> Result<(Boundary, Vec<f32>, u32, u32), ServeError> {
     let start = Instant::now();
     let (from, x) = match request {
         Request::Features { boundary, shape, payload, .. } => {
             let shape: Vec<usize> = shape.iter().map(|d| *d as usize).collect();
-            let x = Tensor::<4>::from_data(TensorData::new(Request::f32_values(&payload), shape), device);
+            let x = Tensor::<4>::from_data(
+                TensorData::new(Request::f32_values(&payload), shape),
+                device,
+            );
             (boundary, x)
         }
         Request::Image { payload, .. } => {
@@ -61,7 +68,10 @@ fn serve(model: &EfficientNetLite0, device: &Device, request: Request) -> Result
     let decode_us = micros(start);
     let start = Instant::now();
     let logits = model.forward_range(x, from, Boundary::LOGITS)?;
-    let logits = logits.into_data().try_to_vec::<f32>().map_err(|e| ServeError::Internal(format!("{e:?}")))?;
+    let logits = logits
+        .into_data()
+        .try_to_vec::<f32>()
+        .map_err(|e| ServeError::Internal(format!("{e:?}")))?;
     Ok((from, logits, decode_us, micros(start)))
 }
 
@@ -75,11 +85,21 @@ fn worker(model: EfficientNetLite0, device: Device, jobs: Arc<Mutex<mpsc::Receiv
         let queue_us = micros(enqueued);
         // A panic inside the backend must cost one request, not the worker.
         let result = std::panic::catch_unwind(AssertUnwindSafe(|| serve(&model, &device, request)))
-            .unwrap_or_else(|_| Err(ServeError::Internal("the model panicked on this input".into())))
+            .unwrap_or_else(|_| {
+                Err(ServeError::Internal("the model panicked on this input".into()))
+            })
             .map(|(from, logits, decode_us, compute_us)| {
                 let start = Instant::now();
                 let top = top_k(&logits[..split_shared::model::NUM_CLASSES], TOP_K);
-                Outcome { from, top, timings: ServerTimings { queue_us, decode_us, compute_us: compute_us + micros(start) } }
+                Outcome {
+                    from,
+                    top,
+                    timings: ServerTimings {
+                        queue_us,
+                        decode_us,
+                        compute_us: compute_us + micros(start),
+                    },
+                }
             });
         let _ = reply.send(result);
     }
@@ -87,7 +107,12 @@ fn worker(model: EfficientNetLite0, device: Device, jobs: Arc<Mutex<mpsc::Receiv
 
 impl Engine {
     /// Start `workers` threads, each with its own handle on `model`, behind a queue of `capacity`.
-    pub fn start(model: EfficientNetLite0, device: Device, workers: usize, capacity: usize) -> Self {
+    pub fn start(
+        model: EfficientNetLite0,
+        device: Device,
+        workers: usize,
+        capacity: usize,
+    ) -> Self {
         let (tx, rx) = mpsc::channel(capacity.max(1));
         let rx = Arc::new(Mutex::new(rx));
         for i in 0..workers.max(1) {
@@ -112,14 +137,23 @@ impl Engine {
             // One image per frame: the reply carries one top-5.
             if dims[0] != 1 {
                 let expected = boundary.info().shape;
-                Err(split_shared::Error::ShapeMismatch { boundary: *boundary, expected, got: dims, max_batch: 1 })?;
+                Err(split_shared::Error::ShapeMismatch {
+                    boundary: *boundary,
+                    expected,
+                    got: dims,
+                    max_batch: 1,
+                })?;
             }
         }
         let (reply, answer) = oneshot::channel();
-        self.queue.try_send(Job { request, enqueued: Instant::now(), reply }).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(_) => ServeError::Busy(self.capacity),
-            mpsc::error::TrySendError::Closed(_) => ServeError::Internal("the model workers stopped".into()),
-        })?;
+        self.queue.try_send(Job { request, enqueued: Instant::now(), reply }).map_err(
+            |e| match e {
+                mpsc::error::TrySendError::Full(_) => ServeError::Busy(self.capacity),
+                mpsc::error::TrySendError::Closed(_) => {
+                    ServeError::Internal("the model workers stopped".into())
+                }
+            },
+        )?;
         answer.await.map_err(|_| ServeError::Internal("a model worker stopped".into()))?
     }
 }

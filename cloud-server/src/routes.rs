@@ -49,7 +49,10 @@ impl AppState {
     pub fn load(config: &Config) -> Result<Self> {
         let weights_path = config.weights_path();
         let bytes = std::fs::read(&weights_path).with_context(|| {
-            format!("cannot read the weights at {}; run `cargo xtask setup` first", weights_path.display())
+            format!(
+                "cannot read the weights at {}; run `cargo xtask setup` first",
+                weights_path.display()
+            )
         })?;
         let weights = WeightsFile::from_bytes(&bytes)?;
         let (device, device_name) = device(config.device)?;

@@ -15,10 +15,17 @@ const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// `GET /ws`: upgrade and serve the session on the current worker's event loop.
-pub async fn websocket(req: HttpRequest, body: web::Payload, state: web::Data<AppState>) -> actix_web::Result<HttpResponse> {
+pub async fn websocket(
+    req: HttpRequest,
+    body: web::Payload,
+    state: web::Data<AppState>,
+) -> actix_web::Result<HttpResponse> {
     let (response, session, stream) = actix_ws::handle(&req, body)?;
     // Frames over the limit are refused by the codec before they are buffered.
-    let stream = stream.max_frame_size(MAX_FRAME_BYTES).aggregate_continuations().max_continuation_size(MAX_FRAME_BYTES);
+    let stream = stream
+        .max_frame_size(MAX_FRAME_BYTES)
+        .aggregate_continuations()
+        .max_continuation_size(MAX_FRAME_BYTES);
     rt::spawn(serve_session(session, stream, state.into_inner()));
     Ok(response)
 }

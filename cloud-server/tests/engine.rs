@@ -9,9 +9,11 @@ const CHELSEA: &[u8] = include_bytes!("../../web/samples/chelsea.png");
 
 #[actix_web::test]
 async fn a_full_queue_answers_busy_and_serves_the_rest() {
-    let bytes = std::fs::read(Config::for_tests().weights_path()).expect("weights: run `cargo xtask setup`");
+    let bytes = std::fs::read(Config::for_tests().weights_path())
+        .expect("weights: run `cargo xtask setup`");
     let device = Device::flex();
-    let model = EfficientNetLite0::from_weights(&WeightsFile::from_bytes(&bytes).unwrap(), &device).unwrap();
+    let model = EfficientNetLite0::from_weights(&WeightsFile::from_bytes(&bytes).unwrap(), &device)
+        .unwrap();
     // One worker, room for one waiting request: of eight sent at once, at most two can be taken.
     let engine = Engine::start(model, device, 1, 1);
     let requests = (0..8).map(|id| engine.submit(Request::Image { id, payload: CHELSEA.to_vec() }));

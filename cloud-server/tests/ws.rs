@@ -10,7 +10,9 @@ use burn::tensor::Device;
 use cloud_server::{AppState, Config, config_app};
 use futures_util::{SinkExt, StreamExt};
 use split_shared::model::{Boundary, EfficientNetLite0, WeightsFile};
-use split_shared::protocol::{ErrorCode, MAX_FRAME_BYTES, MAX_PAYLOAD_BYTES, PROTOCOL_VERSION, Reply, Request};
+use split_shared::protocol::{
+    ErrorCode, MAX_FRAME_BYTES, MAX_PAYLOAD_BYTES, PROTOCOL_VERSION, Reply, Request,
+};
 
 type Socket = Framed<BoxedSocket, Codec>;
 
@@ -25,7 +27,8 @@ fn server() -> actix_test::TestServer {
 }
 
 async fn connect(srv: &actix_test::TestServer) -> Socket {
-    let (_response, socket) = awc::Client::new().ws(srv.url("/ws")).connect().await.expect("websocket handshake");
+    let (_response, socket) =
+        awc::Client::new().ws(srv.url("/ws")).connect().await.expect("websocket handshake");
     socket
 }
 
@@ -64,9 +67,12 @@ fn expect_error(reply: Reply, id: u64, code: ErrorCode) {
 fn features_frame(id: u64, split: Boundary) -> Vec<u8> {
     let device = Device::flex();
     let bytes = std::fs::read(Config::for_tests().weights_path()).unwrap();
-    let model = EfficientNetLite0::from_weights(&WeightsFile::from_bytes(&bytes).unwrap(), &device).unwrap();
+    let model = EfficientNetLite0::from_weights(&WeightsFile::from_bytes(&bytes).unwrap(), &device)
+        .unwrap();
     let img = split_shared::image::preprocess(CHELSEA).unwrap();
-    let x = model.forward_range(split_shared::image::to_input_tensor(&img, &device), Boundary::INPUT, split).unwrap();
+    let x = model
+        .forward_range(split_shared::image::to_input_tensor(&img, &device), Boundary::INPUT, split)
+        .unwrap();
     let dims = x.dims();
     Request::features_f32(id, split, &dims, &x.into_data().try_to_vec::<f32>().unwrap()).to_bytes()
 }
@@ -82,7 +88,8 @@ fn top1(reply: &Reply) -> u16 {
 async fn split_frames_and_cloud_only_images_are_answered() {
     let srv = server();
     let mut ws = connect(&srv).await;
-    let cloud_only = roundtrip(&mut ws, Request::Image { id: 1, payload: CHELSEA.to_vec() }.to_bytes()).await;
+    let cloud_only =
+        roundtrip(&mut ws, Request::Image { id: 1, payload: CHELSEA.to_vec() }.to_bytes()).await;
     assert!(CATS.contains(&top1(&cloud_only)), "{cloud_only:?}");
     assert!(matches!(cloud_only, Reply::Result { id: 1, from: Boundary::INPUT, .. }));
     for (i, split) in ["stem", "block5", "block14", "head", "pool"].into_iter().enumerate() {
@@ -117,7 +124,8 @@ async fn malformed_input_gets_typed_errors_while_others_are_served() {
     wrong_shape[16] = Boundary::block(2).unwrap().index();
     expect_error(roundtrip(&mut bad, wrong_shape).await, 99, ErrorCode::ShapeMismatch);
 
-    let garbage: Vec<u8> = (0..4096u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let garbage: Vec<u8> =
+        (0..4096u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
     expect_error(roundtrip(&mut bad, garbage).await, 0, ErrorCode::Malformed);
 
     // A header announcing more than the payload limit is refused before anything is read.
@@ -130,7 +138,9 @@ async fn malformed_input_gets_typed_errors_while_others_are_served() {
 
     bad.send(Message::Text("hello".into())).await.unwrap();
     match next_frame(&mut bad).await {
-        Frame::Binary(b) => expect_error(Reply::decode(&b).unwrap(), 0, ErrorCode::UnsupportedMessage),
+        Frame::Binary(b) => {
+            expect_error(Reply::decode(&b).unwrap(), 0, ErrorCode::UnsupportedMessage)
+        }
         other => panic!("{other:?}"),
     }
 

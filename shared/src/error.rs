@@ -7,7 +7,9 @@ use crate::model::Boundary;
 #[non_exhaustive]
 pub enum Error {
     /// A boundary index or name that does not exist.
-    #[error("unknown boundary {0:?}; expected one of input, stem, block0..block15, head, pool, logits")]
+    #[error(
+        "unknown boundary {0:?}; expected one of input, stem, block0..block15, head, pool, logits"
+    )]
     UnknownBoundary(String),
     /// `forward_range` asked to run backwards.
     #[error("cannot run from {from} to {to}: the range must go forward")]
@@ -18,7 +20,9 @@ pub enum Error {
         to: Boundary,
     },
     /// A tensor's shape does not match the boundary it claims to be at.
-    #[error("shape {got:?} does not match boundary {boundary}: expected [n, {expected:?}] with 1 <= n <= {max_batch}")]
+    #[error(
+        "shape {got:?} does not match boundary {boundary}: expected [n, {expected:?}] with 1 <= n <= {max_batch}"
+    )]
     ShapeMismatch {
         /// The boundary the tensor claims to be at.
         boundary: Boundary,

@@ -35,7 +35,8 @@ fn every_boundary_matches_reference_statistics() {
     let device = Device::flex();
     let model = model(&device);
     for name in ["chelsea", "coffee"] {
-        let golden: serde_json::Value = serde_json::from_slice(&data(&format!("{name}_boundaries.json"))).unwrap();
+        let golden: serde_json::Value =
+            serde_json::from_slice(&data(&format!("{name}_boundaries.json"))).unwrap();
         let mut x = to_input_tensor(&fixture_image(name), &device);
         let mut from = Boundary::INPUT;
         for b in Boundary::all() {
@@ -43,7 +44,12 @@ fn every_boundary_matches_reference_statistics() {
             from = b;
             let v = values(x.clone());
             let g = &golden[b.name()];
-            let shape: Vec<usize> = g["shape"].as_array().unwrap().iter().map(|d| d.as_u64().unwrap() as usize).collect();
+            let shape: Vec<usize> = g["shape"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d.as_u64().unwrap() as usize)
+                .collect();
             assert_eq!(shape.iter().product::<usize>(), v.len(), "{name}/{b}: size");
             let sum: f64 = v.iter().map(|x| f64::from(*x)).sum();
             let abs_sum: f64 = v.iter().map(|x| f64::from(x.abs())).sum();
@@ -52,10 +58,15 @@ fn every_boundary_matches_reference_statistics() {
             let tol = 1e-4 * g_abs.max(1.0);
             assert!((sum - g_sum).abs() < tol, "{name}/{b}: sum {sum} vs {g_sum}");
             assert!((abs_sum - g_abs).abs() < tol, "{name}/{b}: abs sum {abs_sum} vs {g_abs}");
-            let scale = g["max"].as_f64().unwrap().abs().max(g["min"].as_f64().unwrap().abs()) as f32;
+            let scale =
+                g["max"].as_f64().unwrap().abs().max(g["min"].as_f64().unwrap().abs()) as f32;
             for (i, want) in g["first8"].as_array().unwrap().iter().enumerate() {
                 let want = want.as_f64().unwrap() as f32;
-                assert!((v[i] - want).abs() <= 1e-4 * scale.max(1.0), "{name}/{b}: value {i}: {} vs {want}", v[i]);
+                assert!(
+                    (v[i] - want).abs() <= 1e-4 * scale.max(1.0),
+                    "{name}/{b}: value {i}: {} vs {want}",
+                    v[i]
+                );
             }
         }
     }
@@ -63,11 +74,18 @@ fn every_boundary_matches_reference_statistics() {
 
 #[test]
 fn preprocessing_matches_reference_pixels() {
-    let img = split_shared::image::preprocess(&std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../web/samples/chelsea.png")).unwrap()).unwrap();
+    let img = split_shared::image::preprocess(
+        &std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../web/samples/chelsea.png")).unwrap(),
+    )
+    .unwrap();
     let want = fixture_image("chelsea");
     assert_eq!((img.width, img.height), (224, 224));
-    let diffs: Vec<i32> =
-        img.pixels.iter().zip(&want.pixels).map(|(a, b)| (i32::from(*a) - i32::from(*b)).abs()).collect();
+    let diffs: Vec<i32> = img
+        .pixels
+        .iter()
+        .zip(&want.pixels)
+        .map(|(a, b)| (i32::from(*a) - i32::from(*b)).abs())
+        .collect();
     let max = diffs.iter().max().copied().unwrap();
     let off = diffs.iter().filter(|d| **d > 0).count();
     eprintln!("preprocess vs Pillow: {off} of {} values differ, max by {max}", diffs.len());
@@ -83,7 +101,13 @@ fn jpeg_decoding_stays_close_to_pillow() {
     let img = split_shared::image::decode(&data("chelsea_96.jpg")).unwrap();
     let pillow = data("chelsea_96_pillow.rgb");
     assert_eq!((img.width, img.height), (96, 96));
-    let max = img.pixels.iter().zip(&pillow).map(|(a, b)| (i32::from(*a) - i32::from(*b)).abs()).max().unwrap();
+    let max = img
+        .pixels
+        .iter()
+        .zip(&pillow)
+        .map(|(a, b)| (i32::from(*a) - i32::from(*b)).abs())
+        .max()
+        .unwrap();
     eprintln!("jpeg vs Pillow: max difference {max}");
     assert!(max <= 4, "decoded JPEG differs from Pillow's by up to {max} grey levels");
 }

@@ -21,12 +21,14 @@ fn every_split_equals_the_full_forward_pass() {
         let dims = edge.dims();
         // Through the wire format, as the browser sends it and the server reads it.
         let frame = Request::features_f32(7, k, &dims, &values(edge)).to_bytes();
-        let Request::Features { boundary, shape, payload, .. } = Request::decode(&frame).unwrap() else {
+        let Request::Features { boundary, shape, payload, .. } = Request::decode(&frame).unwrap()
+        else {
             panic!("features frame")
         };
         assert_eq!(boundary, k);
         let shape: Vec<usize> = shape.iter().map(|d| *d as usize).collect();
-        let x = Tensor::<4>::from_data(TensorData::new(Request::f32_values(&payload), shape), &device);
+        let x =
+            Tensor::<4>::from_data(TensorData::new(Request::f32_values(&payload), shape), &device);
         let logits = values(model.forward_range(x, k, Boundary::LOGITS).unwrap());
         let diff = max_abs_diff(&logits, &full);
         assert!(diff <= 1e-5, "split at {k}: logits differ by {diff}");

@@ -32,7 +32,8 @@ pub struct EdgeRunner {
 
 /// Read a tensor's values; asynchronous because WebGPU results arrive through a callback.
 async fn read_values(t: Tensor<4>) -> split_shared::Result<Vec<f32>> {
-    let data = t.into_data_async().await.map_err(|e| split_shared::Error::Backend(format!("{e:?}")))?;
+    let data =
+        t.into_data_async().await.map_err(|e| split_shared::Error::Backend(format!("{e:?}")))?;
     data.try_to_vec::<f32>().map_err(|e| split_shared::Error::Backend(format!("{e:?}")))
 }
 
@@ -50,7 +51,12 @@ impl EdgeRunner {
     ///
     /// # Errors
     /// When the image does not decode, or the backend fails.
-    pub async fn run(&self, image: &[u8], split: Boundary, id: u64) -> split_shared::Result<EdgeOutput> {
+    pub async fn run(
+        &self,
+        image: &[u8],
+        split: Boundary,
+        id: u64,
+    ) -> split_shared::Result<EdgeOutput> {
         let img = split_shared::image::preprocess(image)?;
         self.run_pixels(&img, split, id).await
     }
@@ -72,7 +78,9 @@ impl EdgeRunner {
         if split == Boundary::LOGITS {
             return Ok(EdgeOutput::Local { top: top_k(&values[..NUM_CLASSES], TOP_K) });
         }
-        Ok(EdgeOutput::Remote { frame: Request::features_f32(id, split, &dims, &values).to_bytes() })
+        Ok(EdgeOutput::Remote {
+            frame: Request::features_f32(id, split, &dims, &values).to_bytes(),
+        })
     }
 
     /// Run a dummy image through the whole network once, so shader compilation and buffer
@@ -93,18 +101,22 @@ mod tests {
 
     fn runner() -> EdgeRunner {
         let path = split_shared::model::default_weights_path();
-        let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}; run `cargo xtask setup`", path.display()));
+        let bytes = std::fs::read(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}; run `cargo xtask setup`", path.display()));
         EdgeRunner::new(&bytes, Device::flex()).expect("valid weights")
     }
 
     #[test]
     fn edge_only_and_split_agree_on_a_bundled_photo() {
         let runner = runner();
-        let photo = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../web/samples/chelsea.png")).unwrap();
+        let photo =
+            std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../web/samples/chelsea.png"))
+                .unwrap();
         let local = futures_executor::block_on(runner.run(&photo, Boundary::LOGITS, 1)).unwrap();
         let EdgeOutput::Local { top } = local else { panic!("edge-only must answer locally") };
         assert!((281..=285).contains(&top[0].class), "chelsea is a cat, got {}", top[0].class);
-        let remote = futures_executor::block_on(runner.run(&photo, Boundary::block(5).unwrap(), 2)).unwrap();
+        let remote =
+            futures_executor::block_on(runner.run(&photo, Boundary::block(5).unwrap(), 2)).unwrap();
         let EdgeOutput::Remote { frame } = remote else { panic!("a split must produce a frame") };
         assert!(matches!(Request::decode(&frame).unwrap(), Request::Features { id: 2, .. }));
         assert!(Reply::decode(&frame).is_err(), "requests are not replies");

@@ -74,8 +74,11 @@ pub fn boundaries() -> JsValue {
 
 #[cfg(target_family = "wasm")]
 pub fn has_webgpu() -> bool {
-    let navigator = Reflect::get(&js_sys::global(), &JsValue::from_str("navigator")).unwrap_or(JsValue::UNDEFINED);
-    Reflect::get(&navigator, &JsValue::from_str("gpu")).map(|g| !g.is_undefined() && !g.is_null()).unwrap_or(false)
+    let navigator = Reflect::get(&js_sys::global(), &JsValue::from_str("navigator"))
+        .unwrap_or(JsValue::UNDEFINED);
+    Reflect::get(&navigator, &JsValue::from_str("gpu"))
+        .map(|g| !g.is_undefined() && !g.is_null())
+        .unwrap_or(false)
 }
 
 pub fn warn(message: &str) {
@@ -88,7 +91,8 @@ pub fn warn(message: &str) {
 #[cfg(target_family = "wasm")]
 fn web_console_warn(message: &str) {
     use wasm_bindgen::JsCast;
-    let console = Reflect::get(&js_sys::global(), &JsValue::from_str("console")).unwrap_or(JsValue::UNDEFINED);
+    let console = Reflect::get(&js_sys::global(), &JsValue::from_str("console"))
+        .unwrap_or(JsValue::UNDEFINED);
     if let Ok(f) = Reflect::get(&console, &JsValue::from_str("warn"))
         && let Ok(f) = f.dyn_into::<js_sys::Function>()
     {

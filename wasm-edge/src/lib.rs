@@ -46,14 +46,18 @@ async fn pick_device(backend: &str) -> Result<(Device, &'static str), JsError> {
             }
             Err(e) => Err(JsError::new(&format!("WebGPU was requested but is unavailable: {e}"))),
         },
-        other => Err(JsError::new(&format!("unknown backend {other:?}; use \"auto\", \"webgpu\" or \"cpu\""))),
+        other => Err(JsError::new(&format!(
+            "unknown backend {other:?}; use \"auto\", \"webgpu\" or \"cpu\""
+        ))),
     }
 }
 
 #[cfg(target_family = "wasm")]
 async fn webgpu_device() -> Result<Device, String> {
     if !js::has_webgpu() {
-        return Err("navigator.gpu is missing (browser without WebGPU, or not a secure context)".into());
+        return Err(
+            "navigator.gpu is missing (browser without WebGPU, or not a secure context)".into()
+        );
     }
     Device::wgpu_options().init_async().await.map_err(|e| format!("{e:?}"))
 }
@@ -88,7 +92,10 @@ impl EdgeSession {
         let runner = Rc::clone(&self.runner);
         wasm_bindgen_futures::future_to_promise(async move {
             let split: Boundary = split.parse().map_err(|e| JsValue::from(js_error(e)))?;
-            let out = runner.run(&image, split, request_id as u64).await.map_err(|e| JsValue::from(js_error(e)))?;
+            let out = runner
+                .run(&image, split, request_id as u64)
+                .await
+                .map_err(|e| JsValue::from(js_error(e)))?;
             Ok(js::edge_output(&out))
         })
     }

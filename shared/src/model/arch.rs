@@ -107,9 +107,9 @@ pub fn boundary_table() -> &'static [BoundaryInfo; NUM_BOUNDARIES] {
     TABLE.get_or_init(|| {
         let mut rows = Vec::with_capacity(NUM_BOUNDARIES);
         let mut push = |shape: [usize; 3], macs: u64, bytes: u64| {
-            let (cm, cb) = rows.last().map_or((0, 0), |r: &BoundaryInfo| {
-                (r.cumulative_macs, r.cumulative_param_bytes)
-            });
+            let (cm, cb) = rows
+                .last()
+                .map_or((0, 0), |r: &BoundaryInfo| (r.cumulative_macs, r.cumulative_param_bytes));
             let name = Boundary::from_index(rows.len() as u8).expect("index in range").name();
             rows.push(BoundaryInfo {
                 name,
@@ -160,10 +160,18 @@ mod tests {
     #[test]
     fn table_matches_reference_figures() {
         let t = boundary_table();
-        let m = |b: &str| t[b.parse::<Boundary>().unwrap().index() as usize].cumulative_macs as f64 / 1e6;
-        for (name, millions) in
-            [("stem", 10.8), ("block0", 20.9), ("block2", 75.8), ("block4", 113.7), ("block15", 363.8), ("head", 383.9), ("logits", 385.2)]
-        {
+        let m = |b: &str| {
+            t[b.parse::<Boundary>().unwrap().index() as usize].cumulative_macs as f64 / 1e6
+        };
+        for (name, millions) in [
+            ("stem", 10.8),
+            ("block0", 20.9),
+            ("block2", 75.8),
+            ("block4", 113.7),
+            ("block15", 363.8),
+            ("head", 383.9),
+            ("logits", 385.2),
+        ] {
             assert!((m(name) - millions).abs() < 0.06, "{name}: {} vs {millions}", m(name));
         }
         assert_eq!(Boundary::STEM.info().shape, [32, 112, 112]);

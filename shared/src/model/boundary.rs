@@ -10,8 +10,8 @@ pub const NUM_BOUNDARIES: usize = 21;
 
 const NAMES: [&str; NUM_BOUNDARIES] = [
     "input", "stem", "block0", "block1", "block2", "block3", "block4", "block5", "block6",
-    "block7", "block8", "block9", "block10", "block11", "block12", "block13", "block14",
-    "block15", "head", "pool", "logits",
+    "block7", "block8", "block9", "block10", "block11", "block12", "block13", "block14", "block15",
+    "head", "pool", "logits",
 ];
 
 /// A point between two stages of the network. Boundary `k` is the output of stage `k`
@@ -35,7 +35,11 @@ impl Boundary {
 
     /// Boundary after MBConv block `i` (0..16).
     pub fn block(i: usize) -> Result<Self> {
-        if i < 16 { Ok(Self(i as u8 + 2)) } else { Err(Error::UnknownBoundary(format!("block{i}"))) }
+        if i < 16 {
+            Ok(Self(i as u8 + 2))
+        } else {
+            Err(Error::UnknownBoundary(format!("block{i}")))
+        }
     }
 
     /// Boundary from its index (0..21), as carried in frames.

@@ -56,25 +56,26 @@ impl EfficientNetLite0 {
     /// # Errors
     /// [`Error::BadWeights`] when a tensor is missing or has the wrong shape.
     pub fn from_weights(weights: &WeightsFile, device: &Device) -> Result<Self> {
-        let conv = |name: &str, c_in: usize, c_out: usize, k: usize, stride: usize, groups: usize| {
-            let w = weights.tensor(&format!("{name}.weight"), &[c_out, c_in / groups, k, k])?;
-            let b = weights.tensor(&format!("{name}.bias"), &[c_out])?;
-            Ok::<_, Error>(Conv2d {
-                weight: Param::from_tensor(Tensor::<4>::from_data(
-                    TensorData::new(w.to_vec(), [c_out, c_in / groups, k, k]),
-                    device,
-                )),
-                bias: Some(Param::from_tensor(Tensor::<1>::from_data(
-                    TensorData::new(b.to_vec(), [c_out]),
-                    device,
-                ))),
-                stride: [stride, stride],
-                kernel_size: [k, k],
-                dilation: [1, 1],
-                groups,
-                padding: PaddingConfig2d::Same,
-            })
-        };
+        let conv =
+            |name: &str, c_in: usize, c_out: usize, k: usize, stride: usize, groups: usize| {
+                let w = weights.tensor(&format!("{name}.weight"), &[c_out, c_in / groups, k, k])?;
+                let b = weights.tensor(&format!("{name}.bias"), &[c_out])?;
+                Ok::<_, Error>(Conv2d {
+                    weight: Param::from_tensor(Tensor::<4>::from_data(
+                        TensorData::new(w.to_vec(), [c_out, c_in / groups, k, k]),
+                        device,
+                    )),
+                    bias: Some(Param::from_tensor(Tensor::<1>::from_data(
+                        TensorData::new(b.to_vec(), [c_out]),
+                        device,
+                    ))),
+                    stride: [stride, stride],
+                    kernel_size: [k, k],
+                    dilation: [1, 1],
+                    groups,
+                    padding: PaddingConfig2d::Same,
+                })
+            };
         let stem = conv("stem", 3, 32, 3, 2, 1)?;
         let mut block_modules = Vec::with_capacity(16);
         for (i, spec) in blocks().iter().enumerate() {
@@ -87,7 +88,14 @@ impl EfficientNetLite0 {
             };
             block_modules.push(MbConv {
                 expand,
-                depthwise: conv(&format!("{p}.depthwise"), hidden, hidden, spec.kernel, spec.stride, hidden)?,
+                depthwise: conv(
+                    &format!("{p}.depthwise"),
+                    hidden,
+                    hidden,
+                    spec.kernel,
+                    spec.stride,
+                    hidden,
+                )?,
                 project: conv(&format!("{p}.project"), hidden, spec.c_out, 1, 1, 1)?,
             });
         }
@@ -97,8 +105,11 @@ impl EfficientNetLite0 {
         let fc_b = weights.tensor("fc.bias", &[NUM_CLASSES])?;
         let fc = Linear {
             weight: Param::from_tensor(
-                Tensor::<2>::from_data(TensorData::new(fc_w.to_vec(), [NUM_CLASSES, HEAD_CHANNELS]), device)
-                    .transpose(),
+                Tensor::<2>::from_data(
+                    TensorData::new(fc_w.to_vec(), [NUM_CLASSES, HEAD_CHANNELS]),
+                    device,
+                )
+                .transpose(),
             ),
             bias: Some(Param::from_tensor(Tensor::<1>::from_data(
                 TensorData::new(fc_b.to_vec(), [NUM_CLASSES]),
@@ -111,10 +122,10 @@ impl EfficientNetLite0 {
     /// Apply stage `k` (1..=20): the one that ends at boundary `k`.
     fn stage(&self, k: u8, x: Tensor<4>) -> Tensor<4> {
         match k {
-            1 => relu6(self.stem.forward(x)),           // [n, 32, 112, 112]
+            1 => relu6(self.stem.forward(x)), // [n, 32, 112, 112]
             2..=17 => self.blocks[k as usize - 2].forward(x), // [n, c_out, h, w]
-            18 => relu6(self.head.forward(x)),          // [n, 1280, 7, 7]
-            19 => x.mean_dims(&[2, 3]),                 // [n, 1280, 1, 1]
+            18 => relu6(self.head.forward(x)), // [n, 1280, 7, 7]
+            19 => x.mean_dims(&[2, 3]),       // [n, 1280, 1, 1]
             20 => {
                 let [n, c, _, _] = x.dims();
                 let logits = self.fc.forward(x.reshape([n, c])); // [n, 1000]

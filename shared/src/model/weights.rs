@@ -34,7 +34,8 @@ pub fn default_weights_path() -> std::path::PathBuf {
         return p.into();
     }
     let cache = std::env::var_os("SPLIT_CACHE").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| ".".into())).join(".cache/splitinfer")
+        PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| ".".into()))
+            .join(".cache/splitinfer")
     });
     cache.join("weights/efficientnet-lite0.splw")
 }
@@ -48,7 +49,9 @@ pub struct WeightsFile {
 
 /// 64-bit FNV-1a: tiny, dependency-free, and enough to catch truncation and bit rot.
 pub(crate) fn fnv1a64(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
+    bytes
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
 }
 
 struct Reader<'a> {
@@ -115,14 +118,17 @@ impl WeightsFile {
             .ok_or_else(|| Error::BadWeights(format!("tensor {name} is missing")))?;
         let (_, have, data) = &self.tensors[i];
         if have != dims {
-            return Err(Error::BadWeights(format!("tensor {name} has shape {have:?}, expected {dims:?}")));
+            return Err(Error::BadWeights(format!(
+                "tensor {name} has shape {have:?}, expected {dims:?}"
+            )));
         }
         Ok(data)
     }
 
     /// Serialize to the file layout described in the module docs.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(HEADER_LEN + self.num_values() * 4 + 64 * self.tensors.len());
+        let mut out =
+            Vec::with_capacity(HEADER_LEN + self.num_values() * 4 + 64 * self.tensors.len());
         out.extend_from_slice(&WEIGHTS_MAGIC);
         out.extend_from_slice(&WEIGHTS_VERSION.to_le_bytes());
         out.extend_from_slice(&0u16.to_le_bytes());
@@ -171,7 +177,9 @@ impl WeightsFile {
         r.u16("reserved")?;
         let count = r.u32("tensor count")? as usize;
         if count > MAX_TENSORS {
-            return Err(Error::BadWeights(format!("{count} tensors is more than the limit {MAX_TENSORS}")));
+            return Err(Error::BadWeights(format!(
+                "{count} tensors is more than the limit {MAX_TENSORS}"
+            )));
         }
         let mut out = Self::new();
         for _ in 0..count {
@@ -183,11 +191,15 @@ impl WeightsFile {
             if ndim > MAX_NDIM {
                 return Err(Error::BadWeights(format!("tensor {name} has {ndim} dimensions")));
             }
-            let dims = (0..ndim).map(|_| r.u32("dims").map(|d| d as usize)).collect::<Result<Vec<_>>>()?;
+            let dims =
+                (0..ndim).map(|_| r.u32("dims").map(|d| d as usize)).collect::<Result<Vec<_>>>()?;
             let numel = dims.iter().try_fold(1usize, |a, d| a.checked_mul(*d));
-            let nbytes = numel.and_then(|n| n.checked_mul(4)).filter(|n| *n <= r.buf.len()).ok_or_else(|| {
-                Error::BadWeights(format!("tensor {name} {dims:?} does not fit in the file"))
-            })?;
+            let nbytes = numel
+                .and_then(|n| n.checked_mul(4))
+                .filter(|n| *n <= r.buf.len())
+                .ok_or_else(|| {
+                    Error::BadWeights(format!("tensor {name} {dims:?} does not fit in the file"))
+                })?;
             let data = r
                 .take(nbytes, "data")?
                 .chunks_exact(4)
@@ -196,7 +208,10 @@ impl WeightsFile {
             out.insert(name, dims, data);
         }
         if !r.buf.is_empty() {
-            return Err(Error::BadWeights(format!("{} unexpected bytes after the last tensor", r.buf.len())));
+            return Err(Error::BadWeights(format!(
+                "{} unexpected bytes after the last tensor",
+                r.buf.len()
+            )));
         }
         Ok(out)
     }
@@ -227,7 +242,10 @@ mod tests {
     fn rejects_corruption_and_truncation() {
         let bytes = sample().to_bytes();
         for cut in [0, 5, 12, bytes.len() - 9, bytes.len() - 1] {
-            assert!(matches!(WeightsFile::from_bytes(&bytes[..cut]), Err(Error::BadWeights(_))), "cut {cut}");
+            assert!(
+                matches!(WeightsFile::from_bytes(&bytes[..cut]), Err(Error::BadWeights(_))),
+                "cut {cut}"
+            );
         }
         let mut flipped = bytes.clone();
         flipped[20] ^= 0x40;

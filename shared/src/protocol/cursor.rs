@@ -18,7 +18,10 @@ impl<'a> Cursor<'a> {
 
     pub fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
         if self.buf.len() < n {
-            return Err(WireError::Truncated { needed: self.consumed + n, got: self.consumed + self.buf.len() });
+            return Err(WireError::Truncated {
+                needed: self.consumed + n,
+                got: self.consumed + self.buf.len(),
+            });
         }
         let (head, rest) = self.buf.split_at(n);
         self.buf = rest;
@@ -48,6 +51,10 @@ impl<'a> Cursor<'a> {
 
     /// Frames end exactly where their body ends.
     pub fn finish(self) -> Result<(), WireError> {
-        if self.buf.is_empty() { Ok(()) } else { Err(WireError::TrailingBytes { extra: self.buf.len() }) }
+        if self.buf.is_empty() {
+            Ok(())
+        } else {
+            Err(WireError::TrailingBytes { extra: self.buf.len() })
+        }
     }
 }

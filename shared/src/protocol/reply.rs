@@ -102,7 +102,8 @@ impl Reply {
         let reply = match header.kind {
             kind::RESULT => {
                 let from = c.u8()?;
-                let from = Boundary::from_index(from).map_err(|_| WireError::UnknownBoundary(from))?;
+                let from =
+                    Boundary::from_index(from).map_err(|_| WireError::UnknownBoundary(from))?;
                 let k = c.u8()? as usize;
                 if k > MAX_TOP_K {
                     return Err(WireError::TooManyDims(k as u8));
@@ -110,7 +111,8 @@ impl Reply {
                 let top = (0..k)
                     .map(|_| Ok(Prediction { class: c.u16()?, prob: c.f32()? }))
                     .collect::<Result<Vec<_>, WireError>>()?;
-                let timings = ServerTimings { queue_us: c.u32()?, decode_us: c.u32()?, compute_us: c.u32()? };
+                let timings =
+                    ServerTimings { queue_us: c.u32()?, decode_us: c.u32()?, compute_us: c.u32()? };
                 Self::Result { id, from, top, timings }
             }
             kind::ERROR => {
@@ -119,7 +121,8 @@ impl Reply {
                 if len > MAX_MESSAGE_BYTES {
                     return Err(WireError::BadText);
                 }
-                let message = std::str::from_utf8(c.take(len)?).map_err(|_| WireError::BadText)?.to_string();
+                let message =
+                    std::str::from_utf8(c.take(len)?).map_err(|_| WireError::BadText)?.to_string();
                 Self::Error { id, code, message }
             }
             other => return Err(WireError::UnknownKind { id, kind: other }),
@@ -153,7 +156,9 @@ mod tests {
 
     #[test]
     fn long_messages_are_cut_at_a_char_boundary() {
-        let Reply::Error { message, .. } = Reply::error(1, ErrorCode::Internal, "é".repeat(MAX_MESSAGE_BYTES)) else {
+        let Reply::Error { message, .. } =
+            Reply::error(1, ErrorCode::Internal, "é".repeat(MAX_MESSAGE_BYTES))
+        else {
             unreachable!()
         };
         assert!(message.len() <= MAX_MESSAGE_BYTES);

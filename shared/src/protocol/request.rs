@@ -124,7 +124,8 @@ impl Request {
         let request = match header.kind {
             kind::FEATURES => {
                 let boundary = c.u8()?;
-                let boundary = Boundary::from_index(boundary).map_err(|_| WireError::UnknownBoundary(boundary))?;
+                let boundary = Boundary::from_index(boundary)
+                    .map_err(|_| WireError::UnknownBoundary(boundary))?;
                 let dtype = DType::from_u8(c.u8()?)?;
                 let ndim = c.u8()?;
                 if ndim > 4 {
@@ -155,7 +156,10 @@ impl Request {
 
     /// The payload of a features request as f32 values.
     pub fn f32_values(payload: &[u8]) -> Vec<f32> {
-        payload.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes"))).collect()
+        payload
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
+            .collect()
     }
 }
 
@@ -173,7 +177,12 @@ mod tests {
     use crate::protocol::{MAGIC, PROTOCOL_VERSION};
 
     fn features() -> Request {
-        Request::features_f32(42, Boundary::block(5).unwrap(), &[1, 2, 1, 2], &[1.0, -2.5, 3.0, 0.25])
+        Request::features_f32(
+            42,
+            Boundary::block(5).unwrap(),
+            &[1, 2, 1, 2],
+            &[1.0, -2.5, 3.0, 0.25],
+        )
     }
 
     #[test]
@@ -190,7 +199,10 @@ mod tests {
         let bytes = features().to_bytes();
         for cut in 0..bytes.len() {
             let err = Request::decode(&bytes[..cut]).unwrap_err();
-            assert!(matches!(err, WireError::Truncated { .. } | WireError::LengthMismatch { .. }), "{cut}: {err}");
+            assert!(
+                matches!(err, WireError::Truncated { .. } | WireError::LengthMismatch { .. }),
+                "{cut}: {err}"
+            );
         }
     }
 
@@ -203,7 +215,10 @@ mod tests {
             Request::decode(&b).unwrap_err()
         };
         assert_eq!(with(0, b'X'), WireError::BadMagic);
-        assert_eq!(with(4, 9), WireError::UnsupportedVersion { got: 9, supported: PROTOCOL_VERSION });
+        assert_eq!(
+            with(4, 9),
+            WireError::UnsupportedVersion { got: 9, supported: PROTOCOL_VERSION }
+        );
         assert!(matches!(with(6, 7), WireError::UnknownKind { kind: 7, .. }));
         assert!(matches!(with(7, 3), WireError::UnknownModel { model: 3, .. }));
         assert_eq!(with(16, 21), WireError::UnknownBoundary(21));

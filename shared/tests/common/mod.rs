@@ -8,18 +8,24 @@ use split_shared::EfficientNetLite0;
 use split_shared::image::RgbImage;
 use split_shared::model::WeightsFile;
 
-
 pub fn model(device: &Device) -> EfficientNetLite0 {
     let path = split_shared::model::default_weights_path();
     let bytes = std::fs::read(&path).unwrap_or_else(|e| {
-        panic!("these tests need the pretrained weights at {} ({e}); run `cargo xtask setup`", path.display())
+        panic!(
+            "these tests need the pretrained weights at {} ({e}); run `cargo xtask setup`",
+            path.display()
+        )
     });
-    EfficientNetLite0::from_weights(&WeightsFile::from_bytes(&bytes).expect("valid weights"), device)
-        .expect("weights fit the model")
+    EfficientNetLite0::from_weights(
+        &WeightsFile::from_bytes(&bytes).expect("valid weights"),
+        device,
+    )
+    .expect("weights fit the model")
 }
 
 pub fn data(name: &str) -> Vec<u8> {
-    std::fs::read(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name)).expect("fixture")
+    std::fs::read(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name))
+        .expect("fixture")
 }
 
 /// The reference's preprocessed 224x224 input for `chelsea` or `coffee`.
@@ -29,7 +35,10 @@ pub fn fixture_image(name: &str) -> RgbImage {
 
 /// The reference's float32 logits.
 pub fn fixture_logits(name: &str) -> Vec<f32> {
-    data(&format!("{name}_logits.f32")).chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+    data(&format!("{name}_logits.f32"))
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
 }
 
 pub fn values(t: Tensor<4>) -> Vec<f32> {
