@@ -13,8 +13,8 @@ use crate::model::INPUT_SIZE;
 
 pub use resample::resize_bicubic;
 
-/// Fraction of the short side kept by the centre crop (224 of 256).
-pub const CROP_FRACTION: f64 = 224.0 / 256.0;
+/// The centre crop keeps `size / (size + CROP_PADDING)` of the short side: 224 of 256 at 224.
+pub const CROP_PADDING: usize = 32;
 /// Largest image (in pixels) we agree to decode, so a hostile upload cannot exhaust memory.
 pub const MAX_DECODED_PIXELS: u64 = 40_000_000;
 
@@ -116,11 +116,13 @@ pub fn decode(bytes: &[u8]) -> Result<RgbImage> {
     RgbImage::new(w as usize, h as usize, rgb.into_raw())
 }
 
-/// Centre crop of [`CROP_FRACTION`] of the short side, bicubic resize to `size` x `size`.
+/// Centre crop of `size / (size + CROP_PADDING)` of the short side, bicubic resize to
+/// `size` x `size`.
 pub fn center_crop_resize(img: &RgbImage, size: usize) -> RgbImage {
     let short = img.width.min(img.height) as f64;
     // Python's round(): ties to even, as the reference pipeline computes it.
-    let c = ((size as f64 / (size as f64 + 32.0)) * short).round_ties_even().max(1.0) as usize;
+    let c =
+        ((size as f64 / (size + CROP_PADDING) as f64) * short).round_ties_even().max(1.0) as usize;
     // Python's (w - c + 1) // 2: the extra pixel of an odd margin goes to the left/top.
     let left = (img.width - c).div_ceil(2);
     let top = (img.height - c).div_ceil(2);
