@@ -6,9 +6,9 @@ use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use burn::tensor::{Device, Tensor, TensorData};
+use burn::tensor::Device;
 use split_shared::labels::{Prediction, top_k};
-use split_shared::model::{Boundary, EfficientNetLite0, check_shape};
+use split_shared::model::{Boundary, EfficientNetLite0, check_shape, features_tensor};
 use split_shared::protocol::{Request, ServerTimings};
 use tokio::sync::{mpsc, oneshot};
 
@@ -53,12 +53,7 @@ fn serve(
     let start = Instant::now();
     let (from, x) = match request {
         Request::Features { boundary, shape, payload, .. } => {
-            let shape: Vec<usize> = shape.iter().map(|d| *d as usize).collect();
-            let x = Tensor::<4>::from_data(
-                TensorData::new(Request::f32_values(&payload), shape),
-                device,
-            );
-            (boundary, x)
+            (boundary, features_tensor(&shape, &payload, device))
         }
         Request::Image { payload, .. } => {
             let img = split_shared::image::preprocess(&payload)?;

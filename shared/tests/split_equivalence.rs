@@ -2,11 +2,12 @@
 
 mod common;
 
-use burn::tensor::{Device, Tensor, TensorData};
+use burn::tensor::{Device, Tensor};
 use common::*;
 use split_shared::Boundary;
 use split_shared::image::to_input_tensor;
 use split_shared::labels::top_k;
+use split_shared::model::features_tensor;
 use split_shared::protocol::Request;
 
 #[test]
@@ -26,9 +27,7 @@ fn every_split_equals_the_full_forward_pass() {
             panic!("features frame")
         };
         assert_eq!(boundary, k);
-        let shape: Vec<usize> = shape.iter().map(|d| *d as usize).collect();
-        let x =
-            Tensor::<4>::from_data(TensorData::new(Request::f32_values(&payload), shape), &device);
+        let x = features_tensor(&shape, &payload, &device);
         let logits = values(model.forward_range(x, k, Boundary::LOGITS).unwrap());
         let diff = max_abs_diff(&logits, &full);
         assert!(diff <= 1e-5, "split at {k}: logits differ by {diff}");

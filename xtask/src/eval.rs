@@ -14,9 +14,9 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use burn::tensor::{Device, Tensor, TensorData};
+use burn::tensor::{Device, Tensor};
 use split_shared::labels::top_k;
-use split_shared::model::{Boundary, EfficientNetLite0, WeightsFile};
+use split_shared::model::{Boundary, EfficientNetLite0, WeightsFile, features_tensor};
 use split_shared::protocol::Request;
 
 use crate::setup;
@@ -157,11 +157,7 @@ pub fn run(args: &[String]) -> Result<()> {
             let Request::Features { payload, shape, .. } = Request::decode(&frame)? else {
                 unreachable!()
             };
-            let shape: Vec<usize> = shape.iter().map(|d| *d as usize).collect();
-            let x = Tensor::<4>::from_data(
-                TensorData::new(Request::f32_values(&payload), shape),
-                &device,
-            );
+            let x = features_tensor(&shape, &payload, &device);
             let top = top_k(&logits_of(model.forward_range(x, *split, Boundary::LOGITS)?), 5);
             t.cloud_s += start.elapsed().as_secs_f64();
             t.n += 1;

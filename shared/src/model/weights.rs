@@ -14,6 +14,8 @@
 use std::collections::HashMap;
 
 use crate::error::{Error, Result};
+use crate::protocol::WireError;
+use crate::protocol::cursor::Cursor;
 
 /// First four bytes of a weights file.
 pub const WEIGHTS_MAGIC: [u8; 4] = *b"SPLW";
@@ -52,30 +54,6 @@ pub(crate) fn fnv1a64(bytes: &[u8]) -> u64 {
     bytes
         .iter()
         .fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
-}
-
-struct Reader<'a> {
-    buf: &'a [u8],
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8]> {
-        if self.buf.len() < n {
-            return Err(Error::BadWeights(format!("truncated while reading {what}")));
-        }
-        let (head, rest) = self.buf.split_at(n);
-        self.buf = rest;
-        Ok(head)
-    }
-    fn u8(&mut self, what: &str) -> Result<u8> {
-        Ok(self.take(1, what)?[0])
-    }
-    fn u16(&mut self, what: &str) -> Result<u16> {
-        Ok(u16::from_le_bytes(self.take(2, what)?.try_into().expect("2 bytes")))
-    }
-    fn u32(&mut self, what: &str) -> Result<u32> {
-        Ok(u32::from_le_bytes(self.take(4, what)?.try_into().expect("4 bytes")))
-    }
 }
 
 impl WeightsFile {
@@ -167,15 +145,17 @@ impl WeightsFile {
                 "checksum mismatch: the file is corrupt or truncated; delete it and run `cargo xtask setup`".into(),
             ));
         }
-        let mut r = Reader { buf: &body[4..] };
-        let version = r.u16("version")?;
+        let mut r = Cursor::new(&body[4..]);
+        // The checksum already matched, so a short read means a file written wrong, not damaged.
+        let short = |e: WireError| Error::BadWeights(format!("inconsistent lengths: {e}"));
+        let version = r.u16().map_err(short)?;
         if version != WEIGHTS_VERSION {
             return Err(Error::BadWeights(format!(
                 "format version {version}, this build reads {WEIGHTS_VERSION}; re-run `cargo xtask setup`"
             )));
         }
-        r.u16("reserved")?;
-        let count = r.u32("tensor count")? as usize;
+        r.u16().map_err(short)?;
+        let count = r.u32().map_err(short)? as usize;
         if count > MAX_TENSORS {
             return Err(Error::BadWeights(format!(
                 "{count} tensors is more than the limit {MAX_TENSORS}"
@@ -183,36 +163,33 @@ impl WeightsFile {
         }
         let mut out = Self::new();
         for _ in 0..count {
-            let len = r.u16("name length")? as usize;
-            let name = std::str::from_utf8(r.take(len, "name")?)
+            let len = r.u16().map_err(short)? as usize;
+            let name = std::str::from_utf8(r.take(len).map_err(short)?)
                 .map_err(|_| Error::BadWeights("tensor name is not utf-8".into()))?
                 .to_string();
-            let ndim = r.u8("ndim")? as usize;
+            let ndim = r.u8().map_err(short)? as usize;
             if ndim > MAX_NDIM {
                 return Err(Error::BadWeights(format!("tensor {name} has {ndim} dimensions")));
             }
-            let dims =
-                (0..ndim).map(|_| r.u32("dims").map(|d| d as usize)).collect::<Result<Vec<_>>>()?;
+            let dims = (0..ndim)
+                .map(|_| r.u32().map(|d| d as usize).map_err(short))
+                .collect::<Result<Vec<_>>>()?;
             let numel = dims.iter().try_fold(1usize, |a, d| a.checked_mul(*d));
             let nbytes = numel
                 .and_then(|n| n.checked_mul(4))
-                .filter(|n| *n <= r.buf.len())
+                .filter(|n| *n <= r.remaining())
                 .ok_or_else(|| {
                     Error::BadWeights(format!("tensor {name} {dims:?} does not fit in the file"))
                 })?;
             let data = r
-                .take(nbytes, "data")?
+                .take(nbytes)
+                .map_err(short)?
                 .chunks_exact(4)
                 .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
                 .collect();
             out.insert(name, dims, data);
         }
-        if !r.buf.is_empty() {
-            return Err(Error::BadWeights(format!(
-                "{} unexpected bytes after the last tensor",
-                r.buf.len()
-            )));
-        }
+        r.finish().map_err(|e| Error::BadWeights(format!("after the last tensor: {e}")))?;
         Ok(out)
     }
 }

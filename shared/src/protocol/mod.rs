@@ -14,7 +14,7 @@
 //! before reading it and reject trailing bytes, so a frame is either fully understood or
 //! answered with a typed [`WireError`].
 
-mod cursor;
+pub(crate) mod cursor;
 mod error;
 mod reply;
 mod request;
