@@ -42,6 +42,9 @@ pub enum Error {
     /// A frame failed to decode; see [`crate::protocol::WireError`].
     #[error(transparent)]
     Wire(#[from] crate::protocol::WireError),
+    /// Features failed to encode or decode; see [`crate::codec::CodecError`].
+    #[error(transparent)]
+    Codec(#[from] crate::codec::CodecError),
     /// A backend failed to produce tensor data.
     #[error("backend error: {0}")]
     Backend(String),

@@ -4,10 +4,15 @@
 //!   metadata (shape, MACs, parameter bytes) and the project's weights file format;
 //! - [`image`]: decoding and preprocessing, so both sides feed the network identical pixels;
 //! - [`protocol`]: the versioned binary frames that cross the WebSocket;
+//! - [`codec`]: quantization, projection, entropy coding and stream deltas for features, driven
+//!   by a calibration artefact;
+//! - [`cache`]: the content-keyed LRU both sides use to skip repeated work;
 //! - [`labels`]: ImageNet class names and top-k.
 //!
 //! Everything here builds for `wasm32-unknown-unknown` and natively.
 
+pub mod cache;
+pub mod codec;
 pub mod error;
 pub mod image;
 pub mod labels;

@@ -103,11 +103,22 @@ impl WeightsFile {
         Ok(data)
     }
 
+    /// Every tensor as `(name, dims, data)`, in file order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &[usize], &[f32])> {
+        self.tensors.iter().map(|(n, d, v)| (n.as_str(), d.as_slice(), v.as_slice()))
+    }
+
     /// Serialize to the file layout described in the module docs.
     pub fn to_bytes(&self) -> Vec<u8> {
+        self.to_bytes_with_magic(WEIGHTS_MAGIC)
+    }
+
+    /// The same layout under another magic: other artefacts (the codec calibration) reuse the
+    /// container, and the magic keeps one from being loaded as the other.
+    pub fn to_bytes_with_magic(&self, magic: [u8; 4]) -> Vec<u8> {
         let mut out =
             Vec::with_capacity(HEADER_LEN + self.num_values() * 4 + 64 * self.tensors.len());
-        out.extend_from_slice(&WEIGHTS_MAGIC);
+        out.extend_from_slice(&magic);
         out.extend_from_slice(&WEIGHTS_VERSION.to_le_bytes());
         out.extend_from_slice(&0u16.to_le_bytes());
         out.extend_from_slice(&(self.tensors.len() as u32).to_le_bytes());
@@ -133,10 +144,19 @@ impl WeightsFile {
     /// [`Error::BadWeights`] naming the first problem: wrong magic or version, truncation, a
     /// checksum mismatch (a corrupt or partial download), or an absurd header.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
-        if bytes.len() < HEADER_LEN + CHECKSUM_LEN || bytes[..4] != WEIGHTS_MAGIC {
-            return Err(Error::BadWeights(
-                "not a weights file (bad magic); run `cargo xtask setup` to create one".into(),
-            ));
+        Self::from_bytes_with_magic(bytes, WEIGHTS_MAGIC)
+    }
+
+    /// Parse a container written by [`Self::to_bytes_with_magic`] with `magic`.
+    ///
+    /// # Errors
+    /// As [`Self::from_bytes`].
+    pub fn from_bytes_with_magic(bytes: &[u8], magic: [u8; 4]) -> Result<Self> {
+        if bytes.len() < HEADER_LEN + CHECKSUM_LEN || bytes[..4] != magic {
+            let what = String::from_utf8_lossy(&magic).into_owned();
+            return Err(Error::BadWeights(format!(
+                "not a {what} file (bad magic); run `cargo xtask setup` to create one"
+            )));
         }
         let (body, tail) = bytes.split_at(bytes.len() - CHECKSUM_LEN);
         let stored = u64::from_le_bytes(tail.try_into().expect("8 bytes"));

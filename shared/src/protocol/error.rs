@@ -42,9 +42,12 @@ pub enum WireError {
     /// A boundary index out of range.
     #[error("unknown boundary index {0}")]
     UnknownBoundary(u8),
-    /// A dtype this side cannot decode.
-    #[error("unsupported dtype {0}")]
-    UnsupportedDtype(u8),
+    /// A payload encoding this side cannot decode.
+    #[error("unsupported payload encoding {0}")]
+    UnsupportedEncoding(u8),
+    /// Codec flags this side does not know.
+    #[error("unknown codec flags {0:#04x}")]
+    UnknownFlags(u8),
     /// More dimensions than any activation has.
     #[error("{0} dimensions; at most 4 are allowed")]
     TooManyDims(u8),
@@ -112,6 +115,12 @@ pub enum ErrorCode {
     UnsupportedMessage = 8,
     /// The server failed; the request may be retried.
     Internal = 9,
+    /// Features coded with a calibration file other than the server's.
+    CalibrationMismatch = 10,
+    /// A delta frame could not be applied; the client must send a keyframe.
+    KeyframeRequired = 11,
+    /// A codec setting the server has no calibration for.
+    UnsupportedCodec = 12,
     /// A code from a newer peer.
     Unknown = 0xffff,
 }
@@ -129,6 +138,9 @@ impl ErrorCode {
             7 => Self::Busy,
             8 => Self::UnsupportedMessage,
             9 => Self::Internal,
+            10 => Self::CalibrationMismatch,
+            11 => Self::KeyframeRequired,
+            12 => Self::UnsupportedCodec,
             _ => Self::Unknown,
         }
     }
@@ -145,6 +157,9 @@ impl ErrorCode {
             Self::Busy => "busy",
             Self::UnsupportedMessage => "unsupported_message",
             Self::Internal => "internal",
+            Self::CalibrationMismatch => "calibration_mismatch",
+            Self::KeyframeRequired => "keyframe_required",
+            Self::UnsupportedCodec => "unsupported_codec",
             Self::Unknown => "unknown",
         }
     }

@@ -21,12 +21,12 @@ mod request;
 
 pub use error::{ErrorCode, WireError};
 pub use reply::{Reply, ServerTimings};
-pub use request::{DType, Request};
+pub use request::{Encoding, Request};
 
 /// First four bytes of every frame.
 pub const MAGIC: [u8; 4] = *b"SPLT";
 /// Version this build speaks. A peer with another version gets [`ErrorCode::UnsupportedVersion`].
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
 /// Bytes of the common header.
 pub const HEADER_LEN: usize = 16;
 /// The only model served so far.
@@ -42,7 +42,7 @@ pub const MAX_MESSAGE_BYTES: usize = 1024;
 /// Most predictions in a result reply.
 pub const MAX_TOP_K: usize = 10;
 
-const _: () = assert!(MAX_FRAME_BYTES > MAX_PAYLOAD_BYTES + HEADER_LEN + 4 + 4 * 4 + 4);
+const _: () = assert!(MAX_FRAME_BYTES > MAX_PAYLOAD_BYTES + HEADER_LEN + 4 + 4 * 4 + 20 + 4);
 const _: () = assert!(crate::model::MAX_BATCH * 32 * 112 * 112 * 4 <= MAX_PAYLOAD_BYTES);
 
 /// Frame kinds (byte 6 of the header).

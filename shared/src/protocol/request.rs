@@ -1,36 +1,31 @@
 //! Client -> server frames.
 //!
-//! Features body: `boundary u8 | dtype u8 | ndim u8 | reserved u8 | dims u32 x ndim |
-//! payload_len u32 | payload`. Image body: `payload_len u32 | payload` (JPEG or PNG bytes).
+//! Features body: `boundary u8 | encoding u8 | ndim u8 | reserved u8 | dims u32 x ndim |
+//! [coded only: bits u8 | flags u8 | rank u16 | calibration u64 | stream u32 | seq u32] |
+//! payload_len u32 | payload`, where encoding 1 is little-endian f32 and 2 is the quantizing
+//! codec (see [`crate::codec`]); flags bit 0 = entropy-coded, bit 1 = delta frame.
+//! Image body: `payload_len u32 | payload` (JPEG or PNG bytes).
 
 use super::cursor::Cursor;
 use super::{HEADER_LEN, MAX_PAYLOAD_BYTES, WireError, kind, read_header, write_header};
+use crate::codec::{CodedParams, QuantSetting, StreamPos};
 use crate::model::Boundary;
 
-/// Element type of a feature payload.
+/// How a features payload is encoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-#[non_exhaustive]
-pub enum DType {
-    /// Little-endian IEEE f32.
-    F32 = 1,
+pub enum Encoding {
+    /// Little-endian IEEE f32, C order: `4 x prod(shape)` bytes.
+    F32,
+    /// The quantizing codec with these parameters.
+    Coded(CodedParams),
 }
 
-impl DType {
-    /// Bytes per element.
-    pub fn size(self) -> usize {
-        match self {
-            Self::F32 => 4,
-        }
-    }
-
-    fn from_u8(v: u8) -> Result<Self, WireError> {
-        match v {
-            1 => Ok(Self::F32),
-            other => Err(WireError::UnsupportedDtype(other)),
-        }
-    }
+mod encoding_id {
+    pub const F32: u8 = 1;
+    pub const CODED: u8 = 2;
 }
+const FLAG_ENTROPY: u8 = 1;
+const FLAG_DELTA: u8 = 2;
 
 /// A request from the client.
 #[derive(Clone, Debug, PartialEq)]
@@ -41,11 +36,11 @@ pub enum Request {
         id: u64,
         /// Where the client stopped.
         boundary: Boundary,
-        /// Element type of `payload`.
-        dtype: DType,
+        /// How `payload` is encoded.
+        encoding: Encoding,
         /// Tensor shape, `[n, C, H, W]`.
         shape: Vec<u32>,
-        /// Raw tensor bytes, C-order.
+        /// The encoded tensor.
         payload: Vec<u8>,
     },
     /// A whole JPEG or PNG image: the server runs everything (cloud-only).
@@ -67,7 +62,7 @@ impl Request {
         Self::Features {
             id,
             boundary,
-            dtype: DType::F32,
+            encoding: Encoding::F32,
             shape: shape.iter().map(|d| *d as u32).collect(),
             payload,
         }
@@ -83,11 +78,24 @@ impl Request {
     /// Append the encoded frame to `out`.
     pub fn encode(&self, out: &mut Vec<u8>) {
         match self {
-            Self::Features { id, boundary, dtype, shape, payload } => {
+            Self::Features { id, boundary, encoding, shape, payload } => {
                 write_header(out, kind::FEATURES, *id);
-                out.extend_from_slice(&[boundary.index(), *dtype as u8, shape.len() as u8, 0]);
+                let code = match encoding {
+                    Encoding::F32 => encoding_id::F32,
+                    Encoding::Coded(_) => encoding_id::CODED,
+                };
+                out.extend_from_slice(&[boundary.index(), code, shape.len() as u8, 0]);
                 for d in shape {
                     out.extend_from_slice(&d.to_le_bytes());
+                }
+                if let Encoding::Coded(p) = encoding {
+                    let flags = if p.setting.entropy { FLAG_ENTROPY } else { 0 }
+                        | if p.pos.delta { FLAG_DELTA } else { 0 };
+                    out.extend_from_slice(&[p.setting.bits, flags]);
+                    out.extend_from_slice(&p.setting.rank.to_le_bytes());
+                    out.extend_from_slice(&p.calibration.to_le_bytes());
+                    out.extend_from_slice(&p.pos.stream.to_le_bytes());
+                    out.extend_from_slice(&p.pos.seq.to_le_bytes());
                 }
                 out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
                 out.extend_from_slice(payload);
@@ -126,23 +134,30 @@ impl Request {
                 let boundary = c.u8()?;
                 let boundary = Boundary::from_index(boundary)
                     .map_err(|_| WireError::UnknownBoundary(boundary))?;
-                let dtype = DType::from_u8(c.u8()?)?;
+                let code = c.u8()?;
                 let ndim = c.u8()?;
                 if ndim > 4 {
                     return Err(WireError::TooManyDims(ndim));
                 }
                 c.u8()?;
                 let shape = (0..ndim).map(|_| c.u32()).collect::<Result<Vec<_>, _>>()?;
+                let encoding = match code {
+                    encoding_id::F32 => Encoding::F32,
+                    encoding_id::CODED => Encoding::Coded(read_params(&mut c)?),
+                    other => return Err(WireError::UnsupportedEncoding(other)),
+                };
                 let len = read_payload_len(&mut c)?;
-                let expected = shape
-                    .iter()
-                    .try_fold(dtype.size(), |a, d| a.checked_mul(*d as usize))
-                    .unwrap_or(usize::MAX);
-                if expected != len {
-                    return Err(WireError::LengthMismatch { shape, expected, got: len });
+                if encoding == Encoding::F32 {
+                    let expected = shape
+                        .iter()
+                        .try_fold(4usize, |a, d| a.checked_mul(*d as usize))
+                        .unwrap_or(usize::MAX);
+                    if expected != len {
+                        return Err(WireError::LengthMismatch { shape, expected, got: len });
+                    }
                 }
                 let payload = c.take(len)?.to_vec();
-                Self::Features { id, boundary, dtype, shape, payload }
+                Self::Features { id, boundary, encoding, shape, payload }
             }
             kind::IMAGE => {
                 let len = read_payload_len(&mut c)?;
@@ -161,6 +176,23 @@ impl Request {
             .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
             .collect()
     }
+}
+
+fn read_params(c: &mut Cursor<'_>) -> Result<CodedParams, WireError> {
+    let bits = c.u8()?;
+    let flags = c.u8()?;
+    if flags & !(FLAG_ENTROPY | FLAG_DELTA) != 0 {
+        return Err(WireError::UnknownFlags(flags));
+    }
+    let rank = c.u16()?;
+    let calibration = c.u64()?;
+    let stream = c.u32()?;
+    let seq = c.u32()?;
+    Ok(CodedParams {
+        setting: QuantSetting { bits, rank, entropy: flags & FLAG_ENTROPY != 0 },
+        calibration,
+        pos: StreamPos { stream, seq, delta: flags & FLAG_DELTA != 0 },
+    })
 }
 
 fn read_payload_len(c: &mut Cursor<'_>) -> Result<usize, WireError> {
@@ -185,9 +217,36 @@ mod tests {
         )
     }
 
+    fn coded() -> Request {
+        Request::Features {
+            id: 9,
+            boundary: Boundary::block(11).unwrap(),
+            encoding: Encoding::Coded(CodedParams {
+                setting: QuantSetting { bits: 3, rank: 16, entropy: true },
+                calibration: 0x0123_4567_89ab_cdef,
+                pos: StreamPos { stream: 7, seq: 41, delta: true },
+            }),
+            shape: vec![1, 112, 14, 14],
+            payload: vec![1, 2, 3, 4, 5],
+        }
+    }
+
+    #[test]
+    fn coded_params_round_trip_and_unknown_flags_are_refused() {
+        let r = coded();
+        let bytes = r.to_bytes();
+        assert_eq!(Request::decode(&bytes).unwrap(), r);
+        for cut in 0..bytes.len() {
+            assert!(Request::decode(&bytes[..cut]).is_err(), "{cut}");
+        }
+        let mut b = bytes.clone();
+        b[16 + 4 + 16 + 1] |= 0x80;
+        assert_eq!(Request::decode(&b).unwrap_err(), WireError::UnknownFlags(0x83));
+    }
+
     #[test]
     fn round_trips() {
-        for r in [features(), Request::Image { id: u64::MAX, payload: vec![0xff, 0xd8, 1, 2, 3] }] {
+        for r in [features(), coded(), Request::Image { id: u64::MAX, payload: vec![0xff, 0xd8, 1, 2, 3] }] {
             assert_eq!(Request::decode(&r.to_bytes()).unwrap(), r);
         }
         let Request::Features { payload, .. } = features() else { unreachable!() };
@@ -222,7 +281,7 @@ mod tests {
         assert!(matches!(with(6, 7), WireError::UnknownKind { kind: 7, .. }));
         assert!(matches!(with(7, 3), WireError::UnknownModel { model: 3, .. }));
         assert_eq!(with(16, 21), WireError::UnknownBoundary(21));
-        assert_eq!(with(17, 0), WireError::UnsupportedDtype(0));
+        assert_eq!(with(17, 0), WireError::UnsupportedEncoding(0));
         assert_eq!(with(18, 5), WireError::TooManyDims(5));
         let mut trailing = good.clone();
         trailing.push(0);
@@ -245,7 +304,7 @@ mod tests {
         let r = Request::Features {
             id: 1,
             boundary: Boundary::STEM,
-            dtype: DType::F32,
+            encoding: Encoding::F32,
             shape: vec![u32::MAX, u32::MAX, u32::MAX, u32::MAX],
             payload: vec![0; 8],
         };

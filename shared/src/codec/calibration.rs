@@ -1,0 +1,278 @@
+//! The calibration artefact: per boundary, clip ranges and symbol distributions for every bit
+//! depth, and optionally a learned projection with its own tables. `cargo xtask calibrate`
+//! writes it from a folder of images; the server loads it and serves the same bytes to browsers,
+//! and every coded frame names the file it was coded with (its checksum) so a stale copy is
+//! detected instead of decoded into garbage.
+//!
+//! Stored in the weights container (see [`crate::model::WeightsFile`]) under the magic "SPLC":
+//!
+//! ```text
+//! meta                  [3]         version, calibration images, entropy precision
+//! <b>.raw.q<bits>.lo    [C]         clip range per channel
+//! <b>.raw.q<bits>.hi    [C]
+//! <b>.raw.q<bits>.prob  [C, 2^bits] fixed-point probabilities (integers)
+//! <b>.pca.mean          [C]         projection: y = basisᵀ (x - mean)
+//! <b>.pca.basis         [C, R]
+//! <b>.pca.q<bits>.lo|hi|prob        as above, per component (R of them)
+//! ```
+
+use std::collections::BTreeMap;
+
+use super::entropy::{self, Model, PRECISION};
+use super::quant::{ClipRange, Projection};
+use super::setting::{QuantSetting, SUPPORTED_BITS};
+use super::CodecError;
+use crate::model::{Boundary, WeightsFile};
+
+/// First four bytes of a calibration file.
+pub const CALIBRATION_MAGIC: [u8; 4] = *b"SPLC";
+/// Layout version of the tables (inside the container's own version).
+pub const CALIBRATION_VERSION: u32 = 1;
+
+/// Clip ranges and entropy models for one bit depth over some channels (or components).
+#[derive(Clone, Debug)]
+pub struct QuantTable {
+    bits: u8,
+    ranges: Vec<ClipRange>,
+    probabilities: Vec<u32>,
+    models: Vec<Model>,
+}
+
+impl QuantTable {
+    /// A table from clip ranges and per-channel symbol counts (`counts[c][symbol]`).
+    ///
+    /// # Errors
+    /// When the lengths disagree with `bits`.
+    pub fn from_counts(bits: u8, ranges: Vec<ClipRange>, counts: &[Vec<u64>]) -> Result<Self, CodecError> {
+        let probabilities: Vec<u32> = counts.iter().flat_map(|c| entropy::fixed_point(c)).collect();
+        Self::new(bits, ranges, probabilities)
+    }
+
+    fn new(bits: u8, ranges: Vec<ClipRange>, probabilities: Vec<u32>) -> Result<Self, CodecError> {
+        let levels = 1usize << bits;
+        if probabilities.len() != ranges.len() * levels {
+            return Err(CodecError::BadCalibration(format!(
+                "{} probabilities for {} channels at {bits} bits",
+                probabilities.len(),
+                ranges.len()
+            )));
+        }
+        let models = probabilities.chunks_exact(levels).map(entropy::model).collect::<Result<_, _>>()?;
+        Ok(Self { bits, ranges, probabilities, models })
+    }
+
+    /// Clip range per channel.
+    pub fn ranges(&self) -> &[ClipRange] {
+        &self.ranges
+    }
+
+    /// Entropy model per channel.
+    pub fn models(&self) -> &[Model] {
+        &self.models
+    }
+
+    /// Ideal bits per value under this table's own distributions (the calibration set's entropy).
+    pub fn entropy_bits(&self) -> f64 {
+        let levels = 1usize << self.bits;
+        let total = (1u64 << PRECISION) as f64;
+        let h: f64 = self
+            .probabilities
+            .chunks_exact(levels)
+            .map(|p| p.iter().map(|p| { let q = f64::from(*p) / total; -q * q.log2() }).sum::<f64>())
+            .sum();
+        h / self.ranges.len().max(1) as f64
+    }
+}
+
+/// A projection and its per-bit-depth tables over the components.
+#[derive(Clone, Debug)]
+pub struct PcaTables {
+    /// The map itself.
+    pub projection: Projection,
+    /// Tables over the components, by bit depth.
+    pub tables: BTreeMap<u8, QuantTable>,
+}
+
+/// Everything calibrated at one boundary.
+#[derive(Clone, Debug, Default)]
+pub struct BoundaryTables {
+    /// Tables over the raw channels, by bit depth.
+    pub raw: BTreeMap<u8, QuantTable>,
+    /// The projection, when one was learned.
+    pub pca: Option<PcaTables>,
+}
+
+/// A loaded calibration file.
+#[derive(Clone, Debug)]
+pub struct Calibration {
+    id: u64,
+    images: u32,
+    boundaries: BTreeMap<Boundary, BoundaryTables>,
+}
+
+fn clip_ranges(lo: &[f32], hi: &[f32]) -> Vec<ClipRange> {
+    lo.iter().zip(hi).map(|(lo, hi)| ClipRange { lo: *lo, hi: *hi }).collect()
+}
+
+impl Calibration {
+    /// Assemble a calibration (what `xtask calibrate` does before writing it).
+    pub fn new(images: u32, boundaries: BTreeMap<Boundary, BoundaryTables>) -> Self {
+        let mut c = Self { id: 0, images, boundaries };
+        c.id = Self::checksum(&c.to_bytes());
+        c
+    }
+
+    fn checksum(bytes: &[u8]) -> u64 {
+        u64::from_le_bytes(bytes[bytes.len() - 8..].try_into().expect("8 bytes"))
+    }
+
+    /// Identity of this file on the wire: the container's checksum.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// How many images it was computed from.
+    pub fn images(&self) -> u32 {
+        self.images
+    }
+
+    /// Boundaries with tables.
+    pub fn boundaries(&self) -> impl Iterator<Item = Boundary> + '_ {
+        self.boundaries.keys().copied()
+    }
+
+    /// The tables at `boundary`.
+    pub fn at(&self, boundary: Boundary) -> Option<&BoundaryTables> {
+        self.boundaries.get(&boundary)
+    }
+
+    /// The table and projection a setting uses at `boundary`.
+    ///
+    /// # Errors
+    /// [`CodecError::NotCalibrated`] or [`CodecError::RankTooLarge`].
+    pub fn lookup(
+        &self,
+        boundary: Boundary,
+        setting: QuantSetting,
+    ) -> Result<(&QuantTable, Option<&Projection>), CodecError> {
+        let missing = || CodecError::NotCalibrated {
+            boundary,
+            setting: super::Setting::Quant(setting).to_string(),
+        };
+        let b = self.boundaries.get(&boundary).ok_or_else(missing)?;
+        if setting.rank == 0 {
+            return Ok((b.raw.get(&setting.bits).ok_or_else(missing)?, None));
+        }
+        let pca = b.pca.as_ref().ok_or_else(missing)?;
+        if usize::from(setting.rank) > pca.projection.max_rank {
+            return Err(CodecError::RankTooLarge { boundary, rank: setting.rank, max: pca.projection.max_rank });
+        }
+        Ok((pca.tables.get(&setting.bits).ok_or_else(missing)?, Some(&pca.projection)))
+    }
+
+    /// Serialize (deterministically: same tables, same bytes, same id).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut f = WeightsFile::new();
+        f.insert("meta", vec![3], vec![CALIBRATION_VERSION as f32, self.images as f32, PRECISION as f32]);
+        let put_table = |f: &mut WeightsFile, prefix: &str, t: &QuantTable| {
+            let c = t.ranges.len();
+            f.insert(format!("{prefix}.lo"), vec![c], t.ranges.iter().map(|r| r.lo).collect());
+            f.insert(format!("{prefix}.hi"), vec![c], t.ranges.iter().map(|r| r.hi).collect());
+            f.insert(
+                format!("{prefix}.prob"),
+                vec![c, 1 << t.bits],
+                t.probabilities.iter().map(|p| *p as f32).collect(),
+            );
+        };
+        for (boundary, b) in &self.boundaries {
+            for (bits, t) in &b.raw {
+                put_table(&mut f, &format!("{boundary}.raw.q{bits}"), t);
+            }
+            if let Some(pca) = &b.pca {
+                let p = &pca.projection;
+                f.insert(format!("{boundary}.pca.mean"), vec![p.channels()], p.mean.clone());
+                f.insert(format!("{boundary}.pca.basis"), vec![p.channels(), p.max_rank], p.basis.clone());
+                for (bits, t) in &pca.tables {
+                    put_table(&mut f, &format!("{boundary}.pca.q{bits}"), t);
+                }
+            }
+        }
+        f.to_bytes_with_magic(CALIBRATION_MAGIC)
+    }
+
+    /// Parse and check a calibration file.
+    ///
+    /// # Errors
+    /// [`CodecError::BadCalibration`] naming the first problem.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, CodecError> {
+        let bad = |m: String| CodecError::BadCalibration(m);
+        let f = WeightsFile::from_bytes_with_magic(bytes, CALIBRATION_MAGIC).map_err(|e| bad(e.to_string()))?;
+        let meta = f.tensor("meta", &[3]).map_err(|e| bad(e.to_string()))?;
+        if meta[0] != CALIBRATION_VERSION as f32 || meta[2] != PRECISION as f32 {
+            return Err(bad(format!(
+                "table version {} / precision {}, this build reads {CALIBRATION_VERSION} / {PRECISION}; re-run `cargo xtask calibrate`",
+                meta[0], meta[2]
+            )));
+        }
+        let mut boundaries: BTreeMap<Boundary, BoundaryTables> = BTreeMap::new();
+        for (name, _, _) in f.iter() {
+            let Some(prefix) = name.strip_suffix(".prob") else { continue };
+            let mut parts = prefix.split('.');
+            let (Some(b), Some(kind), Some(q), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
+                return Err(bad(format!("unexpected tensor {name}")));
+            };
+            let boundary: Boundary = b.parse().map_err(|_| bad(format!("unknown boundary in {name}")))?;
+            let bits: u8 = q.strip_prefix('q').and_then(|q| q.parse().ok()).filter(|b| SUPPORTED_BITS.contains(b))
+                .ok_or_else(|| bad(format!("unsupported bit depth in {name}")))?;
+            let channels = boundary.info().shape[0];
+            let count = match kind {
+                "raw" => channels,
+                "pca" => f.iter().find(|(n, _, _)| *n == format!("{b}.pca.basis")).map(|(_, d, _)| d.get(1).copied().unwrap_or(0))
+                    .ok_or_else(|| bad(format!("{name} without {b}.pca.basis")))?,
+                _ => return Err(bad(format!("unexpected tensor {name}"))),
+            };
+            let get = |suffix: &str, dims: &[usize]| f.tensor(&format!("{prefix}.{suffix}"), dims).map_err(|e| bad(e.to_string()));
+            let ranges = clip_ranges(get("lo", &[count])?, get("hi", &[count])?);
+            let probs = get("prob", &[count, 1 << bits])?;
+            if probs.iter().any(|p| p.fract() != 0.0 || *p < 1.0 || *p > (1u32 << PRECISION) as f32) {
+                return Err(bad(format!("{name} holds non-integer probabilities")));
+            }
+            let table = QuantTable::new(bits, ranges, probs.iter().map(|p| *p as u32).collect())?;
+            let entry = boundaries.entry(boundary).or_default();
+            if kind == "raw" {
+                entry.raw.insert(bits, table);
+            } else {
+                if entry.pca.is_none() {
+                    let mean = get_pca(&f, b, "mean", &[channels])?;
+                    let basis = get_pca(&f, b, "basis", &[channels, count])?;
+                    entry.pca = Some(PcaTables {
+                        projection: Projection { mean, basis, max_rank: count },
+                        tables: BTreeMap::new(),
+                    });
+                }
+                entry.pca.as_mut().expect("just set").tables.insert(bits, table);
+            }
+        }
+        if boundaries.is_empty() {
+            return Err(bad("no boundary has tables".into()));
+        }
+        Ok(Self { id: Self::checksum(bytes), images: meta[1] as u32, boundaries })
+    }
+}
+
+fn get_pca(f: &WeightsFile, b: &str, what: &str, dims: &[usize]) -> Result<Vec<f32>, CodecError> {
+    f.tensor(&format!("{b}.pca.{what}"), dims)
+        .map(<[f32]>::to_vec)
+        .map_err(|e| CodecError::BadCalibration(e.to_string()))
+}
+
+/// Where native tools look for the calibration: `$SPLIT_CALIBRATION`, else next to the weights
+/// in the cache (`$SPLIT_CACHE/weights/efficientnet-lite0.splc`).
+pub fn default_calibration_path() -> std::path::PathBuf {
+    if let Some(p) = std::env::var_os("SPLIT_CALIBRATION") {
+        return p.into();
+    }
+    let mut p = crate::model::default_weights_path();
+    p.set_extension("splc");
+    p
+}

@@ -1,0 +1,76 @@
+//! What can go wrong encoding or decoding features.
+
+use crate::model::Boundary;
+use crate::protocol::ErrorCode;
+
+/// A codec failure; [`CodecError::code`] is what the server answers with.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CodecError {
+    /// A setting name that does not parse.
+    #[error("unknown codec setting {0:?}; use f32 or q<bits>[-r<rank>][-packed], e.g. q4, q2-r16")]
+    BadSetting(String),
+    /// A bit depth without calibration tables.
+    #[error("{0} bits per value is not supported; use 8, 6, 4, 3 or 2")]
+    UnsupportedBits(u8),
+    /// The calibration file is malformed.
+    #[error("calibration file is invalid: {0}")]
+    BadCalibration(String),
+    /// The calibration has no tables for this boundary and setting.
+    #[error("no calibration for {setting} at {boundary}")]
+    NotCalibrated {
+        /// Boundary asked for.
+        boundary: Boundary,
+        /// Setting asked for, as its name.
+        setting: String,
+    },
+    /// A projection rank above what was calibrated.
+    #[error("rank {rank} exceeds the {max} components calibrated at {boundary}")]
+    RankTooLarge {
+        /// Boundary asked for.
+        boundary: Boundary,
+        /// Rank asked for.
+        rank: u16,
+        /// Largest calibrated rank.
+        max: usize,
+    },
+    /// The frame was coded with another calibration file than the one loaded here.
+    #[error("frame uses calibration {got:016x}, this side has {expected:016x}; reload it")]
+    CalibrationMismatch {
+        /// Id of the calibration loaded here.
+        expected: u64,
+        /// Id in the frame.
+        got: u64,
+    },
+    /// Coded features must be one image.
+    #[error("coded features carry one image; got a batch of {0}")]
+    BatchNotOne(usize),
+    /// The payload does not decode.
+    #[error("bad codec payload: {0}")]
+    BadPayload(&'static str),
+    /// A delta frame the decoder cannot apply: lost, reordered, or without a keyframe.
+    #[error("stream {stream}: {reason}; send a keyframe")]
+    KeyframeRequired {
+        /// Stream id.
+        stream: u32,
+        /// What was wrong.
+        reason: String,
+    },
+}
+
+impl CodecError {
+    /// The wire error code for this failure.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Self::KeyframeRequired { .. } => ErrorCode::KeyframeRequired,
+            Self::CalibrationMismatch { .. } => ErrorCode::CalibrationMismatch,
+            Self::UnsupportedBits(_) | Self::NotCalibrated { .. } | Self::RankTooLarge { .. } => {
+                ErrorCode::UnsupportedCodec
+            }
+            Self::BatchNotOne(_) => ErrorCode::ShapeMismatch,
+            Self::BadSetting(_) | Self::BadCalibration(_) | Self::BadPayload(_) => {
+                ErrorCode::Malformed
+            }
+        }
+    }
+}

@@ -1,0 +1,160 @@
+//! The feature codec: how activations at a boundary become the bytes of a features frame.
+//!
+//! A [`Setting`] composes three stages, each optional:
+//!
+//! 1. a learned low-rank projection of the channel vector (`-r<rank>`), inverted on the cloud;
+//! 2. per-channel affine quantization to 8/6/4/3/2 bits with calibrated clip ranges;
+//! 3. rANS entropy coding with calibrated per-channel distributions (or plain bit-packing,
+//!    `-packed`).
+//!
+//! and camera streams add keyframe + residual coding ([`StreamEncoder`]). Every table comes
+//! from the calibration artefact ([`Calibration`]); none is compiled in. The browser encodes
+//! and the server decodes with this same code.
+
+mod calibration;
+pub mod entropy;
+pub mod fit;
+mod error;
+pub mod quant;
+mod setting;
+mod stream;
+
+pub use calibration::{
+    BoundaryTables, CALIBRATION_MAGIC, CALIBRATION_VERSION, Calibration, PcaTables, QuantTable,
+    default_calibration_path,
+};
+pub use error::CodecError;
+pub use quant::{ClipRange, Projection};
+pub use setting::{QuantSetting, SUPPORTED_BITS, Setting};
+pub use stream::{DEFAULT_KEYFRAME_INTERVAL, MAX_STREAMS, StreamDecoder, StreamEncoder, StreamPos};
+
+use crate::model::Boundary;
+
+/// The codec parameters a coded features frame carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CodedParams {
+    /// The setting used.
+    pub setting: QuantSetting,
+    /// Id of the calibration file used ([`Calibration::id`]).
+    pub calibration: u64,
+    /// Stream position; `stream == 0` for a standalone image.
+    pub pos: StreamPos,
+}
+
+/// A standalone (non-stream) frame position.
+pub const STANDALONE: StreamPos = StreamPos { stream: 0, seq: 0, delta: false };
+
+fn check_dims(boundary: Boundary, dims: &[usize]) -> Result<usize, CodecError> {
+    crate::model::check_shape(boundary, dims).map_err(|_| CodecError::BadPayload("shape does not match the boundary"))?;
+    if dims[0] != 1 {
+        return Err(CodecError::BatchNotOne(dims[0]));
+    }
+    Ok(dims[2] * dims[3])
+}
+
+/// Encode one image's activations (`dims = [1, C, H, W]`) at `boundary`.
+///
+/// # Errors
+/// When the calibration lacks the setting, or the shape is not one image at `boundary`.
+pub fn encode(
+    calibration: &Calibration,
+    boundary: Boundary,
+    dims: &[usize],
+    values: &[f32],
+    setting: QuantSetting,
+    stream: Option<&mut StreamEncoder>,
+) -> Result<(CodedParams, Vec<u8>), CodecError> {
+    let setting = setting.check()?;
+    check_dims(boundary, dims)?;
+    let (table, projection) = calibration.lookup(boundary, setting)?;
+    let projected;
+    let values = match projection {
+        Some(p) => {
+            projected = p.project(values, usize::from(setting.rank));
+            &projected
+        }
+        None => values,
+    };
+    let used = if setting.rank > 0 { usize::from(setting.rank) } else { dims[1] };
+    let mut symbols = Vec::new();
+    quant::quantize(values, &table.ranges()[..used], setting.levels(), &mut symbols);
+    let pos = match stream {
+        Some(s) => s.code(boundary, setting, calibration.id(), &mut symbols),
+        None => STANDALONE,
+    };
+    let mut payload = Vec::new();
+    match (setting.entropy, pos.delta) {
+        (false, _) => quant::pack(&symbols, setting.bits, &mut payload),
+        (true, false) => entropy::encode(&symbols, table.models()[..used].iter(), &mut payload),
+        (true, true) => {
+            let mut histogram = vec![0u64; setting.levels()];
+            for s in &symbols {
+                histogram[usize::from(*s)] += 1;
+            }
+            let t = entropy::best_delta_table(&histogram);
+            let model = entropy::model(&entropy::delta_probabilities(t, setting.levels()))?;
+            payload.push(t);
+            entropy::encode(&symbols, std::iter::repeat_n(&model, used), &mut payload);
+        }
+    }
+    Ok((CodedParams { setting, calibration: calibration.id(), pos }, payload))
+}
+
+/// Decode a coded payload back to `[1, C, H, W]` f32 activations at `boundary`.
+///
+/// # Errors
+/// A [`CodecError`] for a foreign calibration, an uncalibrated setting, a damaged payload, or
+/// a delta the `streams` cannot apply (then the client must send a keyframe).
+pub fn decode(
+    calibration: &Calibration,
+    boundary: Boundary,
+    dims: &[usize],
+    params: &CodedParams,
+    payload: &[u8],
+    streams: Option<&mut StreamDecoder>,
+) -> Result<Vec<f32>, CodecError> {
+    if params.calibration != calibration.id() {
+        return Err(CodecError::CalibrationMismatch { expected: calibration.id(), got: params.calibration });
+    }
+    let setting = params.setting.check()?;
+    let positions = check_dims(boundary, dims)?;
+    let (table, projection) = calibration.lookup(boundary, setting)?;
+    let used = if setting.rank > 0 { usize::from(setting.rank) } else { dims[1] };
+    let count = used * positions;
+    let mut symbols = Vec::with_capacity(count);
+    match (setting.entropy, params.pos.delta) {
+        (false, _) => {
+            if payload.len() != quant::packed_len(count, setting.bits) {
+                return Err(CodecError::BadPayload("packed payload length does not match the shape"));
+            }
+            symbols = quant::unpack(payload, setting.bits, count);
+        }
+        (true, false) => entropy::decode(payload, table.models()[..used].iter(), positions, &mut symbols)?,
+        (true, true) => {
+            let (&t, rest) = payload.split_first().ok_or(CodecError::BadPayload("empty delta payload"))?;
+            if t >= entropy::DELTA_TABLES {
+                return Err(CodecError::BadPayload("unknown delta table"));
+            }
+            let model = entropy::model(&entropy::delta_probabilities(t, setting.levels()))?;
+            entropy::decode(rest, std::iter::repeat_n(&model, used), positions, &mut symbols)?;
+        }
+    }
+    match (params.pos.stream, streams) {
+        (0, _) if params.pos.delta => return Err(CodecError::BadPayload("a delta frame needs a stream id")),
+        (0, _) => {}
+        (_, Some(streams)) => streams.apply(params.pos, boundary, setting, calibration.id(), &mut symbols)?,
+        (stream, None) if params.pos.delta => {
+            return Err(CodecError::KeyframeRequired { stream, reason: "this decoder keeps no stream state".into() });
+        }
+        (_, None) => {}
+    }
+    let mut values = Vec::new();
+    quant::dequantize(&symbols, &table.ranges()[..used], setting.levels(), &mut values);
+    Ok(match projection {
+        Some(p) => p.unproject(&values, used),
+        None => values,
+    })
+}
+
+#[cfg(test)]
+mod tests;

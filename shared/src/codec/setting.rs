@@ -1,0 +1,111 @@
+//! Named codec settings: what a user picks and what the wire's parameters describe.
+
+use std::fmt;
+use std::str::FromStr;
+
+use super::CodecError;
+
+/// Bit depths the calibration tables are built for.
+pub const SUPPORTED_BITS: [u8; 5] = [8, 6, 4, 3, 2];
+
+/// How one boundary's activations are turned into bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Setting {
+    /// Little-endian f32, uncompressed: the lossless reference.
+    F32,
+    /// Calibrated per-channel quantization, optionally after a low-rank projection, optionally
+    /// entropy-coded.
+    Quant(QuantSetting),
+}
+
+/// Parameters of the quantizing codec.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct QuantSetting {
+    /// Bits per value, one of [`SUPPORTED_BITS`].
+    pub bits: u8,
+    /// Keep only the first `rank` principal components of the channel vector (0: no projection).
+    pub rank: u16,
+    /// rANS-code the symbols with the calibrated per-channel distributions (otherwise bit-pack).
+    pub entropy: bool,
+}
+
+impl QuantSetting {
+    /// `bits` bits per value, entropy-coded, no projection.
+    pub const fn bits(bits: u8) -> Self {
+        Self { bits, rank: 0, entropy: true }
+    }
+
+    /// Number of quantization levels.
+    pub fn levels(self) -> usize {
+        1 << self.bits
+    }
+
+    pub(crate) fn check(self) -> Result<Self, CodecError> {
+        if !SUPPORTED_BITS.contains(&self.bits) {
+            return Err(CodecError::UnsupportedBits(self.bits));
+        }
+        Ok(self)
+    }
+}
+
+impl fmt::Display for Setting {
+    /// `f32`, or `q<bits>[-r<rank>][-packed]`, e.g. `q4`, `q2-r16`, `q8-packed`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::F32 => f.write_str("f32"),
+            Self::Quant(q) => {
+                write!(f, "q{}", q.bits)?;
+                if q.rank > 0 {
+                    write!(f, "-r{}", q.rank)?;
+                }
+                if !q.entropy {
+                    f.write_str("-packed")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl FromStr for Setting {
+    type Err = CodecError;
+
+    fn from_str(s: &str) -> Result<Self, CodecError> {
+        let bad = || CodecError::BadSetting(s.to_string());
+        if s == "f32" {
+            return Ok(Self::F32);
+        }
+        let mut parts = s.split('-');
+        let bits = parts.next().and_then(|p| p.strip_prefix('q')).ok_or_else(bad)?;
+        let mut q = QuantSetting::bits(bits.parse().map_err(|_| bad())?);
+        for part in parts {
+            match part {
+                "packed" if q.entropy => q.entropy = false,
+                r if r.starts_with('r') && q.rank == 0 => {
+                    q.rank = r[1..].parse().ok().filter(|r| *r > 0).ok_or_else(bad)?;
+                }
+                _ => return Err(bad()),
+            }
+        }
+        Ok(Self::Quant(q.check()?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for name in ["f32", "q8", "q4", "q3-packed", "q2-r16", "q6-r8-packed"] {
+            assert_eq!(name.parse::<Setting>().unwrap().to_string(), name);
+        }
+    }
+
+    #[test]
+    fn bad_names_are_refused() {
+        for name in ["", "q", "q5", "q4-r0", "q4-x", "q4-packed-packed", "f16", "q4-r16-r8"] {
+            assert!(name.parse::<Setting>().is_err(), "{name}");
+        }
+    }
+}

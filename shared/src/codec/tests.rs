@@ -1,0 +1,287 @@
+//! Round trips of every codec path on a synthetic calibration at block5.
+
+use std::collections::BTreeMap;
+
+use super::fit::fit_table;
+use super::*;
+
+const B5: [usize; 4] = [1, 80, 14, 14];
+
+fn boundary() -> Boundary {
+    Boundary::block(5).unwrap()
+}
+
+/// Deterministic activations: channel-dependent scale, heavy-ish tails, some dead channels.
+fn activations(seed: u64) -> Vec<f32> {
+    let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let positions = B5[2] * B5[3];
+    (0..B5[1] * positions)
+        .map(|i| {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let u = ((state >> 40) as f32 / (1u64 << 24) as f32).clamp(1e-6, 1.0 - 1e-6);
+            let c = i / positions;
+            if c % 13 == 12 {
+                return 0.0;
+            }
+            let laplace = if u < 0.5 { (2.0 * u).ln() } else { -(2.0 * (1.0 - u)).ln() };
+            // A smooth spatial pattern shared by frames, plus noise.
+            let p = (i % positions) as f32;
+            (p * 0.01 + c as f32).sin() * 2.0 + laplace * (0.2 + c as f32 * 0.05)
+        })
+        .collect()
+}
+
+/// A Householder reflection: orthonormal and not a permutation.
+fn householder(n: usize) -> Vec<f32> {
+    let v: Vec<f32> = (0..n).map(|i| 1.0 + i as f32 * 0.1).collect();
+    let vv: f32 = v.iter().map(|x| x * x).sum();
+    let mut h = vec![0.0; n * n];
+    for i in 0..n {
+        for j in 0..n {
+            h[i * n + j] = f32::from(i == j) - 2.0 * v[i] * v[j] / vv;
+        }
+    }
+    h
+}
+
+fn calibration() -> Calibration {
+    let positions = B5[2] * B5[3];
+    let mut per_channel = vec![Vec::new(); B5[1]];
+    let mut per_component = vec![Vec::new(); B5[1]];
+    let projection = Projection { mean: vec![0.1; B5[1]], basis: householder(B5[1]), max_rank: B5[1] };
+    for seed in 0..4 {
+        let x = activations(seed);
+        let y = projection.project(&x, B5[1]);
+        for c in 0..B5[1] {
+            per_channel[c].extend_from_slice(&x[c * positions..(c + 1) * positions]);
+            per_component[c].extend_from_slice(&y[c * positions..(c + 1) * positions]);
+        }
+    }
+    let mut tables = BoundaryTables::default();
+    let mut pca = PcaTables { projection, tables: BTreeMap::new() };
+    for bits in SUPPORTED_BITS {
+        tables.raw.insert(bits, fit_table(bits, &per_channel).unwrap());
+        pca.tables.insert(bits, fit_table(bits, &per_component).unwrap());
+    }
+    tables.pca = Some(pca);
+    Calibration::new(4, BTreeMap::from([(boundary(), tables)]))
+}
+
+fn settings() -> Vec<QuantSetting> {
+    let mut out = Vec::new();
+    for bits in SUPPORTED_BITS {
+        for rank in [0, 16, 80] {
+            for entropy in [true, false] {
+                out.push(QuantSetting { bits, rank, entropy });
+            }
+        }
+    }
+    out
+}
+
+fn max_step(cal: &Calibration, setting: QuantSetting) -> f32 {
+    let (table, _) = cal.lookup(boundary(), setting).unwrap();
+    table.ranges().iter().map(|r| r.step(setting.levels())).fold(0.0, f32::max)
+}
+
+#[test]
+fn every_setting_round_trips_within_its_quantization_error() {
+    let cal = calibration();
+    let x = activations(99);
+    for setting in settings() {
+        let (params, payload) = encode(&cal, boundary(), &B5, &x, setting, None).unwrap();
+        assert_eq!(params.setting, setting);
+        assert_eq!(params.pos, STANDALONE);
+        let back = decode(&cal, boundary(), &B5, &params, &payload, None).unwrap();
+        assert_eq!(back.len(), x.len());
+        if setting.rank == 0 || setting.rank == 80 {
+            // Full information: the error is quantization only (plus clipping of rare tails).
+            let mse: f32 = x.iter().zip(&back).map(|(a, b)| (a - b).powi(2)).sum::<f32>() / x.len() as f32;
+            let step = max_step(&cal, setting);
+            assert!(mse <= step * step, "{setting:?}: mse {mse} vs step {step}");
+        }
+    }
+}
+
+#[test]
+fn entropy_coding_and_packing_reconstruct_identically_and_entropy_is_smaller() {
+    let cal = calibration();
+    let x = activations(7);
+    for bits in SUPPORTED_BITS {
+        let coded = QuantSetting { bits, rank: 0, entropy: true };
+        let packed = QuantSetting { entropy: false, ..coded };
+        let (pc, bc) = encode(&cal, boundary(), &B5, &x, coded, None).unwrap();
+        let (pp, bp) = encode(&cal, boundary(), &B5, &x, packed, None).unwrap();
+        assert_eq!(bp.len(), quant::packed_len(x.len(), bits));
+        assert!(bc.len() < bp.len(), "{bits} bits: rANS {} vs packed {}", bc.len(), bp.len());
+        assert_eq!(
+            decode(&cal, boundary(), &B5, &pc, &bc, None).unwrap(),
+            decode(&cal, boundary(), &B5, &pp, &bp, None).unwrap()
+        );
+    }
+}
+
+#[test]
+fn calibration_round_trips_through_bytes_and_detects_damage() {
+    let cal = calibration();
+    let bytes = cal.to_bytes();
+    let back = Calibration::from_bytes(&bytes).unwrap();
+    assert_eq!(back.id(), cal.id());
+    assert_eq!(back.to_bytes(), bytes, "serialization is deterministic");
+    let x = activations(3);
+    let s = QuantSetting { bits: 3, rank: 16, entropy: true };
+    let (p1, b1) = encode(&cal, boundary(), &B5, &x, s, None).unwrap();
+    let (p2, b2) = encode(&back, boundary(), &B5, &x, s, None).unwrap();
+    assert_eq!((p1, &b1), (p2, &b2));
+    let mut damaged = bytes.clone();
+    damaged[100] ^= 1;
+    assert!(matches!(Calibration::from_bytes(&damaged), Err(CodecError::BadCalibration(_))));
+    assert!(matches!(Calibration::from_bytes(&bytes[..bytes.len() / 2]), Err(CodecError::BadCalibration(_))));
+    let weights_like = crate::model::WeightsFile::new().to_bytes();
+    assert!(matches!(Calibration::from_bytes(&weights_like), Err(CodecError::BadCalibration(_))));
+}
+
+#[test]
+fn foreign_calibration_uncalibrated_settings_and_bad_shapes_are_typed_errors() {
+    let cal = calibration();
+    let x = activations(1);
+    let s = QuantSetting::bits(4);
+    let (mut params, payload) = encode(&cal, boundary(), &B5, &x, s, None).unwrap();
+    params.calibration ^= 1;
+    assert!(matches!(
+        decode(&cal, boundary(), &B5, &params, &payload, None),
+        Err(CodecError::CalibrationMismatch { .. })
+    ));
+    let err = encode(&cal, Boundary::STEM, &[1, 32, 112, 112], &vec![0.0; 32 * 112 * 112], s, None);
+    assert!(matches!(err, Err(CodecError::NotCalibrated { .. })));
+    let err = encode(&cal, boundary(), &B5, &x, QuantSetting { rank: 81, ..s }, None);
+    assert!(matches!(err, Err(CodecError::RankTooLarge { max: 80, .. })));
+    let err = encode(&cal, boundary(), &B5, &x, QuantSetting::bits(5), None);
+    assert_eq!(err.unwrap_err(), CodecError::UnsupportedBits(5));
+    let err = encode(&cal, boundary(), &[2, 80, 14, 14], &[x.clone(), x.clone()].concat(), s, None);
+    assert_eq!(err.unwrap_err(), CodecError::BatchNotOne(2));
+    assert!(encode(&cal, boundary(), &[1, 80, 7, 14], &x[..x.len() / 2], s, None).is_err());
+}
+
+#[test]
+fn damaged_payloads_are_rejected_never_panic() {
+    let cal = calibration();
+    let x = activations(5);
+    for setting in [QuantSetting::bits(2), QuantSetting::bits(8), QuantSetting { bits: 4, rank: 16, entropy: false }] {
+        let (params, payload) = encode(&cal, boundary(), &B5, &x, setting, None).unwrap();
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..200 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let mut p = payload.clone();
+            match rng % 3 {
+                0 => p.truncate((rng >> 8) as usize % p.len()),
+                1 => p.extend_from_slice(&rng.to_le_bytes()[..1 + (rng >> 60) as usize % 7]),
+                _ => {
+                    let i = (rng >> 8) as usize % p.len();
+                    p[i] ^= 1 << ((rng >> 40) % 8);
+                }
+            }
+            // Either a typed error or, for a flipped bit, some reconstruction of the right size.
+            if let Ok(v) = decode(&cal, boundary(), &B5, &params, &p, None) {
+                assert_eq!(v.len(), x.len());
+            }
+        }
+    }
+}
+
+#[test]
+fn streams_send_small_residuals_and_never_drift() {
+    let cal = calibration();
+    let setting = QuantSetting::bits(4);
+    let mut enc = StreamEncoder::new(3, 10, 0);
+    let mut dec = StreamDecoder::new();
+    let mut sizes = Vec::new();
+    for frame in 0..12u64 {
+        // A still scene with a little noise: frames differ only slightly.
+        let base = activations(11);
+        let noise = activations(100 + frame);
+        let x: Vec<f32> = base.iter().zip(&noise).map(|(b, n)| b + 0.01 * n).collect();
+        let (params, payload) = encode(&cal, boundary(), &B5, &x, setting, Some(&mut enc)).unwrap();
+        assert_eq!(params.pos.seq, frame as u32);
+        assert_eq!(params.pos.delta, frame % 10 != 0, "keyframe every 10 frames");
+        let streamed = decode(&cal, boundary(), &B5, &params, &payload, Some(&mut dec)).unwrap();
+        // Lossless residuals: exactly what a standalone frame would reconstruct.
+        let (sp, sb) = encode(&cal, boundary(), &B5, &x, setting, None).unwrap();
+        assert_eq!(streamed, decode(&cal, boundary(), &B5, &sp, &sb, None).unwrap(), "frame {frame}");
+        sizes.push(payload.len());
+    }
+    assert!(sizes[1] * 2 < sizes[0], "residuals are cheaper than keyframes: {sizes:?}");
+}
+
+#[test]
+fn a_dead_zone_bounds_the_error_and_shrinks_residuals() {
+    let cal = calibration();
+    let setting = QuantSetting::bits(6);
+    let step = max_step(&cal, setting);
+    let frames: Vec<Vec<f32>> = (0..5)
+        .map(|f| activations(11).iter().zip(activations(200 + f)).map(|(b, n)| b + 0.02 * n).collect())
+        .collect();
+    let mut bytes = [0usize; 2];
+    for (slot, deadzone) in [0u8, 1].into_iter().enumerate() {
+        let mut enc = StreamEncoder::new(1, 100, deadzone);
+        let mut dec = StreamDecoder::new();
+        for x in &frames {
+            let (p, b) = encode(&cal, boundary(), &B5, x, setting, Some(&mut enc)).unwrap();
+            let y = decode(&cal, boundary(), &B5, &p, &b, Some(&mut dec)).unwrap();
+            let (sp, sb) = encode(&cal, boundary(), &B5, x, setting, None).unwrap();
+            let exact = decode(&cal, boundary(), &B5, &sp, &sb, None).unwrap();
+            let worst = y.iter().zip(&exact).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+            assert!(worst <= f32::from(deadzone) * step + 1e-4, "dead zone {deadzone}: {worst}");
+            bytes[slot] += b.len();
+        }
+    }
+    assert!(bytes[1] < bytes[0], "{bytes:?}");
+}
+
+#[test]
+fn lost_reordered_and_orphan_deltas_ask_for_a_keyframe() {
+    let cal = calibration();
+    let setting = QuantSetting::bits(3);
+    let mut enc = StreamEncoder::new(5, 100, 0);
+    let frames: Vec<_> = (0..4)
+        .map(|f| encode(&cal, boundary(), &B5, &activations(f), setting, Some(&mut enc)).unwrap())
+        .collect();
+    let mut dec = StreamDecoder::new();
+    let run = |dec: &mut StreamDecoder, i: usize| {
+        decode(&cal, boundary(), &B5, &frames[i].0, &frames[i].1, Some(dec))
+    };
+    // A delta before any keyframe.
+    assert!(matches!(run(&mut dec, 1), Err(CodecError::KeyframeRequired { stream: 5, .. })));
+    run(&mut dec, 0).unwrap();
+    // Frame 1 lost: frame 2 is out of sequence; the stream is then dropped.
+    assert!(matches!(run(&mut dec, 2), Err(CodecError::KeyframeRequired { .. })));
+    assert!(matches!(run(&mut dec, 3), Err(CodecError::KeyframeRequired { .. })));
+    assert!(dec.is_empty());
+    // A decoder without stream state refuses deltas rather than guessing.
+    assert!(matches!(
+        decode(&cal, boundary(), &B5, &frames[1].0, &frames[1].1, None),
+        Err(CodecError::KeyframeRequired { .. })
+    ));
+    // The encoder recovers with a forced keyframe.
+    enc.force_keyframe();
+    let (p, b) = encode(&cal, boundary(), &B5, &activations(9), setting, Some(&mut enc)).unwrap();
+    assert!(!p.pos.delta);
+    decode(&cal, boundary(), &B5, &p, &b, Some(&mut dec)).unwrap();
+    let (p, b) = encode(&cal, boundary(), &B5, &activations(10), setting, Some(&mut enc)).unwrap();
+    assert!(p.pos.delta);
+    decode(&cal, boundary(), &B5, &p, &b, Some(&mut dec)).unwrap();
+}
+
+#[test]
+fn decoders_track_a_bounded_number_of_streams() {
+    let cal = calibration();
+    let mut dec = StreamDecoder::new();
+    for id in 1..=(MAX_STREAMS as u32 + 3) {
+        let mut enc = StreamEncoder::new(id, 10, 0);
+        let (p, b) = encode(&cal, boundary(), &B5, &activations(1), QuantSetting::bits(2), Some(&mut enc)).unwrap();
+        decode(&cal, boundary(), &B5, &p, &b, Some(&mut dec)).unwrap();
+    }
+    assert_eq!(dec.len(), MAX_STREAMS);
+}
