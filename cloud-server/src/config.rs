@@ -24,6 +24,13 @@ pub struct Config {
     /// Converted weights file (made by `cargo xtask setup`).
     #[arg(long, env = "SPLIT_WEIGHTS")]
     pub weights: Option<PathBuf>,
+    /// Codec calibration file (made by `cargo xtask setup` or `calibrate`); without it only
+    /// uncompressed f32 features are accepted.
+    #[arg(long, env = "SPLIT_CALIBRATION")]
+    pub calibration: Option<PathBuf>,
+    /// Results kept in the content-keyed cache (0 disables it).
+    #[arg(long, env = "SPLIT_CACHE_ENTRIES", default_value_t = 4096)]
+    pub cache_entries: usize,
     /// Folder with the demo page and the wasm package.
     #[arg(long, env = "SPLIT_WEB_DIR")]
     pub web_dir: Option<PathBuf>,
@@ -47,6 +54,11 @@ impl Config {
     /// The weights path: the flag, else [`split_shared::model::default_weights_path`].
     pub fn weights_path(&self) -> PathBuf {
         self.weights.clone().unwrap_or_else(split_shared::model::default_weights_path)
+    }
+
+    /// The calibration path: the flag, else [`split_shared::codec::default_calibration_path`].
+    pub fn calibration_path(&self) -> PathBuf {
+        self.calibration.clone().unwrap_or_else(split_shared::codec::default_calibration_path)
     }
 
     /// The web folder: the flag, else `web/` next to this crate.

@@ -3,13 +3,14 @@
 //! `busy` reply instead of unbounded memory.
 
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use burn::tensor::Device;
 use split_shared::labels::{Prediction, top_k};
 use split_shared::model::{Boundary, EfficientNetLite0, check_shape, features_tensor};
-use split_shared::protocol::{Request, ServerTimings};
+use split_shared::protocol::{ServerLoad, ServerTimings};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::ServeError;
@@ -28,8 +29,24 @@ pub struct Outcome {
     pub timings: ServerTimings,
 }
 
+/// What a worker computes: decoded activations, or a whole image.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Work {
+    /// Activations at `boundary`, `dims = [1, C, H, W]`.
+    Features {
+        /// Where the client stopped.
+        boundary: Boundary,
+        /// Their shape.
+        dims: Vec<usize>,
+        /// Their values, C order.
+        values: Vec<f32>,
+    },
+    /// JPEG or PNG bytes: run everything.
+    Image(Vec<u8>),
+}
+
 struct Job {
-    request: Request,
+    work: Work,
     enqueued: Instant,
     reply: oneshot::Sender<Result<Outcome, ServeError>>,
 }
@@ -39,6 +56,8 @@ struct Job {
 pub struct Engine {
     queue: mpsc::Sender<Job>,
     capacity: usize,
+    workers: usize,
+    recent_us: Arc<AtomicU32>,
 }
 
 fn micros(since: Instant) -> u32 {
@@ -48,14 +67,14 @@ fn micros(since: Instant) -> u32 {
 fn serve(
     model: &EfficientNetLite0,
     device: &Device,
-    request: Request,
+    work: Work,
 ) -> Result<(Boundary, Vec<f32>, u32, u32), ServeError> {
     let start = Instant::now();
-    let (from, x) = match request {
-        Request::Features { boundary, shape, payload, .. } => {
-            (boundary, features_tensor(&shape, &payload, device))
+    let (from, x) = match work {
+        Work::Features { boundary, dims, values } => {
+            (boundary, features_tensor(&dims, values, device))
         }
-        Request::Image { payload, .. } => {
+        Work::Image(payload) => {
             let img = split_shared::image::preprocess(&payload)?;
             (Boundary::INPUT, split_shared::image::to_input_tensor(&img, device))
         }
@@ -70,16 +89,21 @@ fn serve(
     Ok((from, logits, decode_us, micros(start)))
 }
 
-fn worker(model: EfficientNetLite0, device: Device, jobs: Arc<Mutex<mpsc::Receiver<Job>>>) {
+fn worker(
+    model: EfficientNetLite0,
+    device: Device,
+    jobs: Arc<Mutex<mpsc::Receiver<Job>>>,
+    recent_us: Arc<AtomicU32>,
+) {
     loop {
         let job = match jobs.lock() {
             Ok(mut rx) => rx.blocking_recv(),
             Err(_) => return,
         };
-        let Some(Job { request, enqueued, reply }) = job else { return };
+        let Some(Job { work, enqueued, reply }) = job else { return };
         let queue_us = micros(enqueued);
         // A panic inside the backend must cost one request, not the worker.
-        let result = std::panic::catch_unwind(AssertUnwindSafe(|| serve(&model, &device, request)))
+        let result = std::panic::catch_unwind(AssertUnwindSafe(|| serve(&model, &device, work)))
             .unwrap_or_else(|_| {
                 Err(ServeError::Internal("the model panicked on this input".into()))
             })
@@ -93,9 +117,17 @@ fn worker(model: EfficientNetLite0, device: Device, jobs: Arc<Mutex<mpsc::Receiv
                         queue_us,
                         decode_us,
                         compute_us: compute_us + micros(start),
+                        cached: false,
                     },
                 }
             });
+        if let Ok(o) = &result {
+            // Moving average over roughly the last eight requests.
+            let old = recent_us.load(Ordering::Relaxed);
+            let new =
+                if old == 0 { o.timings.compute_us } else { (old * 7 + o.timings.compute_us) / 8 };
+            recent_us.store(new, Ordering::Relaxed);
+        }
         let _ = reply.send(result);
     }
 }
@@ -110,14 +142,26 @@ impl Engine {
     ) -> Self {
         let (tx, rx) = mpsc::channel(capacity.max(1));
         let rx = Arc::new(Mutex::new(rx));
+        let recent_us = Arc::new(AtomicU32::new(0));
         for i in 0..workers.max(1) {
-            let (model, device, rx) = (model.clone(), device.clone(), rx.clone());
+            let (model, device, rx, recent) =
+                (model.clone(), device.clone(), rx.clone(), recent_us.clone());
             std::thread::Builder::new()
                 .name(format!("model-worker-{i}"))
-                .spawn(move || worker(model, device, rx))
+                .spawn(move || worker(model, device, rx, recent))
                 .expect("spawning a model worker");
         }
-        Self { queue: tx, capacity: capacity.max(1) }
+        Self { queue: tx, capacity: capacity.max(1), workers: workers.max(1), recent_us }
+    }
+
+    /// The load reported in replies: queue depth, workers, recent compute time.
+    pub fn load(&self) -> ServerLoad {
+        let queued = self.capacity.saturating_sub(self.queue.capacity());
+        ServerLoad {
+            queued: queued.min(usize::from(u16::MAX)) as u16,
+            workers: self.workers.min(usize::from(u16::MAX)) as u16,
+            recent_us: self.recent_us.load(Ordering::Relaxed),
+        }
     }
 
     /// Run a request. Shapes are checked before queueing so bad input never waits for a worker.
@@ -125,23 +169,25 @@ impl Engine {
     /// # Errors
     /// [`ServeError::Model`] for a shape that does not match its boundary or an undecodable
     /// image, [`ServeError::Busy`] when the queue is full, [`ServeError::Internal`] otherwise.
-    pub async fn submit(&self, request: Request) -> Result<Outcome, ServeError> {
-        if let Request::Features { boundary, shape, .. } = &request {
-            let dims: Vec<usize> = shape.iter().map(|d| *d as usize).collect();
-            check_shape(*boundary, &dims)?;
+    pub async fn submit(&self, work: Work) -> Result<Outcome, ServeError> {
+        if let Work::Features { boundary, dims, values } = &work {
+            check_shape(*boundary, dims)?;
+            if values.len() != dims.iter().product::<usize>() {
+                return Err(ServeError::Internal("features and their shape disagree".into()));
+            }
             // One image per frame: the reply carries one top-5.
             if dims[0] != 1 {
                 let expected = boundary.info().shape;
                 Err(split_shared::Error::ShapeMismatch {
                     boundary: *boundary,
                     expected,
-                    got: dims,
+                    got: dims.clone(),
                     max_batch: 1,
                 })?;
             }
         }
         let (reply, answer) = oneshot::channel();
-        self.queue.try_send(Job { request, enqueued: Instant::now(), reply }).map_err(
+        self.queue.try_send(Job { work, enqueued: Instant::now(), reply }).map_err(
             |e| match e {
                 mpsc::error::TrySendError::Full(_) => ServeError::Busy(self.capacity),
                 mpsc::error::TrySendError::Closed(_) => {

@@ -28,6 +28,7 @@ impl ServeError {
             Self::Model(split_shared::Error::ShapeMismatch { .. }) => ErrorCode::ShapeMismatch,
             Self::Model(split_shared::Error::ImageDecode(_)) => ErrorCode::BadImage,
             Self::Model(split_shared::Error::Wire(e)) => e.code(),
+            Self::Model(split_shared::Error::Codec(e)) => e.code(),
             Self::Model(_) | Self::Internal(_) => ErrorCode::Internal,
             Self::Busy(_) => ErrorCode::Busy,
         }

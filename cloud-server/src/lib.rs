@@ -11,6 +11,6 @@ mod routes;
 mod ws;
 
 pub use config::{Config, DeviceChoice};
-pub use engine::{Engine, Outcome};
+pub use engine::{Engine, Outcome, Work};
 pub use error::ServeError;
 pub use routes::{AppState, config_app};

@@ -1,13 +1,16 @@
 //! HTTP routes: the WebSocket endpoint, model metadata, the weights, and the static demo.
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use actix_files::{Files, NamedFile};
 use actix_web::{HttpRequest, HttpResponse, web};
 use anyhow::{Context, Result};
 use burn::tensor::Device;
-use split_shared::model::{EfficientNetLite0, WeightsFile, boundary_table};
+use split_shared::cache::LruCache;
+use split_shared::codec::{Calibration, SUPPORTED_BITS};
+use split_shared::labels::Prediction;
+use split_shared::model::{Boundary, EfficientNetLite0, WeightsFile, boundary_table};
 use split_shared::protocol::{MAX_FRAME_BYTES, PROTOCOL_VERSION};
 
 use crate::config::{Config, DeviceChoice};
@@ -24,6 +27,36 @@ pub struct AppState {
     pub web_dir: Arc<PathBuf>,
     /// Name of the device the cloud half runs on.
     pub device_name: &'static str,
+    /// The codec calibration and the path it was read from, when there is one.
+    pub calibration: Option<(Arc<Calibration>, Arc<PathBuf>)>,
+    /// Results by content, shared by every session.
+    pub cache: Arc<Mutex<LruCache<(Boundary, Vec<Prediction>)>>>,
+}
+
+/// Rough bytes one cached result holds (key, boundary, five predictions, bookkeeping).
+pub const CACHE_ENTRY_COST: usize = 160;
+
+fn load_calibration(path: PathBuf) -> Result<Option<(Arc<Calibration>, Arc<PathBuf>)>> {
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            log::warn!(
+                "no codec calibration at {}: only f32 features are accepted; run `cargo xtask setup`",
+                path.display()
+            );
+            return Ok(None);
+        }
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let calibration = Calibration::from_bytes(&bytes)
+        .with_context(|| format!("loading the calibration {}", path.display()))?;
+    log::info!(
+        "codec calibration {:016x} from {} ({} images)",
+        calibration.id(),
+        path.display(),
+        calibration.images()
+    );
+    Ok(Some((Arc::new(calibration), Arc::new(path))))
 }
 
 fn device(choice: DeviceChoice) -> Result<(Device, &'static str)> {
@@ -58,17 +91,34 @@ impl AppState {
         let (device, device_name) = device(config.device)?;
         let model = EfficientNetLite0::from_weights(&weights, &device)?;
         log::info!("model loaded from {} on {device_name}", weights_path.display());
+        let calibration = load_calibration(config.calibration_path())?;
         Ok(Self {
             engine: Engine::start(model, device, config.workers, config.queue),
             weights_path: Arc::new(weights_path),
             web_dir: Arc::new(config.web_path()),
             device_name,
+            calibration,
+            cache: Arc::new(Mutex::new(LruCache::new(
+                config.cache_entries,
+                config.cache_entries * CACHE_ENTRY_COST,
+            ))),
         })
     }
 }
 
 async fn info(state: web::Data<AppState>) -> HttpResponse {
+    let calibration = state.calibration.as_ref().map(|(c, _)| {
+        serde_json::json!({
+            "url": CALIBRATION_URL,
+            "id": format!("{:016x}", c.id()),
+            "images": c.images(),
+            "boundaries": c.boundaries().map(|b| b.name()).collect::<Vec<_>>(),
+            "bits": SUPPORTED_BITS,
+            "max_rank": c.boundaries().map(|b| (b.name(), c.at(b).and_then(|t| t.pca.as_ref()).map_or(0, |p| p.projection.max_rank))).collect::<std::collections::BTreeMap<_, _>>(),
+        })
+    });
     HttpResponse::Ok().json(serde_json::json!({
+        "calibration": calibration,
         "protocol_version": PROTOCOL_VERSION,
         "max_frame_bytes": MAX_FRAME_BYTES,
         "model": "efficientnet-lite0",
@@ -76,6 +126,19 @@ async fn info(state: web::Data<AppState>) -> HttpResponse {
         "weights_url": "/weights/efficientnet-lite0.splw",
         "boundaries": boundary_table().as_slice(),
     }))
+}
+
+/// Where browsers fetch the calibration.
+pub const CALIBRATION_URL: &str = "/calibration/efficientnet-lite0.splc";
+
+async fn calibration(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+) -> actix_web::Result<HttpResponse> {
+    let Some((_, path)) = &state.calibration else {
+        return Ok(HttpResponse::NotFound().body("no codec calibration on this server"));
+    };
+    Ok(NamedFile::open_async(path.as_path()).await?.into_response(&req))
 }
 
 async fn weights(req: HttpRequest, state: web::Data<AppState>) -> actix_web::Result<HttpResponse> {
@@ -91,6 +154,7 @@ pub fn config_app(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
             .route("/api/info", web::get().to(info))
             .route("/healthz", web::get().to(|| async { HttpResponse::Ok().body("ok") }))
             .route("/weights/efficientnet-lite0.splw", web::get().to(weights))
+            .route(CALIBRATION_URL, web::get().to(calibration))
             .service(Files::new("/", web_dir).index_file("index.html").prefer_utf8(true));
     }
 }

@@ -4,10 +4,13 @@ use std::time::{Duration, Instant};
 
 use actix_web::{HttpRequest, HttpResponse, rt, web};
 use actix_ws::{AggregatedMessage, CloseCode, CloseReason};
+use split_shared::cache::ContentKey;
+use split_shared::codec::{StreamDecoder, features_values};
 use split_shared::protocol::{ErrorCode, MAX_FRAME_BYTES, Reply, Request, peek_request_id};
 
+use crate::engine::{Outcome, Work};
 use crate::error::ServeError;
-use crate::routes::AppState;
+use crate::routes::{AppState, CACHE_ENTRY_COST};
 
 /// How often the server pings; half or less of [`CLIENT_TIMEOUT`] so one lost pong is tolerated.
 const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
@@ -30,16 +33,62 @@ pub async fn websocket(
     Ok(response)
 }
 
-/// Answer one binary frame; never fails: every problem becomes an error reply.
-async fn answer(state: &AppState, frame: &[u8]) -> Reply {
-    let id = peek_request_id(frame).unwrap_or(0);
-    let result = async {
-        let request = Request::decode(frame)?;
-        state.engine.submit(request).await
+/// Decode a request into work for the model, and the content key its result is cached under:
+/// the activations themselves (whatever codec carried them), or the image bytes.
+fn prepare(
+    state: &AppState,
+    request: Request,
+    streams: &mut StreamDecoder,
+) -> Result<(ContentKey, Work), ServeError> {
+    Ok(match request {
+        Request::Features { boundary, shape, encoding, payload, .. } => {
+            let calibration = state.calibration.as_ref().map(|(c, _)| c.as_ref());
+            let (dims, values) =
+                features_values(boundary, &shape, &encoding, &payload, calibration, Some(streams))?;
+            let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+            let dims_bytes: Vec<u8> = dims.iter().flat_map(|d| (*d as u32).to_le_bytes()).collect();
+            let key = ContentKey::of(&[b"features", &[boundary.index()], &dims_bytes, &bytes]);
+            (key, Work::Features { boundary, dims, values })
+        }
+        Request::Image { payload, .. } => {
+            (ContentKey::of(&[b"image", &payload]), Work::Image(payload))
+        }
+    })
+}
+
+async fn serve_request(
+    state: &AppState,
+    frame: &[u8],
+    streams: &mut StreamDecoder,
+) -> Result<Outcome, ServeError> {
+    let start = std::time::Instant::now();
+    let (key, work) = prepare(state, Request::decode(frame)?, streams)?;
+    let decode_us = start.elapsed().as_micros().min(u128::from(u32::MAX)) as u32;
+    let hit = state.cache.lock().ok().and_then(|mut c| c.get(&key));
+    if let Some((from, top)) = hit {
+        let timings =
+            split_shared::protocol::ServerTimings { decode_us, cached: true, ..Default::default() };
+        return Ok(Outcome { from, top, timings });
     }
-    .await;
-    match result {
-        Ok(o) => Reply::Result { id, from: o.from, top: o.top, timings: o.timings },
+    let mut outcome = state.engine.submit(work).await?;
+    outcome.timings.decode_us += decode_us;
+    if let Ok(mut c) = state.cache.lock() {
+        c.insert(key, (outcome.from, outcome.top.clone()), CACHE_ENTRY_COST);
+    }
+    Ok(outcome)
+}
+
+/// Answer one binary frame; never fails: every problem becomes an error reply.
+async fn answer(state: &AppState, frame: &[u8], streams: &mut StreamDecoder) -> Reply {
+    let id = peek_request_id(frame).unwrap_or(0);
+    match serve_request(state, frame, streams).await {
+        Ok(o) => Reply::Result {
+            id,
+            from: o.from,
+            top: o.top,
+            timings: o.timings,
+            load: state.engine.load(),
+        },
         Err(e @ ServeError::Internal(_)) => {
             log::error!("request {id}: {e}");
             Reply::error(id, e.code(), e.to_string())
@@ -57,6 +106,8 @@ async fn serve_session(
     state: std::sync::Arc<AppState>,
 ) {
     let mut last_seen = Instant::now();
+    // Stream references live as long as the connection: a reconnect starts with a keyframe.
+    let mut streams = StreamDecoder::new();
     let mut tick = tokio::time::interval(HEARTBEAT_INTERVAL);
     let close = loop {
         tokio::select! {
@@ -64,7 +115,7 @@ async fn serve_session(
                 last_seen = Instant::now();
                 match msg {
                     Some(Ok(AggregatedMessage::Binary(frame))) => {
-                        let reply = answer(&state, &frame).await;
+                        let reply = answer(&state, &frame, &mut streams).await;
                         if session.binary(reply.to_bytes()).await.is_err() {
                             return;
                         }

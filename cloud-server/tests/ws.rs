@@ -9,9 +9,12 @@ use awc::ws::{Codec, Frame, Message};
 use burn::tensor::Device;
 use cloud_server::{AppState, Config, config_app};
 use futures_util::{SinkExt, StreamExt};
+use std::sync::OnceLock;
+
+use split_shared::codec::{Calibration, Setting, StreamEncoder, features_request};
 use split_shared::model::{Boundary, EfficientNetLite0, WeightsFile};
 use split_shared::protocol::{
-    ErrorCode, MAX_FRAME_BYTES, MAX_PAYLOAD_BYTES, PROTOCOL_VERSION, Reply, Request,
+    Encoding, ErrorCode, MAX_FRAME_BYTES, MAX_PAYLOAD_BYTES, PROTOCOL_VERSION, Reply, Request,
 };
 
 type Socket = Framed<BoxedSocket, Codec>;
@@ -63,18 +66,52 @@ fn expect_error(reply: Reply, id: u64, code: ErrorCode) {
     }
 }
 
-/// Features of the chelsea photo at `split`, computed the way the browser does.
-fn features_frame(id: u64, split: Boundary) -> Vec<u8> {
+fn model() -> &'static EfficientNetLite0 {
+    static MODEL: OnceLock<EfficientNetLite0> = OnceLock::new();
+    MODEL.get_or_init(|| {
+        let bytes = std::fs::read(Config::for_tests().weights_path()).unwrap();
+        EfficientNetLite0::from_weights(&WeightsFile::from_bytes(&bytes).unwrap(), &Device::flex())
+            .unwrap()
+    })
+}
+
+fn calibration() -> &'static Calibration {
+    static CALIBRATION: OnceLock<Calibration> = OnceLock::new();
+    CALIBRATION.get_or_init(|| {
+        let bytes = std::fs::read(Config::for_tests().calibration_path())
+            .expect("calibration missing: run `cargo xtask setup`");
+        Calibration::from_bytes(&bytes).unwrap()
+    })
+}
+
+/// Activations of `photo` at `split`, computed the way the browser does.
+fn activations(photo: &[u8], split: Boundary) -> (Vec<usize>, Vec<f32>) {
+    let img = split_shared::image::preprocess(photo).unwrap();
     let device = Device::flex();
-    let bytes = std::fs::read(Config::for_tests().weights_path()).unwrap();
-    let model = EfficientNetLite0::from_weights(&WeightsFile::from_bytes(&bytes).unwrap(), &device)
-        .unwrap();
-    let img = split_shared::image::preprocess(CHELSEA).unwrap();
-    let x = model
+    let x = model()
         .forward_range(split_shared::image::to_input_tensor(&img, &device), Boundary::INPUT, split)
         .unwrap();
-    let dims = x.dims();
-    Request::features_f32(id, split, &dims, &x.into_data().try_to_vec::<f32>().unwrap()).to_bytes()
+    let dims = x.dims().to_vec();
+    (dims, x.into_data().try_to_vec::<f32>().unwrap())
+}
+
+fn coded_frame(
+    id: u64,
+    split: Boundary,
+    setting: &str,
+    photo: &[u8],
+    stream: Option<&mut StreamEncoder>,
+) -> Vec<u8> {
+    let (dims, values) = activations(photo, split);
+    let setting: Setting = setting.parse().unwrap();
+    features_request(id, split, &dims, &values, setting, Some(calibration()), stream)
+        .unwrap()
+        .to_bytes()
+}
+
+/// f32 features of the chelsea photo at `split`.
+fn features_frame(id: u64, split: Boundary) -> Vec<u8> {
+    coded_frame(id, split, "f32", CHELSEA, None)
 }
 
 fn top1(reply: &Reply) -> u16 {
@@ -96,10 +133,116 @@ async fn split_frames_and_cloud_only_images_are_answered() {
         let split: Boundary = split.parse().unwrap();
         let reply = roundtrip(&mut ws, features_frame(10 + i as u64, split)).await;
         assert_eq!(top1(&reply), top1(&cloud_only), "split at {split}");
-        let Reply::Result { id, from, top, timings } = reply else { unreachable!() };
+        let Reply::Result { id, from, top, timings, load } = reply else { unreachable!() };
         assert_eq!((id, from, top.len()), (10 + i as u64, split, 5));
-        assert!(timings.compute_us > 0);
+        assert!(timings.compute_us > 0 && !timings.cached);
+        assert_eq!(load.workers, 1);
+        assert!(load.recent_us > 0, "the server reports its recent compute time");
     }
+}
+
+#[actix_web::test]
+async fn coded_features_repeats_and_streams_are_served() {
+    let srv = server();
+    let mut ws = connect(&srv).await;
+    let block5 = Boundary::block(5).unwrap();
+    let reference = top1(&roundtrip(&mut ws, features_frame(1, block5)).await);
+    for (i, setting) in ["q8", "q4", "q3-packed", "q4-r40"].into_iter().enumerate() {
+        let reply =
+            roundtrip(&mut ws, coded_frame(2 + i as u64, block5, setting, CHELSEA, None)).await;
+        assert_eq!(top1(&reply), reference, "{setting}");
+    }
+
+    // The same content again: answered from the cache, no compute.
+    let again = roundtrip(&mut ws, coded_frame(9, block5, "q4", CHELSEA, None)).await;
+    let Reply::Result { timings, top, .. } = &again else { panic!("{again:?}") };
+    assert!(timings.cached && timings.compute_us == 0, "{timings:?}");
+    assert_eq!(top[0].class, reference);
+
+    // A stream: keyframe, then residuals; a lost frame is refused until a keyframe comes.
+    let coffee: &[u8] = include_bytes!("../../web/samples/coffee.png");
+    let mut enc = StreamEncoder::new(4, 30, 1);
+    let key = coded_frame(20, block5, "q4", coffee, Some(&mut enc));
+    let delta = coded_frame(21, block5, "q4", CHELSEA, Some(&mut enc));
+    let coffee_top = top1(&roundtrip(&mut ws, key).await);
+    assert_eq!(
+        top1(&roundtrip(&mut ws, delta).await),
+        reference,
+        "the residual decodes to chelsea"
+    );
+    let _lost = coded_frame(22, block5, "q4", coffee, Some(&mut enc));
+    let after_loss = coded_frame(23, block5, "q4", CHELSEA, Some(&mut enc));
+    expect_error(roundtrip(&mut ws, after_loss).await, 23, ErrorCode::KeyframeRequired);
+    enc.force_keyframe();
+    let recovered = coded_frame(24, block5, "q4", coffee, Some(&mut enc));
+    assert_eq!(top1(&roundtrip(&mut ws, recovered).await), coffee_top);
+    // References belong to the connection: a delta on a new one needs a keyframe first.
+    let mut other = connect(&srv).await;
+    let delta = coded_frame(25, block5, "q4", CHELSEA, Some(&mut enc));
+    expect_error(roundtrip(&mut other, delta).await, 25, ErrorCode::KeyframeRequired);
+}
+
+#[actix_web::test]
+async fn bad_codec_frames_get_typed_errors() {
+    let srv = server();
+    let mut ws = connect(&srv).await;
+    let block8 = Boundary::block(8).unwrap();
+    let valid = coded_frame(1, block8, "q4", CHELSEA, None);
+    let Request::Features { boundary, shape, encoding: Encoding::Coded(params), payload, .. } =
+        Request::decode(&valid).unwrap()
+    else {
+        unreachable!()
+    };
+    let with = |params, payload: Vec<u8>| {
+        Request::Features {
+            id: 2,
+            boundary,
+            encoding: Encoding::Coded(params),
+            shape: shape.clone(),
+            payload,
+        }
+        .to_bytes()
+    };
+    let mut foreign = params;
+    foreign.calibration ^= 0xff;
+    expect_error(
+        roundtrip(&mut ws, with(foreign, payload.clone())).await,
+        2,
+        ErrorCode::CalibrationMismatch,
+    );
+    let mut too_deep = params;
+    too_deep.setting.rank = 4096;
+    expect_error(
+        roundtrip(&mut ws, with(too_deep, payload.clone())).await,
+        2,
+        ErrorCode::UnsupportedCodec,
+    );
+    let mut five_bits = params;
+    five_bits.setting.bits = 5;
+    expect_error(
+        roundtrip(&mut ws, with(five_bits, payload.clone())).await,
+        2,
+        ErrorCode::UnsupportedCodec,
+    );
+    let damaged: Vec<u8> = payload[..payload.len() - 3].to_vec();
+    expect_error(roundtrip(&mut ws, with(params, damaged)).await, 2, ErrorCode::Malformed);
+    let mut orphan = params;
+    orphan.pos.delta = true;
+    expect_error(roundtrip(&mut ws, with(orphan, payload.clone())).await, 2, ErrorCode::Malformed);
+    // Still serving.
+    assert!(CATS.contains(&top1(&roundtrip(&mut ws, valid).await)));
+}
+
+#[actix_web::test]
+async fn info_and_calibration_are_served() {
+    let srv = server();
+    let mut info = awc::Client::new().get(srv.url("/api/info")).send().await.unwrap();
+    let info: serde_json::Value = info.json().await.unwrap();
+    assert_eq!(info["calibration"]["id"], format!("{:016x}", calibration().id()));
+    let url = info["calibration"]["url"].as_str().unwrap();
+    let mut response = awc::Client::new().get(srv.url(url)).send().await.unwrap();
+    let body = response.body().limit(64 << 20).await.unwrap();
+    assert_eq!(Calibration::from_bytes(&body).unwrap().id(), calibration().id());
 }
 
 #[actix_web::test]

@@ -1,13 +1,28 @@
 //! The edge half as plain Rust: platform-independent, so it is tested natively and the wasm
 //! exports in `lib.rs` only convert types.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+
 use burn::tensor::{Device, Tensor};
+use split_shared::cache::{ContentKey, LruCache};
+use split_shared::codec::{
+    Calibration, DEFAULT_KEYFRAME_INTERVAL, Setting, StreamEncoder, features_request,
+};
 use split_shared::labels::{Prediction, top_k};
 use split_shared::model::{Boundary, EfficientNetLite0, NUM_CLASSES, WeightsFile};
-use split_shared::protocol::Request;
+use split_shared::protocol::{ErrorCode, Reply};
 
 /// Predictions reported per image.
 pub const TOP_K: usize = 5;
+/// Results the edge remembers by content.
+pub const CACHE_ENTRIES: usize = 256;
+/// Requests awaiting a reply whose results will be cached; older ones are forgotten beyond it.
+const MAX_PENDING: usize = 256;
+/// Dead zone (in quantization levels) of stream residuals: small changes are not resent.
+pub const STREAM_DEADZONE: u8 = 1;
+/// Id of the session's one camera stream.
+const STREAM_ID: u32 = 1;
 
 /// What the edge produced for one image.
 #[derive(Clone, Debug, PartialEq)]
@@ -17,17 +32,43 @@ pub enum EdgeOutput {
         /// Top-5, best first.
         top: Vec<Prediction>,
     },
+    /// The same content was classified before: no compute, nothing to send.
+    Cached {
+        /// Top-5, best first.
+        top: Vec<Prediction>,
+    },
     /// A features frame to send to the server.
     Remote {
         /// The encoded request frame.
         frame: Vec<u8>,
+        /// Whether it is a stream residual rather than a standalone or key frame.
+        delta: bool,
     },
 }
 
-/// The model on the edge device.
+/// How to run one image.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunOptions {
+    /// Where to stop; `logits` runs everything here.
+    pub split: Boundary,
+    /// How to code the features.
+    pub setting: Setting,
+    /// Code against the previous frame of this session's stream (camera frames).
+    pub stream: bool,
+}
+
+struct EdgeState {
+    calibration: Option<Calibration>,
+    stream: StreamEncoder,
+    cache: LruCache<Vec<Prediction>>,
+    pending: HashMap<u64, ContentKey>,
+}
+
+/// The model on the edge device, with the codec state of one client.
 pub struct EdgeRunner {
     model: EfficientNetLite0,
     device: Device,
+    state: RefCell<EdgeState>,
 }
 
 /// Read a tensor's values; asynchronous because WebGPU results arrive through a callback.
@@ -44,43 +85,154 @@ impl EdgeRunner {
     /// When the file is not a valid weights file for this model.
     pub fn new(weights: &[u8], device: Device) -> split_shared::Result<Self> {
         let model = EfficientNetLite0::from_weights(&WeightsFile::from_bytes(weights)?, &device)?;
-        Ok(Self { model, device })
+        let state = EdgeState {
+            calibration: None,
+            stream: StreamEncoder::new(STREAM_ID, DEFAULT_KEYFRAME_INTERVAL, STREAM_DEADZONE),
+            cache: LruCache::new(CACHE_ENTRIES, CACHE_ENTRIES * 256),
+            pending: HashMap::new(),
+        };
+        Ok(Self { model, device, state: RefCell::new(state) })
     }
 
-    /// Preprocess an encoded image and run the network up to `split`.
+    /// Load the codec calibration (the server's `/calibration/...` file); returns its id.
     ///
     /// # Errors
-    /// When the image does not decode, or the backend fails.
+    /// When the bytes are not a valid calibration file.
+    pub fn set_calibration(&self, bytes: &[u8]) -> split_shared::Result<u64> {
+        let calibration = Calibration::from_bytes(bytes)?;
+        let id = calibration.id();
+        let mut state = self.state.borrow_mut();
+        state.calibration = Some(calibration);
+        state.stream.force_keyframe();
+        Ok(id)
+    }
+
+    /// Make the stream's next frame a keyframe (after a reconnect).
+    pub fn force_keyframe(&self) {
+        self.state.borrow_mut().stream.force_keyframe();
+    }
+
+    fn key(&self, image: &[u8], options: RunOptions) -> ContentKey {
+        let calibration = self.state.borrow().calibration.as_ref().map_or(0, Calibration::id);
+        ContentKey::of(&[
+            b"edge",
+            image,
+            &[options.split.index()],
+            options.setting.to_string().as_bytes(),
+            &calibration.to_le_bytes(),
+        ])
+    }
+
+    /// Preprocess an encoded image and run the network up to the split; a repeat of content
+    /// already classified with the same options is answered from the cache.
+    ///
+    /// # Errors
+    /// When the image does not decode, the codec setting is not calibrated, or the backend fails.
     pub async fn run(
         &self,
         image: &[u8],
-        split: Boundary,
+        options: RunOptions,
         id: u64,
     ) -> split_shared::Result<EdgeOutput> {
+        let key = self.key(image, options);
+        if let Some(top) = self.state.borrow_mut().cache.get(&key) {
+            return Ok(EdgeOutput::Cached { top });
+        }
         let img = split_shared::image::preprocess(image)?;
-        self.run_pixels(&img, split, id).await
+        let out = self.run_pixels(&img, options, id).await?;
+        let mut state = self.state.borrow_mut();
+        match &out {
+            EdgeOutput::Local { top } => state.cache.insert(key, top.clone(), 256),
+            EdgeOutput::Remote { .. } => {
+                if state.pending.len() >= MAX_PENDING {
+                    state.pending.clear();
+                }
+                state.pending.insert(id, key);
+            }
+            EdgeOutput::Cached { .. } => {}
+        }
+        Ok(out)
     }
 
-    /// Run already-preprocessed pixels (224x224 RGB) up to `split`.
+    /// Run already-preprocessed pixels (224x224 RGB) up to the split, without the cache.
     ///
     /// # Errors
-    /// When the backend fails.
+    /// When the codec setting is not calibrated, or the backend fails.
     pub async fn run_pixels(
         &self,
         img: &split_shared::image::RgbImage,
-        split: Boundary,
+        options: RunOptions,
         id: u64,
     ) -> split_shared::Result<EdgeOutput> {
         let x = split_shared::image::to_input_tensor(img, &self.device);
-        let features = self.model.forward_range(x, Boundary::INPUT, split)?;
+        let features = self.model.forward_range(x, Boundary::INPUT, options.split)?;
         let dims = features.dims();
         let values = read_values(features).await?;
-        if split == Boundary::LOGITS {
+        if options.split == Boundary::LOGITS {
             return Ok(EdgeOutput::Local { top: top_k(&values[..NUM_CLASSES], TOP_K) });
         }
-        Ok(EdgeOutput::Remote {
-            frame: Request::features_f32(id, split, &dims, &values).to_bytes(),
-        })
+        let mut state = self.state.borrow_mut();
+        let EdgeState { calibration, stream, .. } = &mut *state;
+        let stream = options.stream.then_some(stream);
+        let request = features_request(
+            id,
+            options.split,
+            &dims,
+            &values,
+            options.setting,
+            calibration.as_ref(),
+            stream,
+        )?;
+        let delta = matches!(
+            &request,
+            split_shared::protocol::Request::Features {
+                encoding: split_shared::protocol::Encoding::Coded(p),
+                ..
+            } if p.pos.delta
+        );
+        Ok(EdgeOutput::Remote { frame: request.to_bytes(), delta })
+    }
+
+    /// Decode a reply frame; a result for a request this runner sent fills the cache, and a
+    /// `keyframe_required` error makes the stream's next frame a keyframe.
+    ///
+    /// # Errors
+    /// When the frame is not a valid reply.
+    pub fn accept_reply(&self, frame: &[u8]) -> split_shared::Result<Reply> {
+        let reply = Reply::decode(frame)?;
+        let mut state = self.state.borrow_mut();
+        let key = state.pending.remove(&reply.id());
+        match &reply {
+            Reply::Result { top, .. } => {
+                if let Some(key) = key {
+                    state.cache.insert(key, top.clone(), 256);
+                }
+            }
+            Reply::Error { code: ErrorCode::KeyframeRequired, .. } => state.stream.force_keyframe(),
+            Reply::Error { .. } => {}
+        }
+        Ok(reply)
+    }
+
+    /// Activations of `image` at `split` with their shape: input for codec benchmarks.
+    ///
+    /// # Errors
+    /// When the image does not decode or the backend fails.
+    pub async fn features(
+        &self,
+        image: &[u8],
+        split: Boundary,
+    ) -> split_shared::Result<(Vec<usize>, Vec<f32>)> {
+        let img = split_shared::image::preprocess(image)?;
+        let x = split_shared::image::to_input_tensor(&img, &self.device);
+        let features = self.model.forward_range(x, Boundary::INPUT, split)?;
+        let dims = features.dims().to_vec();
+        Ok((dims, read_values(features).await?))
+    }
+
+    /// The loaded calibration, if any, for codec benchmarks.
+    pub fn with_calibration<R>(&self, f: impl FnOnce(Option<&Calibration>) -> R) -> R {
+        f(self.state.borrow().calibration.as_ref())
     }
 
     /// Run a dummy image through the whole network once, so shader compilation and buffer
@@ -95,37 +247,4 @@ impl EdgeRunner {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use split_shared::protocol::Reply;
-
-    fn runner() -> EdgeRunner {
-        let path = split_shared::model::default_weights_path();
-        let bytes = std::fs::read(&path)
-            .unwrap_or_else(|e| panic!("{}: {e}; run `cargo xtask setup`", path.display()));
-        EdgeRunner::new(&bytes, Device::flex()).expect("valid weights")
-    }
-
-    #[test]
-    fn edge_only_and_split_agree_on_a_bundled_photo() {
-        let runner = runner();
-        let photo =
-            std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../web/samples/chelsea.png"))
-                .unwrap();
-        let local = futures_executor::block_on(runner.run(&photo, Boundary::LOGITS, 1)).unwrap();
-        let EdgeOutput::Local { top } = local else { panic!("edge-only must answer locally") };
-        assert!((281..=285).contains(&top[0].class), "chelsea is a cat, got {}", top[0].class);
-        let remote =
-            futures_executor::block_on(runner.run(&photo, Boundary::block(5).unwrap(), 2)).unwrap();
-        let EdgeOutput::Remote { frame } = remote else { panic!("a split must produce a frame") };
-        assert!(matches!(Request::decode(&frame).unwrap(), Request::Features { id: 2, .. }));
-        assert!(Reply::decode(&frame).is_err(), "requests are not replies");
-    }
-
-    #[test]
-    fn bad_images_are_errors() {
-        let runner = runner();
-        let err = futures_executor::block_on(runner.run(b"GIF89a", Boundary::STEM, 1)).unwrap_err();
-        assert!(matches!(err, split_shared::Error::ImageDecode(_)), "{err}");
-    }
-}
+mod tests;

@@ -29,7 +29,14 @@ pub fn edge_output(out: &EdgeOutput) -> JsValue {
     let o = Object::new();
     match out {
         EdgeOutput::Local { top } => set(&o, "top", predictions(top)),
-        EdgeOutput::Remote { frame } => set(&o, "frame", Uint8Array::from(frame.as_slice())),
+        EdgeOutput::Cached { top } => {
+            set(&o, "top", predictions(top));
+            set(&o, "cached", true);
+        }
+        EdgeOutput::Remote { frame, delta } => {
+            set(&o, "frame", Uint8Array::from(frame.as_slice()));
+            set(&o, "delta", *delta);
+        }
     }
     o.into()
 }
@@ -38,7 +45,7 @@ pub fn reply(r: &Reply) -> JsValue {
     let o = Object::new();
     set(&o, "id", r.id() as f64);
     match r {
-        Reply::Result { from, top, timings, .. } => {
+        Reply::Result { from, top, timings, load, .. } => {
             set(&o, "kind", "result");
             set(&o, "from", from.name());
             set(&o, "top", predictions(top));
@@ -46,7 +53,13 @@ pub fn reply(r: &Reply) -> JsValue {
             set(&t, "queueMs", f64::from(timings.queue_us) / 1e3);
             set(&t, "decodeMs", f64::from(timings.decode_us) / 1e3);
             set(&t, "computeMs", f64::from(timings.compute_us) / 1e3);
+            set(&t, "cached", timings.cached);
             set(&o, "timings", t);
+            let l = Object::new();
+            set(&l, "queued", load.queued);
+            set(&l, "workers", load.workers);
+            set(&l, "recentMs", f64::from(load.recent_us) / 1e3);
+            set(&o, "load", l);
         }
         Reply::Error { code, message, .. } => {
             set(&o, "kind", "error");
@@ -54,6 +67,28 @@ pub fn reply(r: &Reply) -> JsValue {
             set(&o, "message", message.as_str());
         }
     }
+    o.into()
+}
+
+/// `performance.now()` where there is one (window or worker), for codec benchmarks.
+pub fn now_ms() -> f64 {
+    let performance = Reflect::get(&js_sys::global(), &JsValue::from_str("performance"))
+        .unwrap_or(JsValue::UNDEFINED);
+    let now = Reflect::get(&performance, &JsValue::from_str("now"))
+        .ok()
+        .and_then(|f| wasm_bindgen::JsCast::dyn_into::<js_sys::Function>(f).ok());
+    match now {
+        Some(f) => f.call0(&performance).ok().and_then(|v| v.as_f64()).unwrap_or(0.0),
+        None => js_sys::Date::now(),
+    }
+}
+
+/// `{ bytes, encodeMs, decodeMs }`.
+pub fn codec_bench(bytes: usize, encode_ms: f64, decode_ms: f64) -> JsValue {
+    let o = Object::new();
+    set(&o, "bytes", bytes as u32);
+    set(&o, "encodeMs", encode_ms);
+    set(&o, "decodeMs", decode_ms);
     o.into()
 }
 

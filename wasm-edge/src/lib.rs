@@ -7,9 +7,10 @@
 //! import init, { EdgeSession, encodeImageRequest, decodeReply } from "./pkg/wasm_edge.js";
 //! await init();
 //! const edge = await EdgeSession.create(weightsBytes, "auto");   // "auto" | "webgpu" | "cpu"
-//! const out = await edge.run(imageBytes, "block5", 1);            // { frame } or { top }
+//! edge.setCalibration(calibrationBytes);                          // enables the q* codecs
+//! const out = await edge.run(imageBytes, "block5", 1, "q4");      // { frame } or { top }
 //! socket.send(out.frame);
-//! const reply = decodeReply(new Uint8Array(event.data));          // { kind: "result", top, ... }
+//! const reply = edge.acceptReply(new Uint8Array(event.data));     // { kind: "result", top, ... }
 //! ```
 
 mod edge;
@@ -22,7 +23,8 @@ use split_shared::model::Boundary;
 use split_shared::protocol::{Reply, Request};
 use wasm_bindgen::prelude::*;
 
-pub use edge::{EdgeOutput, EdgeRunner};
+pub use edge::{EdgeOutput, EdgeRunner, RunOptions};
+use split_shared::codec::{Setting, features_request, features_values};
 
 /// The model loaded on the best device this browser offers.
 #[wasm_bindgen]
@@ -85,18 +87,110 @@ impl EdgeSession {
         self.backend.to_string()
     }
 
+    /// Load the codec calibration (bytes of the server's `/calibration/...` file), which the
+    /// `q*` codec settings need. Returns its id as 16 hex digits.
+    #[wasm_bindgen(js_name = setCalibration)]
+    pub fn set_calibration(&self, bytes: &[u8]) -> Result<String, JsError> {
+        self.runner.set_calibration(bytes).map(|id| format!("{id:016x}")).map_err(js_error)
+    }
+
     /// Run `image` (JPEG or PNG bytes) up to `split` (a boundary name such as `"block5"`;
-    /// `"logits"` runs everything locally). Resolves to `{ frame: Uint8Array }` to send, or to
-    /// `{ top: [{ class, name, prob }] }` when the split is `"logits"`.
-    pub fn run(&self, image: Vec<u8>, split: String, request_id: f64) -> js_sys::Promise {
+    /// `"logits"` runs everything locally), coding the features with `codec` (`"f32"`, the
+    /// default, or e.g. `"q4"`, `"q2-r16"`); with `stream` true, as the next frame of this
+    /// session's camera stream (residuals against the previous frame). Resolves to
+    /// `{ frame: Uint8Array, delta }` to send, `{ top }` when the split is `"logits"`, or
+    /// `{ top, cached: true }` for content already classified with the same options.
+    pub fn run(
+        &self,
+        image: Vec<u8>,
+        split: String,
+        request_id: f64,
+        codec: Option<String>,
+        stream: Option<bool>,
+    ) -> js_sys::Promise {
         let runner = Rc::clone(&self.runner);
         wasm_bindgen_futures::future_to_promise(async move {
-            let split: Boundary = split.parse().map_err(|e| JsValue::from(js_error(e)))?;
+            let err = |e: String| JsValue::from(JsError::new(&e));
+            let split: Boundary =
+                split.parse().map_err(|e: split_shared::Error| err(e.to_string()))?;
+            let setting: Setting = codec
+                .as_deref()
+                .unwrap_or("f32")
+                .parse()
+                .map_err(|e: split_shared::codec::CodecError| err(e.to_string()))?;
+            let options = RunOptions { split, setting, stream: stream.unwrap_or(false) };
             let out = runner
-                .run(&image, split, request_id as u64)
+                .run(&image, options, request_id as u64)
                 .await
-                .map_err(|e| JsValue::from(js_error(e)))?;
+                .map_err(|e| err(e.to_string()))?;
             Ok(js::edge_output(&out))
+        })
+    }
+
+    /// Decode a reply frame like [`decode_reply`], and let the session learn from it: results
+    /// fill the content cache, `keyframe_required` restarts the stream with a keyframe.
+    #[wasm_bindgen(js_name = acceptReply)]
+    pub fn accept_reply(&self, frame: &[u8]) -> Result<JsValue, JsError> {
+        self.runner.accept_reply(frame).map(|r| js::reply(&r)).map_err(js_error)
+    }
+
+    /// Make the stream's next frame a keyframe (call after reconnecting).
+    #[wasm_bindgen(js_name = forceKeyframe)]
+    pub fn force_keyframe(&self) {
+        self.runner.force_keyframe();
+    }
+
+    /// Time the codec alone in this browser: run `image` to `split` once, then encode and decode
+    /// its features with `codec` `repeats` times. Resolves to `{ bytes, encodeMs, decodeMs }`
+    /// (per run).
+    #[wasm_bindgen(js_name = benchCodec)]
+    pub fn bench_codec(
+        &self,
+        image: Vec<u8>,
+        split: String,
+        codec: String,
+        repeats: u32,
+    ) -> js_sys::Promise {
+        let runner = Rc::clone(&self.runner);
+        wasm_bindgen_futures::future_to_promise(async move {
+            let err = |e: String| JsValue::from(JsError::new(&e));
+            let split: Boundary =
+                split.parse().map_err(|e: split_shared::Error| err(e.to_string()))?;
+            let setting: Setting =
+                codec.parse().map_err(|e: split_shared::codec::CodecError| err(e.to_string()))?;
+            let (dims, values) =
+                runner.features(&image, split).await.map_err(|e| err(e.to_string()))?;
+            let repeats = repeats.max(1);
+            runner.with_calibration(|calibration| {
+                let mut frame = Vec::new();
+                let start = js::now_ms();
+                for i in 0..repeats {
+                    let r = features_request(
+                        u64::from(i),
+                        split,
+                        &dims,
+                        &values,
+                        setting,
+                        calibration,
+                        None,
+                    )
+                    .map_err(|e| err(e.to_string()))?;
+                    frame = r.to_bytes();
+                }
+                let encode_ms = (js::now_ms() - start) / f64::from(repeats);
+                let start = js::now_ms();
+                for _ in 0..repeats {
+                    let Ok(Request::Features { boundary, shape, encoding, payload, .. }) =
+                        Request::decode(&frame)
+                    else {
+                        return Err(err("the encoded frame does not decode".into()));
+                    };
+                    features_values(boundary, &shape, &encoding, &payload, calibration, None)
+                        .map_err(|e| err(e.to_string()))?;
+                }
+                let decode_ms = (js::now_ms() - start) / f64::from(repeats);
+                Ok(js::codec_bench(frame.len(), encode_ms, decode_ms))
+            })
         })
     }
 }

@@ -6,8 +6,14 @@
 //!
 //! ```text
 //! cargo xtask eval --images DIR [--labels DIR/labels.csv] [--splits block5,block8]
-//!                  [--limit N] [--reference preds.csv] [--weights FILE]
+//!                  [--skip N] [--limit N] [--reference preds.csv] [--weights FILE]
+//!                  [--codecs f32,q4,q2-r/4] [--calibration FILE]
 //! ```
+//!
+//! `--codecs` lists codec settings (`f32`, `q<bits>[-r<rank>][-packed]`); a rank written `/k`
+//! means "channels / k" at each split. Every (split, codec) pair gets a row with bytes per image,
+//! bits per value, ratios to f32 and to a JPEG (quality 90) of the 224x224 input, agreement with
+//! the unsplit model, accuracy, and codec encode/decode time.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -15,6 +21,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use burn::tensor::{Device, Tensor};
+use split_shared::codec::{Calibration, Setting, features_request, features_values};
 use split_shared::labels::top_k;
 use split_shared::model::{Boundary, EfficientNetLite0, WeightsFile, features_tensor};
 use split_shared::protocol::Request;
@@ -25,7 +32,10 @@ struct Options {
     images: PathBuf,
     labels: Option<PathBuf>,
     splits: Vec<Boundary>,
+    skip: usize,
     limit: usize,
+    codecs: Vec<String>,
+    calibration: Option<PathBuf>,
     reference: Option<PathBuf>,
     weights: Option<PathBuf>,
 }
@@ -35,7 +45,10 @@ fn parse(args: &[String]) -> Result<Options> {
         images: PathBuf::new(),
         labels: None,
         splits: vec![Boundary::block(5)?],
+        skip: 0,
         limit: usize::MAX,
+        codecs: vec!["f32".into()],
+        calibration: None,
         reference: None,
         weights: None,
     };
@@ -50,6 +63,9 @@ fn parse(args: &[String]) -> Result<Options> {
                     value()?.split(',').map(|s| s.trim().parse()).collect::<Result<_, _>>()?;
             }
             "--limit" => o.limit = value()?.parse()?,
+            "--skip" => o.skip = value()?.parse()?,
+            "--codecs" => o.codecs = value()?.split(',').map(|s| s.trim().to_string()).collect(),
+            "--calibration" => o.calibration = Some(value()?.into()),
             "--reference" => o.reference = Some(value()?.into()),
             "--weights" => o.weights = Some(value()?.into()),
             other => bail!("unknown flag {other}; see the doc comment of xtask/src/eval.rs"),
@@ -90,8 +106,43 @@ struct Tally {
     top5: usize,
     agree_full: usize,
     bytes: usize,
+    payload: usize,
+    values: usize,
+    jpeg: usize,
     edge_s: f64,
+    encode_s: f64,
+    decode_s: f64,
     cloud_s: f64,
+}
+
+/// A codec name with `-r/k` resolved to `channels / k` at `split` (at most the calibrated rank).
+fn setting_at(name: &str, split: Boundary, calibration: Option<&Calibration>) -> Result<Setting> {
+    let max_rank = calibration
+        .and_then(|c| c.at(split))
+        .and_then(|t| t.pca.as_ref())
+        .map_or(usize::MAX, |p| p.projection.max_rank);
+    let resolved = match name.split_once("-r/") {
+        Some((head, rest)) => {
+            let (k, tail) = rest.split_once('-').map_or((rest, ""), |(k, t)| (k, t));
+            let rank = (split.info().shape[0] / k.parse::<usize>()?.max(1)).min(max_rank);
+            let tail = if tail.is_empty() { String::new() } else { format!("-{tail}") };
+            format!("{head}-r{}{tail}", rank.max(1))
+        }
+        None => name.to_string(),
+    };
+    Ok(resolved.parse()?)
+}
+
+/// Bytes of a quality-90 JPEG of the preprocessed input: what a plain app would upload.
+fn jpeg_q90_len(img: &split_shared::image::RgbImage) -> Result<usize> {
+    let mut out = Vec::new();
+    image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, 90).encode(
+        &img.pixels,
+        img.width as u32,
+        img.height as u32,
+        image::ExtendedColorType::Rgb8,
+    )?;
+    Ok(out.len())
 }
 
 /// Run the evaluation and print a table.
@@ -106,6 +157,18 @@ pub fn run(args: &[String]) -> Result<()> {
     let device = Device::flex();
     let model = EfficientNetLite0::from_weights(&WeightsFile::from_bytes(&bytes)?, &device)?;
     let labels = o.labels.as_ref().map(read_csv_classes).transpose()?;
+    let needs_calibration = o.codecs.iter().any(|c| c != "f32");
+    let calibration = match (&o.calibration, needs_calibration) {
+        (_, false) => None,
+        (Some(p), true) => Some(p.clone()),
+        (None, true) => Some(crate::calibrate::ensure_calibration()?),
+    }
+    .map(|p| -> Result<Calibration> {
+        let bytes = std::fs::read(&p).with_context(|| format!("reading {}", p.display()))?;
+        eprintln!("eval: calibration {}", p.display());
+        Ok(Calibration::from_bytes(&bytes)?)
+    })
+    .transpose()?;
     let reference = o.reference.as_ref().map(read_csv_classes).transpose()?;
 
     let mut files: Vec<PathBuf> = std::fs::read_dir(&o.images)
@@ -116,12 +179,17 @@ pub fn run(args: &[String]) -> Result<()> {
         })
         .collect();
     files.sort();
-    files.truncate(o.limit);
+    let files: Vec<PathBuf> = files.into_iter().skip(o.skip).take(o.limit).collect();
     if files.is_empty() {
         bail!("no .jpg or .png images in {}", o.images.display());
     }
 
-    let mut tallies: Vec<Tally> = o.splits.iter().map(|_| Tally::default()).collect();
+    let mut splits = o.splits.clone();
+    splits.sort();
+    splits.dedup();
+    let rows: Vec<(Boundary, String)> =
+        splits.iter().flat_map(|s| o.codecs.iter().map(move |c| (*s, c.clone()))).collect();
+    let mut tallies: Vec<Tally> = rows.iter().map(|_| Tally::default()).collect();
     let (mut full_top1, mut ref_agree, mut ref_n, mut labelled) = (0, 0, 0, 0);
     let mut ref_disagreements = Vec::new();
     for (i, path) in files.iter().enumerate() {
@@ -146,26 +214,60 @@ pub fn run(args: &[String]) -> Result<()> {
                 ));
             }
         }
-        for (split, t) in o.splits.iter().zip(&mut tallies) {
+        let jpeg = jpeg_q90_len(&img)?;
+        // Run the edge forward once, stage by stage, timing the prefix up to each split.
+        let mut x = input.clone();
+        let (mut at, mut edge_s) = (Boundary::INPUT, 0.0);
+        for split in &splits {
             let start = Instant::now();
-            let feat = model.forward_range(input.clone(), Boundary::INPUT, *split)?;
-            let dims = feat.dims();
-            let values = feat.into_data().try_to_vec::<f32>().expect("f32 features");
-            let frame = Request::features_f32(i as u64, *split, &dims, &values).to_bytes();
-            t.edge_s += start.elapsed().as_secs_f64();
-            let start = Instant::now();
-            let Request::Features { payload, shape, .. } = Request::decode(&frame)? else {
-                unreachable!()
-            };
-            let x = features_tensor(&shape, &payload, &device);
-            let top = top_k(&logits_of(model.forward_range(x, *split, Boundary::LOGITS)?), 5);
-            t.cloud_s += start.elapsed().as_secs_f64();
-            t.n += 1;
-            t.bytes += frame.len();
-            t.agree_full += usize::from(top[0].class == full[0].class);
-            if let Some(l) = label {
-                t.top1 += usize::from(top[0].class as usize == l);
-                t.top5 += usize::from(top.iter().any(|p| p.class as usize == l));
+            x = model.forward_range(x, at, *split)?;
+            let dims = x.dims();
+            let values = x.clone().into_data().try_to_vec::<f32>().expect("f32 features");
+            edge_s += start.elapsed().as_secs_f64();
+            at = *split;
+            for ((_, codec), t) in rows.iter().zip(&mut tallies).filter(|((s, _), _)| s == split) {
+                let setting = setting_at(codec, *split, calibration.as_ref())?;
+                let start = Instant::now();
+                let request = features_request(
+                    i as u64,
+                    *split,
+                    &dims,
+                    &values,
+                    setting,
+                    calibration.as_ref(),
+                    None,
+                )?;
+                let frame = request.to_bytes();
+                t.encode_s += start.elapsed().as_secs_f64();
+                let start = Instant::now();
+                let Request::Features { shape, encoding, payload, .. } = Request::decode(&frame)?
+                else {
+                    unreachable!()
+                };
+                let (dims, decoded) = features_values(
+                    *split,
+                    &shape,
+                    &encoding,
+                    &payload,
+                    calibration.as_ref(),
+                    None,
+                )?;
+                t.decode_s += start.elapsed().as_secs_f64();
+                let start = Instant::now();
+                let x = features_tensor(&dims, decoded, &device);
+                let top = top_k(&logits_of(model.forward_range(x, *split, Boundary::LOGITS)?), 5);
+                t.cloud_s += start.elapsed().as_secs_f64();
+                t.edge_s += edge_s;
+                t.n += 1;
+                t.bytes += frame.len();
+                t.payload += payload.len();
+                t.values += values.len();
+                t.jpeg += jpeg;
+                t.agree_full += usize::from(top[0].class == full[0].class);
+                if let Some(l) = label {
+                    t.top1 += usize::from(top[0].class as usize == l);
+                    t.top5 += usize::from(top.iter().any(|p| p.class as usize == l));
+                }
             }
         }
         if (i + 1) % 50 == 0 {
@@ -191,19 +293,28 @@ pub fn run(args: &[String]) -> Result<()> {
         }
     }
     println!(
-        "| split | top-1 | top-5 | agreement with unsplit | bytes/image | edge ms | cloud ms |"
+        "| split | codec | bytes/image | bits/value | vs f32 | vs JPEG q90 | agreement | top-1 | top-5 | edge ms | encode ms | decode ms | cloud ms |"
     );
-    println!("|---|---|---|---|---|---|---|");
-    for (split, t) in o.splits.iter().zip(&tallies) {
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for ((split, codec), t) in rows.iter().zip(&tallies) {
+        let n = t.n.max(1) as f64;
         println!(
-            "| {split} | {:.1}% | {:.1}% | {:.2}% | {} | {:.1} | {:.1} |",
+            "| {split} | {codec} | {} | {:.3} | {:.1}x | {:.3} | {:.2}% | {:.1}% | {:.1}% | {:.1} | {:.2} | {:.2} | {:.1} |",
+            t.bytes / t.n.max(1),
+            8.0 * t.payload as f64 / t.values.max(1) as f64,
+            (4 * t.values) as f64 / t.payload.max(1) as f64,
+            t.bytes as f64 / t.jpeg.max(1) as f64,
+            pct(t.agree_full, t.n),
             pct(t.top1, labelled),
             pct(t.top5, labelled),
-            pct(t.agree_full, t.n),
-            t.bytes / t.n.max(1),
-            1e3 * t.edge_s / t.n as f64,
-            1e3 * t.cloud_s / t.n as f64,
+            1e3 * t.edge_s / n,
+            1e3 * t.encode_s / n,
+            1e3 * t.decode_s / n,
+            1e3 * t.cloud_s / n,
         );
+    }
+    if let Some(t) = tallies.first() {
+        println!("mean JPEG q90 of the 224x224 input: {} bytes", t.jpeg / t.n.max(1));
     }
     Ok(())
 }

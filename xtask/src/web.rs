@@ -129,7 +129,7 @@ fn start_server(extra: &[String]) -> Result<Server> {
 
 /// `cargo xtask demo [server flags]`: everything the demo needs, then the server in the foreground.
 pub fn demo(args: &[String]) -> Result<()> {
-    setup::ensure_weights()?;
+    crate::calibrate::ensure_calibration()?;
     build()?;
     let args = args.strip_prefix(&["--".to_string()]).unwrap_or(args);
     run(cargo().args(["run", "--package", "cloud-server", "--"]).args(args))
@@ -158,11 +158,20 @@ fn ensure_browser_tools(dir: &Path) -> Result<()> {
 /// `cargo xtask test`: weights, wasm build, Rust tests, then the headless-browser tests.
 pub fn test_all() -> Result<()> {
     let weights = setup::ensure_weights()?;
+    let calibration = crate::calibrate::ensure_calibration()?;
     build()?;
-    run(cargo().args(["test", "--workspace"]).env("SPLIT_WEIGHTS", &weights))?;
+    run(cargo()
+        .args(["test", "--workspace"])
+        .env("SPLIT_WEIGHTS", &weights)
+        .env("SPLIT_CALIBRATION", &calibration))?;
     let web = paths::repo_root().join("web");
     ensure_browser_tools(&web)?;
-    let server = start_server(&["--weights".into(), weights.display().to_string()])?;
+    let server = start_server(&[
+        "--weights".into(),
+        weights.display().to_string(),
+        "--calibration".into(),
+        calibration.display().to_string(),
+    ])?;
     run(Command::new("node").arg("tests/e2e.mjs").current_dir(&web).env("SPLIT_URL", &server.url))?;
     drop(server);
     eprintln!("test: all passed");

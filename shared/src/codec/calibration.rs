@@ -18,10 +18,10 @@
 
 use std::collections::BTreeMap;
 
+use super::CodecError;
 use super::entropy::{self, Model, PRECISION};
 use super::quant::{ClipRange, Projection};
 use super::setting::{QuantSetting, SUPPORTED_BITS};
-use super::CodecError;
 use crate::model::{Boundary, WeightsFile};
 
 /// First four bytes of a calibration file.
@@ -43,7 +43,11 @@ impl QuantTable {
     ///
     /// # Errors
     /// When the lengths disagree with `bits`.
-    pub fn from_counts(bits: u8, ranges: Vec<ClipRange>, counts: &[Vec<u64>]) -> Result<Self, CodecError> {
+    pub fn from_counts(
+        bits: u8,
+        ranges: Vec<ClipRange>,
+        counts: &[Vec<u64>],
+    ) -> Result<Self, CodecError> {
         let probabilities: Vec<u32> = counts.iter().flat_map(|c| entropy::fixed_point(c)).collect();
         Self::new(bits, ranges, probabilities)
     }
@@ -57,7 +61,8 @@ impl QuantTable {
                 ranges.len()
             )));
         }
-        let models = probabilities.chunks_exact(levels).map(entropy::model).collect::<Result<_, _>>()?;
+        let models =
+            probabilities.chunks_exact(levels).map(entropy::model).collect::<Result<_, _>>()?;
         Ok(Self { bits, ranges, probabilities, models })
     }
 
@@ -78,7 +83,14 @@ impl QuantTable {
         let h: f64 = self
             .probabilities
             .chunks_exact(levels)
-            .map(|p| p.iter().map(|p| { let q = f64::from(*p) / total; -q * q.log2() }).sum::<f64>())
+            .map(|p| {
+                p.iter()
+                    .map(|p| {
+                        let q = f64::from(*p) / total;
+                        -q * q.log2()
+                    })
+                    .sum::<f64>()
+            })
             .sum();
         h / self.ranges.len().max(1) as f64
     }
@@ -165,7 +177,11 @@ impl Calibration {
         }
         let pca = b.pca.as_ref().ok_or_else(missing)?;
         if usize::from(setting.rank) > pca.projection.max_rank {
-            return Err(CodecError::RankTooLarge { boundary, rank: setting.rank, max: pca.projection.max_rank });
+            return Err(CodecError::RankTooLarge {
+                boundary,
+                rank: setting.rank,
+                max: pca.projection.max_rank,
+            });
         }
         Ok((pca.tables.get(&setting.bits).ok_or_else(missing)?, Some(&pca.projection)))
     }
@@ -173,7 +189,11 @@ impl Calibration {
     /// Serialize (deterministically: same tables, same bytes, same id).
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut f = WeightsFile::new();
-        f.insert("meta", vec![3], vec![CALIBRATION_VERSION as f32, self.images as f32, PRECISION as f32]);
+        f.insert(
+            "meta",
+            vec![3],
+            vec![CALIBRATION_VERSION as f32, self.images as f32, PRECISION as f32],
+        );
         let put_table = |f: &mut WeightsFile, prefix: &str, t: &QuantTable| {
             let c = t.ranges.len();
             f.insert(format!("{prefix}.lo"), vec![c], t.ranges.iter().map(|r| r.lo).collect());
@@ -191,7 +211,11 @@ impl Calibration {
             if let Some(pca) = &b.pca {
                 let p = &pca.projection;
                 f.insert(format!("{boundary}.pca.mean"), vec![p.channels()], p.mean.clone());
-                f.insert(format!("{boundary}.pca.basis"), vec![p.channels(), p.max_rank], p.basis.clone());
+                f.insert(
+                    format!("{boundary}.pca.basis"),
+                    vec![p.channels(), p.max_rank],
+                    p.basis.clone(),
+                );
                 for (bits, t) in &pca.tables {
                     put_table(&mut f, &format!("{boundary}.pca.q{bits}"), t);
                 }
@@ -206,7 +230,8 @@ impl Calibration {
     /// [`CodecError::BadCalibration`] naming the first problem.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, CodecError> {
         let bad = |m: String| CodecError::BadCalibration(m);
-        let f = WeightsFile::from_bytes_with_magic(bytes, CALIBRATION_MAGIC).map_err(|e| bad(e.to_string()))?;
+        let f = WeightsFile::from_bytes_with_magic(bytes, CALIBRATION_MAGIC)
+            .map_err(|e| bad(e.to_string()))?;
         let meta = f.tensor("meta", &[3]).map_err(|e| bad(e.to_string()))?;
         if meta[0] != CALIBRATION_VERSION as f32 || meta[2] != PRECISION as f32 {
             return Err(bad(format!(
@@ -218,23 +243,35 @@ impl Calibration {
         for (name, _, _) in f.iter() {
             let Some(prefix) = name.strip_suffix(".prob") else { continue };
             let mut parts = prefix.split('.');
-            let (Some(b), Some(kind), Some(q), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
+            let (Some(b), Some(kind), Some(q), None) =
+                (parts.next(), parts.next(), parts.next(), parts.next())
+            else {
                 return Err(bad(format!("unexpected tensor {name}")));
             };
-            let boundary: Boundary = b.parse().map_err(|_| bad(format!("unknown boundary in {name}")))?;
-            let bits: u8 = q.strip_prefix('q').and_then(|q| q.parse().ok()).filter(|b| SUPPORTED_BITS.contains(b))
+            let boundary: Boundary =
+                b.parse().map_err(|_| bad(format!("unknown boundary in {name}")))?;
+            let bits: u8 = q
+                .strip_prefix('q')
+                .and_then(|q| q.parse().ok())
+                .filter(|b| SUPPORTED_BITS.contains(b))
                 .ok_or_else(|| bad(format!("unsupported bit depth in {name}")))?;
             let channels = boundary.info().shape[0];
             let count = match kind {
                 "raw" => channels,
-                "pca" => f.iter().find(|(n, _, _)| *n == format!("{b}.pca.basis")).map(|(_, d, _)| d.get(1).copied().unwrap_or(0))
+                "pca" => f
+                    .iter()
+                    .find(|(n, _, _)| *n == format!("{b}.pca.basis"))
+                    .map(|(_, d, _)| d.get(1).copied().unwrap_or(0))
                     .ok_or_else(|| bad(format!("{name} without {b}.pca.basis")))?,
                 _ => return Err(bad(format!("unexpected tensor {name}"))),
             };
-            let get = |suffix: &str, dims: &[usize]| f.tensor(&format!("{prefix}.{suffix}"), dims).map_err(|e| bad(e.to_string()));
+            let get = |suffix: &str, dims: &[usize]| {
+                f.tensor(&format!("{prefix}.{suffix}"), dims).map_err(|e| bad(e.to_string()))
+            };
             let ranges = clip_ranges(get("lo", &[count])?, get("hi", &[count])?);
             let probs = get("prob", &[count, 1 << bits])?;
-            if probs.iter().any(|p| p.fract() != 0.0 || *p < 1.0 || *p > (1u32 << PRECISION) as f32) {
+            if probs.iter().any(|p| p.fract() != 0.0 || *p < 1.0 || *p > (1u32 << PRECISION) as f32)
+            {
                 return Err(bad(format!("{name} holds non-integer probabilities")));
             }
             let table = QuantTable::new(bits, ranges, probs.iter().map(|p| *p as u32).collect())?;

@@ -5,9 +5,9 @@
 //! bit-identical models: a float `exp` that differs in the last bit between wasm and x86 would
 //! otherwise desynchronize the two coders.
 
+use constriction::stream::Decode;
 use constriction::stream::model::ContiguousCategoricalEntropyModel;
 use constriction::stream::stack::DefaultAnsCoder;
-use constriction::stream::Decode;
 
 use super::CodecError;
 
@@ -116,10 +116,8 @@ pub fn decode<'m>(
     if bytes.len() % 4 != 0 {
         return Err(CodecError::BadPayload("entropy-coded payload is not whole 32-bit words"));
     }
-    let words: Vec<u32> = bytes
-        .chunks_exact(4)
-        .map(|w| u32::from_le_bytes(w.try_into().expect("4 bytes")))
-        .collect();
+    let words: Vec<u32> =
+        bytes.chunks_exact(4).map(|w| u32::from_le_bytes(w.try_into().expect("4 bytes"))).collect();
     let mut coder = DefaultAnsCoder::from_compressed(words)
         .map_err(|_| CodecError::BadPayload("entropy-coded payload ends with a zero word"))?;
     for m in models {
@@ -172,7 +170,8 @@ mod tests {
         let mut counts = vec![1u64; levels];
         counts[3] = 500;
         counts[4] = 200;
-        let models = [model(&fixed_point(&counts)).unwrap(), model(&fixed_point(&[1; 16])).unwrap()];
+        let models =
+            [model(&fixed_point(&counts)).unwrap(), model(&fixed_point(&[1; 16])).unwrap()];
         let mut symbols: Vec<u8> = (0..2000).map(|i| if i % 7 == 0 { 4 } else { 3 }).collect();
         symbols.extend((0..2000u32).map(|i| (i * 11 % 16) as u8));
         let mut bytes = Vec::new();

@@ -10,6 +10,9 @@ pub enum CodecError {
     /// A setting name that does not parse.
     #[error("unknown codec setting {0:?}; use f32 or q<bits>[-r<rank>][-packed], e.g. q4, q2-r16")]
     BadSetting(String),
+    /// A quantized setting was used where no calibration is loaded.
+    #[error("no codec calibration is loaded; run `cargo xtask setup` (or `calibrate`)")]
+    NoCalibration,
     /// A bit depth without calibration tables.
     #[error("{0} bits per value is not supported; use 8, 6, 4, 3 or 2")]
     UnsupportedBits(u8),
@@ -64,9 +67,10 @@ impl CodecError {
         match self {
             Self::KeyframeRequired { .. } => ErrorCode::KeyframeRequired,
             Self::CalibrationMismatch { .. } => ErrorCode::CalibrationMismatch,
-            Self::UnsupportedBits(_) | Self::NotCalibrated { .. } | Self::RankTooLarge { .. } => {
-                ErrorCode::UnsupportedCodec
-            }
+            Self::NoCalibration
+            | Self::UnsupportedBits(_)
+            | Self::NotCalibrated { .. }
+            | Self::RankTooLarge { .. } => ErrorCode::UnsupportedCodec,
             Self::BatchNotOne(_) => ErrorCode::ShapeMismatch,
             Self::BadSetting(_) | Self::BadCalibration(_) | Self::BadPayload(_) => {
                 ErrorCode::Malformed

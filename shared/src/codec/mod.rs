@@ -13,8 +13,8 @@
 
 mod calibration;
 pub mod entropy;
-pub mod fit;
 mod error;
+pub mod fit;
 pub mod quant;
 mod setting;
 mod stream;
@@ -29,6 +29,7 @@ pub use setting::{QuantSetting, SUPPORTED_BITS, Setting};
 pub use stream::{DEFAULT_KEYFRAME_INTERVAL, MAX_STREAMS, StreamDecoder, StreamEncoder, StreamPos};
 
 use crate::model::Boundary;
+use crate::protocol::{Encoding, Request};
 
 /// The codec parameters a coded features frame carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,7 +46,8 @@ pub struct CodedParams {
 pub const STANDALONE: StreamPos = StreamPos { stream: 0, seq: 0, delta: false };
 
 fn check_dims(boundary: Boundary, dims: &[usize]) -> Result<usize, CodecError> {
-    crate::model::check_shape(boundary, dims).map_err(|_| CodecError::BadPayload("shape does not match the boundary"))?;
+    crate::model::check_shape(boundary, dims)
+        .map_err(|_| CodecError::BadPayload("shape does not match the boundary"))?;
     if dims[0] != 1 {
         return Err(CodecError::BatchNotOne(dims[0]));
     }
@@ -114,7 +116,10 @@ pub fn decode(
     streams: Option<&mut StreamDecoder>,
 ) -> Result<Vec<f32>, CodecError> {
     if params.calibration != calibration.id() {
-        return Err(CodecError::CalibrationMismatch { expected: calibration.id(), got: params.calibration });
+        return Err(CodecError::CalibrationMismatch {
+            expected: calibration.id(),
+            got: params.calibration,
+        });
     }
     let setting = params.setting.check()?;
     let positions = check_dims(boundary, dims)?;
@@ -125,13 +130,18 @@ pub fn decode(
     match (setting.entropy, params.pos.delta) {
         (false, _) => {
             if payload.len() != quant::packed_len(count, setting.bits) {
-                return Err(CodecError::BadPayload("packed payload length does not match the shape"));
+                return Err(CodecError::BadPayload(
+                    "packed payload length does not match the shape",
+                ));
             }
             symbols = quant::unpack(payload, setting.bits, count);
         }
-        (true, false) => entropy::decode(payload, table.models()[..used].iter(), positions, &mut symbols)?,
+        (true, false) => {
+            entropy::decode(payload, table.models()[..used].iter(), positions, &mut symbols)?
+        }
         (true, true) => {
-            let (&t, rest) = payload.split_first().ok_or(CodecError::BadPayload("empty delta payload"))?;
+            let (&t, rest) =
+                payload.split_first().ok_or(CodecError::BadPayload("empty delta payload"))?;
             if t >= entropy::DELTA_TABLES {
                 return Err(CodecError::BadPayload("unknown delta table"));
             }
@@ -140,11 +150,18 @@ pub fn decode(
         }
     }
     match (params.pos.stream, streams) {
-        (0, _) if params.pos.delta => return Err(CodecError::BadPayload("a delta frame needs a stream id")),
+        (0, _) if params.pos.delta => {
+            return Err(CodecError::BadPayload("a delta frame needs a stream id"));
+        }
         (0, _) => {}
-        (_, Some(streams)) => streams.apply(params.pos, boundary, setting, calibration.id(), &mut symbols)?,
+        (_, Some(streams)) => {
+            streams.apply(params.pos, boundary, setting, calibration.id(), &mut symbols)?
+        }
         (stream, None) if params.pos.delta => {
-            return Err(CodecError::KeyframeRequired { stream, reason: "this decoder keeps no stream state".into() });
+            return Err(CodecError::KeyframeRequired {
+                stream,
+                reason: "this decoder keeps no stream state".into(),
+            });
         }
         (_, None) => {}
     }
@@ -154,6 +171,62 @@ pub fn decode(
         Some(p) => p.unproject(&values, used),
         None => values,
     })
+}
+
+/// Build the features request for `values` (`dims = [n, C, H, W]`) at `boundary` under
+/// `setting`: what the edge sends.
+///
+/// # Errors
+/// [`CodecError::NoCalibration`] for a quantized setting without a calibration, or what
+/// [`encode`] reports.
+pub fn features_request(
+    id: u64,
+    boundary: Boundary,
+    dims: &[usize],
+    values: &[f32],
+    setting: Setting,
+    calibration: Option<&Calibration>,
+    stream: Option<&mut StreamEncoder>,
+) -> Result<Request, CodecError> {
+    match setting {
+        Setting::F32 => Ok(Request::features_f32(id, boundary, dims, values)),
+        Setting::Quant(q) => {
+            let calibration = calibration.ok_or(CodecError::NoCalibration)?;
+            let (params, payload) = encode(calibration, boundary, dims, values, q, stream)?;
+            Ok(Request::Features {
+                id,
+                boundary,
+                encoding: Encoding::Coded(params),
+                shape: dims.iter().map(|d| *d as u32).collect(),
+                payload,
+            })
+        }
+    }
+}
+
+/// The activations a features request carries, as `(dims, values)`: what the cloud computes
+/// on. Checks the shape against the boundary.
+///
+/// # Errors
+/// A shape that does not fit the boundary, or any [`CodecError`] of [`decode`].
+pub fn features_values(
+    boundary: Boundary,
+    shape: &[u32],
+    encoding: &Encoding,
+    payload: &[u8],
+    calibration: Option<&Calibration>,
+    streams: Option<&mut StreamDecoder>,
+) -> crate::Result<(Vec<usize>, Vec<f32>)> {
+    let dims: Vec<usize> = shape.iter().map(|d| *d as usize).collect();
+    crate::model::check_shape(boundary, &dims)?;
+    let values = match encoding {
+        Encoding::F32 => Request::f32_values(payload),
+        Encoding::Coded(params) => {
+            let calibration = calibration.ok_or(CodecError::NoCalibration)?;
+            decode(calibration, boundary, &dims, params, payload, streams)?
+        }
+    };
+    Ok((dims, values))
 }
 
 #[cfg(test)]

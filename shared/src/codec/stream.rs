@@ -52,7 +52,14 @@ impl StreamEncoder {
     /// zone of `deadzone` quantization levels (0 for lossless residuals).
     pub fn new(id: u32, keyframe_interval: u32, deadzone: u8) -> Self {
         assert_ne!(id, 0, "stream id 0 means no stream");
-        Self { id, next_seq: 0, keyframe_interval: keyframe_interval.max(1), deadzone, since_key: 0, reference: None }
+        Self {
+            id,
+            next_seq: 0,
+            keyframe_interval: keyframe_interval.max(1),
+            deadzone,
+            since_key: 0,
+            reference: None,
+        }
     }
 
     /// Make the next frame a keyframe (after a reconnect or a `keyframe_required` reply).
@@ -74,7 +81,11 @@ impl StreamEncoder {
         self.next_seq = self.next_seq.wrapping_add(1);
         let levels = setting.levels() as i16;
         let delta = match &mut self.reference {
-            Some((c, reference)) if *c == ctx && self.since_key + 1 < self.keyframe_interval && reference.len() == symbols.len() => {
+            Some((c, reference))
+                if *c == ctx
+                    && self.since_key + 1 < self.keyframe_interval
+                    && reference.len() == symbols.len() =>
+            {
                 let dz = i16::from(self.deadzone);
                 for (s, r) in symbols.iter_mut().zip(reference.iter_mut()) {
                     let d = i16::from(*s) - i16::from(*r);
@@ -145,12 +156,15 @@ impl StreamDecoder {
             return Ok(());
         }
         let need_key = |reason: String| CodecError::KeyframeRequired { stream: pos.stream, reason };
-        let (_, expected, have, mut reference) = entry.ok_or_else(|| need_key("no keyframe received for this stream".into()))?;
+        let (_, expected, have, mut reference) =
+            entry.ok_or_else(|| need_key("no keyframe received for this stream".into()))?;
         if pos.seq != expected {
             return Err(need_key(format!("expected frame {expected}, got {}", pos.seq)));
         }
         if have != ctx || reference.len() != symbols.len() {
-            return Err(need_key("the delta's boundary or setting differs from its keyframe's".into()));
+            return Err(need_key(
+                "the delta's boundary or setting differs from its keyframe's".into(),
+            ));
         }
         let levels = setting.levels() as u16;
         for (s, r) in symbols.iter_mut().zip(reference.iter_mut()) {

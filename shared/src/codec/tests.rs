@@ -48,7 +48,8 @@ fn calibration() -> Calibration {
     let positions = B5[2] * B5[3];
     let mut per_channel = vec![Vec::new(); B5[1]];
     let mut per_component = vec![Vec::new(); B5[1]];
-    let projection = Projection { mean: vec![0.1; B5[1]], basis: householder(B5[1]), max_rank: B5[1] };
+    let projection =
+        Projection { mean: vec![0.1; B5[1]], basis: householder(B5[1]), max_rank: B5[1] };
     for seed in 0..4 {
         let x = activations(seed);
         let y = projection.project(&x, B5[1]);
@@ -96,7 +97,8 @@ fn every_setting_round_trips_within_its_quantization_error() {
         assert_eq!(back.len(), x.len());
         if setting.rank == 0 || setting.rank == 80 {
             // Full information: the error is quantization only (plus clipping of rare tails).
-            let mse: f32 = x.iter().zip(&back).map(|(a, b)| (a - b).powi(2)).sum::<f32>() / x.len() as f32;
+            let mse: f32 =
+                x.iter().zip(&back).map(|(a, b)| (a - b).powi(2)).sum::<f32>() / x.len() as f32;
             let step = max_step(&cal, setting);
             assert!(mse <= step * step, "{setting:?}: mse {mse} vs step {step}");
         }
@@ -136,7 +138,10 @@ fn calibration_round_trips_through_bytes_and_detects_damage() {
     let mut damaged = bytes.clone();
     damaged[100] ^= 1;
     assert!(matches!(Calibration::from_bytes(&damaged), Err(CodecError::BadCalibration(_))));
-    assert!(matches!(Calibration::from_bytes(&bytes[..bytes.len() / 2]), Err(CodecError::BadCalibration(_))));
+    assert!(matches!(
+        Calibration::from_bytes(&bytes[..bytes.len() / 2]),
+        Err(CodecError::BadCalibration(_))
+    ));
     let weights_like = crate::model::WeightsFile::new().to_bytes();
     assert!(matches!(Calibration::from_bytes(&weights_like), Err(CodecError::BadCalibration(_))));
 }
@@ -167,7 +172,11 @@ fn foreign_calibration_uncalibrated_settings_and_bad_shapes_are_typed_errors() {
 fn damaged_payloads_are_rejected_never_panic() {
     let cal = calibration();
     let x = activations(5);
-    for setting in [QuantSetting::bits(2), QuantSetting::bits(8), QuantSetting { bits: 4, rank: 16, entropy: false }] {
+    for setting in [
+        QuantSetting::bits(2),
+        QuantSetting::bits(8),
+        QuantSetting { bits: 4, rank: 16, entropy: false },
+    ] {
         let (params, payload) = encode(&cal, boundary(), &B5, &x, setting, None).unwrap();
         let mut rng = 0x9e37_79b9_7f4a_7c15u64;
         for _ in 0..200 {
@@ -209,7 +218,11 @@ fn streams_send_small_residuals_and_never_drift() {
         let streamed = decode(&cal, boundary(), &B5, &params, &payload, Some(&mut dec)).unwrap();
         // Lossless residuals: exactly what a standalone frame would reconstruct.
         let (sp, sb) = encode(&cal, boundary(), &B5, &x, setting, None).unwrap();
-        assert_eq!(streamed, decode(&cal, boundary(), &B5, &sp, &sb, None).unwrap(), "frame {frame}");
+        assert_eq!(
+            streamed,
+            decode(&cal, boundary(), &B5, &sp, &sb, None).unwrap(),
+            "frame {frame}"
+        );
         sizes.push(payload.len());
     }
     assert!(sizes[1] * 2 < sizes[0], "residuals are cheaper than keyframes: {sizes:?}");
@@ -221,7 +234,9 @@ fn a_dead_zone_bounds_the_error_and_shrinks_residuals() {
     let setting = QuantSetting::bits(6);
     let step = max_step(&cal, setting);
     let frames: Vec<Vec<f32>> = (0..5)
-        .map(|f| activations(11).iter().zip(activations(200 + f)).map(|(b, n)| b + 0.02 * n).collect())
+        .map(|f| {
+            activations(11).iter().zip(activations(200 + f)).map(|(b, n)| b + 0.02 * n).collect()
+        })
         .collect();
     let mut bytes = [0usize; 2];
     for (slot, deadzone) in [0u8, 1].into_iter().enumerate() {
@@ -280,7 +295,9 @@ fn decoders_track_a_bounded_number_of_streams() {
     let mut dec = StreamDecoder::new();
     for id in 1..=(MAX_STREAMS as u32 + 3) {
         let mut enc = StreamEncoder::new(id, 10, 0);
-        let (p, b) = encode(&cal, boundary(), &B5, &activations(1), QuantSetting::bits(2), Some(&mut enc)).unwrap();
+        let (p, b) =
+            encode(&cal, boundary(), &B5, &activations(1), QuantSetting::bits(2), Some(&mut enc))
+                .unwrap();
         decode(&cal, boundary(), &B5, &p, &b, Some(&mut dec)).unwrap();
     }
     assert_eq!(dec.len(), MAX_STREAMS);

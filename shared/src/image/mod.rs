@@ -45,7 +45,10 @@ impl RgbImage {
     }
 
     /// Copy out a rectangle.
-    fn crop(&self, left: usize, top: usize, w: usize, h: usize) -> Self {
+    ///
+    /// # Panics
+    /// When the rectangle is not inside the image.
+    pub fn crop(&self, left: usize, top: usize, w: usize, h: usize) -> Self {
         let mut pixels = Vec::with_capacity(w * h * 3);
         for y in top..top + h {
             let start = (y * self.width + left) * 3;

@@ -158,14 +158,12 @@ impl EfficientNetLite0 {
     }
 }
 
-/// The tensor carried by a features frame's `shape` and little-endian f32 `payload`, as the
-/// frame decoder validated them (the payload length matches the shape).
+/// Activations as a tensor on `device`, as [`crate::codec::features_values`] returns them.
 ///
 /// # Shapes
-/// `shape` must have 4 dimensions: `[n, C, H, W]`.
-pub fn features_tensor(shape: &[u32], payload: &[u8], device: &Device) -> Tensor<4> {
-    let shape: Vec<usize> = shape.iter().map(|d| *d as usize).collect();
-    Tensor::from_data(TensorData::new(crate::protocol::Request::f32_values(payload), shape), device)
+/// `dims` must have 4 dimensions, `[n, C, H, W]`, and match `values.len()`.
+pub fn features_tensor(dims: &[usize], values: Vec<f32>, device: &Device) -> Tensor<4> {
+    Tensor::from_data(TensorData::new(values, dims.to_vec()), device)
 }
 
 /// Check that `dims` is a batch of activations at `boundary`.

@@ -20,7 +20,7 @@ mod reply;
 mod request;
 
 pub use error::{ErrorCode, WireError};
-pub use reply::{Reply, ServerTimings};
+pub use reply::{Reply, ServerLoad, ServerTimings};
 pub use request::{Encoding, Request};
 
 /// First four bytes of every frame.

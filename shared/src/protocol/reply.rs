@@ -1,7 +1,8 @@
 //! Server -> client frames.
 //!
 //! Result body: `boundary u8 | k u8 | k x (class u16, prob f32) | queue_us u32 | decode_us u32 |
-//! compute_us u32`. Error body: `code u16 | len u16 | message utf-8`.
+//! compute_us u32 | flags u8 (bit 0: cache hit) | queued u16 | workers u16 | recent_us u32`.
+//! Error body: `code u16 | len u16 | message utf-8`.
 
 use super::cursor::Cursor;
 use super::{ErrorCode, MAX_MESSAGE_BYTES, MAX_TOP_K, WireError, kind, read_header, write_header};
@@ -17,6 +18,19 @@ pub struct ServerTimings {
     pub decode_us: u32,
     /// Running the network's remaining stages and the softmax.
     pub compute_us: u32,
+    /// Answered from the server's result cache: no compute ran.
+    pub cached: bool,
+}
+
+/// How loaded the server was when it answered, so clients can plan around it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ServerLoad {
+    /// Requests waiting for a worker.
+    pub queued: u16,
+    /// Model workers.
+    pub workers: u16,
+    /// Recent compute time per request (moving average), microseconds.
+    pub recent_us: u32,
 }
 
 /// A reply from the server.
@@ -32,6 +46,8 @@ pub enum Reply {
         top: Vec<Prediction>,
         /// Server-side timings.
         timings: ServerTimings,
+        /// Server load at reply time.
+        load: ServerLoad,
     },
     /// The request was refused; the session stays open.
     Error {
@@ -69,7 +85,7 @@ impl Reply {
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(64);
         match self {
-            Self::Result { id, from, top, timings } => {
+            Self::Result { id, from, top, timings, load } => {
                 write_header(&mut out, kind::RESULT, *id);
                 let top = &top[..top.len().min(MAX_TOP_K)];
                 out.extend_from_slice(&[from.index(), top.len() as u8]);
@@ -80,6 +96,10 @@ impl Reply {
                 for t in [timings.queue_us, timings.decode_us, timings.compute_us] {
                     out.extend_from_slice(&t.to_le_bytes());
                 }
+                out.push(u8::from(timings.cached));
+                out.extend_from_slice(&load.queued.to_le_bytes());
+                out.extend_from_slice(&load.workers.to_le_bytes());
+                out.extend_from_slice(&load.recent_us.to_le_bytes());
             }
             Self::Error { id, code, message } => {
                 write_header(&mut out, kind::ERROR, *id);
@@ -111,9 +131,14 @@ impl Reply {
                 let top = (0..k)
                     .map(|_| Ok(Prediction { class: c.u16()?, prob: c.f32()? }))
                     .collect::<Result<Vec<_>, WireError>>()?;
-                let timings =
-                    ServerTimings { queue_us: c.u32()?, decode_us: c.u32()?, compute_us: c.u32()? };
-                Self::Result { id, from, top, timings }
+                let (queue_us, decode_us, compute_us) = (c.u32()?, c.u32()?, c.u32()?);
+                let flags = c.u8()?;
+                if flags > 1 {
+                    return Err(WireError::UnknownFlags(flags));
+                }
+                let timings = ServerTimings { queue_us, decode_us, compute_us, cached: flags == 1 };
+                let load = ServerLoad { queued: c.u16()?, workers: c.u16()?, recent_us: c.u32()? };
+                Self::Result { id, from, top, timings, load }
             }
             kind::ERROR => {
                 let code = ErrorCode::from_u16(c.u16()?);
@@ -142,7 +167,8 @@ mod tests {
             id: 9,
             from: Boundary::block(3).unwrap(),
             top: vec![Prediction { class: 282, prob: 0.4 }, Prediction { class: 281, prob: 0.2 }],
-            timings: ServerTimings { queue_us: 1, decode_us: 2, compute_us: 3 },
+            timings: ServerTimings { queue_us: 1, decode_us: 2, compute_us: 3, cached: true },
+            load: ServerLoad { queued: 4, workers: 2, recent_us: 31_000 },
         };
         let error = Reply::error(7, ErrorCode::ShapeMismatch, "shape [1, 2] does not match");
         for r in [result, error] {

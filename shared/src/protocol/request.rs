@@ -246,7 +246,11 @@ mod tests {
 
     #[test]
     fn round_trips() {
-        for r in [features(), coded(), Request::Image { id: u64::MAX, payload: vec![0xff, 0xd8, 1, 2, 3] }] {
+        for r in [
+            features(),
+            coded(),
+            Request::Image { id: u64::MAX, payload: vec![0xff, 0xd8, 1, 2, 3] },
+        ] {
             assert_eq!(Request::decode(&r.to_bytes()).unwrap(), r);
         }
         let Request::Features { payload, .. } = features() else { unreachable!() };

@@ -1,0 +1,117 @@
+use futures_executor::block_on;
+use split_shared::codec::features_values;
+use split_shared::model::features_tensor;
+use split_shared::protocol::{Request, ServerTimings};
+
+use super::*;
+
+fn runner() -> EdgeRunner {
+    let path = split_shared::model::default_weights_path();
+    let bytes = std::fs::read(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}; run `cargo xtask setup`", path.display()));
+    let runner = EdgeRunner::new(&bytes, Device::flex()).expect("valid weights");
+    let path = split_shared::codec::default_calibration_path();
+    let calibration = std::fs::read(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}; run `cargo xtask setup`", path.display()));
+    runner.set_calibration(&calibration).expect("valid calibration");
+    runner
+}
+
+fn photo() -> Vec<u8> {
+    std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../web/samples/chelsea.png")).unwrap()
+}
+
+fn opts(split: &str, setting: &str, stream: bool) -> RunOptions {
+    RunOptions { split: split.parse().unwrap(), setting: setting.parse().unwrap(), stream }
+}
+
+/// What the server would answer for a features frame.
+fn cloud(runner: &EdgeRunner, frame: &[u8]) -> Vec<Prediction> {
+    let Request::Features { boundary, shape, encoding, payload, .. } =
+        Request::decode(frame).unwrap()
+    else {
+        panic!("a features frame")
+    };
+    let (dims, values) = runner
+        .with_calibration(|c| features_values(boundary, &shape, &encoding, &payload, c, None))
+        .unwrap();
+    let x = features_tensor(&dims, values, &runner.device);
+    let logits = runner.model.forward_range(x, boundary, Boundary::LOGITS).unwrap();
+    top_k(&logits.into_data().try_to_vec::<f32>().unwrap(), TOP_K)
+}
+
+#[test]
+fn edge_only_f32_and_coded_splits_agree_on_a_bundled_photo() {
+    let runner = runner();
+    let local = block_on(runner.run(&photo(), opts("logits", "f32", false), 1)).unwrap();
+    let EdgeOutput::Local { top } = local else { panic!("edge-only must answer locally") };
+    assert!((281..=285).contains(&top[0].class), "chelsea is a cat, got {}", top[0].class);
+    let mut sizes = Vec::new();
+    for setting in ["f32", "q8", "q4", "q2-r16"] {
+        let out = block_on(runner.run(&photo(), opts("block5", setting, false), 2)).unwrap();
+        let EdgeOutput::Remote { frame, delta: false } = out else { panic!("{setting}: {out:?}") };
+        assert_eq!(cloud(&runner, &frame)[0].class, top[0].class, "{setting}");
+        sizes.push(frame.len());
+    }
+    assert!(sizes.windows(2).all(|w| w[1] < w[0]), "fewer bits, fewer bytes: {sizes:?}");
+}
+
+#[test]
+fn repeated_content_is_answered_from_the_cache() {
+    let runner = runner();
+    let o = opts("block11", "q4", false);
+    let EdgeOutput::Remote { frame, .. } = block_on(runner.run(&photo(), o, 7)).unwrap() else {
+        panic!()
+    };
+    // No reply yet: the repeat must be computed and sent again.
+    assert!(matches!(block_on(runner.run(&photo(), o, 8)).unwrap(), EdgeOutput::Remote { .. }));
+    let top = cloud(&runner, &frame);
+    let reply = Reply::Result {
+        id: 7,
+        from: o.split,
+        top: top.clone(),
+        timings: ServerTimings::default(),
+        load: Default::default(),
+    };
+    runner.accept_reply(&reply.to_bytes()).unwrap();
+    assert_eq!(block_on(runner.run(&photo(), o, 9)).unwrap(), EdgeOutput::Cached { top });
+    // Other options or other content are not served from that entry.
+    assert!(matches!(
+        block_on(runner.run(&photo(), opts("block11", "q3", false), 10)).unwrap(),
+        EdgeOutput::Remote { .. }
+    ));
+    let mut other = photo();
+    let last = other.len() - 20;
+    other[last] ^= 1;
+    assert!(!matches!(block_on(runner.run(&other, o, 11)), Ok(EdgeOutput::Cached { .. })));
+}
+
+#[test]
+fn streams_send_deltas_until_the_server_asks_for_a_keyframe() {
+    let runner = runner();
+    let img = split_shared::image::preprocess(&photo()).unwrap();
+    let o = opts("block8", "q4", true);
+    let kinds: Vec<bool> = (0..3)
+        .map(|i| match block_on(runner.run_pixels(&img, o, i)).unwrap() {
+            EdgeOutput::Remote { delta, .. } => delta,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(kinds, vec![false, true, true]);
+    let refusal = Reply::error(3, ErrorCode::KeyframeRequired, "lost frame");
+    runner.accept_reply(&refusal.to_bytes()).unwrap();
+    let EdgeOutput::Remote { delta, .. } = block_on(runner.run_pixels(&img, o, 4)).unwrap() else {
+        panic!()
+    };
+    assert!(!delta, "a keyframe after keyframe_required");
+}
+
+#[test]
+fn bad_input_is_a_typed_error() {
+    let runner = runner();
+    let err = block_on(runner.run(b"GIF89a", opts("stem", "f32", false), 1)).unwrap_err();
+    assert!(matches!(err, split_shared::Error::ImageDecode(_)), "{err}");
+    let err = runner.set_calibration(b"SPLC and nothing else").unwrap_err();
+    assert!(matches!(err, split_shared::Error::Codec(_)), "{err}");
+    assert!(runner.accept_reply(b"not a reply").is_err());
+}
