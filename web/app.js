@@ -45,6 +45,28 @@ function fillSplits() {
   select.value = "block5";
 }
 
+// Codec settings offered in the menu; the server's default is preselected.
+const CODECS = {
+  f32: "f32 — uncompressed",
+  q8: "q8 — 8 bits/value + rANS",
+  q6: "q6 — 6 bits/value + rANS",
+  q4: "q4 — 4 bits/value + rANS",
+  q3: "q3 — 3 bits/value + rANS",
+  q2: "q2 — 2 bits/value + rANS",
+  "q4-packed": "q4-packed — 4 bits/value, no entropy coding",
+  "q2-r16": "q2-r16 — 16 principal components, 2 bits + rANS",
+};
+
+function fillCodecs() {
+  const select = $("codec");
+  const calibrated = Boolean(client.info.calibration);
+  for (const [value, label] of Object.entries(CODECS)) {
+    if (value === "f32" || calibrated) select.add(new Option(label, value));
+  }
+  if (!Object.hasOwn(CODECS, client.defaultCodec)) select.add(new Option(client.defaultCodec, client.defaultCodec));
+  select.value = client.defaultCodec;
+}
+
 const ms = (x) => `${x.toFixed(1)} ms`;
 
 async function classify() {
@@ -53,13 +75,16 @@ async function classify() {
   $("classify").disabled = true;
   document.body.dataset.state = "busy";
   try {
-    const r = await client.classify(image.bytes, $("split").value);
+    const r = await client.classify(image.bytes, $("split").value, { codec: $("codec").value });
     $("top").replaceChildren(...r.top.map((p) => {
       const li = document.createElement("li");
       li.textContent = `${p.name} (${p.class}) — ${(p.prob * 100).toFixed(1)}%`;
       return li;
     }));
-    $("r-mode").textContent = r.mode === "split" ? `split after ${r.split}` : `${r.mode} only`;
+    const modes = { split: `split after ${r.split}`, cache: "answered from the browser's cache", edge: "edge only", cloud: "cloud only" };
+    $("r-mode").textContent = modes[r.mode] ?? r.mode;
+    $("r-codec").textContent = r.mode === "split" ? r.codec : r.mode === "cloud" ? "image upload" : "—";
+    $("r-load").textContent = r.load ? `${r.load.queued} queued, ${r.load.workers} worker(s), ${ms(r.load.recentMs)} recent compute${r.serverCached ? "; served from cache" : ""}` : "—";
     $("r-backend").textContent = r.backend;
     $("r-edge").textContent = ms(r.edgeMs);
     $("r-bytes").textContent = r.bytesSent.toLocaleString();
@@ -79,7 +104,7 @@ async function classify() {
 
 async function main() {
   const backend = new URLSearchParams(location.search).get("backend") ?? "auto";
-  const labels = { wasm: "Loading the wasm module…", weights: "Downloading weights", "warm-up": "Compiling and warming up the model…", ready: "Ready" };
+  const labels = { wasm: "Loading the wasm module…", weights: "Downloading weights", calibration: "Downloading the codec calibration", "warm-up": "Compiling and warming up the model…", ready: "Ready" };
   client = await SplitClient.create({
     backend,
     onProgress: (p) => {
@@ -89,6 +114,8 @@ async function main() {
       else $("progress").value = p.fraction;
     },
   });
+  // Exposed for the browser tests and for experimenting from the console.
+  window.splitClient = client;
   $("backend").textContent = client.backend;
   document.body.dataset.backend = client.backend;
   $("classify").disabled = !image;
@@ -111,6 +138,7 @@ async function start() {
   try {
     await main();
     fillSplits();
+    fillCodecs();
   } catch (e) {
     showError(e);
   }

@@ -4,12 +4,16 @@
 //   const client = await SplitClient.create({ onProgress: (p) => console.log(p.stage, p.fraction) });
 //   const result = await client.classify(fileBytes, "block5");   // or "edge", "cloud", any boundary
 //   result.top[0].name  // "tiger cat"
+//   await client.classify(frameBytes, "block8", { codec: "q2-r16", stream: true });  // camera frames
 //
+// Features are compressed with the server's default codec (from /api/info) unless `codec` says
+// otherwise ("f32" sends them uncompressed). Content already classified with the same options is
+// answered from a cache in the wasm module without compute or traffic.
 // The WebSocket lives here, in JS; the wasm module (./pkg) computes and frames. Every failure is
 // thrown as a SplitError with a stable `code` ("network", "timeout", or a server error code such
 // as "shape_mismatch") and a message meant for a developer.
 
-import init, { EdgeSession, boundaries, decodeReply, encodeImageRequest } from "./pkg/wasm_edge.js";
+import init, { EdgeSession, boundaries, encodeImageRequest } from "./pkg/wasm_edge.js";
 
 /** An error with a stable, machine-readable code. */
 export class SplitError extends Error {
@@ -61,15 +65,25 @@ export class SplitClient {
     const onProgress = options.onProgress ?? (() => {});
     onProgress({ stage: "wasm", fraction: null });
     await init();
+    const infoResponse = await fetch(new URL("api/info", base));
+    if (!infoResponse.ok) throw new SplitError("network", `GET api/info failed: ${infoResponse.status}`);
+    const info = await infoResponse.json();
     const weights = await fetchWithProgress(new URL("weights/efficientnet-lite0.splw", base), "weights", onProgress);
+    const calibration = info.calibration
+      ? await fetchWithProgress(new URL(info.calibration.url.replace(/^\//, ""), base), "calibration", onProgress)
+      : null;
     onProgress({ stage: "warm-up", fraction: null });
     const edge = await EdgeSession.create(weights, options.backend ?? "auto");
+    if (calibration) edge.setCalibration(calibration);
     onProgress({ stage: "ready", fraction: 1 });
-    return new SplitClient(base, edge, options.timeoutMs ?? DEFAULT_TIMEOUT_MS);
+    return new SplitClient(base, edge, options.timeoutMs ?? DEFAULT_TIMEOUT_MS, info);
   }
 
-  constructor(base, edge, timeoutMs) {
+  constructor(base, edge, timeoutMs, info) {
     this.edge = edge;
+    this.info = info;
+    /** Codec used when `classify` is not given one: the server's recommendation. */
+    this.defaultCodec = info.default_codec ?? "f32";
     this.timeoutMs = timeoutMs;
     this.wsUrl = new URL("ws", base);
     this.wsUrl.protocol = base.protocol === "https:" ? "wss:" : "ws:";
@@ -96,7 +110,11 @@ export class SplitClient {
     const socket = new WebSocket(this.wsUrl);
     socket.binaryType = "arraybuffer";
     this.connecting = new Promise((resolve, reject) => {
-      socket.onopen = () => resolve(socket);
+      socket.onopen = () => {
+        // Stream references do not survive a connection: start again from a keyframe.
+        this.edge.forceKeyframe();
+        resolve(socket);
+      };
       socket.onerror = () => reject(new SplitError("network", `cannot connect to ${this.wsUrl}`));
     }).finally(() => {
       this.connecting = null;
@@ -104,7 +122,9 @@ export class SplitClient {
     socket.onmessage = (event) => {
       let reply;
       try {
-        reply = decodeReply(new Uint8Array(event.data));
+        // The session learns from replies: results fill its cache, keyframe_required resets
+        // the stream.
+        reply = this.edge.acceptReply(new Uint8Array(event.data));
       } catch (e) {
         console.error("undecodable reply", e);
         return;
@@ -144,39 +164,63 @@ export class SplitClient {
    * Classify an encoded image (JPEG or PNG bytes).
    * @param {Uint8Array} image
    * @param {string} split  "edge" (all local), "cloud" (upload the image), or a boundary name
-   * @returns {Promise<{mode, split, backend, top, edgeMs, bytesSent, serverMs, roundTripMs, totalMs}>}
+   * @param {object} [options]
+   * @param {string} [options.codec]  "f32", or "q<bits>[-r<rank>][-packed]"; default: `defaultCodec`
+   * @param {boolean} [options.stream]  code against the previous frame (camera streams)
+   * @returns {Promise<{mode, split, codec, backend, top, edgeMs, bytesSent, serverMs, serverCached,
+   *   roundTripMs, totalMs, load}>}  mode is "edge", "cloud", "split" or "cache"
    */
-  async classify(image, split = "block5") {
-    const id = this.nextId++;
+  async classify(image, split = "block5", options = {}) {
+    const codec = options.codec ?? this.defaultCodec;
     const started = performance.now();
-    let frame;
-    let edgeMs = 0;
-    if (split === "cloud") {
-      frame = encodeImageRequest(id, image);
-    } else {
-      const out = await this.edge.run(image, split === "edge" ? "logits" : split, id);
-      edgeMs = performance.now() - started;
-      if (out.top) {
-        return { mode: "edge", split: "logits", backend: this.backend, top: out.top, edgeMs, bytesSent: 0,
-                 serverMs: 0, roundTripMs: 0, totalMs: edgeMs };
+    for (let attempt = 0; ; attempt++) {
+      const id = this.nextId++;
+      let frame;
+      let edgeMs = 0;
+      if (split === "cloud") {
+        frame = encodeImageRequest(id, image);
+      } else {
+        const out = await this.edge.run(image, split === "edge" ? "logits" : split, id, codec, Boolean(options.stream));
+        edgeMs = performance.now() - started;
+        if (out.top) {
+          return { mode: out.cached ? "cache" : "edge", split: split === "edge" ? "logits" : split, codec,
+                   backend: this.backend, top: out.top, edgeMs, bytesSent: 0, serverMs: 0, serverCached: false,
+                   roundTripMs: 0, totalMs: edgeMs, load: null };
+        }
+        frame = out.frame;
       }
-      frame = out.frame;
+      const sent = performance.now();
+      let reply;
+      try {
+        reply = await this.request(id, frame);
+      } catch (e) {
+        // The server lost this stream's reference (a dropped frame, a restart): the session
+        // already switched to a keyframe, so send this image once more.
+        if (e.code === "keyframe_required" && attempt === 0) continue;
+        throw e;
+      }
+      const roundTripMs = performance.now() - sent;
+      const t = reply.timings;
+      return {
+        mode: split === "cloud" ? "cloud" : "split",
+        split: reply.from,
+        codec: split === "cloud" ? "image" : codec,
+        backend: split === "cloud" ? "server" : this.backend,
+        top: reply.top,
+        edgeMs,
+        bytesSent: frame.length,
+        serverMs: t.queueMs + t.decodeMs + t.computeMs,
+        serverCached: t.cached,
+        roundTripMs,
+        totalMs: performance.now() - started,
+        load: reply.load,
+      };
     }
-    const sent = performance.now();
-    const reply = await this.request(id, frame);
-    const roundTripMs = performance.now() - sent;
-    const t = reply.timings;
-    return {
-      mode: split === "cloud" ? "cloud" : "split",
-      split: reply.from,
-      backend: split === "cloud" ? "server" : this.backend,
-      top: reply.top,
-      edgeMs,
-      bytesSent: frame.length,
-      serverMs: t.queueMs + t.decodeMs + t.computeMs,
-      roundTripMs,
-      totalMs: performance.now() - started,
-    };
+  }
+
+  /** Time the codec alone in this browser: `{ bytes, encodeMs, decodeMs }` per run. */
+  benchCodec(image, split, codec, repeats = 10) {
+    return this.edge.benchCodec(image, split, codec, repeats);
   }
 
   /** Close the connection. */

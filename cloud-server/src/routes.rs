@@ -8,7 +8,7 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use anyhow::{Context, Result};
 use burn::tensor::Device;
 use split_shared::cache::LruCache;
-use split_shared::codec::{Calibration, SUPPORTED_BITS};
+use split_shared::codec::{Calibration, DEFAULT_SETTING, SUPPORTED_BITS};
 use split_shared::labels::Prediction;
 use split_shared::model::{Boundary, EfficientNetLite0, WeightsFile, boundary_table};
 use split_shared::protocol::{MAX_FRAME_BYTES, PROTOCOL_VERSION};
@@ -117,8 +117,11 @@ async fn info(state: web::Data<AppState>) -> HttpResponse {
             "max_rank": c.boundaries().map(|b| (b.name(), c.at(b).and_then(|t| t.pca.as_ref()).map_or(0, |p| p.projection.max_rank))).collect::<std::collections::BTreeMap<_, _>>(),
         })
     });
+    let default_codec =
+        if state.calibration.is_some() { DEFAULT_SETTING.to_string() } else { "f32".into() };
     HttpResponse::Ok().json(serde_json::json!({
         "calibration": calibration,
+        "default_codec": default_codec,
         "protocol_version": PROTOCOL_VERSION,
         "max_frame_bytes": MAX_FRAME_BYTES,
         "model": "efficientnet-lite0",

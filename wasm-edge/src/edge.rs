@@ -119,6 +119,7 @@ impl EdgeRunner {
             image,
             &[options.split.index()],
             options.setting.to_string().as_bytes(),
+            &[u8::from(options.stream)],
             &calibration.to_le_bytes(),
         ])
     }

@@ -1,6 +1,8 @@
 // Browser end-to-end test: headless Chromium opens the page served by the real server and
-// classifies `chelsea` edge-only, cloud-only and at two splits, once with WebGPU and once on the
-// CPU fallback. Run by `cargo xtask test`, which starts the server and sets SPLIT_URL.
+// classifies `chelsea` edge-only, cloud-only and at two splits (features compressed with the
+// default codec), once with WebGPU and once on the CPU fallback. The CPU pass also runs every
+// codec path of the wasm build against the server, the content cache and a stream.
+// Run by `cargo xtask test`, which starts the server and sets SPLIT_URL.
 import assert from "node:assert/strict";
 import { GPU_ARGS, withPage } from "./browser.mjs";
 
@@ -10,7 +12,53 @@ const CATS = new Set([281, 282, 283, 284, 285]);
 // SwiftShader's WebGPU is a software rasterizer: slow, but correct.
 const STEP_TIMEOUT_MS = 300_000;
 
-async function runPass({ name, args, expectBackend }) {
+const CODECS = ["f32", "q8", "q6", "q4", "q3", "q2", "q4-packed", "q2-r16", "q3-r40"];  // block8 has 80 channels
+
+/** Every codec through the wasm encoder and the server's decoder, then the cache and a stream. */
+async function codecChecks(page, name) {
+  const out = await page.evaluate(async (codecs) => {
+    const client = window.splitClient;
+    const load = async (n) => new Uint8Array(await (await fetch(`samples/${n}.png`)).arrayBuffer());
+    const chelsea = await load("chelsea");
+    const coffee = await load("coffee");
+    const rows = [];
+    for (const codec of codecs) {
+      const r = await client.classify(chelsea, "block8", { codec });
+      const bench = await client.benchCodec(chelsea, "block8", codec, 5);
+      rows.push({ codec, mode: r.mode, top1: r.top[0].class, bytesSent: r.bytesSent,
+                  encodeMs: bench.encodeMs.toFixed(2), decodeMs: bench.decodeMs.toFixed(2) });
+    }
+    const repeat = await client.classify(chelsea, "block8", {});
+    const stream = [];
+    for (const img of [coffee, chelsea, chelsea, coffee]) {
+      const r = await client.classify(img, "block11", { codec: "q3", stream: true });
+      stream.push({ top1: r.top[0].class, bytes: r.bytesSent, mode: r.mode });
+    }
+    const standalone = [];
+    for (const img of [coffee, chelsea]) standalone.push((await client.classify(img, "block11", { codec: "q3" })).top[0].class);
+    return { rows, repeat: { mode: repeat.mode, bytesSent: repeat.bytesSent, top1: repeat.top[0].class },
+             stream, standalone, defaultCodec: client.defaultCodec };
+  }, CODECS);
+  console.table(out.rows);
+  console.table(out.stream);
+  const f32 = out.rows.find((r) => r.codec === "f32");
+  for (const r of out.rows) {
+    assert.equal(r.mode, "split", `${name}/${r.codec}: features were sent`);
+    assert.ok(r.bytesSent > 0 && r.bytesSent <= f32.bytesSent, `${name}/${r.codec}: ${r.bytesSent} bytes`);
+    // Chelsea's top-2 (tiger cat, Egyptian cat) are close: the coarsest settings may swap them.
+    if (/^q2|-r/.test(r.codec)) assert.ok(CATS.has(r.top1), `${name}/${r.codec}: ${r.top1} is not a cat`);
+    else assert.equal(r.top1, f32.top1, `${name}/${r.codec}: top-1 differs from f32`);
+  }
+  const byDefault = out.rows.find((r) => r.codec === out.defaultCodec);
+  assert.ok(byDefault && byDefault.bytesSent * 4 < f32.bytesSent, `${name}: the default codec ${out.defaultCodec} compresses`);
+  assert.deepEqual(out.repeat, { mode: "cache", bytesSent: 0, top1: byDefault.top1 }, `${name}: a repeat is served from the cache`);
+  // Stream: coffee (key), chelsea (delta), chelsea again (answered from the cache), coffee (delta).
+  assert.deepEqual(out.stream.map((s) => s.top1), [out.standalone[0], out.standalone[1], out.standalone[1], out.standalone[0]],
+    `${name}: stream frames classify like standalone ones`);
+  assert.equal(out.stream[2].mode, "cache", `${name}: a repeated stream frame is not recomputed`);
+}
+
+async function runPass({ name, args, expectBackend, codecs }) {
   const errors = [];
   return withPage(args, async (page) => {
     page.on("pageerror", (e) => errors.push(e.message));
@@ -42,6 +90,9 @@ async function runPass({ name, args, expectBackend }) {
     for (const r of rows) assert.ok(CATS.has(r.top1), `${name}/${r.split}: top-1 ${r.top1} (${r.name}) is not a cat`);
     assert.equal(new Set(rows.map((r) => r.top1)).size, 1, `${name}: top-1 differs across modes`);
     assert.equal(rows.find((r) => r.split === "edge").bytesSent, 0, "edge-only sends nothing");
+    const defaultCodec = await page.evaluate(() => window.splitClient.defaultCodec);
+    assert.notEqual(defaultCodec, "f32", `${name}: the server offers a calibrated codec`);
+    if (codecs) await codecChecks(page, name);
     assert.equal(errors.filter((e) => !/WebGPU unavailable/.test(e)).length, 0, `${name}: page errors: ${errors.join("\n")}`);
     return rows;
   });
@@ -49,7 +100,7 @@ async function runPass({ name, args, expectBackend }) {
 
 const passes = [
   { name: "webgpu", args: GPU_ARGS.webgpu, expectBackend: "webgpu" },
-  { name: "cpu-fallback", args: GPU_ARGS.cpu, expectBackend: "cpu" },
+  { name: "cpu-fallback", args: GPU_ARGS.cpu, expectBackend: "cpu", codecs: true },
 ];
 const only = process.env.SPLIT_E2E_PASS;
 const all = [];

@@ -31,6 +31,10 @@ pub use stream::{DEFAULT_KEYFRAME_INTERVAL, MAX_STREAMS, StreamDecoder, StreamEn
 use crate::model::Boundary;
 use crate::protocol::{Encoding, Request};
 
+/// The setting clients use unless told otherwise (see the README's codec section for the
+/// measurements behind the choice).
+pub const DEFAULT_SETTING: Setting = Setting::Quant(QuantSetting::bits(4));
+
 /// The codec parameters a coded features frame carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CodedParams {
