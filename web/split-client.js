@@ -59,6 +59,7 @@ export class SplitClient {
    * @param {"auto"|"webgpu"|"cpu"} [options.backend]  default "auto": WebGPU if it works, else CPU
    * @param {(p: {stage: string, fraction: number|null}) => void} [options.onProgress]
    * @param {number} [options.timeoutMs]  per request
+   * @param {number} [options.cacheEntries]  results remembered by content (default 256; 0: off)
    */
   static async create(options = {}) {
     const base = new URL(options.baseUrl ?? "/", location.href);
@@ -75,6 +76,7 @@ export class SplitClient {
     onProgress({ stage: "warm-up", fraction: null });
     const edge = await EdgeSession.create(weights, options.backend ?? "auto");
     if (calibration) edge.setCalibration(calibration);
+    if (options.cacheEntries != null) edge.setCacheEntries(options.cacheEntries);
     onProgress({ stage: "ready", fraction: 1 });
     return new SplitClient(base, edge, options.timeoutMs ?? DEFAULT_TIMEOUT_MS, info);
   }

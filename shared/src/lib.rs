@@ -7,6 +7,7 @@
 //! - [`codec`]: quantization, projection, entropy coding and stream deltas for features, driven
 //!   by a calibration artefact;
 //! - [`cache`]: the content-keyed LRU both sides use to skip repeated work;
+//! - [`plan`]: cost table, split planner, network monitor and adaptive controller;
 //! - [`labels`]: ImageNet class names and top-k.
 //!
 //! Everything here builds for `wasm32-unknown-unknown` and natively.
@@ -17,6 +18,7 @@ pub mod error;
 pub mod image;
 pub mod labels;
 pub mod model;
+pub mod plan;
 pub mod protocol;
 
 pub use error::{Error, Result};

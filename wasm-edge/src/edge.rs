@@ -107,6 +107,11 @@ impl EdgeRunner {
         Ok(id)
     }
 
+    /// Resize the content cache (0 turns it off: benchmarks want every request computed).
+    pub fn set_cache_entries(&self, entries: usize) {
+        self.state.borrow_mut().cache = LruCache::new(entries, entries * 256);
+    }
+
     /// Make the stream's next frame a keyframe (after a reconnect).
     pub fn force_keyframe(&self) {
         self.state.borrow_mut().stream.force_keyframe();

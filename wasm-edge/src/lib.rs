@@ -134,6 +134,12 @@ impl EdgeSession {
         self.runner.accept_reply(frame).map(|r| js::reply(&r)).map_err(js_error)
     }
 
+    /// Resize the content cache of results (default 256 entries; 0 turns it off).
+    #[wasm_bindgen(js_name = setCacheEntries)]
+    pub fn set_cache_entries(&self, entries: u32) {
+        self.runner.set_cache_entries(entries as usize);
+    }
+
     /// Make the stream's next frame a keyframe (call after reconnecting).
     #[wasm_bindgen(js_name = forceKeyframe)]
     pub fn force_keyframe(&self) {

@@ -6,19 +6,23 @@
 //! - `web`: build the wasm edge module into `web/pkg`;
 //! - `demo`: setup + web, then start the server and print the URL;
 //! - `test`: setup + web, then every test, the headless-browser ones included;
-//! - `eval`: accuracy and agreement of split inference over a folder of images.
+//! - `eval`: accuracy and agreement of split inference over a folder of images;
+//! - `stream-eval`: bytes per frame of a synthetic camera pan with and without residuals;
+//! - `fuzz`: the libFuzzer target on the frame and codec decoders (nightly).
 
 mod calibrate;
 mod convert;
 mod eval;
+mod fuzz;
 mod paths;
 mod setup;
+mod stream_eval;
 mod torch_legacy;
 mod web;
 
 use anyhow::{Result, bail};
 
-const USAGE: &str = "usage: cargo xtask <setup | calibrate [options] | web | demo [server args] | test | eval [options]>";
+const USAGE: &str = "usage: cargo xtask <setup | calibrate [options] | web | demo [server args] | test | eval [options] | stream-eval [options] | fuzz [seconds]>";
 
 fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
@@ -31,6 +35,8 @@ fn main() -> Result<()> {
         "demo" => web::demo(&rest),
         "test" => web::test_all(),
         "eval" => eval::run(&rest),
+        "fuzz" => fuzz::run(&rest),
+        "stream-eval" => stream_eval::run(&rest),
         "help" | "--help" | "-h" => {
             println!("{USAGE}");
             Ok(())

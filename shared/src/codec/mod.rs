@@ -16,6 +16,7 @@ pub mod entropy;
 mod error;
 pub mod fit;
 pub mod quant;
+mod samples;
 mod setting;
 mod stream;
 
@@ -25,6 +26,7 @@ pub use calibration::{
 };
 pub use error::CodecError;
 pub use quant::{ClipRange, Projection};
+pub use samples::{sample_frames, synthetic_activations};
 pub use setting::{QuantSetting, SUPPORTED_BITS, Setting};
 pub use stream::{DEFAULT_KEYFRAME_INTERVAL, MAX_STREAMS, StreamDecoder, StreamEncoder, StreamPos};
 

@@ -1,0 +1,37 @@
+//! Any bytes as a client frame: the request decoder, then the codec with the real calibration
+//! and a stream decoder that lives across inputs (so delta paths with state are reached too).
+//! Nothing may panic; every input is either decoded or refused with a typed error.
+#![no_main]
+
+use std::sync::{Mutex, OnceLock};
+
+use libfuzzer_sys::fuzz_target;
+use split_shared::codec::{Calibration, StreamDecoder, default_calibration_path, features_values};
+use split_shared::protocol::Request;
+
+fn calibration() -> &'static Calibration {
+    static C: OnceLock<Calibration> = OnceLock::new();
+    C.get_or_init(|| {
+        let bytes = std::fs::read(default_calibration_path())
+            .expect("run `cargo xtask setup` first: the fuzzer decodes with the real calibration");
+        Calibration::from_bytes(&bytes).expect("valid calibration")
+    })
+}
+
+fuzz_target!(|data: &[u8]| {
+    static STREAMS: OnceLock<Mutex<StreamDecoder>> = OnceLock::new();
+    let calibration = calibration();
+    // Let the fuzzer reach the coded paths: stamp this calibration's id into coded frames.
+    let mut frame = data.to_vec();
+    if frame.len() >= 48 && frame[17] == 2 {
+        let ndim = usize::from(frame[18]).min(4);
+        let at = 20 + 4 * ndim + 4;
+        if frame.len() >= at + 8 {
+            frame[at..at + 8].copy_from_slice(&calibration.id().to_le_bytes());
+        }
+    }
+    if let Ok(Request::Features { boundary, shape, encoding, payload, .. }) = Request::decode(&frame) {
+        let mut streams = STREAMS.get_or_init(Default::default).lock().unwrap();
+        let _ = features_values(boundary, &shape, &encoding, &payload, Some(calibration), Some(&mut streams));
+    }
+});

@@ -1,0 +1,20 @@
+//! Choosing where to split: a measured cost table, a planner that minimizes predicted latency
+//! under user constraints, a network monitor that forecasts conditions, and a controller that
+//! re-plans as they change without oscillating.
+//!
+//! All of it is plain Rust with time passed in (milliseconds), so the browser drives it through
+//! the wasm module and the tests drive it through recorded or synthetic traces.
+
+mod controller;
+mod monitor;
+mod planner;
+pub mod sim;
+mod table;
+
+pub use controller::{Controller, ControllerConfig, Decision, Switch};
+pub use monitor::{Forecast, NetworkMonitor};
+pub use planner::{
+    Candidate, Conditions, Constraints, Estimate, Placement, PlanError, estimate, plan,
+    plan_candidates,
+};
+pub use table::{COST_TABLE_VERSION, CodecCost, CostTable, EdgeProfile};

@@ -1,0 +1,219 @@
+//! What the client knows about the network: an exponentially weighted average of each signal,
+//! plus a least-squares trend over the last minute to forecast a few seconds ahead.
+
+use std::collections::VecDeque;
+
+use serde::{Deserialize, Serialize};
+
+use super::planner::Conditions;
+
+/// Samples older than this do not count toward the trend.
+const WINDOW_MS: f64 = 60_000.0;
+/// Weight of a new sample in the moving average.
+const ALPHA: f64 = 0.3;
+/// A forecast stays within this factor of the average: a trend is evidence, not a promise.
+const MAX_TREND_FACTOR: f64 = 4.0;
+/// Two samples in a row this far from the average are a new level, not noise: the average
+/// restarts there (so a step is followed within two samples instead of fading in).
+pub const LEVEL_SHIFT_FACTOR: f64 = 3.0;
+
+#[derive(Clone, Debug, Default)]
+struct Series {
+    samples: VecDeque<(f64, f64)>,
+    ewma: Option<f64>,
+    /// Direction of the previous sample's deviation, when it was beyond the shift factor.
+    outlier: Option<bool>,
+}
+
+impl Series {
+    fn observe(&mut self, t: f64, v: f64) {
+        if !v.is_finite() || v < 0.0 {
+            return;
+        }
+        if let Some(e) = self.ewma {
+            let high = v > e * LEVEL_SHIFT_FACTOR;
+            let low = v * LEVEL_SHIFT_FACTOR < e;
+            if high || low {
+                if self.outlier == Some(high) {
+                    // Second in a row: restart at the mean of the two.
+                    let prev = self.samples.back().map_or(v, |s| s.1);
+                    self.samples.clear();
+                    self.samples.push_back((t, (prev + v) / 2.0));
+                    self.ewma = Some((prev + v) / 2.0);
+                    self.outlier = None;
+                    return;
+                }
+                self.outlier = Some(high);
+            } else {
+                self.outlier = None;
+            }
+        }
+        self.ewma = Some(self.ewma.map_or(v, |e| e + ALPHA * (v - e)));
+        self.samples.push_back((t, v));
+        while self.samples.front().is_some_and(|(s, _)| t - s > WINDOW_MS) {
+            self.samples.pop_front();
+        }
+    }
+
+    /// Least-squares slope per ms over the window; 0 with too little data.
+    fn slope(&self) -> f64 {
+        let n = self.samples.len() as f64;
+        let span = match (self.samples.front(), self.samples.back()) {
+            (Some(a), Some(b)) => b.0 - a.0,
+            _ => 0.0,
+        };
+        if n < 4.0 || span < 2_000.0 {
+            return 0.0;
+        }
+        let (mt, mv) =
+            self.samples.iter().fold((0.0, 0.0), |(a, b), (t, v)| (a + t / n, b + v / n));
+        let (num, den) = self.samples.iter().fold((0.0, 0.0), |(num, den), (t, v)| {
+            (num + (t - mt) * (v - mv), den + (t - mt).powi(2))
+        });
+        if den > 0.0 { num / den } else { 0.0 }
+    }
+
+    fn forecast(&self, horizon_ms: f64) -> Option<f64> {
+        let e = self.ewma?;
+        let v = e + self.slope() * horizon_ms;
+        Some(v.clamp(e / MAX_TREND_FACTOR, e * MAX_TREND_FACTOR).max(0.0))
+    }
+}
+
+/// Current and forecast conditions.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Forecast {
+    /// The moving averages now.
+    pub now: Conditions,
+    /// Extrapolated `horizon` ms ahead.
+    pub predicted: Conditions,
+    /// Whether the link is up (no failure since the last success).
+    pub link_up: bool,
+}
+
+/// Network and server-load estimator fed by real transfers, pings and replies.
+#[derive(Clone, Debug, Default)]
+pub struct NetworkMonitor {
+    rtt: Series,
+    uplink: Series,
+    queue: Series,
+    edge_factor: Option<f64>,
+    down_since: Option<f64>,
+}
+
+impl NetworkMonitor {
+    /// Nothing observed yet: forecasts fall back to [`Conditions::default`].
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A round trip (ping/pong, or a reply minus server time) of `ms` at time `t`.
+    pub fn observe_rtt(&mut self, t: f64, ms: f64) {
+        self.rtt.observe(t, ms);
+        self.down_since = None;
+    }
+
+    /// `bytes` went up in `ms` (serialization time, without the round trip).
+    pub fn observe_upload(&mut self, t: f64, bytes: f64, ms: f64) {
+        if bytes > 0.0 && ms > 0.0 {
+            self.uplink.observe(t, bytes / ms);
+            self.down_since = None;
+        }
+    }
+
+    /// The server's reported queue wait.
+    pub fn observe_queue(&mut self, t: f64, ms: f64) {
+        self.queue.observe(t, ms);
+    }
+
+    /// The edge's measured compute relative to the profile (from the browser's warm-up).
+    pub fn set_edge_factor(&mut self, factor: f64) {
+        if factor.is_finite() && factor > 0.0 {
+            self.edge_factor = Some(factor);
+        }
+    }
+
+    /// A request or probe failed (closed socket, timeout).
+    pub fn observe_outage(&mut self, t: f64) {
+        self.down_since.get_or_insert(t);
+    }
+
+    /// Conditions now and `horizon_ms` ahead.
+    pub fn forecast(&self, horizon_ms: f64) -> Forecast {
+        let d = Conditions::default();
+        let edge_factor = self.edge_factor.unwrap_or(1.0);
+        let now = Conditions {
+            rtt_ms: self.rtt.ewma.unwrap_or(d.rtt_ms),
+            uplink_bytes_per_ms: self.uplink.ewma.unwrap_or(d.uplink_bytes_per_ms),
+            queue_ms: self.queue.ewma.unwrap_or(0.0),
+            edge_factor,
+            cloud_factor: 1.0,
+        };
+        let predicted = Conditions {
+            rtt_ms: self.rtt.forecast(horizon_ms).unwrap_or(now.rtt_ms),
+            uplink_bytes_per_ms: self
+                .uplink
+                .forecast(horizon_ms)
+                .unwrap_or(now.uplink_bytes_per_ms),
+            queue_ms: self.queue.forecast(horizon_ms).unwrap_or(now.queue_ms),
+            ..now
+        };
+        let link_up = self.down_since.is_none();
+        let down =
+            |c: Conditions| if link_up { c } else { Conditions { uplink_bytes_per_ms: 0.0, ..c } };
+        Forecast { now: down(now), predicted: down(predicted), link_up }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn averages_and_extrapolates_a_falling_bandwidth() {
+        let mut m = NetworkMonitor::new();
+        for i in 0..30 {
+            let t = f64::from(i) * 1000.0;
+            m.observe_upload(t, 1000.0 - 20.0 * f64::from(i), 1.0);
+            m.observe_rtt(t, 40.0);
+        }
+        let f = m.forecast(10_000.0);
+        assert!((f.now.rtt_ms - 40.0).abs() < 1e-9);
+        assert!(f.predicted.uplink_bytes_per_ms < f.now.uplink_bytes_per_ms - 150.0, "{f:?}");
+        assert!(f.link_up);
+    }
+
+    #[test]
+    fn outages_zero_the_uplink_until_a_success() {
+        let mut m = NetworkMonitor::new();
+        m.observe_upload(0.0, 500.0, 1.0);
+        m.observe_outage(1.0);
+        assert_eq!(m.forecast(0.0).now.uplink_bytes_per_ms, 0.0);
+        assert!(!m.forecast(0.0).link_up);
+        m.observe_rtt(2.0, 30.0);
+        assert!(m.forecast(0.0).link_up);
+    }
+
+    #[test]
+    fn two_samples_at_a_new_level_restart_the_average() {
+        let mut m = NetworkMonitor::new();
+        for i in 0..10 {
+            m.observe_rtt(f64::from(i) * 500.0, 40.0);
+        }
+        m.observe_rtt(5_000.0, 400.0);
+        let one = m.forecast(0.0).now.rtt_ms;
+        assert!(one < 200.0, "one spike is smoothed: {one}");
+        m.observe_rtt(5_500.0, 400.0);
+        assert_eq!(m.forecast(0.0).now.rtt_ms, 400.0, "two are a new level");
+    }
+
+    #[test]
+    fn a_trend_is_bounded() {
+        let mut m = NetworkMonitor::new();
+        for i in 0..10 {
+            m.observe_rtt(f64::from(i) * 1000.0, 10.0 + 100.0 * f64::from(i));
+        }
+        let f = m.forecast(1e9);
+        assert!(f.predicted.rtt_ms <= f.now.rtt_ms * MAX_TREND_FACTOR + 1e-9);
+    }
+}

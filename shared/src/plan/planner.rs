@@ -1,0 +1,307 @@
+//! The planner: `edge(k) + rtt + bytes(k, codec) / uplink + queue + cloud(k)` over every
+//! candidate, edge-only and cloud-only included, subject to constraints.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::Boundary;
+
+/// Where the work runs.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "mode", rename_all = "snake_case")]
+pub enum Placement {
+    /// Everything in the browser; nothing is sent.
+    EdgeOnly,
+    /// The image is uploaded; everything runs on the server.
+    CloudOnly,
+    /// The edge runs to `boundary` and sends features coded with `codec`.
+    Split {
+        /// Boundary name.
+        boundary: String,
+        /// Codec setting name.
+        codec: String,
+    },
+}
+
+impl fmt::Display for Placement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::EdgeOnly => f.write_str("edge only"),
+            Self::CloudOnly => f.write_str("cloud only"),
+            Self::Split { boundary, codec } => write!(f, "{boundary}/{codec}"),
+        }
+    }
+}
+
+/// One option the planner weighs, with its costs at nominal conditions.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Candidate {
+    /// What it is.
+    pub placement: Placement,
+    /// Index of the split in forward order (0 = nothing on the edge), for the privacy floor.
+    pub depth: usize,
+    /// Edge compute, ms, on the profiled edge.
+    pub edge_ms: f64,
+    /// Bytes sent.
+    pub bytes: f64,
+    /// Cloud compute, ms.
+    pub cloud_ms: f64,
+    /// Top-1 agreement with the uncompressed model (1.0 = identical).
+    pub agreement: f64,
+    /// Parameter bytes the edge must hold.
+    pub edge_param_bytes: u64,
+}
+
+/// Network and load conditions the plan is made for.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Conditions {
+    /// Round trip, ms.
+    pub rtt_ms: f64,
+    /// Uplink throughput, bytes per ms (= kB/s); 0 means no link.
+    pub uplink_bytes_per_ms: f64,
+    /// Expected wait in the server's queue, ms.
+    pub queue_ms: f64,
+    /// Edge compute time relative to the profile (2.0 = this device is twice as slow).
+    pub edge_factor: f64,
+    /// Cloud compute time relative to the profile (load, another device).
+    pub cloud_factor: f64,
+}
+
+impl Default for Conditions {
+    fn default() -> Self {
+        Self {
+            rtt_ms: 50.0,
+            uplink_bytes_per_ms: 1250.0,
+            queue_ms: 0.0,
+            edge_factor: 1.0,
+            cloud_factor: 1.0,
+        }
+    }
+}
+
+/// Limits the user sets.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Constraints {
+    /// Candidates with fewer than this many stages on the edge are never chosen; any value
+    /// above 0 also forbids uploading the image (raw pixels never leave the device).
+    pub privacy_floor: usize,
+    /// Lowest acceptable top-1 agreement with the uncompressed model.
+    pub min_agreement: f64,
+    /// Most parameter bytes the edge may hold (memory budget); `None`: no limit.
+    pub max_edge_param_bytes: Option<u64>,
+}
+
+impl Default for Constraints {
+    fn default() -> Self {
+        Self { privacy_floor: 0, min_agreement: 0.99, max_edge_param_bytes: None }
+    }
+}
+
+/// A candidate's predicted latency, broken down.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Estimate {
+    /// The candidate.
+    pub placement: Placement,
+    /// Edge compute, ms.
+    pub edge_ms: f64,
+    /// Serialization onto the uplink, ms.
+    pub transfer_ms: f64,
+    /// Network round trip, ms (0 for edge-only).
+    pub rtt_ms: f64,
+    /// Server queue, ms.
+    pub queue_ms: f64,
+    /// Cloud compute, ms.
+    pub cloud_ms: f64,
+    /// Sum of the above.
+    pub total_ms: f64,
+    /// Bytes sent.
+    pub bytes: f64,
+    /// Top-1 agreement with the uncompressed model.
+    pub agreement: f64,
+}
+
+/// Why nothing could be chosen.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PlanError {
+    /// Every candidate breaks a constraint.
+    #[error("no placement satisfies the constraints (privacy floor, accuracy floor, edge memory)")]
+    NoFeasible,
+}
+
+/// Cost of `c` under `conditions`.
+pub fn estimate(c: &Candidate, conditions: &Conditions) -> Estimate {
+    let edge_ms = c.edge_ms * conditions.edge_factor;
+    let remote = c.placement != Placement::EdgeOnly;
+    let (transfer_ms, rtt_ms, queue_ms, cloud_ms) = if remote {
+        let transfer = if conditions.uplink_bytes_per_ms > 0.0 {
+            c.bytes / conditions.uplink_bytes_per_ms
+        } else {
+            f64::INFINITY
+        };
+        (transfer, conditions.rtt_ms, conditions.queue_ms, c.cloud_ms * conditions.cloud_factor)
+    } else {
+        (0.0, 0.0, 0.0, 0.0)
+    };
+    Estimate {
+        placement: c.placement.clone(),
+        edge_ms,
+        transfer_ms,
+        rtt_ms,
+        queue_ms,
+        cloud_ms,
+        total_ms: edge_ms + transfer_ms + rtt_ms + queue_ms + cloud_ms,
+        bytes: if remote { c.bytes } else { 0.0 },
+        agreement: c.agreement,
+    }
+}
+
+fn allowed(c: &Candidate, k: &Constraints) -> bool {
+    let private = match c.placement {
+        Placement::CloudOnly => k.privacy_floor == 0,
+        _ => c.depth >= k.privacy_floor,
+    };
+    private
+        && c.agreement + 1e-12 >= k.min_agreement
+        && k.max_edge_param_bytes.is_none_or(|max| c.edge_param_bytes <= max)
+}
+
+/// Every allowed candidate's estimate, best first.
+///
+/// # Errors
+/// [`PlanError::NoFeasible`] when the constraints exclude every candidate.
+pub fn plan_candidates(
+    candidates: &[Candidate],
+    conditions: &Conditions,
+    constraints: &Constraints,
+) -> Result<Vec<Estimate>, PlanError> {
+    let mut out: Vec<Estimate> = candidates
+        .iter()
+        .filter(|c| allowed(c, constraints))
+        .map(|c| estimate(c, conditions))
+        .collect();
+    if out.is_empty() {
+        return Err(PlanError::NoFeasible);
+    }
+    // Ties go to fewer bytes, then to the earlier candidate (stable sort).
+    out.sort_by(|a, b| a.total_ms.total_cmp(&b.total_ms).then(a.bytes.total_cmp(&b.bytes)));
+    Ok(out)
+}
+
+/// The best placement for a cost table: [`plan_candidates`] over
+/// [`super::CostTable::candidates`] for the given edge profile.
+///
+/// # Errors
+/// As [`plan_candidates`], or [`PlanError::NoFeasible`] for an unknown edge profile.
+pub fn plan(
+    table: &super::CostTable,
+    edge_profile: &str,
+    conditions: &Conditions,
+    constraints: &Constraints,
+) -> Result<Vec<Estimate>, PlanError> {
+    let candidates = table.candidates(edge_profile).ok_or(PlanError::NoFeasible)?;
+    plan_candidates(&candidates, conditions, constraints)
+}
+
+/// The candidate for a boundary's position in forward order (`input` = 0).
+pub fn depth_of(boundary: Boundary) -> usize {
+    usize::from(boundary.index())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The seed article's worked example: 28 layers, feature size falling and compute rising
+    /// with depth, a cloud 18x faster than the edge, only the 27 inner cuts considered.
+    fn seed_example() -> Vec<Candidate> {
+        let sizes = [
+            1000., 900., 820., 750., 680., 620., 560., 510., 460., 420., 380., 340., 310., 280.,
+            250., 225., 200., 180., 160., 145., 130., 118., 106., 95., 86., 78., 70., 64.,
+        ];
+        let compute = [
+            0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.4, 1.5, 1.7, 1.9, 2.1, 2.3, 2.6, 2.9,
+            3.2, 3.5, 3.9, 4.3, 4.8, 5.3, 5.8, 6.4, 7.1, 7.8, 8.6,
+        ];
+        (1..28)
+            .map(|split| Candidate {
+                placement: Placement::Split {
+                    boundary: format!("layer{split}"),
+                    codec: "f32".into(),
+                },
+                depth: split,
+                edge_ms: compute[..split].iter().sum(),
+                bytes: sizes[split - 1],
+                cloud_ms: compute[split..].iter().sum::<f64>() / 18.0,
+                agreement: 1.0,
+                edge_param_bytes: split as u64,
+            })
+            .collect()
+    }
+
+    fn at(bandwidth: f64) -> Conditions {
+        Conditions { rtt_ms: 0.0, uplink_bytes_per_ms: bandwidth, ..Default::default() }
+    }
+
+    #[test]
+    fn the_seed_example_moves_the_split_deeper_when_bandwidth_falls() {
+        let c = seed_example();
+        let fast = plan_candidates(&c, &at(50.0), &Constraints::default()).unwrap();
+        assert_eq!(fast[0].placement.to_string(), "layer7/f32");
+        assert!((fast[0].total_ms - 20.5111).abs() < 1e-3, "{}", fast[0].total_ms);
+        let slow = plan_candidates(&c, &at(8.0), &Constraints::default()).unwrap();
+        assert_eq!(slow[0].placement.to_string(), "layer17/f32");
+        assert!((slow[0].total_ms - 51.9722).abs() < 1e-3, "{}", slow[0].total_ms);
+    }
+
+    #[test]
+    fn constraints_exclude_candidates() {
+        let mut c = seed_example();
+        c.push(Candidate {
+            placement: Placement::CloudOnly,
+            depth: 0,
+            edge_ms: 0.0,
+            bytes: 10.0,
+            cloud_ms: 1.0,
+            agreement: 1.0,
+            edge_param_bytes: 0,
+        });
+        // Cloud-only is cheapest at 50 units...
+        assert_eq!(
+            plan_candidates(&c, &at(50.0), &Constraints::default()).unwrap()[0].placement,
+            Placement::CloudOnly
+        );
+        // ...but a privacy floor forbids raw pixels and every cut before it.
+        let private = Constraints { privacy_floor: 10, ..Default::default() };
+        let p = plan_candidates(&c, &at(50.0), &private).unwrap();
+        assert_eq!(p[0].placement.to_string(), "layer10/f32");
+        // A memory budget caps the depth; an accuracy floor drops lossy options.
+        c[2].agreement = 0.9;
+        let k =
+            Constraints { privacy_floor: 1, min_agreement: 0.99, max_edge_param_bytes: Some(5) };
+        let p = plan_candidates(&c, &at(50.0), &k).unwrap();
+        assert!(p.iter().all(|e| !e.placement.to_string().starts_with("layer3/")));
+        assert_eq!(p.len(), 4, "layers 1, 2, 4, 5");
+        let none = Constraints { privacy_floor: 30, ..Default::default() };
+        assert_eq!(plan_candidates(&c, &at(50.0), &none), Err(PlanError::NoFeasible));
+    }
+
+    #[test]
+    fn no_link_means_edge_only_if_allowed() {
+        let mut c = seed_example();
+        c.push(Candidate {
+            placement: Placement::EdgeOnly,
+            depth: 28,
+            edge_ms: 80.0,
+            bytes: 0.0,
+            cloud_ms: 0.0,
+            agreement: 1.0,
+            edge_param_bytes: 28,
+        });
+        let p = plan_candidates(&c, &at(0.0), &Constraints::default()).unwrap();
+        assert_eq!(p[0].placement, Placement::EdgeOnly);
+        assert_eq!(p[0].total_ms, 80.0);
+        assert!(p[1].total_ms.is_infinite());
+    }
+}

@@ -1,0 +1,175 @@
+//! Trace-driven simulation of the monitor and controller: no network, just a function from
+//! time to the true conditions. Used by the tests and by `cargo xtask plan-sim`.
+
+use serde::Serialize;
+
+use super::{
+    Candidate, Conditions, Constraints, Controller, ControllerConfig, NetworkMonitor, Placement,
+    estimate,
+};
+
+/// A named trace: true conditions at each time, and whether the link is up.
+pub struct Trace {
+    /// Name for reports.
+    pub name: &'static str,
+    /// Length, ms.
+    pub duration_ms: f64,
+    /// Conditions at `t` ms; an uplink of 0 means the link is down.
+    pub at: Box<dyn Fn(f64) -> Conditions>,
+}
+
+/// What happened on one trace.
+#[derive(Clone, Debug, Serialize)]
+pub struct SimResult {
+    /// Trace name.
+    pub trace: String,
+    /// Per request: time, placement, latency, and the best latency possible at that time.
+    pub requests: Vec<(f64, Placement, f64, f64)>,
+    /// Placement changes.
+    pub switches: usize,
+    /// Sum of latencies of the adaptive policy.
+    pub adaptive_ms: f64,
+    /// Sum of the per-request best (a clairvoyant policy that may switch every request).
+    pub oracle_ms: f64,
+    /// The best single placement in hindsight, and its sum.
+    pub best_fixed: (Placement, f64),
+    /// Sum for edge-only, if allowed.
+    pub edge_only_ms: Option<f64>,
+    /// Sum for cloud-only, if allowed.
+    pub cloud_only_ms: Option<f64>,
+}
+
+/// Latency of a request placed at `c` under the true conditions: a remote placement on a dead
+/// link costs a detection timeout and then the local run.
+fn latency(c: &Candidate, truth: &Conditions, local: f64, timeout_ms: f64) -> f64 {
+    let e = estimate(c, truth).total_ms;
+    if e.is_finite() { e } else { timeout_ms + local }
+}
+
+/// Requests every `interval_ms` through `trace`, with idle probes every `probe_ms` when the
+/// placement sends nothing (so bandwidth stays known while running locally).
+pub fn simulate(
+    trace: &Trace,
+    candidates: &[Candidate],
+    constraints: &Constraints,
+    config: ControllerConfig,
+    interval_ms: f64,
+) -> SimResult {
+    const PROBE_BYTES: f64 = 16_384.0;
+    const PROBE_MS: f64 = 2_000.0;
+    const TIMEOUT_MS: f64 = 1_000.0;
+    let allowed: Vec<&Candidate> = candidates
+        .iter()
+        .filter(|c| {
+            super::plan_candidates(std::slice::from_ref(*c), &Conditions::default(), constraints)
+                .is_ok()
+        })
+        .collect();
+    let edge_only = candidates.iter().find(|c| c.placement == Placement::EdgeOnly);
+    let local = edge_only.map_or(f64::INFINITY, |c| c.edge_ms);
+    let mut monitor = NetworkMonitor::new();
+    let mut controller = Controller::new(config);
+    let mut requests = Vec::new();
+    let mut fixed = vec![0.0; allowed.len()];
+    let mut last_probe = f64::NEG_INFINITY;
+    let mut t = 0.0;
+    while t < trace.duration_ms {
+        let truth = (trace.at)(t);
+        let _ = controller.tick(t, candidates, &monitor.forecast(config.horizon_ms), constraints);
+        let chosen = controller.current().cloned().unwrap_or(Placement::EdgeOnly);
+        let c = candidates.iter().find(|c| c.placement == chosen).expect("chosen from candidates");
+        let lat = latency(c, &truth, local, TIMEOUT_MS);
+        let best = allowed
+            .iter()
+            .map(|c| latency(c, &truth, local, TIMEOUT_MS))
+            .fold(f64::INFINITY, f64::min);
+        for (sum, c) in fixed.iter_mut().zip(&allowed) {
+            *sum += latency(c, &truth, local, TIMEOUT_MS);
+        }
+        requests.push((t, chosen.clone(), lat, best));
+        // What the client observes from this request, or from a probe.
+        let sent = if chosen == Placement::EdgeOnly { 0.0 } else { c.bytes };
+        let (bytes, probe) = if sent > 0.0 {
+            (sent, false)
+        } else if t - last_probe >= PROBE_MS {
+            last_probe = t;
+            (PROBE_BYTES, true)
+        } else {
+            (0.0, false)
+        };
+        if bytes > 0.0 {
+            if truth.uplink_bytes_per_ms > 0.0 {
+                monitor.observe_rtt(t, truth.rtt_ms);
+                monitor.observe_upload(t, bytes, bytes / truth.uplink_bytes_per_ms);
+                if !probe {
+                    monitor.observe_queue(t, truth.queue_ms);
+                }
+            } else {
+                monitor.observe_outage(t);
+            }
+        }
+        t += interval_ms;
+    }
+    let sum = |p: &Placement| allowed.iter().position(|c| c.placement == *p).map(|i| fixed[i]);
+    let (bi, bsum) = fixed
+        .iter()
+        .enumerate()
+        .fold((0, f64::INFINITY), |a, (i, s)| if *s < a.1 { (i, *s) } else { a });
+    SimResult {
+        trace: trace.name.to_string(),
+        switches: controller.log().len().saturating_sub(1),
+        adaptive_ms: requests.iter().map(|r| r.2).sum(),
+        oracle_ms: requests.iter().map(|r| r.3).sum(),
+        best_fixed: (allowed[bi].placement.clone(), bsum),
+        edge_only_ms: sum(&Placement::EdgeOnly),
+        cloud_only_ms: sum(&Placement::CloudOnly),
+        requests,
+    }
+}
+
+/// The traces the tests and the report use, around a base RTT of 40 ms.
+pub fn standard_traces() -> Vec<Trace> {
+    let c = |rtt: f64, up: f64| Conditions {
+        rtt_ms: rtt,
+        uplink_bytes_per_ms: up,
+        ..Conditions::default()
+    };
+    vec![
+        Trace {
+            name: "step-down",
+            duration_ms: 60_000.0,
+            at: Box::new(move |t| c(40.0, if t < 30_000.0 { 2_000.0 } else { 40.0 })),
+        },
+        Trace {
+            name: "step-up",
+            duration_ms: 60_000.0,
+            at: Box::new(move |t| c(40.0, if t < 30_000.0 { 40.0 } else { 2_000.0 })),
+        },
+        Trace {
+            name: "slow-ramp",
+            duration_ms: 90_000.0,
+            at: Box::new(move |t| c(40.0, 2_000.0 * (0.01f64).powf((t / 90_000.0).min(1.0)))),
+        },
+        Trace {
+            name: "oscillation",
+            duration_ms: 60_000.0,
+            at: Box::new(move |t| {
+                c(40.0, if (t / 3_000.0) as u64 % 2 == 0 { 150.0 } else { 600.0 })
+            }),
+        },
+        Trace {
+            name: "outage",
+            duration_ms: 60_000.0,
+            at: Box::new(move |t| {
+                c(40.0, if (20_000.0..35_000.0).contains(&t) { 0.0 } else { 1_000.0 })
+            }),
+        },
+        Trace {
+            name: "rtt-spike",
+            duration_ms: 60_000.0,
+            at: Box::new(move |t| {
+                c(if (20_000.0..40_000.0).contains(&t) { 400.0 } else { 40.0 }, 1_000.0)
+            }),
+        },
+    ]
+}

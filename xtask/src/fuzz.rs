@@ -1,0 +1,55 @@
+//! `cargo xtask fuzz [seconds]`: run the libFuzzer target on the frame and codec decoders.
+//!
+//! Seeds the corpus with valid frames of every codec path ([`sample_frames`]), installs
+//! `cargo-fuzz` into the cache if needed, and runs `cargo +nightly fuzz run decode_frame` for the
+//! given time (default 60 s). Needs the nightly toolchain (`rustup toolchain install nightly`).
+
+use std::process::Command;
+
+use anyhow::{Context, Result};
+use split_shared::codec::{Calibration, sample_frames};
+
+use crate::{calibrate, paths};
+
+/// Run the fuzzer with command-line `args`.
+pub fn run(args: &[String]) -> Result<()> {
+    let seconds: u64 = args.first().map(|s| s.parse()).transpose()?.unwrap_or(60);
+    let calibration_path = calibrate::ensure_calibration()?;
+    let calibration = Calibration::from_bytes(&std::fs::read(&calibration_path)?)?;
+    let fuzz_dir = paths::repo_root().join("fuzz");
+    let corpus = fuzz_dir.join("corpus/decode_frame");
+    std::fs::create_dir_all(&corpus)?;
+    let seeds = sample_frames(&calibration);
+    for (i, frame) in seeds.iter().enumerate() {
+        std::fs::write(corpus.join(format!("seed-{i:04}")), frame)?;
+    }
+    eprintln!("fuzz: {} seed frames in {}", seeds.len(), corpus.display());
+    let tools = paths::tools_dir().join("cargo-fuzz");
+    let bin = tools.join("bin/cargo-fuzz");
+    if !bin.exists() {
+        eprintln!("fuzz: installing cargo-fuzz into {}", tools.display());
+        let ok =
+            Command::new("cargo").args(["install", "cargo-fuzz", "--root"]).arg(&tools).status()?;
+        anyhow::ensure!(ok.success(), "cargo install cargo-fuzz failed");
+    }
+    let status = Command::new(&bin)
+        .args([
+            "fuzz",
+            "run",
+            "decode_frame",
+            "--",
+            &format!("-max_total_time={seconds}"),
+            "-max_len=262144",
+        ])
+        .current_dir(&fuzz_dir)
+        .env("RUSTUP_TOOLCHAIN", "nightly")
+        .env("SPLIT_CALIBRATION", &calibration_path)
+        .env_remove("CARGO_TARGET_DIR")
+        .status()
+        .context("running cargo-fuzz (is the nightly toolchain installed?)")?;
+    anyhow::ensure!(
+        status.success(),
+        "the fuzzer found a failure; see fuzz/artifacts/decode_frame"
+    );
+    Ok(())
+}

@@ -1,0 +1,165 @@
+//! `cargo xtask stream-eval`: bytes per frame of a synthetic camera pan with and without stream
+//! residuals, and top-1 agreement with the uncompressed model per frame.
+//!
+//! ```text
+//! cargo xtask stream-eval [--photo FILE] [--frames N] [--splits block5,block8]
+//!                         [--codecs q4,q2-r16] [--calibration FILE]
+//! ```
+//!
+//! The pan: a 256x256 window slides 2 pixels right (and 1 down every other frame) over the photo,
+//! each view gets fresh noise of up to ±3 levels per pixel (a camera's sensor noise), and is
+//! resized to 224 as the real preprocessing does. Modes: every frame standalone; a stream with
+//! exact residuals (dead zone 0); a stream with dead zone 1 (what the browser uses).
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use burn::tensor::Device;
+use split_shared::codec::{
+    Calibration, DEFAULT_KEYFRAME_INTERVAL, Setting, StreamDecoder, StreamEncoder,
+    features_request, features_values,
+};
+use split_shared::image::{RgbImage, resize_bicubic, to_input_tensor};
+use split_shared::labels::top_k;
+use split_shared::model::{Boundary, EfficientNetLite0, INPUT_SIZE, WeightsFile, features_tensor};
+use split_shared::protocol::Request;
+
+use crate::{calibrate, paths, setup};
+
+/// The frames of the pan.
+pub fn camera_pan(photo: &RgbImage, frames: usize) -> Vec<RgbImage> {
+    let side = 256.min(photo.width).min(photo.height);
+    let mut rng = 0x1234_5678u32;
+    (0..frames)
+        .map(|f| {
+            let left = (2 * f).min(photo.width - side);
+            let top = (f / 2).min(photo.height - side);
+            let mut view = photo.crop(left, top, side, side);
+            for p in &mut view.pixels {
+                rng ^= rng << 13;
+                rng ^= rng >> 17;
+                rng ^= rng << 5;
+                let noise = (rng % 7) as i16 - 3;
+                *p = (i16::from(*p) + noise).clamp(0, 255) as u8;
+            }
+            resize_bicubic(&view, INPUT_SIZE, INPUT_SIZE)
+        })
+        .collect()
+}
+
+/// Run the measurement with command-line `args`.
+pub fn run(args: &[String]) -> Result<()> {
+    let mut photo = paths::repo_root().join("web/samples/chelsea.png");
+    let mut frames = 30usize;
+    let mut splits: Vec<Boundary> = vec!["block5".parse()?, "block8".parse()?, "block11".parse()?];
+    let mut codecs: Vec<Setting> = vec!["q4".parse()?, "q3".parse()?, "q2-r16".parse()?];
+    let mut calibration_path: Option<PathBuf> = None;
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--photo" => photo = value()?.into(),
+            "--frames" => frames = value()?.parse()?,
+            "--splits" => splits = value()?.split(',').map(str::parse).collect::<Result<_, _>>()?,
+            "--codecs" => codecs = value()?.split(',').map(str::parse).collect::<Result<_, _>>()?,
+            "--calibration" => calibration_path = Some(value()?.into()),
+            other => bail!("unknown flag {other}; see the doc comment of xtask/src/stream_eval.rs"),
+        }
+    }
+    let calibration_path = match calibration_path {
+        Some(p) => p,
+        None => calibrate::ensure_calibration()?,
+    };
+    let calibration = Calibration::from_bytes(&std::fs::read(&calibration_path)?)?;
+    let weights = std::fs::read(setup::ensure_weights()?)?;
+    let device = Device::flex();
+    let model = EfficientNetLite0::from_weights(&WeightsFile::from_bytes(&weights)?, &device)?;
+    let img = split_shared::image::decode(
+        &std::fs::read(&photo).with_context(|| photo.display().to_string())?,
+    )?;
+    let views = camera_pan(&img, frames);
+    println!(
+        "camera pan: {} frames over {}, calibration {}",
+        views.len(),
+        photo.display(),
+        calibration_path.display()
+    );
+    println!(
+        "| split | codec | mode | keyframe bytes | mean bytes/frame | vs standalone | agreement with f32 |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for split in &splits {
+        let feats: Vec<(Vec<usize>, Vec<f32>, u16)> = views
+            .iter()
+            .map(|v| -> Result<_> {
+                let x =
+                    model.forward_range(to_input_tensor(v, &device), Boundary::INPUT, *split)?;
+                let dims = x.dims().to_vec();
+                let values = x.into_data().try_to_vec::<f32>().expect("f32");
+                let x = features_tensor(&dims, values.clone(), &device);
+                let logits = model
+                    .forward_range(x, *split, Boundary::LOGITS)?
+                    .into_data()
+                    .try_to_vec::<f32>()
+                    .expect("f32");
+                Ok((dims, values, top_k(&logits, 1)[0].class))
+            })
+            .collect::<Result<_>>()?;
+        for codec in &codecs {
+            let mut standalone_mean = 0.0;
+            for (mode, deadzone) in [
+                ("standalone", None),
+                ("stream, exact", Some(0u8)),
+                ("stream, dead zone 1", Some(1u8)),
+            ] {
+                let mut enc = deadzone.map(|d| StreamEncoder::new(1, DEFAULT_KEYFRAME_INTERVAL, d));
+                let mut dec = StreamDecoder::new();
+                let (mut sizes, mut agree) = (Vec::new(), 0usize);
+                for (i, (dims, values, f32_top)) in feats.iter().enumerate() {
+                    let frame = features_request(
+                        i as u64,
+                        *split,
+                        dims,
+                        values,
+                        *codec,
+                        Some(&calibration),
+                        enc.as_mut(),
+                    )?
+                    .to_bytes();
+                    let Request::Features { shape, encoding, payload, .. } =
+                        Request::decode(&frame)?
+                    else {
+                        unreachable!()
+                    };
+                    let (d, v) = features_values(
+                        *split,
+                        &shape,
+                        &encoding,
+                        &payload,
+                        Some(&calibration),
+                        Some(&mut dec),
+                    )?;
+                    let logits = model
+                        .forward_range(features_tensor(&d, v, &device), *split, Boundary::LOGITS)?
+                        .into_data()
+                        .try_to_vec::<f32>()
+                        .expect("f32");
+                    agree += usize::from(top_k(&logits, 1)[0].class == *f32_top);
+                    sizes.push(frame.len());
+                }
+                let mean =
+                    sizes[1..].iter().sum::<usize>() as f64 / (sizes.len() - 1).max(1) as f64;
+                if deadzone.is_none() {
+                    standalone_mean = mean;
+                }
+                println!(
+                    "| {split} | {codec} | {mode} | {} | {mean:.0} | {:.2} | {agree}/{} |",
+                    sizes[0],
+                    mean / standalone_mean,
+                    sizes.len()
+                );
+            }
+        }
+    }
+    Ok(())
+}
