@@ -35,6 +35,7 @@ async function loadFile(file) {
 function fillSplits() {
   const select = $("split");
   const add = (value, label) => select.add(new Option(label, value));
+  if (client.planner) add("auto", "auto — adaptive (planner picks split and codec)");
   add("edge", "edge only (everything in the browser)");
   add("cloud", "cloud only (upload the image)");
   for (const b of SplitClient.boundaries()) {
@@ -42,8 +43,42 @@ function fillSplits() {
     const kb = (b.bytesF32 / 1024).toFixed(0);
     add(b.name, `after ${b.name} — send [${b.shape.join("×")}] f32, ${kb} KiB; ${(b.cumulativeMacs / 1e6).toFixed(0)}M MACs on the edge`);
   }
-  select.value = "block5";
+  select.value = client.planner ? "auto" : "block5";
 }
+
+// The planner panel: refreshed every second from planner.explain().
+const history = [];
+function drawPlanner() {
+  if (!client?.planner) return;
+  const x = JSON.parse(client.planner.explain());
+  const f = x.forecast;
+  $("planner").hidden = false;
+  const name = (p) => !p ? "—" : p.mode === "split" ? `split after ${p.boundary}, ${p.codec}` : p.mode.replace("_", " ");
+  $("p-current").textContent = name(x.current);
+  $("p-rtt").textContent = `${f.now.rtt_ms.toFixed(0)} → ${f.predicted.rtt_ms.toFixed(0)} ms${f.link_up ? "" : " (link down)"}`;
+  $("p-uplink").textContent = `${(f.now.uplink_bytes_per_ms * 8 / 1000).toFixed(1)} → ${(f.predicted.uplink_bytes_per_ms * 8 / 1000).toFixed(1)} Mbit/s`;
+  $("p-queue").textContent = `${f.now.queue_ms.toFixed(0)} ms`;
+  $("p-edge").textContent = `${f.now.edge_factor.toFixed(2)}×`;
+  if (x.predicted) {
+    const measured = lastAuto ? `${lastAuto.totalMs.toFixed(0)} ms` : "—";
+    $("p-latency").textContent = `${x.predicted.total_ms.toFixed(0)} ms / ${measured}`;
+  }
+  $("p-switches").replaceChildren(...x.switches.slice(-8).map((s) => {
+    const li = document.createElement("li");
+    li.textContent = `${(s.at_ms / 1000).toFixed(1)} s: ${name(s.from)} → ${name(s.to.placement)} (${s.reason})`;
+    return li;
+  }));
+  history.push([f.now.rtt_ms, f.now.uplink_bytes_per_ms]);
+  if (history.length > 60) history.shift();
+  const line = (i, color) => {
+    const max = Math.max(...history.map((h) => h[i]), 1e-9);
+    const pts = history.map((h, k) => `${(k * 5).toFixed(0)},${(58 - 56 * h[i] / max).toFixed(1)}`).join(" ");
+    return `<polyline fill="none" stroke="${color}" stroke-width="1.5" points="${pts}"/>`;
+  };
+  $("p-chart").innerHTML = line(0, "#c0392b") + line(1, "#2471a3") +
+    `<text x="2" y="10" font-size="8" fill="#c0392b">RTT</text><text x="30" y="10" font-size="8" fill="#2471a3">uplink</text>`;
+}
+let lastAuto = null;
 
 // Codec settings offered in the menu; the server's default is preselected.
 const CODECS = {
@@ -82,7 +117,9 @@ async function classify() {
       return li;
     }));
     const modes = { split: `split after ${r.split}`, cache: "answered from the browser's cache", edge: "edge only", cloud: "cloud only" };
-    $("r-mode").textContent = modes[r.mode] ?? r.mode;
+    $("r-mode").textContent = (r.auto ? "auto: " : "") + (modes[r.mode] ?? r.mode) + (r.fallback ? ` (fallback: ${r.fallback})` : "");
+    if (r.auto) lastAuto = r;
+    drawPlanner();
     $("r-codec").textContent = r.mode === "split" ? r.codec : r.mode === "cloud" ? "image upload" : "—";
     $("r-load").textContent = r.load ? `${r.load.queued} queued, ${r.load.workers} worker(s), ${ms(r.load.recentMs)} recent compute${r.serverCached ? "; served from cache" : ""}` : "—";
     $("r-backend").textContent = r.backend;
@@ -104,7 +141,7 @@ async function classify() {
 
 async function main() {
   const backend = new URLSearchParams(location.search).get("backend") ?? "auto";
-  const labels = { wasm: "Loading the wasm module…", weights: "Downloading weights", calibration: "Downloading the codec calibration", "warm-up": "Compiling and warming up the model…", ready: "Ready" };
+  const labels = { wasm: "Loading the wasm module…", weights: "Downloading weights", calibration: "Downloading the codec calibration", profiling: "Timing this device for the planner…", "warm-up": "Compiling and warming up the model…", ready: "Ready" };
   client = await SplitClient.create({
     backend,
     onProgress: (p) => {
@@ -139,6 +176,7 @@ async function start() {
     await main();
     fillSplits();
     fillCodecs();
+    if (client.planner) setInterval(drawPlanner, 1000);
   } catch (e) {
     showError(e);
   }

@@ -13,7 +13,7 @@
 // thrown as a SplitError with a stable `code` ("network", "timeout", or a server error code such
 // as "shape_mismatch") and a message meant for a developer.
 
-import init, { EdgeSession, boundaries, encodeImageRequest } from "./pkg/wasm_edge.js";
+import init, { AdaptivePlanner, EdgeSession, boundaries, encodeImageRequest, encodePing } from "./pkg/wasm_edge.js";
 
 /** An error with a stable, machine-readable code. */
 export class SplitError extends Error {
@@ -77,13 +77,31 @@ export class SplitClient {
     const edge = await EdgeSession.create(weights, options.backend ?? "auto");
     if (calibration) edge.setCalibration(calibration);
     if (options.cacheEntries != null) edge.setCacheEntries(options.cacheEntries);
+    let planner = null;
+    if (info.cost_table_url) {
+      onProgress({ stage: "profiling", fraction: null });
+      const table = await (await fetch(new URL(info.cost_table_url.replace(/^\//, ""), base))).text();
+      planner = new AdaptivePlanner(table, edge.backend === "webgpu" ? "browser-webgpu" : "browser-wasm-cpu");
+      // A phone is not the profiling machine: time this device and scale the edge column.
+      const profile = await edge.profileEdge(1);
+      planner.edgeFactor = planner.setEdgeTimes(profile.names, profile.ms);
+      if (options.constraints) planner.setConstraints(JSON.stringify(options.constraints));
+    }
     onProgress({ stage: "ready", fraction: 1 });
-    return new SplitClient(base, edge, options.timeoutMs ?? DEFAULT_TIMEOUT_MS, info);
+    return new SplitClient(base, edge, options.timeoutMs ?? DEFAULT_TIMEOUT_MS, info, planner, options.onSwitch);
   }
 
-  constructor(base, edge, timeoutMs, info) {
+  constructor(base, edge, timeoutMs, info, planner = null, onSwitch = null) {
     this.edge = edge;
     this.info = info;
+    /** The adaptive planner (`split: "auto"`), when the server publishes a cost table. */
+    this.planner = planner;
+    this.onSwitch = onSwitch ?? (() => {});
+    /** Every placement change of the adaptive mode: { at_ms, from, to, reason }. */
+    this.switches = [];
+    this.rttMs = null;
+    this.lastSent = 0;
+    this.probeTimer = null;
     /** Codec used when `classify` is not given one: the server's recommendation. */
     this.defaultCodec = info.default_codec ?? "f32";
     this.timeoutMs = timeoutMs;
@@ -173,6 +191,7 @@ export class SplitClient {
    *   roundTripMs, totalMs, load}>}  mode is "edge", "cloud", "split" or "cache"
    */
   async classify(image, split = "block5", options = {}) {
+    if (split === "auto") return this.classifyAuto(image, options);
     const codec = options.codec ?? this.defaultCodec;
     const started = performance.now();
     for (let attempt = 0; ; attempt++) {
@@ -220,13 +239,93 @@ export class SplitClient {
     }
   }
 
+  /**
+   * Adaptive mode: the planner picks edge-only, cloud-only or a split and codec from the cost
+   * table and the measured network and server load, re-planning every 2 s (at once on a jump),
+   * and requests feed it back. A failed request falls back to running locally.
+   */
+  async classifyAuto(image, options = {}) {
+    if (!this.planner) throw new SplitError("no_cost_table", "the server publishes no cost table; pick a split");
+    this.startProbing();
+    const decision = JSON.parse(this.planner.tick(performance.now()));
+    if (decision.decision === "switch") {
+      this.switches.push(decision);
+      this.onSwitch(decision);
+    }
+    const placement = JSON.parse(this.planner.current());
+    const split = placement.mode === "edge_only" ? "edge" : placement.mode === "cloud_only" ? "cloud" : placement.boundary;
+    const codec = placement.codec ?? this.defaultCodec;
+    let r;
+    try {
+      r = await this.classify(image, split, { ...options, codec });
+    } catch (e) {
+      if (e.code !== "network" && e.code !== "timeout") throw e;
+      this.planner.observeOutage(performance.now());
+      r = await this.classify(image, "edge", options);
+      r.fallback = e.message;
+    }
+    this.observe(r);
+    return { ...r, auto: true, placement, explain: JSON.parse(this.planner.explain()) };
+  }
+
+  observe(r) {
+    const now = performance.now();
+    if (r.bytesSent > 0) {
+      this.lastSent = now;
+      const base = this.rttMs ?? r.roundTripMs - r.serverMs;
+      this.planner.observeUpload(now, r.bytesSent, Math.max(0.05, r.roundTripMs - r.serverMs - base));
+    }
+    if (r.load) this.planner.observeQueue(now, r.load.waitMs);
+  }
+
+  /** Ping every 2 s while adaptive mode is in use: RTT, server load, and a 16 KB uplink probe
+   * when nothing else was sent recently. */
+  startProbing() {
+    if (this.probeTimer) return;
+    this.probeTimer = setInterval(() => this.probe().catch(() => {}), 2000);
+  }
+
+  async probe() {
+    const now = performance.now();
+    const idle = now - this.lastSent > 2000;
+    const rtt = await this.ping(0);
+    if (rtt == null) return;
+    if (idle) {
+      const t = await this.ping(16384);
+      if (t != null) this.planner.observeUpload(performance.now(), 16384, Math.max(0.05, t.ms - rtt.ms));
+    }
+  }
+
+  /** Send a ping with `probeBytes` of padding; resolves to { ms, load } (null when offline). */
+  async ping(probeBytes = 0) {
+    const id = this.nextId++;
+    const sent = performance.now();
+    try {
+      const pong = await this.request(id, encodePing(id, probeBytes));
+      const ms = performance.now() - sent;
+      if (this.planner) {
+        if (probeBytes === 0) {
+          this.rttMs = this.rttMs == null ? ms : 0.7 * this.rttMs + 0.3 * ms;
+          this.planner.observeRtt(performance.now(), ms);
+        }
+        this.planner.observeQueue(performance.now(), pong.load.waitMs);
+      }
+      return { ms, load: pong.load };
+    } catch (e) {
+      if (this.planner) this.planner.observeOutage(performance.now());
+      return null;
+    }
+  }
+
   /** Time the codec alone in this browser: `{ bytes, encodeMs, decodeMs }` per run. */
   benchCodec(image, split, codec, repeats = 10) {
     return this.edge.benchCodec(image, split, codec, repeats);
   }
 
-  /** Close the connection. */
+  /** Close the connection and stop probing. */
   close() {
+    clearInterval(this.probeTimer);
+    this.probeTimer = null;
     if (this.socket) this.socket.close(1000, "client closed");
   }
 }

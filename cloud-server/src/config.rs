@@ -28,6 +28,9 @@ pub struct Config {
     /// uncompressed f32 features are accepted.
     #[arg(long, env = "SPLIT_CALIBRATION")]
     pub calibration: Option<PathBuf>,
+    /// Cost table served to clients for split planning (made by `cargo xtask profile`).
+    #[arg(long, env = "SPLIT_COST_TABLE")]
+    pub cost_table: Option<PathBuf>,
     /// Results kept in the content-keyed cache (0 disables it).
     #[arg(long, env = "SPLIT_CACHE_ENTRIES", default_value_t = 4096)]
     pub cache_entries: usize,
@@ -59,6 +62,13 @@ impl Config {
     /// The calibration path: the flag, else [`split_shared::codec::default_calibration_path`].
     pub fn calibration_path(&self) -> PathBuf {
         self.calibration.clone().unwrap_or_else(split_shared::codec::default_calibration_path)
+    }
+
+    /// The cost table path: the flag, else `profiles/cost-table.json` of the checkout.
+    pub fn cost_table_path(&self) -> PathBuf {
+        self.cost_table.clone().unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../profiles/cost-table.json")
+        })
     }
 
     /// The web folder: the flag, else `web/` next to this crate.

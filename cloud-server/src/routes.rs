@@ -29,12 +29,29 @@ pub struct AppState {
     pub device_name: &'static str,
     /// The codec calibration and the path it was read from, when there is one.
     pub calibration: Option<(Arc<Calibration>, Arc<PathBuf>)>,
+    /// The planner's cost table (JSON text), when there is one.
+    pub cost_table: Option<Arc<String>>,
     /// Results by content, shared by every session.
     pub cache: Arc<Mutex<LruCache<(Boundary, Vec<Prediction>)>>>,
 }
 
 /// Rough bytes one cached result holds (key, boundary, five predictions, bookkeeping).
 pub const CACHE_ENTRY_COST: usize = 160;
+
+fn load_cost_table(path: PathBuf) -> Result<Option<Arc<String>>> {
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            log::warn!("no cost table at {}: clients cannot plan splits", path.display());
+            return Ok(None);
+        }
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    split_shared::plan::CostTable::from_json(&text)
+        .map_err(anyhow::Error::msg)
+        .with_context(|| format!("loading the cost table {}", path.display()))?;
+    Ok(Some(Arc::new(text)))
+}
 
 fn load_calibration(path: PathBuf) -> Result<Option<(Arc<Calibration>, Arc<PathBuf>)>> {
     let bytes = match std::fs::read(&path) {
@@ -92,12 +109,14 @@ impl AppState {
         let model = EfficientNetLite0::from_weights(&weights, &device)?;
         log::info!("model loaded from {} on {device_name}", weights_path.display());
         let calibration = load_calibration(config.calibration_path())?;
+        let cost_table = load_cost_table(config.cost_table_path())?;
         Ok(Self {
             engine: Engine::start(model, device, config.workers, config.queue),
             weights_path: Arc::new(weights_path),
             web_dir: Arc::new(config.web_path()),
             device_name,
             calibration,
+            cost_table,
             cache: Arc::new(Mutex::new(LruCache::new(
                 config.cache_entries,
                 config.cache_entries * CACHE_ENTRY_COST,
@@ -122,6 +141,7 @@ async fn info(state: web::Data<AppState>) -> HttpResponse {
     HttpResponse::Ok().json(serde_json::json!({
         "calibration": calibration,
         "default_codec": default_codec,
+        "cost_table_url": state.cost_table.as_ref().map(|_| "/api/cost-table"),
         "protocol_version": PROTOCOL_VERSION,
         "max_frame_bytes": MAX_FRAME_BYTES,
         "model": "efficientnet-lite0",
@@ -144,6 +164,15 @@ async fn calibration(
     Ok(NamedFile::open_async(path.as_path()).await?.into_response(&req))
 }
 
+async fn cost_table(state: web::Data<AppState>) -> HttpResponse {
+    match &state.cost_table {
+        Some(t) => HttpResponse::Ok().content_type("application/json").body(t.as_str().to_owned()),
+        None => {
+            HttpResponse::NotFound().body("no cost table on this server; run `cargo xtask profile`")
+        }
+    }
+}
+
 async fn weights(req: HttpRequest, state: web::Data<AppState>) -> actix_web::Result<HttpResponse> {
     Ok(NamedFile::open_async(state.weights_path.as_path()).await?.into_response(&req))
 }
@@ -158,6 +187,7 @@ pub fn config_app(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
             .route("/healthz", web::get().to(|| async { HttpResponse::Ok().body("ok") }))
             .route("/weights/efficientnet-lite0.splw", web::get().to(weights))
             .route(CALIBRATION_URL, web::get().to(calibration))
+            .route("/api/cost-table", web::get().to(cost_table))
             .service(Files::new("/", web_dir).index_file("index.html").prefer_utf8(true));
     }
 }

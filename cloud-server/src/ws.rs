@@ -53,16 +53,19 @@ fn prepare(
         Request::Image { payload, .. } => {
             (ContentKey::of(&[b"image", &payload]), Work::Image(payload))
         }
+        Request::Ping { .. } => {
+            return Err(ServeError::Internal("pings are answered without the model".into()));
+        }
     })
 }
 
 async fn serve_request(
     state: &AppState,
-    frame: &[u8],
+    request: Request,
     streams: &mut StreamDecoder,
 ) -> Result<Outcome, ServeError> {
     let start = std::time::Instant::now();
-    let (key, work) = prepare(state, Request::decode(frame)?, streams)?;
+    let (key, work) = prepare(state, request, streams)?;
     let decode_us = start.elapsed().as_micros().min(u128::from(u32::MAX)) as u32;
     let hit = state.cache.lock().ok().and_then(|mut c| c.get(&key));
     if let Some((from, top)) = hit {
@@ -81,7 +84,15 @@ async fn serve_request(
 /// Answer one binary frame; never fails: every problem becomes an error reply.
 async fn answer(state: &AppState, frame: &[u8], streams: &mut StreamDecoder) -> Reply {
     let id = peek_request_id(frame).unwrap_or(0);
-    match serve_request(state, frame, streams).await {
+    let request = match Request::decode(frame) {
+        Ok(Request::Ping { payload, .. }) => {
+            let received = payload.len() as u32;
+            return Reply::Pong { id, received, load: state.engine.load() };
+        }
+        Ok(r) => Ok(r),
+        Err(e) => Err(ServeError::from(e)),
+    };
+    match async { serve_request(state, request?, streams).await }.await {
         Ok(o) => Reply::Result {
             id,
             from: o.from,

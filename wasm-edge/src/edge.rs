@@ -215,7 +215,7 @@ impl EdgeRunner {
                 }
             }
             Reply::Error { code: ErrorCode::KeyframeRequired, .. } => state.stream.force_keyframe(),
-            Reply::Error { .. } => {}
+            Reply::Error { .. } | Reply::Pong { .. } => {}
         }
         Ok(reply)
     }
@@ -239,6 +239,42 @@ impl EdgeRunner {
     /// The loaded calibration, if any, for codec benchmarks.
     pub fn with_calibration<R>(&self, f: impl FnOnce(Option<&Calibration>) -> R) -> R {
         f(self.state.borrow().calibration.as_ref())
+    }
+
+    /// Median cumulative ms from the input to every boundary (0 for `input`) over `repeats`
+    /// passes of a blank image, stage by stage, timed with `now` (ms).
+    ///
+    /// # Errors
+    /// When the backend fails.
+    pub async fn profile(
+        &self,
+        repeats: usize,
+        now: fn() -> f64,
+    ) -> split_shared::Result<Vec<f64>> {
+        let n = split_shared::model::NUM_BOUNDARIES;
+        let mut runs: Vec<Vec<f64>> = vec![Vec::new(); n];
+        for _ in 0..repeats {
+            let mut x = Tensor::<4>::zeros([1, 3, 224, 224], &self.device);
+            let mut at = Boundary::INPUT;
+            let mut total = 0.0;
+            for b in Boundary::all().skip(1) {
+                let t = now();
+                x = self.model.forward_range(x, at, b)?;
+                // Reading back one value waits for the stage to finish (WebGPU is asynchronous).
+                let probe = x.clone().slice([0..1, 0..1, 0..1, 0..1]);
+                read_values(probe).await?;
+                total += now() - t;
+                runs[usize::from(b.index())].push(total);
+                at = b;
+            }
+        }
+        Ok(runs
+            .into_iter()
+            .map(|mut v| {
+                v.sort_by(f64::total_cmp);
+                v.get(v.len() / 2).copied().unwrap_or(0.0)
+            })
+            .collect())
     }
 
     /// Run a dummy image through the whole network once, so shader compilation and buffer

@@ -59,6 +59,17 @@ pub fn reply(r: &Reply) -> JsValue {
             set(&l, "queued", load.queued);
             set(&l, "workers", load.workers);
             set(&l, "recentMs", f64::from(load.recent_us) / 1e3);
+            set(&l, "waitMs", load.expected_wait_ms());
+            set(&o, "load", l);
+        }
+        Reply::Pong { received, load, .. } => {
+            set(&o, "kind", "pong");
+            set(&o, "received", *received);
+            let l = Object::new();
+            set(&l, "queued", load.queued);
+            set(&l, "workers", load.workers);
+            set(&l, "recentMs", f64::from(load.recent_us) / 1e3);
+            set(&l, "waitMs", load.expected_wait_ms());
             set(&o, "load", l);
         }
         Reply::Error { code, message, .. } => {
@@ -81,6 +92,14 @@ pub fn now_ms() -> f64 {
         Some(f) => f.call0(&performance).ok().and_then(|v| v.as_f64()).unwrap_or(0.0),
         None => js_sys::Date::now(),
     }
+}
+
+/// `{ names, ms }` for every boundary.
+pub fn edge_profile(ms: &[f64]) -> JsValue {
+    let o = Object::new();
+    set(&o, "names", boundary_table().iter().map(|b| JsValue::from_str(b.name)).collect::<Array>());
+    set(&o, "ms", ms.iter().map(|m| JsValue::from_f64(*m)).collect::<Array>());
+    o.into()
 }
 
 /// `{ bytes, encodeMs, decodeMs }`.

@@ -15,6 +15,7 @@
 
 mod edge;
 mod js;
+mod planner;
 
 use std::rc::Rc;
 
@@ -24,6 +25,7 @@ use split_shared::protocol::{Reply, Request};
 use wasm_bindgen::prelude::*;
 
 pub use edge::{EdgeOutput, EdgeRunner, RunOptions};
+pub use planner::AdaptivePlanner;
 use split_shared::codec::{Setting, features_request, features_values};
 
 /// The model loaded on the best device this browser offers.
@@ -140,6 +142,21 @@ impl EdgeSession {
         self.runner.set_cache_entries(entries as usize);
     }
 
+    /// Time this device's edge compute: the network stage by stage on a blank image, `repeats`
+    /// times; resolves to `{ names, ms }` with the median cumulative ms from the input to each
+    /// boundary (what `AdaptivePlanner.setEdgeTimes` takes).
+    #[wasm_bindgen(js_name = profileEdge)]
+    pub fn profile_edge(&self, repeats: u32) -> js_sys::Promise {
+        let runner = Rc::clone(&self.runner);
+        wasm_bindgen_futures::future_to_promise(async move {
+            let ms = runner
+                .profile(repeats.max(1) as usize, js::now_ms)
+                .await
+                .map_err(|e| JsValue::from(js_error(e)))?;
+            Ok(js::edge_profile(&ms))
+        })
+    }
+
     /// Make the stream's next frame a keyframe (call after reconnecting).
     #[wasm_bindgen(js_name = forceKeyframe)]
     pub fn force_keyframe(&self) {
@@ -205,6 +222,12 @@ impl EdgeSession {
 #[wasm_bindgen(js_name = encodeImageRequest)]
 pub fn encode_image_request(request_id: f64, image: Vec<u8>) -> Vec<u8> {
     Request::Image { id: request_id as u64, payload: image }.to_bytes()
+}
+
+/// A ping carrying `probe_bytes` of padding (0 for a pure round-trip measurement).
+#[wasm_bindgen(js_name = encodePing)]
+pub fn encode_ping(request_id: f64, probe_bytes: u32) -> Vec<u8> {
+    Request::Ping { id: request_id as u64, payload: vec![0; probe_bytes as usize] }.to_bytes()
 }
 
 /// Decode a reply frame to `{ kind: "result", id, from, top, timings }` or

@@ -58,6 +58,81 @@ async function codecChecks(page, name) {
   assert.equal(out.stream[2].mode, "cache", `${name}: a repeated stream frame is not recomputed`);
 }
 
+/** Real load on the server from a second page: `clients` WebSockets, each keeping `depth`
+ * cloud-only requests in flight (PNG bytes made unique so the server's cache cannot answer). */
+async function startLoad(context, clients, depth) {
+  const page = await context.newPage();
+  await page.goto(url);
+  await page.evaluate(async ({ clients, depth }) => {
+    const wasm = await import("/pkg/wasm_edge.js");
+    await wasm.default();
+    const png = new Uint8Array(await (await fetch("samples/camera.png")).arrayBuffer());
+    window.loadStats = { sent: 0, answered: 0, maxQueued: 0 };
+    window.stopLoad = false;
+    let id = 1;
+    const frame = () => {
+      const bytes = new Uint8Array(png.length + 8);
+      bytes.set(png);
+      new DataView(bytes.buffer).setFloat64(png.length, Math.random());  // after IEND: ignored
+      return wasm.encodeImageRequest(id++, bytes);
+    };
+    for (let c = 0; c < clients; c++) {
+      const ws = new WebSocket(new URL("ws", location.href).href.replace(/^http/, "ws"));
+      ws.binaryType = "arraybuffer";
+      ws.onopen = () => { for (let d = 0; d < depth; d++) { ws.send(frame()); window.loadStats.sent++; } };
+      ws.onmessage = (e) => {
+        const r = wasm.decodeReply(new Uint8Array(e.data));
+        window.loadStats.answered++;
+        if (r.load) window.loadStats.maxQueued = Math.max(window.loadStats.maxQueued, r.load.queued);
+        if (!window.stopLoad) { ws.send(frame()); window.loadStats.sent++; } else ws.close();
+      };
+    }
+  }, { clients, depth });
+  return page;
+}
+
+/** Adaptive mode: starts on the server's side (loopback, idle server), then moves to the edge
+ * once the server reports a growing queue. */
+async function loadChecks(page, name) {
+  const idle = await page.evaluate(async () => {
+    const c = window.splitClient;
+    c.edge.setCacheEntries(0);
+    window.chelsea = new Uint8Array(await (await fetch("samples/chelsea.png")).arrayBuffer());
+    const rows = [];
+    for (let i = 0; i < 4; i++) {
+      const r = await c.classify(window.chelsea, "auto", {});
+      rows.push({ mode: r.mode, placement: r.placement.mode, top1: r.top[0].class });
+      await new Promise((res) => setTimeout(res, 500));
+    }
+    return rows;
+  });
+  console.table(idle);
+  assert.notEqual(idle.at(-1).placement, "edge_only", `${name}: an idle server on loopback gets work`);
+  const loader = await startLoad(page.context(), 6, 3);
+  const loaded = await page.evaluate(async () => {
+    const c = window.splitClient;
+    const rows = [];
+    for (let i = 0; i < 40; i++) {
+      const r = await c.classify(window.chelsea, "auto", {});
+      const f = r.explain.forecast;
+      rows.push({ placement: r.placement.mode === "split" ? `${r.placement.boundary}/${r.placement.codec}` : r.placement.mode,
+                  top1: r.top[0].class, totalMs: Math.round(r.totalMs), queueMs: Math.round(f.now.queue_ms) });
+      if (r.placement.mode === "edge_only" && rows.length > 1) break;
+      await new Promise((res) => setTimeout(res, 400));
+    }
+    return { rows, switches: c.switches.map((s) => s.reason) };
+  });
+  await loader.evaluate(() => { window.stopLoad = true; });
+  const stats = await loader.evaluate(() => window.loadStats);
+  await loader.close();
+  console.table(loaded.rows);
+  console.log("load:", stats, "switches:", loaded.switches);
+  assert.ok(stats.maxQueued >= 3, `${name}: the load generator filled the queue (${stats.maxQueued})`);
+  assert.equal(loaded.rows.at(-1).placement, "edge_only", `${name}: under load the client moves the work to the edge`);
+  assert.ok(loaded.rows.at(-1).queueMs > 0, `${name}: the planner saw the server's queue`);
+  assert.ok(loaded.rows.every((r) => CATS.has(r.top1)), `${name}: every answer stays right under load`);
+}
+
 async function runPass({ name, args, expectBackend, codecs }) {
   const errors = [];
   return withPage(args, async (page) => {
@@ -93,6 +168,7 @@ async function runPass({ name, args, expectBackend, codecs }) {
     const defaultCodec = await page.evaluate(() => window.splitClient.defaultCodec);
     assert.notEqual(defaultCodec, "f32", `${name}: the server offers a calibrated codec`);
     if (codecs) await codecChecks(page, name);
+    if (codecs) await loadChecks(page, name);
     assert.equal(errors.filter((e) => !/WebGPU unavailable/.test(e)).length, 0, `${name}: page errors: ${errors.join("\n")}`);
     return rows;
   });

@@ -134,7 +134,7 @@ fn setting_at(name: &str, split: Boundary, calibration: Option<&Calibration>) ->
 }
 
 /// Bytes of a quality-90 JPEG of the preprocessed input: what a plain app would upload.
-fn jpeg_q90_len(img: &split_shared::image::RgbImage) -> Result<usize> {
+pub fn jpeg_q90_len(img: &split_shared::image::RgbImage) -> Result<usize> {
     let mut out = Vec::new();
     image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, 90).encode(
         &img.pixels,

@@ -7,6 +7,7 @@
 //! - `demo`: setup + web, then start the server and print the URL;
 //! - `test`: setup + web, then every test, the headless-browser ones included;
 //! - `eval`: accuracy and agreement of split inference over a folder of images;
+//! - `profile`: measure the planner's cost table (`profiles/cost-table.json`);
 //! - `stream-eval`: bytes per frame of a synthetic camera pan with and without residuals;
 //! - `fuzz`: the libFuzzer target on the frame and codec decoders (nightly).
 
@@ -15,6 +16,7 @@ mod convert;
 mod eval;
 mod fuzz;
 mod paths;
+mod profile;
 mod setup;
 mod stream_eval;
 mod torch_legacy;
@@ -22,7 +24,7 @@ mod web;
 
 use anyhow::{Result, bail};
 
-const USAGE: &str = "usage: cargo xtask <setup | calibrate [options] | web | demo [server args] | test | eval [options] | stream-eval [options] | fuzz [seconds]>";
+const USAGE: &str = "usage: cargo xtask <setup | calibrate [options] | web | demo [server args] | test | eval [options] | stream-eval [options] | profile [options] | fuzz [seconds]>";
 
 fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
@@ -37,6 +39,7 @@ fn main() -> Result<()> {
         "eval" => eval::run(&rest),
         "fuzz" => fuzz::run(&rest),
         "stream-eval" => stream_eval::run(&rest),
+        "profile" => profile::run(&rest),
         "help" | "--help" | "-h" => {
             println!("{USAGE}");
             Ok(())

@@ -155,6 +155,25 @@ fn ensure_browser_tools(dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Edge profiles from headless Chromium (wasm CPU and WebGPU), measured against a fresh server;
+/// returns the JSON file `web/tests/profile.mjs` wrote.
+pub fn browser_profile() -> Result<PathBuf> {
+    crate::calibrate::ensure_calibration()?;
+    build()?;
+    let web = paths::repo_root().join("web");
+    ensure_browser_tools(&web)?;
+    run(cargo().args(["build", "--package", "cloud-server"]))?;
+    let server = start_server(&[])?;
+    let out = std::env::temp_dir().join("splitinfer-browser-profile.json");
+    run(Command::new("node")
+        .arg("tests/profile.mjs")
+        .current_dir(&web)
+        .env("SPLIT_URL", &server.url)
+        .env("OUT", &out))?;
+    drop(server);
+    Ok(out)
+}
+
 /// `cargo xtask test`: weights, wasm build, Rust tests, then the headless-browser tests.
 pub fn test_all() -> Result<()> {
     let weights = setup::ensure_weights()?;

@@ -5,7 +5,8 @@
 //! ```text
 //! 0  magic    "SPLT"
 //! 4  version  u16   PROTOCOL_VERSION
-//! 6  kind     u8    1 features, 2 image (client -> server); 0x81 result, 0x82 error (server -> client)
+//! 6  kind     u8    1 features, 2 image, 3 ping (client -> server);
+//!                   0x81 result, 0x82 error, 0x83 pong (server -> client)
 //! 7  model    u8    1 = EfficientNet-Lite0
 //! 8  id       u64   request id chosen by the client, echoed in the reply
 //! ```
@@ -49,8 +50,10 @@ const _: () = assert!(crate::model::MAX_BATCH * 32 * 112 * 112 * 4 <= MAX_PAYLOA
 pub(crate) mod kind {
     pub const FEATURES: u8 = 1;
     pub const IMAGE: u8 = 2;
+    pub const PING: u8 = 3;
     pub const RESULT: u8 = 0x81;
     pub const ERROR: u8 = 0x82;
+    pub const PONG: u8 = 0x83;
 }
 
 /// The parsed common header.

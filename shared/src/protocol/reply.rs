@@ -2,7 +2,8 @@
 //!
 //! Result body: `boundary u8 | k u8 | k x (class u16, prob f32) | queue_us u32 | decode_us u32 |
 //! compute_us u32 | flags u8 (bit 0: cache hit) | queued u16 | workers u16 | recent_us u32`.
-//! Error body: `code u16 | len u16 | message utf-8`.
+//! Error body: `code u16 | len u16 | message utf-8`. Pong body: `received u32 | queued u16 |
+//! workers u16 | recent_us u32`.
 
 use super::cursor::Cursor;
 use super::{ErrorCode, MAX_MESSAGE_BYTES, MAX_TOP_K, WireError, kind, read_header, write_header};
@@ -33,6 +34,13 @@ pub struct ServerLoad {
     pub recent_us: u32,
 }
 
+impl ServerLoad {
+    /// Expected wait before a new request starts: the queue drained by the workers.
+    pub fn expected_wait_ms(&self) -> f64 {
+        f64::from(self.queued) * f64::from(self.recent_us) / 1e3 / f64::from(self.workers.max(1))
+    }
+}
+
 /// A reply from the server.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Reply {
@@ -47,6 +55,15 @@ pub enum Reply {
         /// Server-side timings.
         timings: ServerTimings,
         /// Server load at reply time.
+        load: ServerLoad,
+    },
+    /// Answer to a ping.
+    Pong {
+        /// Id of the ping.
+        id: u64,
+        /// Probe bytes received.
+        received: u32,
+        /// Server load now.
         load: ServerLoad,
     },
     /// The request was refused; the session stays open.
@@ -77,7 +94,7 @@ impl Reply {
     /// The id of the request this answers.
     pub fn id(&self) -> u64 {
         match self {
-            Self::Result { id, .. } | Self::Error { id, .. } => *id,
+            Self::Result { id, .. } | Self::Error { id, .. } | Self::Pong { id, .. } => *id,
         }
     }
 
@@ -97,9 +114,12 @@ impl Reply {
                     out.extend_from_slice(&t.to_le_bytes());
                 }
                 out.push(u8::from(timings.cached));
-                out.extend_from_slice(&load.queued.to_le_bytes());
-                out.extend_from_slice(&load.workers.to_le_bytes());
-                out.extend_from_slice(&load.recent_us.to_le_bytes());
+                write_load(&mut out, load);
+            }
+            Self::Pong { id, received, load } => {
+                write_header(&mut out, kind::PONG, *id);
+                out.extend_from_slice(&received.to_le_bytes());
+                write_load(&mut out, load);
             }
             Self::Error { id, code, message } => {
                 write_header(&mut out, kind::ERROR, *id);
@@ -137,8 +157,12 @@ impl Reply {
                     return Err(WireError::UnknownFlags(flags));
                 }
                 let timings = ServerTimings { queue_us, decode_us, compute_us, cached: flags == 1 };
-                let load = ServerLoad { queued: c.u16()?, workers: c.u16()?, recent_us: c.u32()? };
+                let load = read_load(&mut c)?;
                 Self::Result { id, from, top, timings, load }
+            }
+            kind::PONG => {
+                let received = c.u32()?;
+                Self::Pong { id, received, load: read_load(&mut c)? }
             }
             kind::ERROR => {
                 let code = ErrorCode::from_u16(c.u16()?);
@@ -157,6 +181,16 @@ impl Reply {
     }
 }
 
+fn write_load(out: &mut Vec<u8>, load: &ServerLoad) {
+    out.extend_from_slice(&load.queued.to_le_bytes());
+    out.extend_from_slice(&load.workers.to_le_bytes());
+    out.extend_from_slice(&load.recent_us.to_le_bytes());
+}
+
+fn read_load(c: &mut Cursor<'_>) -> Result<ServerLoad, WireError> {
+    Ok(ServerLoad { queued: c.u16()?, workers: c.u16()?, recent_us: c.u32()? })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -171,7 +205,12 @@ mod tests {
             load: ServerLoad { queued: 4, workers: 2, recent_us: 31_000 },
         };
         let error = Reply::error(7, ErrorCode::ShapeMismatch, "shape [1, 2] does not match");
-        for r in [result, error] {
+        let pong = Reply::Pong {
+            id: 8,
+            received: 16_384,
+            load: ServerLoad { queued: 1, workers: 1, recent_us: 9 },
+        };
+        for r in [result, error, pong] {
             let bytes = r.to_bytes();
             assert_eq!(Reply::decode(&bytes).unwrap(), r);
             for cut in 0..bytes.len() {

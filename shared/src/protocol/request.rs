@@ -5,6 +5,7 @@
 //! payload_len u32 | payload`, where encoding 1 is little-endian f32 and 2 is the quantizing
 //! codec (see [`crate::codec`]); flags bit 0 = entropy-coded, bit 1 = delta frame.
 //! Image body: `payload_len u32 | payload` (JPEG or PNG bytes).
+//! Ping body: `payload_len u32 | payload` (any bytes: a bandwidth probe, or none).
 
 use super::cursor::Cursor;
 use super::{HEADER_LEN, MAX_PAYLOAD_BYTES, WireError, kind, read_header, write_header};
@@ -50,6 +51,14 @@ pub enum Request {
         /// Encoded image bytes.
         payload: Vec<u8>,
     },
+    /// Measure the round trip (and, with a payload, the uplink); answered with a pong that
+    /// carries the server's load, without touching the model.
+    Ping {
+        /// Client-chosen id, echoed in the pong.
+        id: u64,
+        /// Probe bytes, discarded by the server.
+        payload: Vec<u8>,
+    },
 }
 
 impl Request {
@@ -71,7 +80,7 @@ impl Request {
     /// The request id.
     pub fn id(&self) -> u64 {
         match self {
-            Self::Features { id, .. } | Self::Image { id, .. } => *id,
+            Self::Features { id, .. } | Self::Image { id, .. } | Self::Ping { id, .. } => *id,
         }
     }
 
@@ -100,8 +109,9 @@ impl Request {
                 out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
                 out.extend_from_slice(payload);
             }
-            Self::Image { id, payload } => {
-                write_header(out, kind::IMAGE, *id);
+            Self::Image { id, payload } | Self::Ping { id, payload } => {
+                let k = if matches!(self, Self::Image { .. }) { kind::IMAGE } else { kind::PING };
+                write_header(out, k, *id);
                 out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
                 out.extend_from_slice(payload);
             }
@@ -117,7 +127,9 @@ impl Request {
 
     fn payload_len(&self) -> usize {
         match self {
-            Self::Features { payload, .. } | Self::Image { payload, .. } => payload.len(),
+            Self::Features { payload, .. }
+            | Self::Image { payload, .. }
+            | Self::Ping { payload, .. } => payload.len(),
         }
     }
 
@@ -162,6 +174,10 @@ impl Request {
             kind::IMAGE => {
                 let len = read_payload_len(&mut c)?;
                 Self::Image { id, payload: c.take(len)?.to_vec() }
+            }
+            kind::PING => {
+                let len = read_payload_len(&mut c)?;
+                Self::Ping { id, payload: c.take(len)?.to_vec() }
             }
             other => return Err(WireError::UnknownKind { id, kind: other }),
         };
@@ -250,6 +266,7 @@ mod tests {
             features(),
             coded(),
             Request::Image { id: u64::MAX, payload: vec![0xff, 0xd8, 1, 2, 3] },
+            Request::Ping { id: 3, payload: vec![7; 100] },
         ] {
             assert_eq!(Request::decode(&r.to_bytes()).unwrap(), r);
         }
