@@ -60,6 +60,10 @@ export class SplitClient {
    * @param {(p: {stage: string, fraction: number|null}) => void} [options.onProgress]
    * @param {number} [options.timeoutMs]  per request
    * @param {number} [options.cacheEntries]  results remembered by content (default 256; 0: off)
+   * @param {{privacy_floor?: string|number, min_agreement?: number, max_edge_param_bytes?: number}} [options.constraints]
+   *   for split "auto": never send features before this boundary (and never the image), never
+   *   use a codec below this top-1 agreement, never hold more edge parameters than this
+   * @param {(s: object) => void} [options.onSwitch]  called with each placement change of "auto"
    */
   static async create(options = {}) {
     const base = new URL(options.baseUrl ?? "/", location.href);
@@ -85,7 +89,15 @@ export class SplitClient {
       // A phone is not the profiling machine: time this device and scale the edge column.
       const profile = await edge.profileEdge(1);
       planner.edgeFactor = planner.setEdgeTimes(profile.names, profile.ms);
-      if (options.constraints) planner.setConstraints(JSON.stringify(options.constraints));
+      if (options.constraints) {
+        // The privacy floor may be a boundary name: it means "that boundary and deeper only".
+        const k = { privacy_floor: 0, min_agreement: 0.99, max_edge_param_bytes: null, ...options.constraints };
+        if (typeof k.privacy_floor === "string") {
+          k.privacy_floor = boundaries().findIndex((b) => b.name === k.privacy_floor);
+          if (k.privacy_floor < 0) throw new SplitError("bad_option", `unknown boundary ${options.constraints.privacy_floor}`);
+        }
+        planner.setConstraints(JSON.stringify(k));
+      }
     }
     onProgress({ stage: "ready", fraction: 1 });
     return new SplitClient(base, edge, options.timeoutMs ?? DEFAULT_TIMEOUT_MS, info, planner, options.onSwitch);

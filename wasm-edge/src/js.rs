@@ -3,7 +3,7 @@
 use js_sys::{Array, Object, Reflect, Uint8Array};
 use split_shared::labels::{Prediction, short_name};
 use split_shared::model::boundary_table;
-use split_shared::protocol::Reply;
+use split_shared::protocol::{Reply, ServerLoad};
 use wasm_bindgen::JsValue;
 
 use crate::edge::EdgeOutput;
@@ -41,6 +41,15 @@ pub fn edge_output(out: &EdgeOutput) -> JsValue {
     o.into()
 }
 
+fn load_object(load: &ServerLoad) -> Object {
+    let l = Object::new();
+    set(&l, "queued", load.queued);
+    set(&l, "workers", load.workers);
+    set(&l, "recentMs", f64::from(load.recent_us) / 1e3);
+    set(&l, "waitMs", load.expected_wait_ms());
+    l
+}
+
 pub fn reply(r: &Reply) -> JsValue {
     let o = Object::new();
     set(&o, "id", r.id() as f64);
@@ -55,22 +64,12 @@ pub fn reply(r: &Reply) -> JsValue {
             set(&t, "computeMs", f64::from(timings.compute_us) / 1e3);
             set(&t, "cached", timings.cached);
             set(&o, "timings", t);
-            let l = Object::new();
-            set(&l, "queued", load.queued);
-            set(&l, "workers", load.workers);
-            set(&l, "recentMs", f64::from(load.recent_us) / 1e3);
-            set(&l, "waitMs", load.expected_wait_ms());
-            set(&o, "load", l);
+            set(&o, "load", load_object(load));
         }
         Reply::Pong { received, load, .. } => {
             set(&o, "kind", "pong");
             set(&o, "received", *received);
-            let l = Object::new();
-            set(&l, "queued", load.queued);
-            set(&l, "workers", load.workers);
-            set(&l, "recentMs", f64::from(load.recent_us) / 1e3);
-            set(&l, "waitMs", load.expected_wait_ms());
-            set(&o, "load", l);
+            set(&o, "load", load_object(load));
         }
         Reply::Error { code, message, .. } => {
             set(&o, "kind", "error");

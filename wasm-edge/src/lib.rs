@@ -39,6 +39,13 @@ fn js_error(e: impl std::fmt::Display) -> JsError {
     JsError::new(&e.to_string())
 }
 
+/// Parse a boundary name and a codec setting name, as JS errors.
+fn split_and_codec(split: &str, codec: &str) -> Result<(Boundary, Setting), JsValue> {
+    let split: Boundary = split.parse().map_err(|e| JsValue::from(js_error(e)))?;
+    let setting: Setting = codec.parse().map_err(|e| JsValue::from(js_error(e)))?;
+    Ok((split, setting))
+}
+
 async fn pick_device(backend: &str) -> Result<(Device, &'static str), JsError> {
     match backend {
         "cpu" => Ok((Device::flex(), "cpu")),
@@ -113,13 +120,7 @@ impl EdgeSession {
         let runner = Rc::clone(&self.runner);
         wasm_bindgen_futures::future_to_promise(async move {
             let err = |e: String| JsValue::from(JsError::new(&e));
-            let split: Boundary =
-                split.parse().map_err(|e: split_shared::Error| err(e.to_string()))?;
-            let setting: Setting = codec
-                .as_deref()
-                .unwrap_or("f32")
-                .parse()
-                .map_err(|e: split_shared::codec::CodecError| err(e.to_string()))?;
+            let (split, setting) = split_and_codec(&split, codec.as_deref().unwrap_or("f32"))?;
             let options = RunOptions { split, setting, stream: stream.unwrap_or(false) };
             let out = runner
                 .run(&image, options, request_id as u64)
@@ -177,10 +178,7 @@ impl EdgeSession {
         let runner = Rc::clone(&self.runner);
         wasm_bindgen_futures::future_to_promise(async move {
             let err = |e: String| JsValue::from(JsError::new(&e));
-            let split: Boundary =
-                split.parse().map_err(|e: split_shared::Error| err(e.to_string()))?;
-            let setting: Setting =
-                codec.parse().map_err(|e: split_shared::codec::CodecError| err(e.to_string()))?;
+            let (split, setting) = split_and_codec(&split, &codec)?;
             let (dims, values) =
                 runner.features(&image, split).await.map_err(|e| err(e.to_string()))?;
             let repeats = repeats.max(1);

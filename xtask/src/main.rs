@@ -8,6 +8,7 @@
 //! - `test`: setup + web, then every test, the headless-browser ones included;
 //! - `eval`: accuracy and agreement of split inference over a folder of images;
 //! - `profile`: measure the planner's cost table (`profiles/cost-table.json`);
+//! - `plan-sim`: the adaptive controller on synthetic traces with the measured cost table;
 //! - `stream-eval`: bytes per frame of a synthetic camera pan with and without residuals;
 //! - `fuzz`: the libFuzzer target on the frame and codec decoders (nightly).
 
@@ -16,6 +17,7 @@ mod convert;
 mod eval;
 mod fuzz;
 mod paths;
+mod plan_sim;
 mod profile;
 mod setup;
 mod stream_eval;
@@ -24,7 +26,7 @@ mod web;
 
 use anyhow::{Result, bail};
 
-const USAGE: &str = "usage: cargo xtask <setup | calibrate [options] | web | demo [server args] | test | eval [options] | stream-eval [options] | profile [options] | fuzz [seconds]>";
+const USAGE: &str = "usage: cargo xtask <setup | calibrate [options] | web | demo [server args] | test | eval [options] | stream-eval [options] | profile [options] | plan-sim [options] | fuzz [seconds]>";
 
 fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
@@ -40,6 +42,7 @@ fn main() -> Result<()> {
         "fuzz" => fuzz::run(&rest),
         "stream-eval" => stream_eval::run(&rest),
         "profile" => profile::run(&rest),
+        "plan-sim" => plan_sim::run(&rest),
         "help" | "--help" | "-h" => {
             println!("{USAGE}");
             Ok(())
