@@ -43,7 +43,7 @@ function fillSplits() {
     const kb = (b.bytesF32 / 1024).toFixed(0);
     add(b.name, `after ${b.name} — send [${b.shape.join("×")}] f32, ${kb} KiB; ${(b.cumulativeMacs / 1e6).toFixed(0)}M MACs on the edge`);
   }
-  select.value = client.planner ? "auto" : "block5";
+  select.value = client.planner ? "auto" : "block11";
 }
 
 // The planner panel: refreshed every second from planner.explain().

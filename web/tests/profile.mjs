@@ -12,13 +12,14 @@ const REPEATS = Number(process.env.REPEATS ?? 3);
 const profiles = {};
 for (const [name, backend, args] of [["browser-wasm-cpu", "cpu", GPU_ARGS.cpu], ["browser-webgpu", "webgpu", GPU_ARGS.webgpu]]) {
   await withPage(args, async (page) => {
-    await page.goto(new URL("index.html", url).href);
-    const p = await page.evaluate(async ({ backend, repeats }) => {
-      const { SplitClient } = await import("/split-client.js");
-      const client = await SplitClient.create({ backend });
+    // The page's own client (one WebGPU device per page): ?backend= picks its backend.
+    await page.goto(new URL(`index.html?backend=${backend}`, url).href);
+    await page.waitForFunction(() => ["ready", "failed"].includes(document.body.dataset.state), null, { timeout: 300_000 });
+    const p = await page.evaluate(async ({ repeats }) => {
+      const client = window.splitClient;
       const r = await client.edge.profileEdge(repeats);
       return { backend: client.backend, ms: r.ms, ua: navigator.userAgent };
-    }, { backend, repeats: REPEATS });
+    }, { repeats: REPEATS });
     if (p.backend !== backend) throw new Error(`${name}: got backend ${p.backend}`);
     const device = backend === "webgpu" ? "Chromium WebGPU (SwiftShader on this machine)" : "Chromium wasm, burn flex";
     profiles[name] = { device, ms: p.ms };

@@ -52,7 +52,8 @@ pub fn run(args: &[String]) -> Result<()> {
     let mut photo = paths::repo_root().join("web/samples/chelsea.png");
     let mut frames = 30usize;
     let mut splits: Vec<Boundary> = vec!["block5".parse()?, "block8".parse()?, "block11".parse()?];
-    let mut codecs: Vec<Setting> = vec!["q4".parse()?, "q3".parse()?, "q2-r16".parse()?];
+    let mut codecs: Vec<Setting> =
+        vec!["q6".parse()?, "q4".parse()?, "q3".parse()?, "q2-r16".parse()?];
     let mut calibration_path: Option<PathBuf> = None;
     let mut it = args.iter();
     while let Some(flag) = it.next() {

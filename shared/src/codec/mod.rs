@@ -35,7 +35,7 @@ use crate::protocol::{Encoding, Request};
 
 /// The setting clients use unless told otherwise (see the README's codec section for the
 /// measurements behind the choice).
-pub const DEFAULT_SETTING: Setting = Setting::Quant(QuantSetting::bits(4));
+pub const DEFAULT_SETTING: Setting = Setting::Quant(QuantSetting::bits(6));
 
 /// The codec parameters a coded features frame carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
