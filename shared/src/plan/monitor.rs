@@ -13,16 +13,16 @@ const WINDOW_MS: f64 = 60_000.0;
 const ALPHA: f64 = 0.3;
 /// A forecast stays within this factor of the average: a trend is evidence, not a promise.
 const MAX_TREND_FACTOR: f64 = 4.0;
-/// Two samples in a row this far from the average are a new level, not noise: the average
-/// restarts there (so a step is followed within two samples instead of fading in).
+/// Two samples in a row this far from the average are a new level: the average restarts there,
+/// so a step is followed within two samples instead of fading in. A single one is ignored.
 pub const LEVEL_SHIFT_FACTOR: f64 = 3.0;
 
 #[derive(Clone, Debug, Default)]
 struct Series {
     samples: VecDeque<(f64, f64)>,
     ewma: Option<f64>,
-    /// Direction of the previous sample's deviation, when it was beyond the shift factor.
-    outlier: Option<bool>,
+    /// The previous sample, when it was beyond the shift factor: (above the average, value).
+    outlier: Option<(bool, f64)>,
 }
 
 impl Series {
@@ -34,19 +34,20 @@ impl Series {
             let high = v > e * LEVEL_SHIFT_FACTOR;
             let low = v * LEVEL_SHIFT_FACTOR < e;
             if high || low {
-                if self.outlier == Some(high) {
-                    // Second in a row: restart at the mean of the two.
-                    let prev = self.samples.back().map_or(v, |s| s.1);
-                    self.samples.clear();
-                    self.samples.push_back((t, (prev + v) / 2.0));
-                    self.ewma = Some((prev + v) / 2.0);
-                    self.outlier = None;
-                    return;
+                match self.outlier.take() {
+                    // Second in a row on the same side: a new level; restart at the two's mean.
+                    Some((was_high, first)) if was_high == high => {
+                        let level = (first + v) / 2.0;
+                        self.samples.clear();
+                        self.samples.push_back((t, level));
+                        self.ewma = Some(level);
+                    }
+                    // A first outlier is held back: alone, it is noise and never counts.
+                    _ => self.outlier = Some((high, v)),
                 }
-                self.outlier = Some(high);
-            } else {
-                self.outlier = None;
+                return;
             }
+            self.outlier = None;
         }
         self.ewma = Some(self.ewma.map_or(v, |e| e + ALPHA * (v - e)));
         self.samples.push_back((t, v));
@@ -201,8 +202,7 @@ mod tests {
             m.observe_rtt(f64::from(i) * 500.0, 40.0);
         }
         m.observe_rtt(5_000.0, 400.0);
-        let one = m.forecast(0.0).now.rtt_ms;
-        assert!(one < 200.0, "one spike is smoothed: {one}");
+        assert_eq!(m.forecast(0.0).now.rtt_ms, 40.0, "one spike alone is ignored");
         m.observe_rtt(5_500.0, 400.0);
         assert_eq!(m.forecast(0.0).now.rtt_ms, 400.0, "two are a new level");
     }
