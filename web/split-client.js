@@ -259,6 +259,7 @@ export class SplitClient {
   async classifyAuto(image, options = {}) {
     if (!this.planner) throw new SplitError("no_cost_table", "the server publishes no cost table; pick a split");
     this.startProbing();
+    this.planner.setImageBytes(image.length);
     const decision = JSON.parse(this.planner.tick(performance.now()));
     if (decision.decision === "switch") {
       this.switches.push(decision);

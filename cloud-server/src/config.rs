@@ -66,15 +66,19 @@ impl Config {
 
     /// The cost table path: the flag, else `profiles/cost-table.json` of the checkout.
     pub fn cost_table_path(&self) -> PathBuf {
-        self.cost_table.clone().unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../profiles/cost-table.json")
-        })
+        self.cost_table.clone().unwrap_or_else(|| checkout().join("profiles/cost-table.json"))
     }
 
     /// The web folder: the flag, else `web/` next to this crate.
     pub fn web_path(&self) -> PathBuf {
-        self.web_dir
-            .clone()
-            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../web"))
+        self.web_dir.clone().unwrap_or_else(|| checkout().join("web"))
     }
+}
+
+/// The checkout this server runs from: `cargo run` sets `CARGO_MANIFEST_DIR` at run time, which
+/// wins over the compile-time value (checkouts sharing a target directory share compiled units).
+fn checkout() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
+        .join("..")
 }

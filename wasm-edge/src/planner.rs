@@ -71,6 +71,17 @@ impl AdaptivePlanner {
         factor
     }
 
+    /// The size of the image a cloud-only request would upload now (the table assumes a typical
+    /// JPEG; a PNG or a large photo costs more).
+    #[wasm_bindgen(js_name = setImageBytes)]
+    pub fn set_image_bytes(&mut self, bytes: f64) {
+        for c in &mut self.candidates {
+            if c.placement == Placement::CloudOnly {
+                c.bytes = bytes;
+            }
+        }
+    }
+
     /// Constraints as JSON: `{ "privacy_floor": 7, "min_agreement": 0.99,
     /// "max_edge_param_bytes": null }`.
     #[wasm_bindgen(js_name = setConstraints)]

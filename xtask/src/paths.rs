@@ -27,8 +27,13 @@ pub fn tools_dir() -> PathBuf {
 }
 
 /// The repository root (xtask lives one level below it).
+///
+/// Read at run time (`cargo run` sets `CARGO_MANIFEST_DIR` for the program it starts) before
+/// falling back to the compile-time value: checkouts sharing one target directory can share
+/// compiled units, so a baked-in path may name another checkout.
 pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
         .parent()
         .expect("xtask is inside the workspace")
         .to_path_buf()

@@ -106,8 +106,13 @@ impl Drop for Server {
 /// its URL.
 fn start_server(extra: &[String]) -> Result<Server> {
     let bin = target_dir().join("debug/cloud-server");
+    let root = paths::repo_root();
     let mut child = Command::new(&bin)
         .args(["--port", "0"])
+        .arg("--web-dir")
+        .arg(root.join("web"))
+        .arg("--cost-table")
+        .arg(root.join("profiles/cost-table.json"))
         .args(extra)
         .stdout(Stdio::piped())
         .spawn()
