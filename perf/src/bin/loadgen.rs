@@ -1,0 +1,64 @@
+//! `loadgen`: concurrent native clients against a running server; prints a markdown table.
+//! See the crate docs (`perf/src/lib.rs`) for the flags.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use split_perf::{LoadConfig, Workload, process_cpu_ms, run};
+
+#[actix_web::main]
+async fn main() -> Result<()> {
+    let mut url = "ws://127.0.0.1:8080/ws".to_string();
+    let mut clients = vec![1usize, 8, 64];
+    let mut requests = 20usize;
+    let mut workload: Workload = "image".parse()?;
+    let mut image = concat!(env!("CARGO_MANIFEST_DIR"), "/../web/samples/chelsea.png").to_string();
+    let mut server_pid: Option<u32> = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        let mut value = || args.next().with_context(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--url" => url = value()?,
+            "--clients" => {
+                clients = value()?.split(',').map(str::parse).collect::<Result<_, _>>()?
+            }
+            "--requests" => requests = value()?.parse()?,
+            "--workload" => workload = value()?.parse()?,
+            "--image" => image = value()?,
+            "--server-pid" => server_pid = Some(value()?.parse()?),
+            other => bail!("unknown flag {other}; see perf/src/lib.rs"),
+        }
+    }
+    let bytes = std::fs::read(&image).with_context(|| format!("reading {image}"))?;
+    let frame = workload.frame(&bytes)?;
+    println!(
+        "workload {workload:?}, {} bytes per request, {requests} requests per client, {url}",
+        frame.len()
+    );
+    println!(
+        "| clients | ok | errors | cached | req/s | p50 ms | p95 ms | p99 ms | server compute ms | server CPU ms/req |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for c in clients {
+        let config = LoadConfig {
+            url: url.clone(),
+            clients: c,
+            requests,
+            frame: frame.clone(),
+            timeout: Duration::from_secs(120),
+        };
+        let cpu0 = server_pid.map(process_cpu_ms).transpose()?;
+        let r = run(&config).await?;
+        let cpu = match (server_pid, cpu0) {
+            (Some(pid), Some(before)) => {
+                format!("{:.1}", (process_cpu_ms(pid)? - before) / r.ok.max(1) as f64)
+            }
+            _ => "–".into(),
+        };
+        println!(
+            "| {c} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {cpu} |",
+            r.ok, r.errors, r.cached, r.rps, r.p50_ms, r.p95_ms, r.p99_ms, r.server_compute_ms
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,195 @@
+//! The performance lab's native client: many concurrent WebSocket clients sending real frames
+//! (an image upload, or features computed and coded with the shared code) to a running server,
+//! with latency percentiles, throughput and the server's CPU time per request.
+//!
+//! ```text
+//! cargo run --release -p split-perf --bin loadgen -- --url ws://127.0.0.1:8080/ws \
+//!     --clients 1,8,64 --requests 20 --workload features:block5:q6 [--server-pid PID]
+//! ```
+//!
+//! Start the server with `--cache-entries 0` for throughput runs: every request repeats the same
+//! content, which its cache would otherwise answer without compute (the report counts such hits).
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use awc::ws::{Frame, Message};
+use futures_util::{SinkExt, StreamExt};
+use split_shared::protocol::Reply;
+
+mod workload;
+
+pub use workload::Workload;
+
+/// One load run.
+#[derive(Clone, Debug)]
+pub struct LoadConfig {
+    /// WebSocket URL of the server (`ws://host:port/ws`).
+    pub url: String,
+    /// Concurrent connections, each with one request in flight.
+    pub clients: usize,
+    /// Requests per connection.
+    pub requests: usize,
+    /// What each request sends.
+    pub frame: Vec<u8>,
+    /// Per-request timeout.
+    pub timeout: Duration,
+}
+
+/// What a run measured.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct LoadReport {
+    /// Connections.
+    pub clients: usize,
+    /// Results received.
+    pub ok: usize,
+    /// Error replies, timeouts and dropped connections.
+    pub errors: usize,
+    /// Results the server answered from its cache.
+    pub cached: usize,
+    /// Wall time of the run, s.
+    pub wall_s: f64,
+    /// Results per second.
+    pub rps: f64,
+    /// Latency percentiles, ms.
+    pub p50_ms: f64,
+    /// 95th percentile, ms.
+    pub p95_ms: f64,
+    /// 99th percentile, ms.
+    pub p99_ms: f64,
+    /// Server compute per result as reported in replies, ms (mean).
+    pub server_compute_ms: f64,
+    /// Top-1 classes seen (to check answers stay right under load).
+    pub top1: Vec<u16>,
+}
+
+/// The `q`-quantile (0..=1) of sorted values.
+pub fn quantile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
+}
+
+async fn client(config: &LoadConfig, index: usize) -> Result<Vec<(f64, Reply)>> {
+    let (_, mut ws) = awc::Client::new()
+        .ws(config.url.as_str())
+        .max_frame_size(split_shared::protocol::MAX_FRAME_BYTES + 1024)
+        .connect()
+        .await
+        .map_err(|e| anyhow::anyhow!("connecting to {}: {e}", config.url))?;
+    let mut out = Vec::with_capacity(config.requests);
+    let mut frame = config.frame.clone();
+    for r in 0..config.requests {
+        let id = (index * config.requests + r + 1) as u64;
+        frame[8..16].copy_from_slice(&id.to_le_bytes());
+        let sent = Instant::now();
+        ws.send(Message::Binary(frame.clone().into())).await?;
+        let reply = tokio::time::timeout(config.timeout, async {
+            loop {
+                match ws.next().await {
+                    Some(Ok(Frame::Binary(b))) => return Ok(Reply::decode(&b)?),
+                    Some(Ok(Frame::Ping(_) | Frame::Pong(_))) => continue,
+                    Some(Ok(other)) => bail!("unexpected frame {other:?}"),
+                    Some(Err(e)) => bail!("websocket: {e}"),
+                    None => bail!("connection closed"),
+                }
+            }
+        })
+        .await
+        .context("request timed out")??;
+        out.push((sent.elapsed().as_secs_f64() * 1e3, reply));
+    }
+    let _ = ws.close().await;
+    Ok(out)
+}
+
+/// Run `config.clients` connections concurrently on the current actix runtime.
+///
+/// # Errors
+/// When no connection could be made at all.
+pub async fn run(config: &LoadConfig) -> Result<LoadReport> {
+    let start = Instant::now();
+    let results =
+        futures_util::future::join_all((0..config.clients).map(|i| client(config, i))).await;
+    let wall_s = start.elapsed().as_secs_f64();
+    let mut report = LoadReport { clients: config.clients, wall_s, ..Default::default() };
+    let mut latencies = Vec::new();
+    let mut compute = 0.0;
+    let mut first_error = None;
+    for r in results {
+        match r {
+            Ok(replies) => {
+                for (ms, reply) in replies {
+                    match reply {
+                        Reply::Result { top, timings, .. } => {
+                            report.ok += 1;
+                            report.cached += usize::from(timings.cached);
+                            compute += f64::from(timings.compute_us) / 1e3;
+                            latencies.push(ms);
+                            report.top1.push(top[0].class);
+                        }
+                        _ => report.errors += 1,
+                    }
+                }
+            }
+            Err(e) => {
+                report.errors += config.requests;
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    if report.ok == 0 {
+        if let Some(e) = first_error {
+            return Err(e);
+        }
+    }
+    latencies.sort_by(f64::total_cmp);
+    report.rps = report.ok as f64 / wall_s;
+    report.p50_ms = quantile(&latencies, 0.50);
+    report.p95_ms = quantile(&latencies, 0.95);
+    report.p99_ms = quantile(&latencies, 0.99);
+    report.server_compute_ms = compute / report.ok.max(1) as f64;
+    Ok(report)
+}
+
+/// CPU time (user + system) a process has used, ms, from `/proc/PID/stat` (Linux).
+///
+/// # Errors
+/// When the process does not exist or the file is not readable.
+pub fn process_cpu_ms(pid: u32) -> Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .with_context(|| format!("reading /proc/{pid}/stat"))?;
+    // Fields after the parenthesized command name; utime and stime are the 12th and 13th.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).context("unexpected /proc stat format")?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = fields.get(11).context("utime")?.parse::<f64>()?
+        + fields.get(12).context("stime")?.parse::<f64>()?;
+    // The kernel's USER_HZ is 100 on every Linux ABI Rust targets.
+    Ok(ticks * 10.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_pick_ranks() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(quantile(&v, 0.5), 51.0);
+        assert_eq!(quantile(&v, 0.99), 99.0);
+        assert_eq!(quantile(&v, 0.0), 1.0);
+        assert!(quantile(&[], 0.5).is_nan());
+    }
+
+    #[test]
+    fn reads_this_process_cpu_time() {
+        let before = process_cpu_ms(std::process::id()).unwrap();
+        let mut x = 0u64;
+        for i in 0..50_000_000u64 {
+            x = x.wrapping_add(i * i);
+        }
+        assert!(x > 0);
+        assert!(process_cpu_ms(std::process::id()).unwrap() >= before);
+    }
+}

@@ -1,0 +1,76 @@
+//! What the load generator sends: the frames a browser would, built with the shared code.
+
+use anyhow::{Context, Result, bail};
+use burn::tensor::Device;
+use split_shared::codec::{Calibration, Setting, features_request};
+use split_shared::model::{Boundary, EfficientNetLite0, WeightsFile};
+use split_shared::protocol::Request;
+
+/// A request kind.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Workload {
+    /// Upload the image (cloud-only).
+    Image,
+    /// Features at a boundary, coded with a setting (`features:block5:q6`).
+    Features {
+        /// Where the edge stops.
+        split: Boundary,
+        /// Codec setting.
+        codec: Setting,
+    },
+}
+
+impl std::str::FromStr for Workload {
+    type Err = anyhow::Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        let mut parts = s.split(':');
+        match (parts.next(), parts.next(), parts.next(), parts.next()) {
+            (Some("image"), None, None, None) => Ok(Self::Image),
+            (Some("features"), Some(b), c, None) => {
+                Ok(Self::Features { split: b.parse()?, codec: c.unwrap_or("f32").parse()? })
+            }
+            _ => bail!("workload {s:?}: use image or features:<boundary>[:<codec>]"),
+        }
+    }
+}
+
+impl Workload {
+    /// The frame for `image` (JPEG or PNG bytes): edge compute runs here once, natively.
+    ///
+    /// # Errors
+    /// Missing weights or calibration, an undecodable image, an uncalibrated setting.
+    pub fn frame(&self, image: &[u8]) -> Result<Vec<u8>> {
+        match self {
+            Self::Image => Ok(Request::Image { id: 0, payload: image.to_vec() }.to_bytes()),
+            Self::Features { split, codec } => {
+                let device = Device::flex();
+                let path = split_shared::model::default_weights_path();
+                let weights = std::fs::read(&path)
+                    .with_context(|| format!("{}: run `./run.sh setup`", path.display()))?;
+                let model =
+                    EfficientNetLite0::from_weights(&WeightsFile::from_bytes(&weights)?, &device)?;
+                let img = split_shared::image::preprocess(image)?;
+                let x = model.forward_range(
+                    split_shared::image::to_input_tensor(&img, &device),
+                    Boundary::INPUT,
+                    *split,
+                )?;
+                let dims = x.dims();
+                let values =
+                    x.into_data().try_to_vec::<f32>().map_err(|e| anyhow::anyhow!("{e:?}"))?;
+                let calibration = match codec {
+                    Setting::F32 => None,
+                    Setting::Quant(_) => {
+                        let path = split_shared::codec::default_calibration_path();
+                        let bytes = std::fs::read(&path)
+                            .with_context(|| format!("{}: run `./run.sh setup`", path.display()))?;
+                        Some(Calibration::from_bytes(&bytes)?)
+                    }
+                };
+                Ok(features_request(0, *split, &dims, &values, *codec, calibration.as_ref(), None)?
+                    .to_bytes())
+            }
+        }
+    }
+}

@@ -1,0 +1,50 @@
+//! The load generator's quick mode against the real server in-process: few requests, so the
+//! harness cannot rot; no timing is asserted.
+
+use std::time::Duration;
+
+use actix_web::App;
+use cloud_server::{AppState, Config, config_app};
+use split_perf::{LoadConfig, Workload, run};
+
+const CHELSEA: &[u8] = include_bytes!("../../web/samples/chelsea.png");
+
+#[actix_web::test]
+async fn concurrent_clients_get_right_answers_for_every_workload() {
+    let config = <Config as clap::Parser>::parse_from([
+        "cloud-server",
+        "--port",
+        "0",
+        "--cache-entries",
+        "0",
+    ]);
+    let state = AppState::load(&config).expect("weights: run `./run.sh setup`");
+    let srv = actix_test::start(move || App::new().configure(config_app(state.clone())));
+    for workload in ["image", "features:block5:q6", "features:block11:f32"] {
+        let frame = workload.parse::<Workload>().unwrap().frame(CHELSEA).unwrap();
+        let load = LoadConfig {
+            url: srv.url("/ws"),
+            clients: 3,
+            requests: 2,
+            frame,
+            timeout: Duration::from_secs(60),
+        };
+        let r = run(&load).await.unwrap();
+        assert_eq!((r.ok, r.errors, r.cached), (6, 0, 0), "{workload}: {r:?}");
+        assert!(r.top1.iter().all(|c| (281..=285).contains(c)), "{workload}: {:?}", r.top1);
+        assert!(r.rps > 0.0 && r.p50_ms > 0.0 && r.p99_ms >= r.p50_ms);
+        assert!(r.server_compute_ms > 0.0, "{workload}: the server computed every request");
+    }
+}
+
+#[actix_web::test]
+async fn an_unreachable_server_is_an_error() {
+    let load = LoadConfig {
+        url: "ws://127.0.0.1:9/ws".into(),
+        clients: 2,
+        requests: 1,
+        frame: vec![0; 16],
+        timeout: Duration::from_secs(5),
+    };
+    assert!(run(&load).await.is_err());
+}
