@@ -9,6 +9,7 @@
 //! - `eval`: accuracy and agreement of split inference over a folder of images;
 //! - `profile`: measure the planner's cost table (`profiles/cost-table.json`);
 //! - `plan-sim`: the adaptive controller on synthetic traces with the measured cost table;
+//! - `onnx`: ONNX export of the model and ONNX Runtime (CPU) against burn `flex`;
 //! - `stream-eval`: bytes per frame of a synthetic camera pan with and without residuals;
 //! - `fuzz`: the libFuzzer target on the frame and codec decoders (nightly).
 
@@ -16,6 +17,7 @@ mod calibrate;
 mod convert;
 mod eval;
 mod fuzz;
+mod onnx;
 mod paths;
 mod plan_sim;
 mod profile;
@@ -26,7 +28,7 @@ mod web;
 
 use anyhow::{Result, bail};
 
-const USAGE: &str = "usage: cargo xtask <setup | calibrate [options] | web | demo [server args] | test | eval [options] | stream-eval [options] | profile [options] | plan-sim [options] | fuzz [seconds]>";
+const USAGE: &str = "usage: cargo xtask <setup | calibrate [options] | web | demo [server args] | test | eval [options] | stream-eval [options] | profile [options] | plan-sim [options] | onnx [--repeats N] | fuzz [seconds]>";
 
 fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
@@ -43,6 +45,7 @@ fn main() -> Result<()> {
         "stream-eval" => stream_eval::run(&rest),
         "profile" => profile::run(&rest),
         "plan-sim" => plan_sim::run(&rest),
+        "onnx" => onnx::run(&rest),
         "help" | "--help" | "-h" => {
             println!("{USAGE}");
             Ok(())

@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""Export EfficientNet-Lite0 from the project's weights file (.splw) to ONNX, check it against the
+golden logits, and time ONNX Runtime on the CPU. Run by `./run.sh onnx` (xtask/src/onnx.rs), which
+passes the architecture (block specs from `split_shared::model::blocks()`) as JSON.
+
+    python export_onnx.py --weights W.splw --arch arch.json --out DIR
+        [--fixture shared/tests/data/chelsea] [--repeats 30]
+
+Writes DIR/efficientnet-lite0.onnx (whole network) and DIR/tail-<boundary>.onnx (from a boundary
+to the logits, the cloud tier's part), and prints a JSON report on stdout.
+"""
+import argparse
+import json
+import math
+import statistics
+import struct
+import sys
+import time
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+def read_splw(path):
+    """The project's weights container: magic, version, count, then named f32 tensors."""
+    b = open(path, "rb").read()
+    if b[:4] != b"SPLW":
+        sys.exit(f"{path}: not a .splw weights file")
+    count = struct.unpack_from("<I", b, 8)[0]
+    off, out = 12, {}
+    for _ in range(count):
+        (n,) = struct.unpack_from("<H", b, off)
+        off += 2
+        name = b[off:off + n].decode()
+        off += n
+        nd = b[off]
+        off += 1
+        dims = struct.unpack_from("<" + "I" * nd, b, off)
+        off += 4 * nd
+        size = math.prod(dims)
+        out[name] = np.frombuffer(b, "<f4", size, off).reshape(dims).copy()
+        off += 4 * size
+    return out
+
+
+class Graph:
+    def __init__(self, weights):
+        self.w, self.nodes, self.inits, self.n = weights, [], [], 0
+
+    def name(self, base):
+        self.n += 1
+        return f"{base}_{self.n}"
+
+    def conv(self, x, prefix, size, stride, groups):
+        """A convolution with TensorFlow's SAME padding (more on the bottom/right when odd)."""
+        w, b = self.w[prefix + ".weight"], self.w[prefix + ".bias"]
+        k = w.shape[2]
+        out = math.ceil(size / stride)
+        total = max((out - 1) * stride + k - size, 0)
+        before, after = total // 2, total - total // 2
+        wn, bn = prefix + ".weight", prefix + ".bias"
+        self.inits += [numpy_helper.from_array(w, wn), numpy_helper.from_array(b, bn)]
+        y = self.name(prefix)
+        self.nodes.append(helper.make_node(
+            "Conv", [x, wn, bn], [y], kernel_shape=[k, k], strides=[stride, stride],
+            pads=[before, before, after, after], group=groups))
+        return y, out
+
+    def relu6(self, x):
+        lo, hi = self.name("zero"), self.name("six")
+        self.inits += [numpy_helper.from_array(np.array(0, "f4"), lo), numpy_helper.from_array(np.array(6, "f4"), hi)]
+        y = self.name("relu6")
+        self.nodes.append(helper.make_node("Clip", [x, lo, hi], [y]))
+        return y
+
+    def add(self, a, b):
+        y = self.name("add")
+        self.nodes.append(helper.make_node("Add", [a, b], [y]))
+        return y
+
+
+def build(weights, arch, start):
+    """The network from `start` (0 = the image, k = after block k-1... as boundary index - 2 for
+    blocks) to the logits. `start` is a block index: -1 means the input image."""
+    g = Graph(weights)
+    blocks = arch["blocks"]
+    if start < 0:
+        shape, size = [1, 3, 224, 224], 224
+        x, size = g.conv("input", "stem", size, 2, 1)
+        x = g.relu6(x)
+        first = 0
+    else:
+        spec = blocks[start]
+        size = arch["sizes"][start]
+        shape = [1, spec["c_out"], size, size]
+        x, first = "input", start + 1
+    for i in range(first, len(blocks)):
+        spec = blocks[i]
+        p = f"blocks.{i}"
+        inp, in_size = x, size
+        hidden = spec["c_in"] * spec["expand"]
+        if spec["expand"] != 1:
+            x, _ = g.conv(x, p + ".expand", size, 1, 1)
+            x = g.relu6(x)
+        x, size = g.conv(x, p + ".depthwise", size, spec["stride"], hidden)
+        x = g.relu6(x)
+        x, _ = g.conv(x, p + ".project", size, 1, 1)
+        if spec["stride"] == 1 and spec["c_in"] == spec["c_out"]:
+            x = g.add(x, inp)
+    x, _ = g.conv(x, "head", size, 1, 1)
+    x = g.relu6(x)
+    pooled, flat = g.name("pool"), g.name("flat")
+    g.nodes.append(helper.make_node("GlobalAveragePool", [x], [pooled]))
+    g.nodes.append(helper.make_node("Flatten", [pooled], [flat], axis=1))
+    g.inits += [numpy_helper.from_array(weights["fc.weight"], "fc.weight"), numpy_helper.from_array(weights["fc.bias"], "fc.bias")]
+    g.nodes.append(helper.make_node("Gemm", [flat, "fc.weight", "fc.bias"], ["logits"], transB=1))
+    graph = helper.make_graph(
+        g.nodes, "efficientnet-lite0", [helper.make_tensor_value_info("input", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 1000])], g.inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="splitinfer")
+    onnx.checker.check_model(model)
+    return model, shape
+
+
+def time_session(path, shape, threads, repeats):
+    import onnxruntime as ort
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(0).standard_normal(shape).astype("f4")
+    for _ in range(3):
+        sess.run(None, {"input": x})
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        sess.run(None, {"input": x})
+        times.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(times)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--weights", required=True)
+    ap.add_argument("--arch", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--fixture", required=True, help="path prefix: <p>_224.rgb and <p>_logits.f32")
+    ap.add_argument("--repeats", type=int, default=30)
+    a = ap.parse_args()
+    import onnxruntime as ort
+
+    weights = read_splw(a.weights)
+    arch = json.load(open(a.arch))
+    report = {"onnxruntime": ort.__version__, "onnx": onnx.__version__, "models": {}}
+    full, shape = build(weights, arch, -1)
+    path = f"{a.out}/efficientnet-lite0.onnx"
+    onnx.save(full, path)
+    rgb = np.fromfile(a.fixture + "_224.rgb", "u1").reshape(224, 224, 3).astype("f4")
+    x = ((rgb - 127.0) / 128.0).transpose(2, 0, 1)[None]
+    want = np.fromfile(a.fixture + "_logits.f32", "<f4")
+    got = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"input": x})[0][0]
+    report["max_abs_logit_diff"] = float(np.abs(got - want).max())
+    report["top1"] = [int(got.argmax()), int(want.argmax())]
+    for name, start in [("full", -1)] + [(b, i) for b, i in arch["tails"]]:
+        if start >= 0:
+            model, shape = build(weights, arch, start)
+            path = f"{a.out}/tail-{name}.onnx"
+            onnx.save(model, path)
+        else:
+            path, shape = f"{a.out}/efficientnet-lite0.onnx", [1, 3, 224, 224]
+        report["models"][name] = {t: time_session(path, shape, t, a.repeats) for t in (1, 2)}
+    json.dump(report, sys.stdout, indent=1)
+    print()
+
+
+if __name__ == "__main__":
+    main()
