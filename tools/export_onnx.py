@@ -119,6 +119,8 @@ def build(weights, arch, start):
         g.nodes, "efficientnet-lite0", [helper.make_tensor_value_info("input", TensorProto.FLOAT, shape)],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 1000])], g.inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="splitinfer")
+    # IR 8 is what opset 17 came with; newer runtimes read it, and so do older ones (ORT Web 1.30).
+    model.ir_version = 8
     onnx.checker.check_model(model)
     return model, shape
 
