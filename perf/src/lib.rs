@@ -4,8 +4,13 @@
 //!
 //! ```text
 //! cargo run --release -p split-perf --bin loadgen -- --url ws://127.0.0.1:8080/ws \
-//!     --clients 1,8,64 --requests 20 --workload features:block5:q6 [--server-pid PID]
+//!     --clients 1,8,64 --requests 20 --workload features:block5:q6 [--server-pid PID] \
+//!     [--link fast-wifi|4g|3g|congested-uplink]
 //! ```
+//!
+//! Workloads: `image` (the file as is), `jpeg224` (a quality-90 JPEG of the 224x224 input, what a
+//! plain app uploads), `features:<boundary>[:<codec>]`. `--link` puts the emulated link of
+//! [`netem`] between the clients and the server.
 //!
 //! Start the server with `--cache-entries 0` for throughput runs: every request repeats the same
 //! content, which its cache would otherwise answer without compute (the report counts such hits).
@@ -17,6 +22,7 @@ use awc::ws::{Frame, Message};
 use futures_util::{SinkExt, StreamExt};
 use split_shared::protocol::Reply;
 
+pub mod netem;
 mod workload;
 
 pub use workload::Workload;

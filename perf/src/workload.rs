@@ -9,8 +9,10 @@ use split_shared::protocol::Request;
 /// A request kind.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Workload {
-    /// Upload the image (cloud-only).
+    /// Upload the image file as it is (cloud-only).
     Image,
+    /// Upload a quality-90 JPEG of the preprocessed 224x224 input: what a plain app would send.
+    Jpeg224,
     /// Features at a boundary, coded with a setting (`features:block5:q6`).
     Features {
         /// Where the edge stops.
@@ -27,10 +29,11 @@ impl std::str::FromStr for Workload {
         let mut parts = s.split(':');
         match (parts.next(), parts.next(), parts.next(), parts.next()) {
             (Some("image"), None, None, None) => Ok(Self::Image),
+            (Some("jpeg224"), None, None, None) => Ok(Self::Jpeg224),
             (Some("features"), Some(b), c, None) => {
                 Ok(Self::Features { split: b.parse()?, codec: c.unwrap_or("f32").parse()? })
             }
-            _ => bail!("workload {s:?}: use image or features:<boundary>[:<codec>]"),
+            _ => bail!("workload {s:?}: use image, jpeg224 or features:<boundary>[:<codec>]"),
         }
     }
 }
@@ -43,6 +46,17 @@ impl Workload {
     pub fn frame(&self, image: &[u8]) -> Result<Vec<u8>> {
         match self {
             Self::Image => Ok(Request::Image { id: 0, payload: image.to_vec() }.to_bytes()),
+            Self::Jpeg224 => {
+                let img = split_shared::image::preprocess(image)?;
+                let mut jpeg = Vec::new();
+                image::codecs::jpeg::JpegEncoder::new_with_quality(&mut jpeg, 90).encode(
+                    &img.pixels,
+                    img.width as u32,
+                    img.height as u32,
+                    image::ExtendedColorType::Rgb8,
+                )?;
+                Ok(Request::Image { id: 0, payload: jpeg }.to_bytes())
+            }
             Self::Features { split, codec } => {
                 let device = Device::flex();
                 let path = split_shared::model::default_weights_path();

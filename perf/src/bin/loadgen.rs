@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use split_perf::netem::{Proxy, profile};
 use split_perf::{LoadConfig, Workload, process_cpu_ms, run};
 
 #[actix_web::main]
@@ -14,6 +15,7 @@ async fn main() -> Result<()> {
     let mut workload: Workload = "image".parse()?;
     let mut image = concat!(env!("CARGO_MANIFEST_DIR"), "/../web/samples/chelsea.png").to_string();
     let mut server_pid: Option<u32> = None;
+    let mut link: Option<String> = None;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let mut value = || args.next().with_context(|| format!("{flag} needs a value"));
@@ -26,9 +28,22 @@ async fn main() -> Result<()> {
             "--workload" => workload = value()?.parse()?,
             "--image" => image = value()?,
             "--server-pid" => server_pid = Some(value()?.parse()?),
+            "--link" => link = Some(value()?),
             other => bail!("unknown flag {other}; see perf/src/lib.rs"),
         }
     }
+    // Through an emulated link: a proxy in front of the server, and the URL pointed at it.
+    let _proxy = match &link {
+        Some(name) => {
+            let host = url.trim_start_matches("ws://").split('/').next().unwrap_or_default();
+            let upstream =
+                std::net::ToSocketAddrs::to_socket_addrs(host)?.next().context("server address")?;
+            let proxy = Proxy::start(upstream, profile(name)?).await?;
+            url = url.replacen(host, &proxy.addr.to_string(), 1);
+            Some(proxy)
+        }
+        None => None,
+    };
     let bytes = std::fs::read(&image).with_context(|| format!("reading {image}"))?;
     let frame = workload.frame(&bytes)?;
     println!(
