@@ -13,7 +13,7 @@
 // thrown as a SplitError with a stable `code` ("network", "timeout", or a server error code such
 // as "shape_mismatch") and a message meant for a developer.
 
-import init, { AdaptivePlanner, EdgeSession, boundaries, encodeImageRequest, encodePing } from "./pkg/wasm_edge.js";
+import init, { AdaptivePlanner, EdgeSession, boundaries, encodeImageRequest, encodePing, encodeUploadJpeg } from "./pkg/wasm_edge.js";
 
 /** An error with a stable, machine-readable code. */
 export class SplitError extends Error {
@@ -56,6 +56,7 @@ export class SplitClient {
    * Load the wasm module and the weights, pick WebGPU or the CPU, and prepare the connection.
    * @param {object} [options]
    * @param {string} [options.baseUrl]   where the server is (default: this page's origin)
+   * @param {string} [options.wsUrl]     the WebSocket, when it goes elsewhere (default: baseUrl + "ws")
    * @param {"auto"|"webgpu"|"cpu"} [options.backend]  default "auto": WebGPU if it works, else CPU
    * @param {(p: {stage: string, fraction: number|null}) => void} [options.onProgress]
    * @param {number} [options.timeoutMs]  per request
@@ -100,7 +101,9 @@ export class SplitClient {
       }
     }
     onProgress({ stage: "ready", fraction: 1 });
-    return new SplitClient(base, edge, options.timeoutMs ?? DEFAULT_TIMEOUT_MS, info, planner, options.onSwitch);
+    const client = new SplitClient(base, edge, options.timeoutMs ?? DEFAULT_TIMEOUT_MS, info, planner, options.onSwitch);
+    if (options.wsUrl) client.wsUrl = new URL(options.wsUrl);
+    return client;
   }
 
   constructor(base, edge, timeoutMs, info, planner = null, onSwitch = null) {
@@ -259,7 +262,6 @@ export class SplitClient {
   async classifyAuto(image, options = {}) {
     if (!this.planner) throw new SplitError("no_cost_table", "the server publishes no cost table; pick a split");
     this.startProbing();
-    this.planner.setImageBytes(image.length);
     const decision = JSON.parse(this.planner.tick(performance.now()));
     if (decision.decision === "switch") {
       this.switches.push(decision);
@@ -270,7 +272,9 @@ export class SplitClient {
     const codec = placement.codec ?? this.defaultCodec;
     let r;
     try {
-      r = await this.classify(image, split, { ...options, codec });
+      // Cloud-only uploads what the cost table priced: a quality-90 JPEG of the 224x224 input.
+      const upload = split === "cloud" ? encodeUploadJpeg(image, 90) : image;
+      r = await this.classify(upload, split, { ...options, codec });
     } catch (e) {
       if (e.code !== "network" && e.code !== "timeout") throw e;
       this.planner.observeOutage(performance.now());

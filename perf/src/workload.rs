@@ -48,13 +48,7 @@ impl Workload {
             Self::Image => Ok(Request::Image { id: 0, payload: image.to_vec() }.to_bytes()),
             Self::Jpeg224 => {
                 let img = split_shared::image::preprocess(image)?;
-                let mut jpeg = Vec::new();
-                image::codecs::jpeg::JpegEncoder::new_with_quality(&mut jpeg, 90).encode(
-                    &img.pixels,
-                    img.width as u32,
-                    img.height as u32,
-                    image::ExtendedColorType::Rgb8,
-                )?;
+                let jpeg = split_shared::image::encode_jpeg(&img, 90)?;
                 Ok(Request::Image { id: 0, payload: jpeg }.to_bytes())
             }
             Self::Features { split, codec } => {

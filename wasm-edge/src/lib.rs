@@ -222,6 +222,15 @@ pub fn encode_image_request(request_id: f64, image: Vec<u8>) -> Vec<u8> {
     Request::Image { id: request_id as u64, payload: image }.to_bytes()
 }
 
+/// The image as a plain app would upload it: decoded, centre-cropped and resized to 224x224 like
+/// the model's input, then JPEG-encoded at `quality` (1-100). Adaptive mode sends this for
+/// cloud-only requests: what the cost table priced, and no more pixels than the model uses.
+#[wasm_bindgen(js_name = encodeUploadJpeg)]
+pub fn encode_upload_jpeg(image: &[u8], quality: u8) -> Result<Vec<u8>, JsError> {
+    let img = split_shared::image::preprocess(image).map_err(js_error)?;
+    split_shared::image::encode_jpeg(&img, quality).map_err(js_error)
+}
+
 /// A ping carrying `probe_bytes` of padding (0 for a pure round-trip measurement).
 #[wasm_bindgen(js_name = encodePing)]
 pub fn encode_ping(request_id: f64, probe_bytes: u32) -> Vec<u8> {

@@ -135,14 +135,7 @@ fn setting_at(name: &str, split: Boundary, calibration: Option<&Calibration>) ->
 
 /// Bytes of a quality-90 JPEG of the preprocessed input: what a plain app would upload.
 pub fn jpeg_q90_len(img: &split_shared::image::RgbImage) -> Result<usize> {
-    let mut out = Vec::new();
-    image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, 90).encode(
-        &img.pixels,
-        img.width as u32,
-        img.height as u32,
-        image::ExtendedColorType::Rgb8,
-    )?;
-    Ok(out.len())
+    Ok(split_shared::image::encode_jpeg(img, 90)?.len())
 }
 
 /// Run the evaluation and print a table.

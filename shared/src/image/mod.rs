@@ -132,6 +132,18 @@ pub fn center_crop_resize(img: &RgbImage, size: usize) -> RgbImage {
     resize_bicubic(&img.crop(left, top, c, c), size, size)
 }
 
+/// JPEG-encode pixels at `quality` (1-100): the upload a plain app would make of the model input.
+///
+/// # Errors
+/// [`Error::ImageDecode`] if the encoder fails.
+pub fn encode_jpeg(img: &RgbImage, quality: u8) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    ::image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, quality.clamp(1, 100))
+        .encode(&img.pixels, img.width as u32, img.height as u32, ::image::ExtendedColorType::Rgb8)
+        .map_err(|e| Error::ImageDecode(format!("JPEG encoding failed: {e}")))?;
+    Ok(out)
+}
+
 /// Decode and preprocess image bytes to the `224x224` HWC pixels the network takes.
 ///
 /// # Errors
