@@ -10,8 +10,8 @@ use split_perf::{LoadConfig, Workload, run};
 
 const CHELSEA: &[u8] = include_bytes!("../../web/samples/chelsea.png");
 
-#[actix_web::test]
-async fn concurrent_clients_get_right_answers_for_every_workload() {
+/// The real server in-process, with its cache off so every request computes.
+fn server() -> actix_test::TestServer {
     let config = <Config as clap::Parser>::parse_from([
         "cloud-server",
         "--port",
@@ -20,7 +20,12 @@ async fn concurrent_clients_get_right_answers_for_every_workload() {
         "0",
     ]);
     let state = AppState::load(&config).expect("weights: run `./run.sh setup`");
-    let srv = actix_test::start(move || App::new().configure(config_app(state.clone())));
+    actix_test::start(move || App::new().configure(config_app(state.clone())))
+}
+
+#[actix_web::test]
+async fn concurrent_clients_get_right_answers_for_every_workload() {
+    let srv = server();
     for workload in ["image", "features:block5:q6", "features:block11:f32"] {
         let frame = workload.parse::<Workload>().unwrap().frame(CHELSEA).unwrap();
         let load = LoadConfig {
@@ -52,15 +57,7 @@ async fn an_unreachable_server_is_an_error() {
 
 #[actix_web::test]
 async fn the_link_emulator_adds_its_delay_and_serializes_uploads() {
-    let config = <Config as clap::Parser>::parse_from([
-        "cloud-server",
-        "--port",
-        "0",
-        "--cache-entries",
-        "0",
-    ]);
-    let state = AppState::load(&config).expect("weights: run `./run.sh setup`");
-    let srv = actix_test::start(move || App::new().configure(config_app(state.clone())));
+    let srv = server();
     let frame = "features:block11:q6".parse::<Workload>().unwrap().frame(CHELSEA).unwrap();
     // 300 ms round trip and 80 kbit/s up: the ~6.4 KB frame alone takes ~640 ms to send.
     let link = LinkProfile { name: "test", up_kbps: 80.0, down_kbps: 1_000.0, rtt_ms: 300.0 };
