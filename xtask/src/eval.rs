@@ -133,6 +133,22 @@ fn setting_at(name: &str, split: Boundary, calibration: Option<&Calibration>) ->
     Ok(resolved.parse()?)
 }
 
+/// Decode a features frame exactly as the server does; returns the activations' shape and
+/// values, and the payload's length.
+pub fn decode_as_server(
+    frame: &[u8],
+    calibration: Option<&Calibration>,
+    streams: Option<&mut split_shared::codec::StreamDecoder>,
+) -> Result<(Vec<usize>, Vec<f32>, usize)> {
+    let Request::Features { boundary, shape, encoding, payload, .. } = Request::decode(frame)?
+    else {
+        bail!("not a features frame");
+    };
+    let (dims, values) =
+        features_values(boundary, &shape, &encoding, &payload, calibration, streams)?;
+    Ok((dims, values, payload.len()))
+}
+
 /// Bytes of a quality-90 JPEG of the preprocessed input: what a plain app would upload.
 pub fn jpeg_q90_len(img: &split_shared::image::RgbImage) -> Result<usize> {
     Ok(split_shared::image::encode_jpeg(img, 90)?.len())
@@ -233,18 +249,8 @@ pub fn run(args: &[String]) -> Result<()> {
                 let frame = request.to_bytes();
                 t.encode_s += start.elapsed().as_secs_f64();
                 let start = Instant::now();
-                let Request::Features { shape, encoding, payload, .. } = Request::decode(&frame)?
-                else {
-                    unreachable!()
-                };
-                let (dims, decoded) = features_values(
-                    *split,
-                    &shape,
-                    &encoding,
-                    &payload,
-                    calibration.as_ref(),
-                    None,
-                )?;
+                let (dims, decoded, payload_len) =
+                    decode_as_server(&frame, calibration.as_ref(), None)?;
                 t.decode_s += start.elapsed().as_secs_f64();
                 let start = Instant::now();
                 let x = features_tensor(&dims, decoded, &device);
@@ -253,7 +259,7 @@ pub fn run(args: &[String]) -> Result<()> {
                 t.edge_s += edge_s;
                 t.n += 1;
                 t.bytes += frame.len();
-                t.payload += payload.len();
+                t.payload += payload_len;
                 t.values += values.len();
                 t.jpeg += jpeg;
                 t.agree_full += usize::from(top[0].class == full[0].class);

@@ -19,14 +19,14 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use burn::tensor::Device;
-use split_shared::codec::{Calibration, Setting, features_request, features_values};
+use split_shared::codec::{Calibration, Setting, features_request};
 use split_shared::labels::top_k;
 use split_shared::model::{
     Boundary, EfficientNetLite0, WeightsFile, boundary_table, features_tensor,
 };
 use split_shared::plan::{COST_TABLE_VERSION, CodecCost, CostTable, EdgeProfile};
-use split_shared::protocol::Request;
 
+use crate::eval::decode_as_server;
 use crate::{calibrate, paths, setup};
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -102,12 +102,7 @@ pub fn run(args: &[String]) -> Result<()> {
                     continue;
                 };
                 let frame = request.to_bytes();
-                let Request::Features { shape, encoding, payload, .. } = Request::decode(&frame)?
-                else {
-                    unreachable!()
-                };
-                let (d, back) =
-                    features_values(b, &shape, &encoding, &payload, Some(&calibration), None)?;
+                let (d, back, _) = decode_as_server(&frame, Some(&calibration), None)?;
                 let top = top_k(
                     &values(model.forward_range(
                         features_tensor(&d, back, &device),

@@ -16,14 +16,13 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use burn::tensor::Device;
 use split_shared::codec::{
-    Calibration, DEFAULT_KEYFRAME_INTERVAL, Setting, StreamDecoder, StreamEncoder,
-    features_request, features_values,
+    Calibration, DEFAULT_KEYFRAME_INTERVAL, Setting, StreamDecoder, StreamEncoder, features_request,
 };
 use split_shared::image::{RgbImage, resize_bicubic, to_input_tensor};
 use split_shared::labels::top_k;
 use split_shared::model::{Boundary, EfficientNetLite0, INPUT_SIZE, WeightsFile, features_tensor};
-use split_shared::protocol::Request;
 
+use crate::eval::decode_as_server;
 use crate::{calibrate, paths, setup};
 
 /// The frames of the pan.
@@ -127,19 +126,7 @@ pub fn run(args: &[String]) -> Result<()> {
                         enc.as_mut(),
                     )?
                     .to_bytes();
-                    let Request::Features { shape, encoding, payload, .. } =
-                        Request::decode(&frame)?
-                    else {
-                        unreachable!()
-                    };
-                    let (d, v) = features_values(
-                        *split,
-                        &shape,
-                        &encoding,
-                        &payload,
-                        Some(&calibration),
-                        Some(&mut dec),
-                    )?;
+                    let (d, v, _) = decode_as_server(&frame, Some(&calibration), Some(&mut dec))?;
                     let logits = model
                         .forward_range(features_tensor(&d, v, &device), *split, Boundary::LOGITS)?
                         .into_data()

@@ -157,7 +157,8 @@ pub fn estimate(c: &Candidate, conditions: &Conditions) -> Estimate {
     }
 }
 
-fn allowed(c: &Candidate, k: &Constraints) -> bool {
+/// Whether `c` satisfies the constraints `k`.
+pub(crate) fn allowed(c: &Candidate, k: &Constraints) -> bool {
     let private = match c.placement {
         Placement::CloudOnly => k.privacy_floor == 0,
         _ => c.depth >= k.privacy_floor,

@@ -58,13 +58,8 @@ pub fn simulate(
     const PROBE_BYTES: f64 = 16_384.0;
     const PROBE_MS: f64 = 2_000.0;
     const TIMEOUT_MS: f64 = 1_000.0;
-    let allowed: Vec<&Candidate> = candidates
-        .iter()
-        .filter(|c| {
-            super::plan_candidates(std::slice::from_ref(*c), &Conditions::default(), constraints)
-                .is_ok()
-        })
-        .collect();
+    let allowed: Vec<&Candidate> =
+        candidates.iter().filter(|c| super::planner::allowed(c, constraints)).collect();
     let edge_only = candidates.iter().find(|c| c.placement == Placement::EdgeOnly);
     let local = edge_only.map_or(f64::INFINITY, |c| c.edge_ms);
     let mut monitor = NetworkMonitor::new();
