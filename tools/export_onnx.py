@@ -12,6 +12,7 @@ to the logits, the cloud tier's part), and prints a JSON report on stdout.
 import argparse
 import json
 import math
+import os
 import statistics
 import struct
 import sys
@@ -64,19 +65,19 @@ class Graph:
         y = self.name(prefix)
         self.nodes.append(helper.make_node(
             "Conv", [x, wn, bn], [y], kernel_shape=[k, k], strides=[stride, stride],
-            pads=[before, before, after, after], group=groups))
+            pads=[before, before, after, after], group=groups, name=y))
         return y, out
 
     def relu6(self, x):
         lo, hi = self.name("zero"), self.name("six")
         self.inits += [numpy_helper.from_array(np.array(0, "f4"), lo), numpy_helper.from_array(np.array(6, "f4"), hi)]
         y = self.name("relu6")
-        self.nodes.append(helper.make_node("Clip", [x, lo, hi], [y]))
+        self.nodes.append(helper.make_node("Clip", [x, lo, hi], [y], name=y))
         return y
 
     def add(self, a, b):
         y = self.name("add")
-        self.nodes.append(helper.make_node("Add", [a, b], [y]))
+        self.nodes.append(helper.make_node("Add", [a, b], [y], name=y))
         return y
 
 
@@ -111,10 +112,10 @@ def build(weights, arch, start):
     x, _ = g.conv(x, "head", size, 1, 1)
     x = g.relu6(x)
     pooled, flat = g.name("pool"), g.name("flat")
-    g.nodes.append(helper.make_node("GlobalAveragePool", [x], [pooled]))
-    g.nodes.append(helper.make_node("Flatten", [pooled], [flat], axis=1))
+    g.nodes.append(helper.make_node("GlobalAveragePool", [x], [pooled], name=pooled))
+    g.nodes.append(helper.make_node("Flatten", [pooled], [flat], axis=1, name=flat))
     g.inits += [numpy_helper.from_array(weights["fc.weight"], "fc.weight"), numpy_helper.from_array(weights["fc.bias"], "fc.bias")]
-    g.nodes.append(helper.make_node("Gemm", [flat, "fc.weight", "fc.bias"], ["logits"], transB=1))
+    g.nodes.append(helper.make_node("Gemm", [flat, "fc.weight", "fc.bias"], ["logits"], transB=1, name="fc"))
     graph = helper.make_graph(
         g.nodes, "efficientnet-lite0", [helper.make_tensor_value_info("input", TensorProto.FLOAT, shape)],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 1000])], g.inits)
@@ -142,6 +143,56 @@ def time_session(path, shape, threads, repeats):
     return statistics.median(times)
 
 
+def op_category(op, args):
+    """The category of an ORT profile node, the same names `cargo xtask onnx` uses for burn.
+    By shapes, not names: ORT renames what it fuses (Conv + Clip becomes one node)."""
+    if op in ("Conv", "FusedConv"):
+        x, w = args["input_type_shape"][0]["float"], args["input_type_shape"][1]["float"]
+        c_out, per_group, k = w[0], w[1], w[2]
+        c_in = x[1] if len(x) == 4 else c_out
+        if per_group == 1 and k > 1:
+            return f"depthwise {k}x{k}"
+        if k == 3:
+            return "stem conv 3x3"
+        if c_out == 1280:
+            return "head conv 1x1"
+        return "expand conv 1x1" if c_out > c_in else "project conv 1x1"
+    if op == "Clip":
+        return "relu6"
+    if op in ("Add", "Sum"):
+        return "residual add"
+    if op in ("GlobalAveragePool", "Flatten", "Gemm"):
+        return "pool + fc"
+    return f"other ({op})"
+
+
+def profile_ops(path, threads, runs):
+    """Per-op time of the whole network from ORT's profiler: ms per image by category."""
+    import onnxruntime as ort
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.enable_profiling = True
+    opts.profile_file_prefix = os.path.join(os.path.dirname(path), "ort-profile")
+    sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(0).standard_normal([1, 3, 224, 224]).astype("f4")
+    for _ in range(3 + runs):
+        sess.run(None, {"input": x})
+    trace = sess.end_profiling()
+    events = json.load(open(trace))
+    os.remove(trace)
+    runs_seen = [e for e in events if e.get("cat") == "Session" and e["name"] == "model_run"]
+    keep_after = runs_seen[2]["ts"] + runs_seen[2]["dur"] if len(runs_seen) > 3 else 0
+    out = {}
+    for e in events:
+        if e.get("cat") != "Node" or not e["name"].endswith("_kernel_time") or e["ts"] < keep_after:
+            continue
+        op = e.get("args", {}).get("op_name", "")
+        cat = op_category(op, e.get("args", {}))
+        out[cat] = out.get(cat, 0.0) + e["dur"] / 1e3 / runs
+    return {"ms": out}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--weights", required=True)
@@ -149,6 +200,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--fixture", required=True, help="path prefix: <p>_224.rgb and <p>_logits.f32")
     ap.add_argument("--repeats", type=int, default=30)
+    ap.add_argument("--profile-ops", action="store_true", help="add ORT's per-op profile (1 thread)")
     a = ap.parse_args()
     import onnxruntime as ort
 
@@ -172,6 +224,8 @@ def main():
         else:
             path, shape = f"{a.out}/efficientnet-lite0.onnx", [1, 3, 224, 224]
         report["models"][name] = {t: time_session(path, shape, t, a.repeats) for t in (1, 2)}
+    if a.profile_ops:
+        report["ops"] = {t: profile_ops(f"{a.out}/efficientnet-lite0.onnx", t, a.repeats) for t in (1, 2)}
     json.dump(report, sys.stdout, indent=1)
     print()
 

@@ -25,6 +25,12 @@ export class SplitError extends Error {
 }
 
 const DEFAULT_TIMEOUT_MS = 120_000;
+/** Auto mode: a ping unanswered this long counts as an outage (the planner's detection time). */
+const PING_TIMEOUT_MS = 2_000;
+/** Auto mode: a request waits for the server at most max(this, 3x the planner's prediction of
+ * its network and server part), then runs locally; a link that silently stops carrying bytes
+ * (no close, no error) must not stall the caller for the full `timeoutMs`. */
+const AUTO_MIN_DEADLINE_MS = 1_500;
 
 async function fetchWithProgress(url, stage, onProgress) {
   const response = await fetch(url);
@@ -177,13 +183,13 @@ export class SplitClient {
     return this.connecting;
   }
 
-  async request(id, frame) {
+  async request(id, frame, timeoutMs = this.timeoutMs) {
     const socket = await this.connect();
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
         this.pending.delete(id);
-        reject(new SplitError("timeout", `no reply to request ${id} within ${this.timeoutMs} ms`));
-      }, this.timeoutMs);
+        reject(new SplitError("timeout", `no reply to request ${id} within ${Math.round(timeoutMs)} ms`));
+      }, timeoutMs);
       this.pending.set(id, (reply) => {
         clearTimeout(timer);
         this.pending.delete(id);
@@ -202,6 +208,7 @@ export class SplitClient {
    * @param {object} [options]
    * @param {string} [options.codec]  "f32", or "q<bits>[-r<rank>][-packed]"; default: `defaultCodec`
    * @param {boolean} [options.stream]  code against the previous frame (camera streams)
+   * @param {number} [options.deadlineMs]  wait this long for the server (default `timeoutMs`)
    * @returns {Promise<{mode, split, codec, backend, top, edgeMs, bytesSent, serverMs, serverCached,
    *   roundTripMs, totalMs, load}>}  mode is "edge", "cloud", "split" or "cache"
    */
@@ -228,7 +235,7 @@ export class SplitClient {
       const sent = performance.now();
       let reply;
       try {
-        reply = await this.request(id, frame);
+        reply = await this.request(id, frame, options.deadlineMs ?? this.timeoutMs);
       } catch (e) {
         // The server lost this stream's reference (a dropped frame, a restart): the session
         // already switched to a keyframe, so send this image once more.
@@ -270,16 +277,21 @@ export class SplitClient {
     const placement = JSON.parse(this.planner.current());
     const split = placement.mode === "edge_only" ? "edge" : placement.mode === "cloud_only" ? "cloud" : placement.boundary;
     const codec = placement.codec ?? this.defaultCodec;
+    const started = performance.now();
     let r;
     try {
       // Cloud-only uploads what the cost table priced: a quality-90 JPEG of the 224x224 input.
       const upload = split === "cloud" ? encodeUploadJpeg(image, 90) : image;
-      r = await this.classify(upload, split, { ...options, codec });
+      const p = JSON.parse(this.planner.explain()).predicted;
+      const remoteMs = p ? p.transfer_ms + p.rtt_ms + p.queue_ms + p.cloud_ms : Infinity;
+      const deadlineMs = Math.min(this.timeoutMs, Math.max(AUTO_MIN_DEADLINE_MS, 3 * remoteMs));
+      r = await this.classify(upload, split, { ...options, codec, deadlineMs });
     } catch (e) {
       if (e.code !== "network" && e.code !== "timeout") throw e;
       this.planner.observeOutage(performance.now());
       r = await this.classify(image, "edge", options);
       r.fallback = e.message;
+      r.totalMs = performance.now() - started; // the wait for the server counts too
     }
     this.observe(r);
     return { ...r, auto: true, placement, explain: JSON.parse(this.planner.explain()) };
@@ -318,7 +330,9 @@ export class SplitClient {
     const id = this.nextId++;
     const sent = performance.now();
     try {
-      const pong = await this.request(id, encodePing(id, probeBytes));
+      // A padded probe needs time to serialize on a slow uplink; a bare ping does not.
+      const timeout = probeBytes ? Math.min(this.timeoutMs, 4 * PING_TIMEOUT_MS) : PING_TIMEOUT_MS;
+      const pong = await this.request(id, encodePing(id, probeBytes), timeout);
       const ms = performance.now() - sent;
       if (this.planner) {
         if (probeBytes === 0) {

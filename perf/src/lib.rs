@@ -145,10 +145,10 @@ pub async fn run(config: &LoadConfig) -> Result<LoadReport> {
             }
         }
     }
-    if report.ok == 0 {
-        if let Some(e) = first_error {
-            return Err(e);
-        }
+    if report.ok == 0
+        && let Some(e) = first_error
+    {
+        return Err(e);
     }
     latencies.sort_by(f64::total_cmp);
     report.rps = report.ok as f64 / wall_s;

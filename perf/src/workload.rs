@@ -38,6 +38,16 @@ impl std::str::FromStr for Workload {
     }
 }
 
+impl std::fmt::Display for Workload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Image => f.write_str("image"),
+            Self::Jpeg224 => f.write_str("jpeg224"),
+            Self::Features { split, codec } => write!(f, "features:{split}:{codec}"),
+        }
+    }
+}
+
 impl Workload {
     /// The frame for `image` (JPEG or PNG bytes): edge compute runs here once, natively.
     ///

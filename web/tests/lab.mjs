@@ -1,76 +1,220 @@
 // The browser lab: the real page's SplitClient in headless Chromium with the CPU throttled
-// through the DevTools protocol (4x, Lighthouse's mobile setting), its WebSocket going through
-// the link emulator (`netem`, perf/src/bin/netem.rs) for each link profile; every mode compared
-// on the same photo: edge-only, cloud-only (a quality-90 JPEG of the 224x224 input, as a plain app
-// would upload), fixed splits, and the adaptive planner. Not a test; prints a markdown table.
+// through the DevTools protocol (Lighthouse's mobile setting is 4x), its WebSocket going through
+// the link emulator (`netem`, perf/src/bin/netem.rs). Every mode runs on the same photo:
+// edge-only, cloud-only (a quality-90 JPEG of the 224x224 input, as a plain app would upload),
+// fixed splits, and the adaptive planner ("auto"), interleaved within each repeat.
 //
-//   cargo run -p cloud-server -- --port 8080 --cache-entries 0 &     # no server cache
-//   cargo build -p split-perf                                          # the netem binary
-//   SPLIT_URL=http://127.0.0.1:8080/ [LINKS=4g,3g] [MODES=edge,cloud,block5,auto] [REQUESTS=10] \
-//     [THROTTLE=4] node tests/lab.mjs
+// Static links: REPEATS rounds of REQUESTS requests per mode (after one warm-up each), a fresh
+// browser per link. Traces: for each trace and mode, a fresh emulator (its clock starts when the
+// client connects) and a fresh client; requests back to back until the trace ends, each stamped
+// with its time on the trace.
+//
+// Edge cost: the CPU time (user + system, every Chromium process: renderer, GPU, network) spent
+// during a mode's requests divided by their number, read from /proc. Not a test: `cargo xtask lab`
+// runs it and writes the report; it writes raw samples as JSON to OUT.
+//
+//   SPLIT_URL=http://127.0.0.1:8080/ OUT=lab.json [LINKS=fast-wifi,4g] [MODES=edge,cloud,block5,auto]
+//     [REQUESTS=10] [REPEATS=3] [THROTTLE=4] [TRACES=degrading,outage] [TRACE_MODES=...]
+//     [TRACE_SCALE=1] node tests/lab.mjs
+// (server started with --cache-entries 0; `cargo build -p split-perf` builds netem)
 import { spawn } from "node:child_process";
+import { readFileSync, readdirSync, writeFileSync } from "node:fs";
 import { GPU_ARGS, withPage } from "./browser.mjs";
 
-const url = new URL(process.env.SPLIT_URL ?? "http://127.0.0.1:8080/");
-const LINKS = (process.env.LINKS ?? "fast-wifi,4g,3g,congested-uplink").split(",");
-const MODES = (process.env.MODES ?? "edge,cloud,block5,block11,auto").split(",");
-const REQUESTS = Number(process.env.REQUESTS ?? 10);
-const THROTTLE = Number(process.env.THROTTLE ?? 4);
-const NETEM = process.env.NETEM_BIN ?? `${process.env.CARGO_TARGET_DIR ?? `${process.env.HOME}/.cache/splitinfer/target`}/debug/netem`;
+const env = process.env;
+const url = new URL(env.SPLIT_URL ?? "http://127.0.0.1:8080/");
+const list = (v, d) => (v ?? d).split(",").filter(Boolean);
+const LINKS = list(env.LINKS, "fast-wifi,4g,3g,congested-uplink");
+const MODES = list(env.MODES, "edge,cloud,block5,block11,auto");
+const TRACES = list(env.TRACES, "degrading,outage");
+const TRACE_MODES = list(env.TRACE_MODES, "edge,cloud,block5,block11,auto");
+const REQUESTS = Number(env.REQUESTS ?? 10);
+const REPEATS = Number(env.REPEATS ?? 3);
+const THROTTLE = Number(env.THROTTLE ?? 4);
+const TRACE_SCALE = Number(env.TRACE_SCALE ?? 1);
+const NETEM = env.NETEM_BIN ?? `${env.CARGO_TARGET_DIR ?? `${env.HOME}/.cache/splitinfer/target`}/debug/netem`;
+const log = (...a) => console.error("lab:", ...a);
 
+/** Start the emulator for a profile or trace; resolves once it listens. `clock` resolves to the
+ * Unix ms at which the first connection started the link's clock. */
 function startLink(link) {
-  const child = spawn(NETEM, ["--upstream", url.host, "--link", link], { stdio: ["ignore", "pipe", "inherit"] });
+  const child = spawn(NETEM, ["--upstream", url.host, "--link", link, "--scale", String(TRACE_SCALE)],
+    { stdio: ["ignore", "pipe", "inherit"] });
+  let clockStarted;
+  const clock = new Promise((resolve) => { clockStarted = resolve; });
   return new Promise((resolve, reject) => {
     child.on("error", reject);
+    child.on("exit", (code) => reject(new Error(`netem exited (${code})`)));
     child.stdout.on("data", (d) => {
-      const m = /listening on (\S+)/.exec(d.toString());
-      if (m) resolve({ child, addr: m[1] });
+      const text = d.toString();
+      const listening = /listening on (\S+)/.exec(text);
+      const started = /clock started at (\d+)/.exec(text);
+      if (started) clockStarted(Number(started[1]));
+      if (listening) resolve({ child, addr: listening[1], clock });
     });
   });
 }
 
-const q = (xs, p) => { const s = [...xs].sort((a, b) => a - b); return s[Math.round((s.length - 1) * p)]; };
-console.log(`CPU throttled ${THROTTLE}x, ${REQUESTS} requests per mode after one warm-up, chelsea; total ms from the page's SplitClient`);
-console.log(`| link | mode | P50 ms | P95 ms | P99 ms | bytes sent | edge ms (median) | placements |`);
-console.log(`|---|---|---|---|---|---|---|---|`);
-for (const link of LINKS) {
+/** CPU ms used so far by the processes below this one, except the emulator. */
+function browserCpuMs() {
+  const procs = new Map();
+  for (const pid of readdirSync("/proc").filter((p) => /^\d+$/.test(p))) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+      const comm = stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")"));
+      const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      procs.set(Number(pid), { comm, ppid: Number(f[1]), ms: (Number(f[11]) + Number(f[12])) * 10 });
+    } catch { /* exited meanwhile */ }
+  }
+  const isBelow = (pid) => {
+    for (let p = procs.get(pid)?.ppid; p; p = procs.get(p)?.ppid) if (p === process.pid) return true;
+    return false;
+  };
+  let total = 0;
+  for (const [pid, p] of procs) if (p.comm !== "netem" && isBelow(pid)) total += p.ms;
+  return total;
+}
+
+/** A page with the CPU throttled before anything runs, holding the photo and its JPEG. */
+async function preparePage(page) {
+  await page.goto(new URL("healthz", url).href);
+  const cdp = await page.context().newCDPSession(page);
+  await cdp.send("Emulation.setCPUThrottlingRate", { rate: THROTTLE });
+  await preparePageImages(page);
+}
+
+async function preparePageImages(page) {
+  await page.evaluate(async () => {
+    const png = new Uint8Array(await (await fetch("/samples/chelsea.png")).arrayBuffer());
+    window.png = png;
+    // What a plain app uploads: the centre crop at 224x224 as a quality-90 JPEG.
+    const bitmap = await createImageBitmap(new Blob([png]));
+    const side = Math.min(bitmap.width, bitmap.height) * 224 / 256;
+    const canvas = new OffscreenCanvas(224, 224);
+    canvas.getContext("2d").drawImage(bitmap, (bitmap.width - side) / 2, (bitmap.height - side) / 2, side, side, 0, 0, 224, 224);
+    window.jpeg = new Uint8Array(await (await canvas.convertToBlob({ type: "image/jpeg", quality: 0.9 })).arrayBuffer());
+  });
+}
+
+/** A new client on `wsUrl` (the previous one closed); the device timing sees the throttle. */
+const newClient = (page, wsUrl) => page.evaluate(async (wsUrl) => {
+  const { SplitClient } = await import("/split-client.js");
+  if (window.client) window.client.close();
+  window.client = await SplitClient.create({ backend: "cpu", wsUrl: wsUrl ?? undefined, cacheEntries: 0 });
+}, wsUrl);
+
+const sample = (r, started, wall) => ({ start: started, total: wall, client_total: r.totalMs, bytes: r.bytesSent, edge: r.edgeMs,
+  // What auto planned ("edge_only", "cloud_only" or a boundary); a timed-out request ran locally.
+  placement: r.placement ? (r.fallback ? "fallback_edge" : r.placement.mode === "split" ? `${r.placement.boundary}:${r.placement.codec}` : r.placement.mode) : null,
+  fallback: r.fallback ?? null, top1: r.top[0].class });
+
+async function staticLink(link) {
   const { child, addr } = await startLink(link);
+  const runs = [];
   try {
     await withPage(GPU_ARGS.cpu, async (page) => {
-      await page.goto(new URL("healthz", url).href);
-      // Throttle first, so the client's start-up timing of this device sees the slow CPU.
-      const cdp = await page.context().newCDPSession(page);
-      await cdp.send("Emulation.setCPUThrottlingRate", { rate: THROTTLE });
-      await page.evaluate(async (wsUrl) => {
-        const { SplitClient } = await import("/split-client.js");
-        window.client = await SplitClient.create({ backend: "cpu", wsUrl, cacheEntries: 0 });
-        const png = new Uint8Array(await (await fetch("/samples/chelsea.png")).arrayBuffer());
-        window.png = png;
-        // What a plain app uploads: the centre crop at 224x224 as a quality-90 JPEG.
-        const bitmap = await createImageBitmap(new Blob([png]));
-        const side = Math.min(bitmap.width, bitmap.height) * 224 / 256;
-        const canvas = new OffscreenCanvas(224, 224);
-        canvas.getContext("2d").drawImage(bitmap, (bitmap.width - side) / 2, (bitmap.height - side) / 2, side, side, 0, 0, 224, 224);
-        window.jpeg = new Uint8Array(await (await canvas.convertToBlob({ type: "image/jpeg", quality: 0.9 })).arrayBuffer());
-      }, `ws://${addr}/ws`);
-      for (const mode of MODES) {
-        const rows = await page.evaluate(async ({ mode, n }) => {
-          const out = [];
-          const image = mode === "cloud" ? window.jpeg : window.png;
-          await window.client.classify(image, mode, {}); // warm this path
-          for (let i = 0; i < n; i++) {
-            const r = await window.client.classify(image, mode, {});
-            out.push({ total: r.totalMs, bytes: r.bytesSent, edge: r.edgeMs, placement: r.placement ? JSON.stringify(r.placement) : mode });
-          }
-          return out;
-        }, { mode, n: REQUESTS });
-        const t = rows.map((r) => r.total);
-        const placements = [...new Set(rows.map((r) => r.placement))].map((p) => p.replace(/[{}"]/g, "")).join("; ");
-        console.log(`| ${link} | ${mode} | ${q(t, 0.5).toFixed(0)} | ${q(t, 0.95).toFixed(0)} | ${q(t, 0.99).toFixed(0)} | ${q(rows.map((r) => r.bytes), 0.5)} | ${q(rows.map((r) => r.edge), 0.5).toFixed(0)} | ${placements} |`);
+      await preparePage(page);
+      await newClient(page, `ws://${addr}/ws`);
+      for (let repeat = 0; repeat < REPEATS; repeat++) {
+        for (const mode of MODES) {
+          await page.evaluate(({ mode }) => window.client.classify(mode === "cloud" ? window.jpeg : window.png, mode, {}), { mode });
+          const samples = await page.evaluate(async ({ mode, n }) => {
+            const out = [];
+            const image = mode === "cloud" ? window.jpeg : window.png;
+            for (let i = 0; i < n; i++) {
+              const started = Date.now();
+              const r = await window.client.classify(image, mode, {});
+              out.push({ r: { ...r, explain: undefined }, s: started, wall: Date.now() - started });
+            }
+            return out;
+          }, { mode, n: REQUESTS });
+          runs.push({ repeat, mode, samples: samples.map(({ r, s, wall }) => sample(r, s, wall)) });
+          log(`${link} repeat ${repeat} ${mode}: median ${samples.map(({ wall }) => wall).sort((a, b) => a - b)[REQUESTS >> 1]} ms`);
+        }
       }
       await page.evaluate(() => window.client.close());
     });
   } finally {
     child.kill();
   }
+  return { link, kind: "profile", runs };
 }
+
+async function trace(name) {
+  const runs = [];
+  await withPage(GPU_ARGS.cpu, async (page) => {
+    await preparePage(page);
+    for (const mode of TRACE_MODES) {
+      const { child, addr, clock } = await startLink(name);
+      try {
+        await newClient(page, `ws://${addr}/ws`);
+        await page.evaluate(() => window.client.connect());
+        const origin = await clock;
+        const { samples, durationMs } = await page.evaluate(async ({ mode, origin, scale }) => {
+          const durationMs = 60_000 * scale;
+          const out = [];
+          const image = mode === "cloud" ? window.jpeg : window.png;
+          while (Date.now() - origin < durationMs) {
+            const started = Date.now();
+            const r = await window.client.classify(image, mode, {});
+            out.push({ r: { ...r, explain: undefined }, s: started, wall: Date.now() - started });
+          }
+          return { samples: out, durationMs };
+        }, { mode, origin, scale: TRACE_SCALE });
+        const switches = await page.evaluate(() => window.client.switches.map((s) => ({ at_ms: s.at_ms, reason: s.reason })));
+        runs.push({ repeat: 0, mode, origin, duration_ms: durationMs,
+          switches, samples: samples.map(({ r, s, wall }) => ({ ...sample(r, s, wall), t: s - origin })) });
+        log(`trace ${name} ${mode}: ${samples.length} requests`);
+      } finally {
+        child.kill();
+      }
+    }
+    await page.evaluate(() => window.client.close());
+  });
+  return { link: name, kind: "trace", scale: TRACE_SCALE, runs };
+}
+
+/** Edge CPU per request and mode, on loopback and *without* throttling: Chromium's throttle
+ * keeps a core busy while it holds the page back (about 950 ms of CPU per second at 4x, idle),
+ * so CPU time under it measures the throttle, not the work. The idle rate is measured first and
+ * subtracted. */
+async function edgeCost() {
+  const runs = [];
+  let idleMsPerS = 0;
+  await withPage(GPU_ARGS.cpu, async (page) => {
+    await page.goto(new URL("healthz", url).href);
+    await preparePageImages(page);
+    await newClient(page, null);
+    const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+    await sleep(500);
+    const idle0 = browserCpuMs();
+    await sleep(3000);
+    idleMsPerS = (browserCpuMs() - idle0) / 3;
+    for (let repeat = 0; repeat < REPEATS; repeat++) {
+      for (const mode of MODES) {
+        await page.evaluate(({ mode }) => window.client.classify(mode === "cloud" ? window.jpeg : window.png, mode, {}), { mode });
+        const cpu0 = browserCpuMs();
+        const t0 = Date.now();
+        await page.evaluate(async ({ mode, n }) => {
+          const image = mode === "cloud" ? window.jpeg : window.png;
+          for (let i = 0; i < n; i++) await window.client.classify(image, mode, {});
+        }, { mode, n: REQUESTS });
+        const cpu = browserCpuMs() - cpu0;
+        const wallMs = Date.now() - t0;
+        runs.push({ repeat, mode, cpu_ms_per_request: cpu / REQUESTS,
+          net_cpu_ms_per_request: Math.max(0, cpu - idleMsPerS * wallMs / 1000) / REQUESTS, wall_ms_per_request: wallMs / REQUESTS });
+      }
+    }
+    await page.evaluate(() => window.client.close());
+  });
+  log(`edge cost: idle ${idleMsPerS.toFixed(0)} ms/s, ${runs.length} runs`);
+  return { idle_cpu_ms_per_s: idleMsPerS, runs };
+}
+
+const report = { throttle: THROTTLE, requests: REQUESTS, repeats: REPEATS, chromium: null, links: [] };
+for (const link of LINKS) report.links.push(await staticLink(link));
+for (const name of TRACES) report.links.push(await trace(name));
+report.edge_cost = await edgeCost();
+await withPage([], async (page) => { report.chromium = await page.evaluate(() => navigator.userAgent); });
+writeFileSync(env.OUT ?? "lab.json", JSON.stringify(report));
+log(`wrote ${env.OUT ?? "lab.json"}`);

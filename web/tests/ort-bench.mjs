@@ -3,8 +3,8 @@
 // ORT Web is not a project dependency: install it for this benchmark only.
 //
 //   npm install --no-save onnxruntime-web@1.30.0
-//   SPLIT_URL=http://127.0.0.1:8080/ ONNX=~/.cache/splitinfer/onnx/efficientnet-lite0.onnx node tests/ort-bench.mjs
-import { copyFileSync, existsSync } from "node:fs";
+//   SPLIT_URL=http://127.0.0.1:8080/ ONNX=~/.cache/splitinfer/onnx/efficientnet-lite0.onnx [JSON_OUT=f.json] node tests/ort-bench.mjs
+import { copyFileSync, existsSync, writeFileSync } from "node:fs";
 import { GPU_ARGS, withPage } from "./browser.mjs";
 
 const url = process.env.SPLIT_URL ?? "http://127.0.0.1:8080/";
@@ -42,4 +42,8 @@ await withPage(GPU_ARGS.cpu, async (page) => {
   console.log(`| burn wasm (flex, 1 thread) | ${r.burnMs.toFixed(1)} |`);
   console.log(`| ONNX Runtime Web ${r.ortVersion} (wasm, 1 thread) | ${r.ortMs.toFixed(1)} |`);
   console.log(`burn / ORT-web: ${(r.burnMs / r.ortMs).toFixed(2)}; ORT session load ${r.ortLoadMs.toFixed(0)} ms`);
+  if (process.env.JSON_OUT) {
+    writeFileSync(process.env.JSON_OUT, JSON.stringify({ repeats: REPEATS, burn_ms: r.burnMs, ort_ms: r.ortMs,
+      ort_load_ms: r.ortLoadMs, ort_version: r.ortVersion }));
+  }
 });

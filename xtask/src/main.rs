@@ -10,6 +10,7 @@
 //! - `profile`: measure the planner's cost table (`profiles/cost-table.json`);
 //! - `plan-sim`: the adaptive controller on synthetic traces with the measured cost table;
 //! - `onnx`: ONNX export of the model and ONNX Runtime (CPU) against burn `flex`;
+//! - `lab`: the performance lab (throughput, links, browser, baselines) and its report;
 //! - `stream-eval`: bytes per frame of a synthetic camera pan with and without residuals;
 //! - `fuzz`: the libFuzzer target on the frame and codec decoders (nightly).
 
@@ -17,7 +18,9 @@ mod calibrate;
 mod convert;
 mod eval;
 mod fuzz;
+mod lab;
 mod onnx;
+mod ops_profile;
 mod paths;
 mod plan_sim;
 mod profile;
@@ -28,7 +31,7 @@ mod web;
 
 use anyhow::{Result, bail};
 
-const USAGE: &str = "usage: cargo xtask <setup | calibrate [options] | web | demo [server args] | test | eval [options] | stream-eval [options] | profile [options] | plan-sim [options] | onnx [--repeats N] | fuzz [seconds]>";
+const USAGE: &str = "usage: cargo xtask <setup | calibrate [options] | web | demo [server args] | test | eval [options] | stream-eval [options] | profile [options] | plan-sim [options] | onnx [--repeats N] [--ops] | lab [--quick] [--out DIR] | fuzz [seconds]>";
 
 fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
@@ -46,6 +49,7 @@ fn main() -> Result<()> {
         "profile" => profile::run(&rest),
         "plan-sim" => plan_sim::run(&rest),
         "onnx" => onnx::run(&rest),
+        "lab" => lab::run(&rest),
         "help" | "--help" | "-h" => {
             println!("{USAGE}");
             Ok(())

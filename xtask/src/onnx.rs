@@ -48,13 +48,43 @@ fn median_ms(mut f: impl FnMut(), repeats: usize) -> f64 {
     t[t.len() / 2]
 }
 
-/// Run the export and the comparison with command-line `args`.
-pub fn run(args: &[String]) -> Result<()> {
-    let repeats: usize = match args {
-        [] => 30,
-        [flag, n] if flag == "--repeats" => n.parse()?,
-        _ => bail!("usage: cargo xtask onnx [--repeats N]"),
-    };
+/// One part of the network timed on both engines, ms per image.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct PartTiming {
+    /// `full`, `tail-block5`, `tail-block11`.
+    pub part: String,
+    /// burn `flex`, median.
+    pub burn_ms: f64,
+    /// ONNX Runtime CPU with 1 and 2 intra-op threads, median.
+    pub ort_1_ms: f64,
+    /// With 2 threads.
+    pub ort_2_ms: f64,
+}
+
+/// What [`measure`] found.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct OnnxReport {
+    /// onnxruntime's version.
+    pub onnxruntime: String,
+    /// Largest |logit - golden| of the exported model on `chelsea`.
+    pub max_abs_logit_diff: f64,
+    /// Whole network and the cloud tier's tails.
+    pub parts: Vec<PartTiming>,
+    /// burn's CPU time over wall time for the whole network (threads in use).
+    pub burn_cpu_per_wall: f64,
+    /// Per operation category, ms per image: burn (each op alone), ORT 1 and 2 threads
+    /// (profiler). Empty unless asked for.
+    pub ops: Vec<(String, f64, f64, f64)>,
+    /// Path of the exported whole-network model.
+    pub model: PathBuf,
+}
+
+/// Export, check against the golden logits, and time both engines; with `ops`, the per-op
+/// profiles too.
+///
+/// # Errors
+/// Missing weights, a failing Python step, or an export that does not reproduce the logits.
+pub fn measure(repeats: usize, ops: bool) -> Result<OnnxReport> {
     let weights_path = setup::ensure_weights()?;
     let out = paths::cache_dir().join("onnx");
     std::fs::create_dir_all(&out)?;
@@ -69,8 +99,8 @@ pub fn run(args: &[String]) -> Result<()> {
     let arch_path = out.join("arch.json");
     std::fs::write(&arch_path, arch.to_string())?;
     let fixture = paths::repo_root().join("shared/tests/data/chelsea");
-    let output = Command::new(python()?)
-        .arg(paths::repo_root().join("tools/export_onnx.py"))
+    let mut cmd = Command::new(python()?);
+    cmd.arg(paths::repo_root().join("tools/export_onnx.py"))
         .arg("--weights")
         .arg(&weights_path)
         .arg("--arch")
@@ -79,61 +109,111 @@ pub fn run(args: &[String]) -> Result<()> {
         .arg(&out)
         .arg("--fixture")
         .arg(&fixture)
-        .args(["--repeats", &repeats.to_string()])
-        .output()
-        .context("running tools/export_onnx.py")?;
+        .args(["--repeats", &repeats.to_string()]);
+    if ops {
+        cmd.arg("--profile-ops");
+    }
+    let output = cmd.output().context("running tools/export_onnx.py")?;
     if !output.status.success() {
         bail!("export_onnx.py failed:\n{}", String::from_utf8_lossy(&output.stderr));
     }
     let report: serde_json::Value =
         serde_json::from_slice(&output.stdout).context("export_onnx.py report")?;
+    let top1 = &report["top1"];
+    let max_diff = report["max_abs_logit_diff"].as_f64().unwrap_or(f64::NAN);
+    if top1[0] != top1[1] || max_diff.is_nan() || max_diff > 1e-3 {
+        bail!("the ONNX export does not reproduce the golden logits (max |diff| {max_diff})");
+    }
 
     let device = Device::flex();
     let model = EfficientNetLite0::from_weights(
         &WeightsFile::from_bytes(&std::fs::read(&weights_path)?)?,
         &device,
     )?;
+    let model = &model;
     let run_from = |from: Boundary| {
         let [c, h, w] = from.info().shape;
         let x = Tensor::<4>::zeros([1, c, h, w], &device);
-        median_ms(
-            || {
-                drop(
-                    model
-                        .forward_range(x.clone(), from, Boundary::LOGITS)
-                        .expect("forward")
-                        .into_data(),
-                )
-            },
-            repeats,
-        )
+        move || {
+            drop(
+                model
+                    .forward_range(x.clone(), from, Boundary::LOGITS)
+                    .expect("forward")
+                    .into_data(),
+            )
+        }
     };
-    println!(
-        "ONNX export: {} (onnxruntime {}), max |logit - golden| {:.2e}, top-1 (ORT, golden) {}",
-        out.join("efficientnet-lite0.onnx").display(),
-        report["onnxruntime"].as_str().unwrap_or("?"),
-        report["max_abs_logit_diff"].as_f64().unwrap_or(f64::NAN),
-        report["top1"],
-    );
-    let top1 = &report["top1"];
-    if top1[0] != top1[1] || report["max_abs_logit_diff"].as_f64().is_none_or(|d| d > 1e-3) {
-        bail!("the ONNX export does not reproduce the golden logits");
-    }
-    println!(
-        "| part | burn flex ms | ORT CPU 1 thread ms | ORT CPU 2 threads ms | burn / ORT (2 threads) |"
-    );
-    println!("|---|---|---|---|---|");
+    let mut parts = Vec::new();
     for (name, from) in [
         ("full", Boundary::INPUT),
         ("tail-block5", Boundary::block(5)?),
         ("tail-block11", Boundary::block(11)?),
     ] {
-        let key = name.trim_start_matches("tail-");
-        let ort = &report["models"][key];
-        let (o1, o2) =
-            (ort["1"].as_f64().unwrap_or(f64::NAN), ort["2"].as_f64().unwrap_or(f64::NAN));
-        let burn = run_from(from);
-        println!("| {name} | {burn:.1} | {o1:.1} | {o2:.1} | {:.2} |", burn / o2);
+        let ort = &report["models"][name.trim_start_matches("tail-")];
+        parts.push(PartTiming {
+            part: name.into(),
+            burn_ms: median_ms(run_from(from), repeats),
+            ort_1_ms: ort["1"].as_f64().unwrap_or(f64::NAN),
+            ort_2_ms: ort["2"].as_f64().unwrap_or(f64::NAN),
+        });
     }
+    let cpu0 = crate::lab::self_cpu_ms();
+    let t0 = Instant::now();
+    let whole = run_from(Boundary::INPUT);
+    for _ in 0..repeats {
+        whole();
+    }
+    let burn_cpu_per_wall = (crate::lab::self_cpu_ms() - cpu0) / (t0.elapsed().as_secs_f64() * 1e3);
+
+    let mut op_rows = Vec::new();
+    if ops {
+        let burn = crate::ops_profile::burn_ops(repeats);
+        let ort = |t: &str| report["ops"][t]["ms"].as_object().cloned().unwrap_or_default();
+        let (o1, o2) = (ort("1"), ort("2"));
+        let mut names: Vec<String> = burn.keys().cloned().collect();
+        names.extend(o1.keys().chain(o2.keys()).filter(|k| !burn.contains_key(*k)).cloned());
+        names.dedup();
+        for name in names {
+            let get = |m: &serde_json::Map<String, serde_json::Value>| {
+                m.get(&name).and_then(serde_json::Value::as_f64).unwrap_or(0.0)
+            };
+            op_rows.push((
+                name.clone(),
+                burn.get(&name).copied().unwrap_or(0.0),
+                get(&o1),
+                get(&o2),
+            ));
+        }
+    }
+    Ok(OnnxReport {
+        onnxruntime: report["onnxruntime"].as_str().unwrap_or("?").to_string(),
+        max_abs_logit_diff: max_diff,
+        parts,
+        burn_cpu_per_wall,
+        ops: op_rows,
+        model: out.join("efficientnet-lite0.onnx"),
+    })
+}
+
+/// `cargo xtask onnx [--repeats N] [--ops]`: print the comparison as markdown.
+pub fn run(args: &[String]) -> Result<()> {
+    let (mut repeats, mut ops) = (30usize, false);
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--repeats" => repeats = it.next().context("--repeats N")?.parse()?,
+            "--ops" => ops = true,
+            _ => bail!("usage: cargo xtask onnx [--repeats N] [--ops]"),
+        }
+    }
+    let r = measure(repeats, ops)?;
+    println!(
+        "ONNX export: {} (onnxruntime {}), max |logit - golden| {:.2e}; burn CPU/wall {:.2}",
+        r.model.display(),
+        r.onnxruntime,
+        r.max_abs_logit_diff,
+        r.burn_cpu_per_wall
+    );
+    println!("{}", crate::lab::report::onnx_tables(&r));
     Ok(())
 }

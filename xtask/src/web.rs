@@ -27,7 +27,7 @@ fn cargo() -> Command {
 }
 
 /// The cargo target directory (honours CARGO_TARGET_DIR).
-fn target_dir() -> PathBuf {
+pub(crate) fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map_or_else(|| paths::repo_root().join("target"), PathBuf::from)
 }
@@ -94,6 +94,13 @@ pub struct Server {
     pub url: String,
 }
 
+impl Server {
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -104,7 +111,7 @@ impl Drop for Server {
 /// Start the server binary that `cargo test --workspace` just built (building it separately
 /// would resolve features differently and recompile burn) on a free port; returns once it prints
 /// its URL.
-fn start_server(extra: &[String]) -> Result<Server> {
+pub(crate) fn start_server(extra: &[String]) -> Result<Server> {
     let bin = target_dir().join("debug/cloud-server");
     let root = paths::repo_root();
     let mut child = Command::new(&bin)
@@ -179,6 +186,16 @@ pub fn browser_profile() -> Result<PathBuf> {
     Ok(out)
 }
 
+/// Everything the lab runs: weights, calibration, the wasm module, the workspace's binaries
+/// (built as `cargo test` builds them, so the two share compiled units), Chromium and playwright.
+pub fn prepare_binaries() -> Result<()> {
+    setup::ensure_weights()?;
+    crate::calibrate::ensure_calibration()?;
+    build()?;
+    run(cargo().args(["test", "--workspace", "--no-run"]))?;
+    ensure_browser_tools(&paths::repo_root().join("web"))
+}
+
 /// `cargo xtask test`: weights, wasm build, Rust tests, then the headless-browser tests.
 pub fn test_all() -> Result<()> {
     let weights = setup::ensure_weights()?;
@@ -198,6 +215,13 @@ pub fn test_all() -> Result<()> {
     ])?;
     run(Command::new("node").arg("tests/e2e.mjs").current_dir(&web).env("SPLIT_URL", &server.url))?;
     drop(server);
+    // The performance lab's quick mode, so the harness cannot rot (checks behaviour, not speed).
+    let out = std::env::temp_dir().join("splitinfer-lab-quick");
+    let _ = std::fs::remove_dir_all(&out);
+    let results =
+        crate::lab::lab(&crate::lab::Options::quick(out.clone()), "./run.sh lab --quick")?;
+    crate::lab::check(&results, &out)?;
+    eprintln!("test: lab quick mode passed ({})", out.join("README.md").display());
     eprintln!("test: all passed");
     Ok(())
 }

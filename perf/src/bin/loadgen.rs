@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use split_perf::netem::{Proxy, profile};
+use split_perf::netem::{Proxy, schedule};
 use split_perf::{LoadConfig, Workload, process_cpu_ms, run};
 
 #[actix_web::main]
@@ -16,6 +16,7 @@ async fn main() -> Result<()> {
     let mut image = concat!(env!("CARGO_MANIFEST_DIR"), "/../web/samples/chelsea.png").to_string();
     let mut server_pid: Option<u32> = None;
     let mut link: Option<String> = None;
+    let mut json = false;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let mut value = || args.next().with_context(|| format!("{flag} needs a value"));
@@ -29,6 +30,7 @@ async fn main() -> Result<()> {
             "--image" => image = value()?,
             "--server-pid" => server_pid = Some(value()?.parse()?),
             "--link" => link = Some(value()?),
+            "--json" => json = true,
             other => bail!("unknown flag {other}; see perf/src/lib.rs"),
         }
     }
@@ -38,7 +40,7 @@ async fn main() -> Result<()> {
             let host = url.trim_start_matches("ws://").split('/').next().unwrap_or_default();
             let upstream =
                 std::net::ToSocketAddrs::to_socket_addrs(host)?.next().context("server address")?;
-            let proxy = Proxy::start(upstream, profile(name)?).await?;
+            let proxy = Proxy::with_schedule(upstream, schedule(name)?, |_| {}).await?;
             url = url.replacen(host, &proxy.addr.to_string(), 1);
             Some(proxy)
         }
@@ -46,14 +48,16 @@ async fn main() -> Result<()> {
     };
     let bytes = std::fs::read(&image).with_context(|| format!("reading {image}"))?;
     let frame = workload.frame(&bytes)?;
-    println!(
-        "workload {workload:?}, {} bytes per request, {requests} requests per client, {url}",
-        frame.len()
-    );
-    println!(
-        "| clients | ok | errors | cached | req/s | p50 ms | p95 ms | p99 ms | server compute ms | server CPU ms/req |"
-    );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    if !json {
+        println!(
+            "workload {workload:?}, {} bytes per request, {requests} requests per client, {url}",
+            frame.len()
+        );
+        println!(
+            "| clients | ok | errors | cached | req/s | p50 ms | p95 ms | p99 ms | server compute ms | server CPU ms/req |"
+        );
+        println!("|---|---|---|---|---|---|---|---|---|---|");
+    }
     for c in clients {
         let config = LoadConfig {
             url: url.clone(),
@@ -65,11 +69,18 @@ async fn main() -> Result<()> {
         let cpu0 = server_pid.map(process_cpu_ms).transpose()?;
         let r = run(&config).await?;
         let cpu = match (server_pid, cpu0) {
-            (Some(pid), Some(before)) => {
-                format!("{:.1}", (process_cpu_ms(pid)? - before) / r.ok.max(1) as f64)
-            }
-            _ => "–".into(),
+            (Some(pid), Some(before)) => Some((process_cpu_ms(pid)? - before) / r.ok.max(1) as f64),
+            _ => None,
         };
+        if json {
+            let line = serde_json::json!({
+                "workload": workload.to_string(), "link": link, "bytes": frame.len(),
+                "requests": requests, "report": r, "server_cpu_ms_per_request": cpu,
+            });
+            println!("{line}");
+            continue;
+        }
+        let cpu = cpu.map_or_else(|| "–".to_string(), |c| format!("{c:.1}"));
         println!(
             "| {c} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {cpu} |",
             r.ok, r.errors, r.cached, r.rps, r.p50_ms, r.p95_ms, r.p99_ms, r.server_compute_ms

@@ -1,0 +1,333 @@
+//! The browser lab's raw samples (what `web/tests/lab.mjs` writes) and the figures the report
+//! gives: percentiles per mode as medians over repeats, the best single tier, the oracle, and
+//! the adaptive mode's ratios to both.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// One request as the page measured it.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct Sample {
+    /// Wall time of `classify`, ms.
+    pub total: f64,
+    /// Bytes sent over the WebSocket.
+    pub bytes: f64,
+    /// Edge compute, ms.
+    pub edge: f64,
+    /// What auto planned (`edge_only`, `cloud_only`, `<boundary>:<codec>`, `fallback_edge`).
+    pub placement: Option<String>,
+    /// Top-1 class.
+    pub top1: u32,
+    /// Start time on the trace, ms (trace runs only).
+    pub t: Option<f64>,
+}
+
+/// One mode's requests in one repeat.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct Run {
+    /// Repeat index.
+    pub repeat: usize,
+    /// `edge`, `cloud`, a boundary, or `auto`.
+    pub mode: String,
+    /// Requests in order.
+    pub samples: Vec<Sample>,
+    /// Trace length, ms (trace runs only).
+    pub duration_ms: Option<f64>,
+}
+
+/// Every run over one link (a constant profile or a trace).
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct LinkRuns {
+    /// Profile or trace name.
+    pub link: String,
+    /// `profile` or `trace`.
+    pub kind: String,
+    /// Time scale of a trace (1 = as defined).
+    pub scale: Option<f64>,
+    /// Runs, modes interleaved within each repeat.
+    pub runs: Vec<Run>,
+}
+
+/// Edge CPU per request and mode, unthrottled.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct CostRun {
+    /// Repeat index.
+    pub repeat: usize,
+    /// Mode.
+    pub mode: String,
+    /// Chromium CPU time per request, ms.
+    pub cpu_ms_per_request: f64,
+    /// The same less the idle rate over the run's wall time.
+    pub net_cpu_ms_per_request: f64,
+    /// Wall time per request, ms.
+    pub wall_ms_per_request: f64,
+}
+
+/// The edge cost section.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct EdgeCost {
+    /// Chromium's CPU use with the page open and idle, ms per s.
+    pub idle_cpu_ms_per_s: f64,
+    /// Runs.
+    pub runs: Vec<CostRun>,
+}
+
+/// Everything the browser lab wrote.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct BrowserLab {
+    /// CPU throttling factor.
+    pub throttle: f64,
+    /// Requests per mode and repeat on constant links.
+    pub requests: usize,
+    /// Repeats on constant links.
+    pub repeats: usize,
+    /// The browser's user agent.
+    pub chromium: Option<String>,
+    /// Constant links, then traces.
+    pub links: Vec<LinkRuns>,
+    /// Edge CPU per mode.
+    pub edge_cost: EdgeCost,
+}
+
+/// P50, P95 and P99 of latencies (nearest rank).
+pub fn percentiles(values: &[f64]) -> [f64; 3] {
+    let mut v: Vec<f64> = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    [0.5, 0.95, 0.99].map(|q| {
+        if v.is_empty() { f64::NAN } else { v[((v.len() - 1) as f64 * q).round() as usize] }
+    })
+}
+
+/// The median of values (mean of the middle two for an even count).
+pub fn median(values: &[f64]) -> f64 {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| !x.is_nan()).collect();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// One mode over a link: percentiles as medians over repeats.
+#[derive(Clone, Debug, Serialize)]
+pub struct ModeSummary {
+    /// Mode.
+    pub mode: String,
+    /// Median over repeats of each repeat's P50, P95, P99, ms.
+    pub p: [f64; 3],
+    /// Median bytes sent per request.
+    pub bytes: f64,
+    /// Median edge ms per request.
+    pub edge_ms: f64,
+    /// Requests, all repeats.
+    pub requests: usize,
+    /// Share of requests per placement (auto).
+    pub placements: BTreeMap<String, f64>,
+}
+
+/// A link's comparison.
+#[derive(Clone, Debug, Serialize)]
+pub struct LinkSummary {
+    /// Profile or trace.
+    pub link: String,
+    /// Per mode.
+    pub modes: Vec<ModeSummary>,
+    /// The faster of edge-only and cloud-only by P95, and its P95.
+    pub best_single: Option<(String, f64)>,
+    /// The oracle's P95: the best fixed mode per repeat (constant links) or per time window
+    /// (traces).
+    pub oracle_p95: f64,
+    /// Adaptive P95 over the best single tier's (median of per-repeat ratios on constant links).
+    pub auto_vs_best_single: f64,
+    /// Adaptive P95 over the oracle's.
+    pub auto_vs_oracle: f64,
+}
+
+fn mode_summary(mode: &str, runs: &[&Run]) -> ModeSummary {
+    let per_repeat: Vec<[f64; 3]> = runs
+        .iter()
+        .map(|r| percentiles(&r.samples.iter().map(|s| s.total).collect::<Vec<_>>()))
+        .collect();
+    let all: Vec<&Sample> = runs.iter().flat_map(|r| &r.samples).collect();
+    let mut placements = BTreeMap::new();
+    for s in &all {
+        if let Some(p) = &s.placement {
+            *placements.entry(p.clone()).or_insert(0.0) += 1.0 / all.len() as f64;
+        }
+    }
+    ModeSummary {
+        mode: mode.to_string(),
+        p: [0, 1, 2].map(|i| median(&per_repeat.iter().map(|p| p[i]).collect::<Vec<_>>())),
+        bytes: median(&all.iter().map(|s| s.bytes).collect::<Vec<_>>()),
+        edge_ms: median(&all.iter().map(|s| s.edge).collect::<Vec<_>>()),
+        requests: all.len(),
+        placements,
+    }
+}
+
+fn p95(samples: &[&Sample]) -> f64 {
+    percentiles(&samples.iter().map(|s| s.total).collect::<Vec<_>>())[1]
+}
+
+/// Summarize a constant link: ratios are computed per repeat, then the median is taken.
+pub fn summarize_profile(link: &LinkRuns) -> LinkSummary {
+    let modes: Vec<String> = unique_modes(link);
+    let repeats = link.runs.iter().map(|r| r.repeat).max().map_or(0, |m| m + 1);
+    let run =
+        |mode: &str, repeat: usize| link.runs.iter().find(|r| r.mode == mode && r.repeat == repeat);
+    let (mut vs_single, mut vs_oracle, mut oracle) = (Vec::new(), Vec::new(), Vec::new());
+    for repeat in 0..repeats {
+        let p = |m: &str| run(m, repeat).map(|r| p95(&r.samples.iter().collect::<Vec<_>>()));
+        let fixed: Vec<f64> = modes.iter().filter(|m| *m != "auto").filter_map(|m| p(m)).collect();
+        let best_fixed = fixed.iter().copied().fold(f64::INFINITY, f64::min);
+        let single = [p("edge"), p("cloud")].into_iter().flatten().fold(f64::INFINITY, f64::min);
+        oracle.push(best_fixed);
+        if let Some(a) = p("auto") {
+            vs_single.push(a / single);
+            vs_oracle.push(a / best_fixed);
+        }
+    }
+    let summaries: Vec<ModeSummary> = modes
+        .iter()
+        .map(|m| mode_summary(m, &link.runs.iter().filter(|r| &r.mode == m).collect::<Vec<_>>()))
+        .collect();
+    let best_single = summaries
+        .iter()
+        .filter(|s| s.mode == "edge" || s.mode == "cloud")
+        .min_by(|a, b| a.p[1].total_cmp(&b.p[1]))
+        .map(|s| (s.mode.clone(), s.p[1]));
+    LinkSummary {
+        link: link.link.clone(),
+        modes: summaries,
+        best_single,
+        oracle_p95: median(&oracle),
+        auto_vs_best_single: median(&vs_single),
+        auto_vs_oracle: median(&vs_oracle),
+    }
+}
+
+fn unique_modes(link: &LinkRuns) -> Vec<String> {
+    let mut modes: Vec<String> = Vec::new();
+    for r in &link.runs {
+        if !modes.contains(&r.mode) {
+            modes.push(r.mode.clone());
+        }
+    }
+    modes
+}
+
+/// The oracle over a trace: in each window of `window_ms`, the fixed mode whose requests started
+/// in it have the lowest mean latency; its requests there are the oracle's. A mode with no
+/// request starting in a window (one stuck in flight) cannot be chosen for it.
+pub fn trace_oracle<'a>(link: &'a LinkRuns, window_ms: f64) -> Vec<&'a Sample> {
+    let fixed: Vec<&Run> = link.runs.iter().filter(|r| r.mode != "auto").collect();
+    let end = fixed.iter().flat_map(|r| &r.samples).filter_map(|s| s.t).fold(0.0f64, f64::max);
+    let mut out = Vec::new();
+    let mut w0 = 0.0;
+    while w0 <= end {
+        let in_window = |r: &&'a Run| -> Vec<&'a Sample> {
+            r.samples
+                .iter()
+                .filter(|s| s.t.is_some_and(|t| t >= w0 && t < w0 + window_ms))
+                .collect()
+        };
+        let best = fixed
+            .iter()
+            .map(in_window)
+            .filter(|s| !s.is_empty())
+            .min_by(|a, b| mean(a).total_cmp(&mean(b)));
+        out.extend(best.unwrap_or_default());
+        w0 += window_ms;
+    }
+    out
+}
+
+fn mean(s: &[&Sample]) -> f64 {
+    s.iter().map(|s| s.total).sum::<f64>() / s.len() as f64
+}
+
+/// Summarize a trace run (one repeat): the oracle chooses per window of `window_ms`.
+pub fn summarize_trace(link: &LinkRuns, window_ms: f64) -> LinkSummary {
+    let mut summary = summarize_profile(link);
+    let oracle = trace_oracle(link, window_ms);
+    summary.oracle_p95 = p95(&oracle);
+    let auto = summary.modes.iter().find(|m| m.mode == "auto").map_or(f64::NAN, |m| m.p[1]);
+    summary.auto_vs_oracle = auto / summary.oracle_p95;
+    summary.auto_vs_best_single = auto / summary.best_single.as_ref().map_or(f64::NAN, |b| b.1);
+    summary
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(total: f64, t: f64) -> Sample {
+        Sample { total, bytes: 0.0, edge: 0.0, placement: None, top1: 282, t: Some(t) }
+    }
+
+    fn run(mode: &str, repeat: usize, samples: Vec<Sample>) -> Run {
+        Run { repeat, mode: mode.into(), samples, duration_ms: None }
+    }
+
+    #[test]
+    fn percentiles_and_medians() {
+        let v: Vec<f64> = (1..=20).map(f64::from).collect();
+        assert_eq!(percentiles(&v), [11.0, 19.0, 20.0]);
+        assert_eq!(median(&[3.0, 1.0, 2.0, 10.0]), 2.5);
+        assert!(median(&[]).is_nan());
+    }
+
+    #[test]
+    fn ratios_are_per_repeat_then_median() {
+        let c = |v: f64| vec![s(v, 0.0), s(v, 0.0)];
+        let link = LinkRuns {
+            link: "x".into(),
+            kind: "profile".into(),
+            scale: None,
+            runs: vec![
+                run("edge", 0, c(100.0)),
+                run("cloud", 0, c(200.0)),
+                run("block5", 0, c(50.0)),
+                run("auto", 0, c(80.0)),
+                run("edge", 1, c(100.0)),
+                run("cloud", 1, c(40.0)),
+                run("block5", 1, c(50.0)),
+                run("auto", 1, c(60.0)),
+            ],
+        };
+        let sum = summarize_profile(&link);
+        // Repeat 0: single 100, oracle 50; repeat 1: single 40, oracle 40.
+        assert_eq!(sum.auto_vs_best_single, (0.8 + 1.5) / 2.0);
+        assert_eq!(sum.auto_vs_oracle, (1.6 + 1.5) / 2.0);
+        assert_eq!(sum.oracle_p95, 45.0);
+        assert_eq!(
+            sum.modes.iter().map(|m| m.mode.as_str()).collect::<Vec<_>>(),
+            ["edge", "cloud", "block5", "auto"]
+        );
+    }
+
+    #[test]
+    fn the_trace_oracle_picks_the_best_mode_per_window_and_skips_stuck_ones() {
+        let link = LinkRuns {
+            link: "t".into(),
+            kind: "trace".into(),
+            scale: Some(1.0),
+            runs: vec![
+                // cloud is fast, then stuck for the second window (no request starts there).
+                run(
+                    "cloud",
+                    0,
+                    vec![s(10.0, 0.0), s(10.0, 500.0), s(1500.0, 900.0), s(10.0, 2400.0)],
+                ),
+                run("edge", 0, vec![s(100.0, 0.0), s(100.0, 1100.0), s(100.0, 2100.0)]),
+                run("auto", 0, vec![s(10.0, 0.0)]),
+            ],
+        };
+        // Window 0: cloud's mean includes the request that got stuck (507 ms) > edge's 100;
+        // window 1: only edge starts a request; window 2: cloud is back and faster.
+        let oracle: Vec<f64> = trace_oracle(&link, 1000.0).iter().map(|s| s.total).collect();
+        assert_eq!(oracle, [100.0, 100.0, 10.0]);
+    }
+}
