@@ -13,7 +13,7 @@
 // thrown as a SplitError with a stable `code` ("network", "timeout", or a server error code such
 // as "shape_mismatch") and a message meant for a developer.
 
-import init, { AdaptivePlanner, EdgeSession, boundaries, encodeImageRequest, encodePing, encodeUploadJpeg } from "./pkg/wasm_edge.js";
+import init, { AdaptivePlanner, EdgeSession, boundaries, encodeImageRequest, encodeInputRequest, encodePing, encodeUploadJpeg } from "./pkg/wasm_edge.js";
 
 /** An error with a stable, machine-readable code. */
 export class SplitError extends Error {
@@ -55,6 +55,30 @@ async function fetchWithProgress(url, stage, onProgress) {
     offset += c.length;
   }
   return bytes;
+}
+
+/**
+ * The 224x224 centre crop of `image` (224/256 of the short side, as the model's preprocessing
+ * takes it) as a quality-90 JPEG: with the browser's own decoder, scaler and encoder where there
+ * is an OffscreenCanvas (several times faster than wasm on a slow CPU, and smaller), else with
+ * the wasm module's bit-exact preprocessing.
+ */
+async function modelInputJpeg(image) {
+  if (typeof OffscreenCanvas === "undefined" || typeof createImageBitmap === "undefined") {
+    return encodeUploadJpeg(image, 90);
+  }
+  try {
+    const bitmap = await createImageBitmap(new Blob([image]));
+    const side = Math.round(Math.min(bitmap.width, bitmap.height) * 224 / 256);
+    const canvas = new OffscreenCanvas(224, 224);
+    const ctx = canvas.getContext("2d");
+    ctx.imageSmoothingQuality = "high";
+    ctx.drawImage(bitmap, Math.ceil((bitmap.width - side) / 2), Math.ceil((bitmap.height - side) / 2), side, side, 0, 0, 224, 224);
+    bitmap.close();
+    return new Uint8Array(await (await canvas.convertToBlob({ type: "image/jpeg", quality: 0.9 })).arrayBuffer());
+  } catch {
+    return encodeUploadJpeg(image, 90); // a format the browser cannot decode: let wasm say why
+  }
 }
 
 export class SplitClient {
@@ -209,6 +233,8 @@ export class SplitClient {
    * @param {string} [options.codec]  "f32", or "q<bits>[-r<rank>][-packed]"; default: `defaultCodec`
    * @param {boolean} [options.stream]  code against the previous frame (camera streams)
    * @param {number} [options.deadlineMs]  wait this long for the server (default `timeoutMs`)
+   * @param {boolean} [options.modelInput]  "cloud" only: `image` is already the 224x224 model input
+   *   (centre-cropped and resized), so the server must not crop it again
    * @returns {Promise<{mode, split, codec, backend, top, edgeMs, bytesSent, serverMs, serverCached,
    *   roundTripMs, totalMs, load}>}  mode is "edge", "cloud", "split" or "cache"
    */
@@ -221,7 +247,7 @@ export class SplitClient {
       let frame;
       let edgeMs = 0;
       if (split === "cloud") {
-        frame = encodeImageRequest(id, image);
+        frame = options.modelInput ? encodeInputRequest(id, image) : encodeImageRequest(id, image);
       } else {
         const out = await this.edge.run(image, split === "edge" ? "logits" : split, id, codec, Boolean(options.stream));
         edgeMs = performance.now() - started;
@@ -280,12 +306,12 @@ export class SplitClient {
     const started = performance.now();
     let r;
     try {
-      // Cloud-only uploads what the cost table priced: a quality-90 JPEG of the 224x224 input.
-      const upload = split === "cloud" ? encodeUploadJpeg(image, 90) : image;
+      // Cloud-only uploads a quality-90 JPEG of the 224x224 model input.
+      const upload = split === "cloud" ? await modelInputJpeg(image) : image;
       const p = JSON.parse(this.planner.explain()).predicted;
       const remoteMs = p ? p.transfer_ms + p.rtt_ms + p.queue_ms + p.cloud_ms : Infinity;
       const deadlineMs = Math.min(this.timeoutMs, Math.max(AUTO_MIN_DEADLINE_MS, 3 * remoteMs));
-      r = await this.classify(upload, split, { ...options, codec, deadlineMs });
+      r = await this.classify(upload, split, { ...options, codec, deadlineMs, modelInput: split === "cloud" });
     } catch (e) {
       if (e.code !== "network" && e.code !== "timeout") throw e;
       this.planner.observeOutage(performance.now());

@@ -43,6 +43,8 @@ pub enum Work {
     },
     /// JPEG or PNG bytes: run everything.
     Image(Vec<u8>),
+    /// A JPEG or PNG of the 224x224 model input: decode without cropping, run everything.
+    Input(Vec<u8>),
 }
 
 struct Job {
@@ -76,6 +78,10 @@ fn serve(
         }
         Work::Image(payload) => {
             let img = split_shared::image::preprocess(&payload)?;
+            (Boundary::INPUT, split_shared::image::to_input_tensor(&img, device))
+        }
+        Work::Input(payload) => {
+            let img = split_shared::image::decode_input(&payload)?;
             (Boundary::INPUT, split_shared::image::to_input_tensor(&img, device))
         }
     };

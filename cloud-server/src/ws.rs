@@ -53,6 +53,9 @@ fn prepare(
         Request::Image { payload, .. } => {
             (ContentKey::of(&[b"image", &payload]), Work::Image(payload))
         }
+        Request::Input { payload, .. } => {
+            (ContentKey::of(&[b"input", &payload]), Work::Input(payload))
+        }
         Request::Ping { .. } => {
             return Err(ServeError::Internal("pings are answered without the model".into()));
         }

@@ -129,6 +129,20 @@ async fn split_frames_and_cloud_only_images_are_answered() {
         roundtrip(&mut ws, Request::Image { id: 1, payload: CHELSEA.to_vec() }.to_bytes()).await;
     assert!(CATS.contains(&top1(&cloud_only)), "{cloud_only:?}");
     assert!(matches!(cloud_only, Reply::Result { id: 1, from: Boundary::INPUT, .. }));
+    // The model input made by the client (cropped and resized, then JPEG): not cropped again,
+    // so it answers like the original photo.
+    let input = split_shared::image::preprocess(CHELSEA).unwrap();
+    let jpeg = split_shared::image::encode_jpeg(&input, 95).unwrap();
+    let as_input = roundtrip(&mut ws, Request::Input { id: 2, payload: jpeg }.to_bytes()).await;
+    assert_eq!(top1(&as_input), top1(&cloud_only), "{as_input:?}");
+    // Anything but 224x224 is not a model input.
+    let wrong = roundtrip(&mut ws, Request::Input { id: 3, payload: CHELSEA.to_vec() }.to_bytes());
+    match wrong.await {
+        Reply::Error { id: 3, code: ErrorCode::BadImage, message } => {
+            assert!(message.contains("224x224"), "{message}")
+        }
+        other => panic!("expected bad_image, got {other:?}"),
+    }
     for (i, split) in ["stem", "block5", "block14", "head", "pool"].into_iter().enumerate() {
         let split: Boundary = split.parse().unwrap();
         let reply = roundtrip(&mut ws, features_frame(10 + i as u64, split)).await;

@@ -59,7 +59,7 @@ impl Workload {
             Self::Jpeg224 => {
                 let img = split_shared::image::preprocess(image)?;
                 let jpeg = split_shared::image::encode_jpeg(&img, 90)?;
-                Ok(Request::Image { id: 0, payload: jpeg }.to_bytes())
+                Ok(Request::Input { id: 0, payload: jpeg }.to_bytes())
             }
             Self::Features { split, codec } => {
                 let device = Device::flex();

@@ -222,6 +222,13 @@ pub fn encode_image_request(request_id: f64, image: Vec<u8>) -> Vec<u8> {
     Request::Image { id: request_id as u64, payload: image }.to_bytes()
 }
 
+/// A cloud-only request for an image that is already the 224x224 model input (as
+/// `encodeUploadJpeg` makes it): the server does not crop it again.
+#[wasm_bindgen(js_name = encodeInputRequest)]
+pub fn encode_input_request(request_id: f64, image: Vec<u8>) -> Vec<u8> {
+    Request::Input { id: request_id as u64, payload: image }.to_bytes()
+}
+
 /// The image as a plain app would upload it: decoded, centre-cropped and resized to 224x224 like
 /// the model's input, then JPEG-encoded at `quality` (1-100). Adaptive mode sends this for
 /// cloud-only requests: what the cost table priced, and no more pixels than the model uses.

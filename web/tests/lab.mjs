@@ -1,7 +1,8 @@
 // The browser lab: the real page's SplitClient in headless Chromium with the CPU throttled
 // through the DevTools protocol (Lighthouse's mobile setting is 4x), its WebSocket going through
 // the link emulator (`netem`, perf/src/bin/netem.rs). Every mode runs on the same photo:
-// edge-only, cloud-only (a quality-90 JPEG of the 224x224 input, as a plain app would upload),
+// edge-only, cloud-only (a quality-90 JPEG of the 224x224 crop made with the browser's canvas per
+// request, as a plain app would upload),
 // fixed splits, and the adaptive planner ("auto"), interleaved within each repeat.
 //
 // Static links: REPEATS rounds of REQUESTS requests per mode (after one warm-up each), a fresh
@@ -87,12 +88,16 @@ async function preparePageImages(page) {
   await page.evaluate(async () => {
     const png = new Uint8Array(await (await fetch("/samples/chelsea.png")).arrayBuffer());
     window.png = png;
-    // What a plain app uploads: the centre crop at 224x224 as a quality-90 JPEG.
-    const bitmap = await createImageBitmap(new Blob([png]));
-    const side = Math.min(bitmap.width, bitmap.height) * 224 / 256;
-    const canvas = new OffscreenCanvas(224, 224);
-    canvas.getContext("2d").drawImage(bitmap, (bitmap.width - side) / 2, (bitmap.height - side) / 2, side, side, 0, 0, 224, 224);
-    window.jpeg = new Uint8Array(await (await canvas.convertToBlob({ type: "image/jpeg", quality: 0.9 })).arrayBuffer());
+    // What a plain app uploads: the centre crop at 224x224 as a quality-90 JPEG, made with the
+    // browser's own decoder and encoder for each photo (inside the timed request, as auto's own
+    // encode is).
+    window.plainUpload = async () => {
+      const bitmap = await createImageBitmap(new Blob([png]));
+      const side = Math.min(bitmap.width, bitmap.height) * 224 / 256;
+      const canvas = new OffscreenCanvas(224, 224);
+      canvas.getContext("2d").drawImage(bitmap, (bitmap.width - side) / 2, (bitmap.height - side) / 2, side, side, 0, 0, 224, 224);
+      return new Uint8Array(await (await canvas.convertToBlob({ type: "image/jpeg", quality: 0.9 })).arrayBuffer());
+    };
   });
 }
 
@@ -117,13 +122,13 @@ async function staticLink(link) {
       await newClient(page, `ws://${addr}/ws`);
       for (let repeat = 0; repeat < REPEATS; repeat++) {
         for (const mode of MODES) {
-          await page.evaluate(({ mode }) => window.client.classify(mode === "cloud" ? window.jpeg : window.png, mode, {}), { mode });
+          await page.evaluate(async ({ mode }) => window.client.classify(mode === "cloud" ? await window.plainUpload() : window.png, mode, { modelInput: mode === "cloud" }), { mode });
           const samples = await page.evaluate(async ({ mode, n }) => {
             const out = [];
-            const image = mode === "cloud" ? window.jpeg : window.png;
             for (let i = 0; i < n; i++) {
               const started = Date.now();
-              const r = await window.client.classify(image, mode, {});
+              const image = mode === "cloud" ? await window.plainUpload() : window.png;
+              const r = await window.client.classify(image, mode, { modelInput: mode === "cloud" });
               out.push({ r: { ...r, explain: undefined }, s: started, wall: Date.now() - started });
             }
             return out;
@@ -153,10 +158,10 @@ async function trace(name) {
         const { samples, durationMs } = await page.evaluate(async ({ mode, origin, scale }) => {
           const durationMs = 60_000 * scale;
           const out = [];
-          const image = mode === "cloud" ? window.jpeg : window.png;
           while (Date.now() - origin < durationMs) {
             const started = Date.now();
-            const r = await window.client.classify(image, mode, {});
+            const image = mode === "cloud" ? await window.plainUpload() : window.png;
+            const r = await window.client.classify(image, mode, { modelInput: mode === "cloud" });
             out.push({ r: { ...r, explain: undefined }, s: started, wall: Date.now() - started });
           }
           return { samples: out, durationMs };
@@ -192,12 +197,13 @@ async function edgeCost() {
     idleMsPerS = (browserCpuMs() - idle0) / 3;
     for (let repeat = 0; repeat < REPEATS; repeat++) {
       for (const mode of MODES) {
-        await page.evaluate(({ mode }) => window.client.classify(mode === "cloud" ? window.jpeg : window.png, mode, {}), { mode });
+        await page.evaluate(async ({ mode }) => window.client.classify(mode === "cloud" ? await window.plainUpload() : window.png, mode, { modelInput: mode === "cloud" }), { mode });
         const cpu0 = browserCpuMs();
         const t0 = Date.now();
         await page.evaluate(async ({ mode, n }) => {
-          const image = mode === "cloud" ? window.jpeg : window.png;
-          for (let i = 0; i < n; i++) await window.client.classify(image, mode, {});
+          for (let i = 0; i < n; i++) {
+            await window.client.classify(mode === "cloud" ? await window.plainUpload() : window.png, mode, { modelInput: mode === "cloud" });
+          }
         }, { mode, n: REQUESTS });
         const cpu = browserCpuMs() - cpu0;
         const wallMs = Date.now() - t0;

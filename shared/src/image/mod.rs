@@ -119,6 +119,22 @@ pub fn decode(bytes: &[u8]) -> Result<RgbImage> {
     RgbImage::new(w as usize, h as usize, rgb.into_raw())
 }
 
+/// Decode an image that is already the network's input (centre-cropped and resized by the
+/// client), without cropping it again.
+///
+/// # Errors
+/// [`Error::ImageDecode`] for undecodable bytes or a size other than `224x224`.
+pub fn decode_input(bytes: &[u8]) -> Result<RgbImage> {
+    let img = decode(bytes)?;
+    if (img.width, img.height) != (INPUT_SIZE, INPUT_SIZE) {
+        return Err(Error::ImageDecode(format!(
+            "a model-input upload must be {INPUT_SIZE}x{INPUT_SIZE}, got {}x{}",
+            img.width, img.height
+        )));
+    }
+    Ok(img)
+}
+
 /// Centre crop of `size / (size + CROP_PADDING)` of the short side, bicubic resize to
 /// `size` x `size`.
 pub fn center_crop_resize(img: &RgbImage, size: usize) -> RgbImage {

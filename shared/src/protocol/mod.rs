@@ -51,6 +51,7 @@ pub(crate) mod kind {
     pub const FEATURES: u8 = 1;
     pub const IMAGE: u8 = 2;
     pub const PING: u8 = 3;
+    pub const INPUT: u8 = 4;
     pub const RESULT: u8 = 0x81;
     pub const ERROR: u8 = 0x82;
     pub const PONG: u8 = 0x83;

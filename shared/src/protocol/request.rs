@@ -6,6 +6,7 @@
 //! codec (see [`crate::codec`]); flags bit 0 = entropy-coded, bit 1 = delta frame.
 //! Image body: `payload_len u32 | payload` (JPEG or PNG bytes).
 //! Ping body: `payload_len u32 | payload` (any bytes: a bandwidth probe, or none).
+//! Input body: `payload_len u32 | payload` (a JPEG or PNG of exactly the model's 224x224 input).
 
 use super::cursor::Cursor;
 use super::{HEADER_LEN, MAX_PAYLOAD_BYTES, WireError, kind, read_header, write_header};
@@ -51,6 +52,16 @@ pub enum Request {
         /// Encoded image bytes.
         payload: Vec<u8>,
     },
+    /// The model's input itself, already centre-cropped and resized to 224x224 by the client and
+    /// encoded as JPEG or PNG: the server decodes it and runs everything without cropping again
+    /// (an image of any other size is `bad_image`). What a client that shrinks photos before
+    /// upload sends.
+    Input {
+        /// Client-chosen id, echoed in the reply.
+        id: u64,
+        /// Encoded 224x224 image bytes.
+        payload: Vec<u8>,
+    },
     /// Measure the round trip (and, with a payload, the uplink); answered with a pong that
     /// carries the server's load, without touching the model.
     Ping {
@@ -80,7 +91,10 @@ impl Request {
     /// The request id.
     pub fn id(&self) -> u64 {
         match self {
-            Self::Features { id, .. } | Self::Image { id, .. } | Self::Ping { id, .. } => *id,
+            Self::Features { id, .. }
+            | Self::Image { id, .. }
+            | Self::Input { id, .. }
+            | Self::Ping { id, .. } => *id,
         }
     }
 
@@ -109,8 +123,14 @@ impl Request {
                 out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
                 out.extend_from_slice(payload);
             }
-            Self::Image { id, payload } | Self::Ping { id, payload } => {
-                let k = if matches!(self, Self::Image { .. }) { kind::IMAGE } else { kind::PING };
+            Self::Image { id, payload }
+            | Self::Input { id, payload }
+            | Self::Ping { id, payload } => {
+                let k = match self {
+                    Self::Image { .. } => kind::IMAGE,
+                    Self::Input { .. } => kind::INPUT,
+                    _ => kind::PING,
+                };
                 write_header(out, k, *id);
                 out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
                 out.extend_from_slice(payload);
@@ -129,6 +149,7 @@ impl Request {
         match self {
             Self::Features { payload, .. }
             | Self::Image { payload, .. }
+            | Self::Input { payload, .. }
             | Self::Ping { payload, .. } => payload.len(),
         }
     }
@@ -178,6 +199,10 @@ impl Request {
             kind::PING => {
                 let len = read_payload_len(&mut c)?;
                 Self::Ping { id, payload: c.take(len)?.to_vec() }
+            }
+            kind::INPUT => {
+                let len = read_payload_len(&mut c)?;
+                Self::Input { id, payload: c.take(len)?.to_vec() }
             }
             other => return Err(WireError::UnknownKind { id, kind: other }),
         };
@@ -266,6 +291,7 @@ mod tests {
             features(),
             coded(),
             Request::Image { id: u64::MAX, payload: vec![0xff, 0xd8, 1, 2, 3] },
+            Request::Input { id: 9, payload: vec![0x89, b'P', b'N', b'G'] },
             Request::Ping { id: 3, payload: vec![7; 100] },
         ] {
             assert_eq!(Request::decode(&r.to_bytes()).unwrap(), r);

@@ -218,8 +218,8 @@ pub fn write(r: &Results, dir: &Path) -> Result<()> {
          The page's `SplitClient` in headless Chromium with the CPU throttled through the DevTools protocol \
          (`Emulation.setCPUThrottlingRate`) before the client starts, its WebSocket through the userspace link \
          emulator (`netem`); {} request(s) per mode and repeat after a warm-up, modes interleaved. \
-         `cloud` uploads Chromium's quality-0.9 JPEG of the 224×224 crop; `auto` uploads the wasm module's \
-         (quality 90) when it picks cloud-only. Latency is the page's wall time of `classify`. The oracle is the \
+         `cloud` is a plain app: for each request it crops and resizes the photo to 224×224 with the browser's canvas and \
+         uploads a quality-0.9 JPEG (encode time included) as a model-input frame; `auto` makes its own (wasm, quality 90) when it picks cloud-only. Latency is the page's wall time of `classify`. The oracle is the \
          best fixed mode of each repeat; the best single tier is the faster of edge-only and cloud-only.\n",
         b.throttle, b.requests
     );
