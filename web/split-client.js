@@ -25,6 +25,8 @@ export class SplitError extends Error {
 }
 
 const DEFAULT_TIMEOUT_MS = 120_000;
+/** Auto mode: how often the network is probed (RTT, server load, uplink when idle). */
+const PROBE_PERIOD_MS = 2_000;
 /** Auto mode: a ping unanswered this long counts as an outage (the planner's detection time). */
 const PING_TIMEOUT_MS = 2_000;
 /** Auto mode: a request waits for the server at most max(this, 3x the planner's prediction of
@@ -146,6 +148,11 @@ export class SplitClient {
     this.switches = [];
     this.rttMs = null;
     this.lastSent = 0;
+    /** Edge runs started; the wasm edge computes on this thread, so a reply that arrives
+     * meanwhile is only seen when it ends, and a ping timed across one measures the edge. */
+    this.edgeRuns = 0;
+    this.edgeRunning = false;
+    this.lastProbe = 0;
     this.probeTimer = null;
     /** Codec used when `classify` is not given one: the server's recommendation. */
     this.defaultCodec = info.default_codec ?? "f32";
@@ -249,7 +256,14 @@ export class SplitClient {
       if (split === "cloud") {
         frame = options.modelInput ? encodeInputRequest(id, image) : encodeImageRequest(id, image);
       } else {
-        const out = await this.edge.run(image, split === "edge" ? "logits" : split, id, codec, Boolean(options.stream));
+        this.edgeRuns++;
+        this.edgeRunning = true;
+        let out;
+        try {
+          out = await this.edge.run(image, split === "edge" ? "logits" : split, id, codec, Boolean(options.stream));
+        } finally {
+          this.edgeRunning = false;
+        }
         edgeMs = performance.now() - started;
         if (out.top) {
           return { mode: out.cached ? "cache" : "edge", split: split === "edge" ? "logits" : split, codec,
@@ -320,7 +334,13 @@ export class SplitClient {
       r.totalMs = performance.now() - started; // the wait for the server counts too
     }
     this.observe(r);
-    return { ...r, auto: true, placement, explain: JSON.parse(this.planner.explain()) };
+    const result = { ...r, auto: true, placement, explain: JSON.parse(this.planner.explain()) };
+    // Running locally, back-to-back requests keep this thread busy, and a probe timed across an
+    // edge run measures the edge, not the network: probe here, between runs, when one is due.
+    if ((split === "edge" || r.fallback) && performance.now() - this.lastProbe > PROBE_PERIOD_MS) {
+      await this.probe();
+    }
+    return result;
   }
 
   observe(r) {
@@ -337,37 +357,44 @@ export class SplitClient {
    * when nothing else was sent recently. */
   startProbing() {
     if (this.probeTimer) return;
-    this.probeTimer = setInterval(() => this.probe().catch(() => {}), 2000);
+    this.probeTimer = setInterval(() => {
+      if (performance.now() - this.lastProbe > PROBE_PERIOD_MS * 0.75) this.probe().catch(() => {});
+    }, PROBE_PERIOD_MS);
   }
 
   async probe() {
     const now = performance.now();
+    this.lastProbe = now;
     const idle = now - this.lastSent > 2000;
     const rtt = await this.ping(0);
-    if (rtt == null) return;
+    if (rtt == null || rtt.skewed) return;
     if (idle) {
       const t = await this.ping(16384);
-      if (t != null) this.planner.observeUpload(performance.now(), 16384, Math.max(0.05, t.ms - rtt.ms));
+      if (t != null && !t.skewed) this.planner.observeUpload(performance.now(), 16384, Math.max(0.05, t.ms - rtt.ms));
     }
   }
 
-  /** Send a ping with `probeBytes` of padding; resolves to { ms, load } (null when offline). */
+  /** Send a ping with `probeBytes` of padding; resolves to { ms, load, skewed } (null when
+   * offline); `skewed`: an edge run overlapped it, so `ms` is not the network's. */
   async ping(probeBytes = 0) {
     const id = this.nextId++;
+    const runs = this.edgeRuns;
+    const busy = this.edgeRunning;
     const sent = performance.now();
     try {
       // A padded probe needs time to serialize on a slow uplink; a bare ping does not.
       const timeout = probeBytes ? Math.min(this.timeoutMs, 4 * PING_TIMEOUT_MS) : PING_TIMEOUT_MS;
       const pong = await this.request(id, encodePing(id, probeBytes), timeout);
       const ms = performance.now() - sent;
+      const skewed = busy || this.edgeRunning || runs !== this.edgeRuns;
       if (this.planner) {
-        if (probeBytes === 0) {
+        if (probeBytes === 0 && !skewed) {
           this.rttMs = this.rttMs == null ? ms : 0.7 * this.rttMs + 0.3 * ms;
           this.planner.observeRtt(performance.now(), ms);
         }
         this.planner.observeQueue(performance.now(), pong.load.waitMs);
       }
-      return { ms, load: pong.load };
+      return { ms, load: pong.load, skewed };
     } catch (e) {
       if (this.planner) this.planner.observeOutage(performance.now());
       return null;

@@ -49,28 +49,33 @@ fn median_ms(mut f: impl FnMut(), repeats: usize) -> f64 {
 }
 
 /// One part of the network timed on both engines, ms per image.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct PartTiming {
     /// `full`, `tail-block5`, `tail-block11`.
     pub part: String,
     /// burn `flex`, median.
+    #[serde(deserialize_with = "crate::lab::null_as_nan")]
     pub burn_ms: f64,
     /// ONNX Runtime CPU with 1 and 2 intra-op threads, median.
+    #[serde(deserialize_with = "crate::lab::null_as_nan")]
     pub ort_1_ms: f64,
     /// With 2 threads.
+    #[serde(deserialize_with = "crate::lab::null_as_nan")]
     pub ort_2_ms: f64,
 }
 
 /// What [`measure`] found.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct OnnxReport {
     /// onnxruntime's version.
     pub onnxruntime: String,
     /// Largest |logit - golden| of the exported model on `chelsea`.
+    #[serde(deserialize_with = "crate::lab::null_as_nan")]
     pub max_abs_logit_diff: f64,
     /// Whole network and the cloud tier's tails.
     pub parts: Vec<PartTiming>,
     /// burn's CPU time over wall time for the whole network (threads in use).
+    #[serde(deserialize_with = "crate::lab::null_as_nan")]
     pub burn_cpu_per_wall: f64,
     /// Per operation category, ms per image: burn (each op alone), ORT 1 and 2 threads
     /// (profiler). Empty unless asked for.

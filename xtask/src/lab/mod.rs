@@ -13,7 +13,8 @@
 //!    Web against burn's wasm in the same Chromium, and the demo page's cold start;
 //!
 //! and writes `README.md` (tables), SVG charts and `data.json` (every figure) to the output folder
-//! (default `reports/lab`). `--quick` is one profile, one short trace and a few requests: the test
+//! (default `reports/lab`); `--from-data F` only rewrites the report from a run's `data.json`.
+//! `--quick` is one profile, one short trace and a few requests: the test
 //! suite runs it so the harness cannot rot, and checks what it measured (no timing asserted).
 
 pub mod netns;
@@ -25,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use split_perf::netem::PROFILES;
 
 use crate::web::{Server, start_server, target_dir};
@@ -52,7 +53,7 @@ impl Options {
 }
 
 /// The machine the figures come from.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Machine {
     /// CPU model.
     pub cpu: String,
@@ -73,7 +74,7 @@ pub struct Machine {
 }
 
 /// One loadgen measurement.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct LoadRow {
     /// Workload (`jpeg224`, `features:block5:q6`, ...).
     pub workload: String,
@@ -84,14 +85,19 @@ pub struct LoadRow {
     /// Bytes per request.
     pub bytes: u64,
     /// Medians over repeats: req/s, P50, P95, P99 ms, server CPU ms per request.
+    #[serde(deserialize_with = "null_as_nan")]
     pub rps: f64,
     /// P50 ms.
+    #[serde(deserialize_with = "null_as_nan")]
     pub p50_ms: f64,
     /// P95 ms.
+    #[serde(deserialize_with = "null_as_nan")]
     pub p95_ms: f64,
     /// P99 ms.
+    #[serde(deserialize_with = "null_as_nan")]
     pub p99_ms: f64,
     /// Server CPU (user + system) per answered request, ms.
+    #[serde(deserialize_with = "null_as_nan")]
     pub server_cpu_ms: f64,
     /// Answers and errors, all repeats.
     pub ok: u64,
@@ -102,7 +108,7 @@ pub struct LoadRow {
 }
 
 /// Everything the lab measured.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Results {
     /// The command that produced it.
     pub command: String,
@@ -128,6 +134,14 @@ pub struct Results {
     pub ort_web: Option<serde_json::Value>,
     /// Cold start of the demo page (full mode).
     pub cold_start: Option<serde_json::Value>,
+}
+
+/// serde_json writes NaN (a figure that could not be measured) as `null`; read it back as NaN.
+///
+/// # Errors
+/// When the value is neither a number nor null.
+pub fn null_as_nan<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
 }
 
 /// CPU time (user + system) this process has used, ms.
@@ -502,6 +516,7 @@ pub fn run(args: &[String]) -> Result<()> {
     };
     let mut it = args.iter();
     let mut out_given = false;
+    let mut from_data = None;
     while let Some(a) = it.next() {
         let mut value = || it.next().with_context(|| format!("{a} needs a value"));
         match a.as_str() {
@@ -512,8 +527,20 @@ pub fn run(args: &[String]) -> Result<()> {
             }
             "--repeats" => opts.repeats = value()?.parse()?,
             "--requests" => opts.requests = value()?.parse()?,
-            _ => bail!("usage: cargo xtask lab [--quick] [--out DIR] [--repeats N] [--requests N]"),
+            "--from-data" => from_data = Some(PathBuf::from(value()?)),
+            _ => bail!(
+                "usage: cargo xtask lab [--quick] [--out DIR] [--repeats N] [--requests N] [--from-data data.json]"
+            ),
         }
+    }
+    if let Some(data) = from_data {
+        // Only the report: tables and charts again from a run's data.json.
+        let data: serde_json::Value = read_json(&data)?;
+        let results: Results = serde_json::from_value(data["results"].clone())
+            .context("data.json has no lab results")?;
+        report::write(&results, &opts.out)?;
+        eprintln!("lab: report rewritten in {}", opts.out.join("README.md").display());
+        return Ok(());
     }
     if opts.quick {
         let defaults = Options::quick(opts.out.clone());

@@ -31,17 +31,18 @@ fn placements(m: &stats::ModeSummary) -> String {
 
 fn mode_table(out: &mut String, s: &LinkSummary) {
     out.push_str(
-        "| mode | P50 ms | P95 ms | P99 ms | bytes sent | edge ms | requests | auto placements |\n",
+        "| mode | P50 ms | P95 ms | P99 ms | max ms | bytes sent | edge ms | requests | auto placements |\n",
     );
-    out.push_str("|---|---|---|---|---|---|---|---|\n");
+    out.push_str("|---|---|---|---|---|---|---|---|---|\n");
     for m in &s.modes {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             m.mode,
             f0(m.p[0]),
             f0(m.p[1]),
             f0(m.p[2]),
+            f0(m.max),
             f0(m.bytes),
             f0(m.edge_ms),
             m.requests,

@@ -117,6 +117,8 @@ pub struct ModeSummary {
     pub mode: String,
     /// Median over repeats of each repeat's P50, P95, P99, ms.
     pub p: [f64; 3],
+    /// The longest request of all repeats, ms (a stall shows here).
+    pub max: f64,
     /// Median bytes sent per request.
     pub bytes: f64,
     /// Median edge ms per request.
@@ -160,6 +162,7 @@ fn mode_summary(mode: &str, runs: &[&Run]) -> ModeSummary {
     ModeSummary {
         mode: mode.to_string(),
         p: [0, 1, 2].map(|i| median(&per_repeat.iter().map(|p| p[i]).collect::<Vec<_>>())),
+        max: all.iter().map(|s| s.total).fold(f64::NAN, f64::max),
         bytes: median(&all.iter().map(|s| s.bytes).collect::<Vec<_>>()),
         edge_ms: median(&all.iter().map(|s| s.edge).collect::<Vec<_>>()),
         requests: all.len(),
