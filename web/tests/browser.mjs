@@ -1,6 +1,6 @@
 // Launching Debian's Chromium headless the way this machine needs it, for tests and benchmarks.
 import { chromium } from "playwright-core";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
@@ -24,4 +24,25 @@ export async function withPage(args, body) {
     await context.close();
     rmSync(profile, { recursive: true, force: true });
   }
+}
+
+/** CPU ms (user + system) used so far by the processes below this one (the browsers it
+ * launched), from /proc; processes named in `exclude` (e.g. the link emulator) are left out. */
+export function browserCpuMs(exclude = []) {
+  const procs = new Map();
+  for (const pid of readdirSync("/proc").filter((p) => /^\d+$/.test(p))) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+      const comm = stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")"));
+      const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      procs.set(Number(pid), { comm, ppid: Number(f[1]), ms: (Number(f[11]) + Number(f[12])) * 10 });
+    } catch { /* exited meanwhile */ }
+  }
+  const isBelow = (pid) => {
+    for (let p = procs.get(pid)?.ppid; p; p = procs.get(p)?.ppid) if (p === process.pid) return true;
+    return false;
+  };
+  let total = 0;
+  for (const [pid, p] of procs) if (!exclude.includes(p.comm) && isBelow(pid)) total += p.ms;
+  return total;
 }

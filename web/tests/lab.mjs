@@ -19,8 +19,10 @@
 //     [TRACE_SCALE=1] node tests/lab.mjs
 // (server started with --cache-entries 0; `cargo build -p split-perf` builds netem)
 import { spawn } from "node:child_process";
-import { readFileSync, readdirSync, writeFileSync } from "node:fs";
-import { GPU_ARGS, withPage } from "./browser.mjs";
+import { writeFileSync } from "node:fs";
+import { GPU_ARGS, browserCpuMs as allBrowserCpuMs, withPage } from "./browser.mjs";
+
+const browserCpuMs = () => allBrowserCpuMs(["netem"]);
 
 const env = process.env;
 const url = new URL(env.SPLIT_URL ?? "http://127.0.0.1:8080/");
@@ -54,26 +56,6 @@ function startLink(link) {
       if (listening) resolve({ child, addr: listening[1], clock });
     });
   });
-}
-
-/** CPU ms used so far by the processes below this one, except the emulator. */
-function browserCpuMs() {
-  const procs = new Map();
-  for (const pid of readdirSync("/proc").filter((p) => /^\d+$/.test(p))) {
-    try {
-      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-      const comm = stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")"));
-      const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-      procs.set(Number(pid), { comm, ppid: Number(f[1]), ms: (Number(f[11]) + Number(f[12])) * 10 });
-    } catch { /* exited meanwhile */ }
-  }
-  const isBelow = (pid) => {
-    for (let p = procs.get(pid)?.ppid; p; p = procs.get(p)?.ppid) if (p === process.pid) return true;
-    return false;
-  };
-  let total = 0;
-  for (const [pid, p] of procs) if (p.comm !== "netem" && isBelow(pid)) total += p.ms;
-  return total;
 }
 
 /** A page with the CPU throttled before anything runs, holding the photo and its JPEG. */

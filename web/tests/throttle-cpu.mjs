@@ -2,30 +2,10 @@
 // client loaded and idle, with and without `Emulation.setCPUThrottlingRate`. Not a test.
 //
 //   SPLIT_URL=http://127.0.0.1:8080/ [RATES=1,4] node tests/throttle-cpu.mjs
-import { GPU_ARGS, withPage } from "./browser.mjs";
-import { readFileSync, readdirSync } from "node:fs";
+import { GPU_ARGS, browserCpuMs, withPage } from "./browser.mjs";
 
 const url = process.env.SPLIT_URL ?? "http://127.0.0.1:8080/";
 const RATES = (process.env.RATES ?? "1,4").split(",").map(Number);
-
-/** CPU ms used so far by every process below this one (the browser's). */
-function browserCpuMs() {
-  const procs = new Map();
-  for (const pid of readdirSync("/proc").filter((p) => /^\d+$/.test(p))) {
-    try {
-      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-      const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-      procs.set(Number(pid), { ppid: Number(f[1]), ms: (Number(f[11]) + Number(f[12])) * 10 });
-    } catch { /* exited meanwhile */ }
-  }
-  const below = (pid) => {
-    for (let p = procs.get(pid)?.ppid; p; p = procs.get(p)?.ppid) if (p === process.pid) return true;
-    return false;
-  };
-  let total = 0;
-  for (const [pid, p] of procs) if (below(pid)) total += p.ms;
-  return total;
-}
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 console.log("| throttle | idle CPU ms per s (page + client loaded) |\n|---|---|");

@@ -33,7 +33,8 @@ fn python() -> Result<PathBuf> {
     Ok(py)
 }
 
-fn median_ms(mut f: impl FnMut(), repeats: usize) -> f64 {
+/// Median ms of `f` over `repeats` runs after two warm-up runs.
+pub(crate) fn median_ms(mut f: impl FnMut(), repeats: usize) -> f64 {
     for _ in 0..2 {
         f();
     }

@@ -2,13 +2,13 @@
 //! model's shapes on `flex` (eager, so a call returns when the work is done), summed by the
 //! categories `tools/export_onnx.py --profile-ops` gives ONNX Runtime's profiler output.
 
-use std::collections::BTreeMap;
-use std::time::Instant;
-
 use burn::nn::PaddingConfig2d;
 use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::tensor::{Device, Distribution, Tensor};
 use split_shared::model::{HEAD_CHANNELS, blocks};
+use std::collections::BTreeMap;
+
+use crate::onnx::median_ms;
 
 fn conv(
     c_in: usize,
@@ -25,20 +25,6 @@ fn conv(
         .init(device)
 }
 
-/// Median ms of `f` over `repeats` runs after one warm-up.
-fn time(repeats: usize, mut f: impl FnMut()) -> f64 {
-    f();
-    let mut t: Vec<f64> = (0..repeats)
-        .map(|_| {
-            let s = Instant::now();
-            f();
-            s.elapsed().as_secs_f64() * 1e3
-        })
-        .collect();
-    t.sort_by(f64::total_cmp);
-    t[t.len() / 2]
-}
-
 /// Per-image ms of each operation category on `flex`, median of `repeats` per operation.
 pub fn burn_ops(repeats: usize) -> BTreeMap<String, f64> {
     let device = Device::flex();
@@ -48,41 +34,42 @@ pub fn burn_ops(repeats: usize) -> BTreeMap<String, f64> {
 
     let x = random([1, 3, 224, 224]);
     let stem = conv(3, 32, 3, 2, 1, &device);
-    add("stem conv 3x3", time(repeats, || drop(stem.forward(x.clone()))));
+    add("stem conv 3x3", median_ms(|| drop(stem.forward(x.clone())), repeats));
     let mut size = 112;
     for spec in blocks() {
         let hidden = spec.hidden();
         let input = random([1, spec.c_in, size, size]);
         if spec.expand != 1 {
             let c = conv(spec.c_in, hidden, 1, 1, 1, &device);
-            add("expand conv 1x1", time(repeats, || drop(c.forward(input.clone()))));
+            add("expand conv 1x1", median_ms(|| drop(c.forward(input.clone())), repeats));
         }
         let h = random([1, hidden, size, size]);
-        add("relu6", time(repeats, || drop(h.clone().clamp(0.0, 6.0))));
+        add("relu6", median_ms(|| drop(h.clone().clamp(0.0, 6.0)), repeats));
         let dw = conv(hidden, hidden, spec.kernel, spec.stride, hidden, &device);
         let name = format!("depthwise {0}x{0}", spec.kernel);
-        add(&name, time(repeats, || drop(dw.forward(h.clone()))));
+        add(&name, median_ms(|| drop(dw.forward(h.clone())), repeats));
         size = size.div_ceil(spec.stride);
         let h = random([1, hidden, size, size]);
-        add("relu6", time(repeats, || drop(h.clone().clamp(0.0, 6.0))));
+        add("relu6", median_ms(|| drop(h.clone().clamp(0.0, 6.0)), repeats));
         let project = conv(hidden, spec.c_out, 1, 1, 1, &device);
-        add("project conv 1x1", time(repeats, || drop(project.forward(h.clone()))));
+        add("project conv 1x1", median_ms(|| drop(project.forward(h.clone())), repeats));
         if spec.residual() {
             let y = random([1, spec.c_out, size, size]);
-            add("residual add", time(repeats, || drop(y.clone() + y.clone())));
+            add("residual add", median_ms(|| drop(y.clone() + y.clone()), repeats));
         }
     }
     let x = random([1, 320, 7, 7]);
     let head = conv(320, HEAD_CHANNELS, 1, 1, 1, &device);
-    add("head conv 1x1", time(repeats, || drop(head.forward(x.clone()))));
+    add("head conv 1x1", median_ms(|| drop(head.forward(x.clone())), repeats));
     let h = random([1, HEAD_CHANNELS, 7, 7]);
-    add("relu6", time(repeats, || drop(h.clone().clamp(0.0, 6.0))));
+    add("relu6", median_ms(|| drop(h.clone().clamp(0.0, 6.0)), repeats));
     let fc = burn::nn::LinearConfig::new(HEAD_CHANNELS, 1000).init(&device);
     add(
         "pool + fc",
-        time(repeats, || {
-            drop(fc.forward(h.clone().mean_dims(&[2, 3]).reshape([1, HEAD_CHANNELS])))
-        }),
+        median_ms(
+            || drop(fc.forward(h.clone().mean_dims(&[2, 3]).reshape([1, HEAD_CHANNELS]))),
+            repeats,
+        ),
     );
     out
 }

@@ -214,7 +214,11 @@ fn loadgen(
     let mut by_clients: Vec<Vec<serde_json::Value>> = vec![Vec::new(); clients.len()];
     for _ in 0..opts.repeats {
         let mut cmd = runner();
+        // The photo from this checkout: loadgen's default is its build's (the target dir is shared).
+        let image = paths::repo_root().join("web/samples/chelsea.png");
         cmd.args(["--url", url, "--workload", workload, "--json"])
+            .arg("--image")
+            .arg(image)
             .args(["--requests", &opts.requests.max(2).to_string()])
             .args([
                 "--clients",
