@@ -140,10 +140,13 @@ async function classify() {
 }
 
 async function main() {
-  const backend = new URLSearchParams(location.search).get("backend") ?? "auto";
+  const params = new URLSearchParams(location.search);
+  const backend = params.get("backend") ?? "auto";
+  const wasmBuild = params.get("wasm") ?? undefined; // "webgpu" | "cpu" | "cpu-relaxed": benchmarks
   const labels = { wasm: "Loading the wasm module…", weights: "Downloading weights", calibration: "Downloading the codec calibration", profiling: "Timing this device for the planner…", "warm-up": "Compiling and warming up the model…", ready: "Ready" };
   client = await SplitClient.create({
     backend,
+    wasmBuild,
     onProgress: (p) => {
       const pct = p.fraction == null || p.stage === "ready" ? "" : ` ${(p.fraction * 100).toFixed(0)}%`;
       $("status-text").textContent = (labels[p.stage] ?? "Ready") + pct;
@@ -153,8 +156,9 @@ async function main() {
   });
   // Exposed for the browser tests and for experimenting from the console.
   window.splitClient = client;
-  $("backend").textContent = client.backend;
+  $("backend").textContent = client.backend === "cpu" ? `cpu (${client.wasmBuild} wasm)` : client.backend;
   document.body.dataset.backend = client.backend;
+  document.body.dataset.wasmBuild = client.wasmBuild;
   $("classify").disabled = !image;
   document.body.dataset.state = "ready";
 }

@@ -9,11 +9,54 @@
 // Features are compressed with the server's default codec (from /api/info) unless `codec` says
 // otherwise ("f32" sends them uncompressed). Content already classified with the same options is
 // answered from a cache in the wasm module without compute or traffic.
-// The WebSocket lives here, in JS; the wasm module (./pkg) computes and frames. Every failure is
+// The WebSocket lives here, in JS; the wasm module computes and frames. Every failure is
 // thrown as a SplitError with a stable `code` ("network", "timeout", or a server error code such
 // as "shape_mismatch") and a message meant for a developer.
 
-import init, { AdaptivePlanner, EdgeSession, boundaries, encodeImageRequest, encodeInputRequest, encodePing, encodeUploadJpeg } from "./pkg/wasm_edge.js";
+
+/** The wasm module in use, loaded by `SplitClient.create` (see `loadWasm`). */
+let wasm = null;
+
+/**
+ * Whether this engine validates relaxed SIMD: a module whose one function is
+ * `f32x4.relaxed_madd(v128.const 0, v128.const 0, v128.const 0)`.
+ */
+function hasRelaxedSimd() {
+  const v128zero = [0xfd, 0x0c, ...new Array(16).fill(0)];
+  const body = [0x00, ...v128zero, ...v128zero, ...v128zero, 0xfd, 0x85, 0x02, 0x0b];
+  const bytes = new Uint8Array([
+    0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00,       // magic, version
+    0x01, 0x05, 0x01, 0x60, 0x00, 0x01, 0x7b,             // type: () -> v128
+    0x03, 0x02, 0x01, 0x00,                               // one function of type 0
+    0x0a, body.length + 2, 0x01, body.length, ...body,    // its code
+  ]);
+  try { return WebAssembly.validate(bytes); } catch { return false; }
+}
+
+/** Whether WebGPU would give an adapter (`navigator.gpu` exists on some machines without one). */
+async function hasWebGpuAdapter() {
+  if (typeof navigator === "undefined" || !navigator.gpu) return false;
+  try { return (await navigator.gpu.requestAdapter()) != null; } catch { return false; }
+}
+
+/**
+ * Load the smallest build that can do what was asked: the WebGPU build (`pkg/`, which also has
+ * the CPU backend) only when WebGPU may be used and the browser has it; otherwise the CPU-only
+ * build, with relaxed SIMD's fused multiply-add where the engine has it (`pkg-cpu-relaxed/`,
+ * Chromium) or plain SIMD (`pkg-cpu/`).
+ */
+const BUILD_DIRS = { webgpu: "pkg", cpu: "pkg-cpu", "cpu-relaxed": "pkg-cpu-relaxed" };
+
+async function loadWasm(backend, build) {
+  if (build != null && !BUILD_DIRS[build]) {
+    throw new SplitError("bad_option", `unknown wasm build ${build}; use ${Object.keys(BUILD_DIRS).join(", ")}`);
+  }
+  const gpu = backend !== "cpu" && (await hasWebGpuAdapter());
+  const dir = BUILD_DIRS[build] ?? (gpu ? "pkg" : hasRelaxedSimd() ? "pkg-cpu-relaxed" : "pkg-cpu");
+  const module = await import(new URL(`./${dir}/wasm_edge.js`, import.meta.url).href);
+  await module.default();
+  return module;
+}
 
 /** An error with a stable, machine-readable code. */
 export class SplitError extends Error {
@@ -67,7 +110,7 @@ async function fetchWithProgress(url, stage, onProgress) {
  */
 async function modelInputJpeg(image) {
   if (typeof OffscreenCanvas === "undefined" || typeof createImageBitmap === "undefined") {
-    return encodeUploadJpeg(image, 90);
+    return wasm.encodeUploadJpeg(image, 90);
   }
   try {
     const bitmap = await createImageBitmap(new Blob([image]));
@@ -79,7 +122,7 @@ async function modelInputJpeg(image) {
     bitmap.close();
     return new Uint8Array(await (await canvas.convertToBlob({ type: "image/jpeg", quality: 0.9 })).arrayBuffer());
   } catch {
-    return encodeUploadJpeg(image, 90); // a format the browser cannot decode: let wasm say why
+    return wasm.encodeUploadJpeg(image, 90); // a format the browser cannot decode: let wasm say why
   }
 }
 
@@ -97,12 +140,15 @@ export class SplitClient {
    *   for split "auto": never send features before this boundary (and never the image), never
    *   use a codec below this top-1 agreement, never hold more edge parameters than this
    * @param {(s: object) => void} [options.onSwitch]  called with each placement change of "auto"
+   * @param {"webgpu"|"cpu"|"cpu-relaxed"} [options.wasmBuild]  force one build of the module
+   *   (default: the WebGPU build only when WebGPU works, else the CPU build with relaxed SIMD
+   *   where the engine has it); for benchmarks
    */
   static async create(options = {}) {
     const base = new URL(options.baseUrl ?? "/", location.href);
     const onProgress = options.onProgress ?? (() => {});
     onProgress({ stage: "wasm", fraction: null });
-    await init();
+    wasm = await loadWasm(options.backend ?? "auto", options.wasmBuild);
     const infoResponse = await fetch(new URL("api/info", base));
     if (!infoResponse.ok) throw new SplitError("network", `GET api/info failed: ${infoResponse.status}`);
     const info = await infoResponse.json();
@@ -111,14 +157,14 @@ export class SplitClient {
       ? await fetchWithProgress(new URL(info.calibration.url.replace(/^\//, ""), base), "calibration", onProgress)
       : null;
     onProgress({ stage: "warm-up", fraction: null });
-    const edge = await EdgeSession.create(weights, options.backend ?? "auto");
+    const edge = await wasm.EdgeSession.create(weights, options.backend ?? "auto");
     if (calibration) edge.setCalibration(calibration);
     if (options.cacheEntries != null) edge.setCacheEntries(options.cacheEntries);
     let planner = null;
     if (info.cost_table_url) {
       onProgress({ stage: "profiling", fraction: null });
       const table = await (await fetch(new URL(info.cost_table_url.replace(/^\//, ""), base))).text();
-      planner = new AdaptivePlanner(table, edge.backend === "webgpu" ? "browser-webgpu" : "browser-wasm-cpu");
+      planner = new wasm.AdaptivePlanner(table, edge.backend === "webgpu" ? "browser-webgpu" : "browser-wasm-cpu");
       // A phone is not the profiling machine: time this device and scale the edge column.
       const profile = await edge.profileEdge(1);
       planner.edgeFactor = planner.setEdgeTimes(profile.names, profile.ms);
@@ -126,7 +172,7 @@ export class SplitClient {
         // The privacy floor may be a boundary name: it means "that boundary and deeper only".
         const k = { privacy_floor: 0, min_agreement: 0.99, max_edge_param_bytes: null, ...options.constraints };
         if (typeof k.privacy_floor === "string") {
-          k.privacy_floor = boundaries().findIndex((b) => b.name === k.privacy_floor);
+          k.privacy_floor = wasm.boundaries().findIndex((b) => b.name === k.privacy_floor);
           if (k.privacy_floor < 0) throw new SplitError("bad_option", `unknown boundary ${options.constraints.privacy_floor}`);
         }
         planner.setConstraints(JSON.stringify(k));
@@ -140,6 +186,8 @@ export class SplitClient {
 
   constructor(base, edge, timeoutMs, info, planner = null, onSwitch = null) {
     this.edge = edge;
+    /** Which wasm build was loaded: "webgpu", "cpu" or "cpu-relaxed". */
+    this.wasmBuild = wasm.buildKind();
     this.info = info;
     /** The adaptive planner (`split: "auto"`), when the server publishes a cost table. */
     this.planner = planner;
@@ -171,8 +219,9 @@ export class SplitClient {
   }
 
   /** Every split boundary: [{ name, shape, cumulativeMacs, bytesF32 }]. */
+  /** The model's boundaries (name, shape, MACs); available once a client was created. */
   static boundaries() {
-    return boundaries();
+    return wasm.boundaries();
   }
 
   /** Open the WebSocket if it is not open; concurrent callers share one attempt. */
@@ -254,7 +303,7 @@ export class SplitClient {
       let frame;
       let edgeMs = 0;
       if (split === "cloud") {
-        frame = options.modelInput ? encodeInputRequest(id, image) : encodeImageRequest(id, image);
+        frame = options.modelInput ? wasm.encodeInputRequest(id, image) : wasm.encodeImageRequest(id, image);
       } else {
         this.edgeRuns++;
         this.edgeRunning = true;
@@ -384,7 +433,7 @@ export class SplitClient {
     try {
       // A padded probe needs time to serialize on a slow uplink; a bare ping does not.
       const timeout = probeBytes ? Math.min(this.timeoutMs, 4 * PING_TIMEOUT_MS) : PING_TIMEOUT_MS;
-      const pong = await this.request(id, encodePing(id, probeBytes), timeout);
+      const pong = await this.request(id, wasm.encodePing(id, probeBytes), timeout);
       const ms = performance.now() - sent;
       const skewed = busy || this.edgeRunning || runs !== this.edgeRuns;
       if (this.planner) {

@@ -46,6 +46,10 @@ pub struct Config {
     /// Requests that may wait for a worker before new ones are refused with `busy`.
     #[arg(long, env = "SPLIT_QUEUE", default_value_t = 64)]
     pub queue: usize,
+    /// Most waiting requests (from the same boundary) one forward pass takes; 1 runs each
+    /// request alone. At most the model's batch limit, 4.
+    #[arg(long, env = "SPLIT_BATCH", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=4))]
+    pub batch: u16,
 }
 
 impl Config {

@@ -3,13 +3,15 @@
 //! `busy` reply instead of unbounded memory.
 
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use burn::tensor::Device;
+use burn::tensor::{Device, Tensor};
 use split_shared::labels::{Prediction, top_k};
-use split_shared::model::{Boundary, EfficientNetLite0, check_shape, features_tensor};
+use split_shared::model::{
+    Boundary, EfficientNetLite0, MAX_BATCH, NUM_CLASSES, check_shape, features_tensor,
+};
 use split_shared::protocol::{ServerLoad, ServerTimings};
 use tokio::sync::{mpsc, oneshot};
 
@@ -60,19 +62,25 @@ pub struct Engine {
     capacity: usize,
     workers: usize,
     recent_us: Arc<AtomicU32>,
+    passes: Arc<AtomicU64>,
 }
 
 fn micros(since: Instant) -> u32 {
     since.elapsed().as_micros().min(u128::from(u32::MAX)) as u32
 }
 
-fn serve(
-    model: &EfficientNetLite0,
-    device: &Device,
-    work: Work,
-) -> Result<(Boundary, Vec<f32>, u32, u32), ServeError> {
-    let start = Instant::now();
-    let (from, x) = match work {
+/// A job whose input is decoded and ready to run from `from`.
+struct Ready {
+    from: Boundary,
+    x: Tensor<4>,
+    decode_us: u32,
+    queue_us: u32,
+    reply: oneshot::Sender<Result<Outcome, ServeError>>,
+}
+
+/// Decode a job's input into a `[1, C, H, W]` tensor at its boundary.
+fn decode(work: Work, device: &Device) -> Result<(Boundary, Tensor<4>), ServeError> {
+    Ok(match work {
         Work::Features { boundary, dims, values } => {
             (boundary, features_tensor(&dims, values, device))
         }
@@ -84,80 +92,141 @@ fn serve(
             let img = split_shared::image::decode_input(&payload)?;
             (Boundary::INPUT, split_shared::image::to_input_tensor(&img, device))
         }
-    };
-    let decode_us = micros(start);
-    let start = Instant::now();
-    let logits = model.forward_range(x, from, Boundary::LOGITS)?;
-    let logits = logits
+    })
+}
+
+/// One forward pass over requests that start at the same boundary; logits per request.
+fn forward_batch(
+    model: &EfficientNetLite0,
+    from: Boundary,
+    xs: Vec<Tensor<4>>,
+) -> Result<Vec<Vec<f32>>, ServeError> {
+    let n = xs.len();
+    let x = if n == 1 { xs.into_iter().next().expect("one") } else { Tensor::cat(xs, 0) };
+    let logits = model.forward_range(x, from, Boundary::LOGITS)?; // [n, 1000, 1, 1]
+    let values = logits
         .into_data()
         .try_to_vec::<f32>()
         .map_err(|e| ServeError::Internal(format!("{e:?}")))?;
-    Ok((from, logits, decode_us, micros(start)))
+    Ok(values.chunks(NUM_CLASSES).map(<[f32]>::to_vec).collect())
+}
+
+/// Take the next job (waiting for it), then whatever else is already queued, up to `max`.
+fn take_jobs(jobs: &Mutex<mpsc::Receiver<Job>>, max: usize) -> Option<Vec<Job>> {
+    let mut rx = jobs.lock().ok()?;
+    let mut out = vec![rx.blocking_recv()?];
+    while out.len() < max {
+        match rx.try_recv() {
+            Ok(job) => out.push(job),
+            Err(_) => break,
+        }
+    }
+    Some(out)
 }
 
 fn worker(
     model: EfficientNetLite0,
     device: Device,
     jobs: Arc<Mutex<mpsc::Receiver<Job>>>,
+    max_batch: usize,
     recent_us: Arc<AtomicU32>,
+    passes: Arc<AtomicU64>,
 ) {
-    loop {
-        let job = match jobs.lock() {
-            Ok(mut rx) => rx.blocking_recv(),
-            Err(_) => return,
-        };
-        let Some(Job { work, enqueued, reply }) = job else { return };
-        let queue_us = micros(enqueued);
-        // A panic inside the backend must cost one request, not the worker.
-        let result = std::panic::catch_unwind(AssertUnwindSafe(|| serve(&model, &device, work)))
+    while let Some(taken) = take_jobs(&jobs, max_batch) {
+        // Decode each on its own: a bad image costs its own request only.
+        let mut ready: Vec<Ready> = Vec::with_capacity(taken.len());
+        for Job { work, enqueued, reply } in taken {
+            let queue_us = micros(enqueued);
+            let start = Instant::now();
+            let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| decode(work, &device)))
+                .unwrap_or_else(|_| Err(ServeError::Internal("decoding panicked".into())));
+            match decoded {
+                Ok((from, x)) => {
+                    ready.push(Ready { from, x, decode_us: micros(start), queue_us, reply })
+                }
+                Err(e) => drop(reply.send(Err(e))),
+            }
+        }
+        // Requests from the same boundary share one forward pass of batch n.
+        while let Some(first) = ready.first().map(|r| r.from) {
+            let (group, rest): (Vec<Ready>, Vec<Ready>) =
+                ready.into_iter().partition(|r| r.from == first);
+            ready = rest;
+            let start = Instant::now();
+            let xs = group.iter().map(|r| r.x.clone()).collect();
+            // A panic inside the backend must cost these requests, not the worker.
+            let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                forward_batch(&model, first, xs)
+            }))
             .unwrap_or_else(|_| {
                 Err(ServeError::Internal("the model panicked on this input".into()))
-            })
-            .map(|(from, logits, decode_us, compute_us)| {
-                let start = Instant::now();
-                let top = top_k(&logits[..split_shared::model::NUM_CLASSES], TOP_K);
-                Outcome {
-                    from,
-                    top,
-                    timings: ServerTimings {
-                        queue_us,
-                        decode_us,
-                        compute_us: compute_us + micros(start),
-                        cached: false,
-                    },
-                }
             });
-        if let Ok(o) = &result {
-            // Moving average over roughly the last eight requests.
-            let old = recent_us.load(Ordering::Relaxed);
-            let new =
-                if old == 0 { o.timings.compute_us } else { (old * 7 + o.timings.compute_us) / 8 };
-            recent_us.store(new, Ordering::Relaxed);
+            let compute_us = micros(start);
+            passes.fetch_add(1, Ordering::Relaxed);
+            match result {
+                Ok(logits) => {
+                    // Moving average over roughly the last eight passes.
+                    let old = recent_us.load(Ordering::Relaxed);
+                    let new = if old == 0 { compute_us } else { (old * 7 + compute_us) / 8 };
+                    recent_us.store(new, Ordering::Relaxed);
+                    for (r, logits) in group.into_iter().zip(logits) {
+                        let outcome = Outcome {
+                            from: first,
+                            top: top_k(&logits, TOP_K),
+                            timings: ServerTimings {
+                                queue_us: r.queue_us,
+                                decode_us: r.decode_us,
+                                compute_us,
+                                cached: false,
+                            },
+                        };
+                        let _ = r.reply.send(Ok(outcome));
+                    }
+                }
+                Err(e) => {
+                    // The first request gets the error itself, the others its message.
+                    let message = e.to_string();
+                    let mut error = Some(e);
+                    for r in group {
+                        let e = error.take().unwrap_or_else(|| ServeError::Internal(message.clone()));
+                        let _ = r.reply.send(Err(e));
+                    }
+                }
+            }
         }
-        let _ = reply.send(result);
     }
 }
 
 impl Engine {
-    /// Start `workers` threads, each with its own handle on `model`, behind a queue of `capacity`.
+    /// Start `workers` threads, each with its own handle on `model`, behind a queue of
+    /// `capacity`. A worker that finds several requests waiting runs up to `max_batch` of them
+    /// (those starting at the same boundary) as one forward pass; 1 turns batching off.
     pub fn start(
         model: EfficientNetLite0,
         device: Device,
         workers: usize,
         capacity: usize,
+        max_batch: usize,
     ) -> Self {
+        let max_batch = max_batch.clamp(1, MAX_BATCH);
         let (tx, rx) = mpsc::channel(capacity.max(1));
         let rx = Arc::new(Mutex::new(rx));
         let recent_us = Arc::new(AtomicU32::new(0));
+        let passes = Arc::new(AtomicU64::new(0));
         for i in 0..workers.max(1) {
-            let (model, device, rx, recent) =
-                (model.clone(), device.clone(), rx.clone(), recent_us.clone());
+            let (model, device, rx, recent, passes) =
+                (model.clone(), device.clone(), rx.clone(), recent_us.clone(), passes.clone());
             std::thread::Builder::new()
                 .name(format!("model-worker-{i}"))
-                .spawn(move || worker(model, device, rx, recent))
+                .spawn(move || worker(model, device, rx, max_batch, recent, passes))
                 .expect("spawning a model worker");
         }
-        Self { queue: tx, capacity: capacity.max(1), workers: workers.max(1), recent_us }
+        Self { queue: tx, capacity: capacity.max(1), workers: workers.max(1), recent_us, passes }
+    }
+
+    /// Forward passes run so far (a batch of several requests is one).
+    pub fn forward_passes(&self) -> u64 {
+        self.passes.load(Ordering::Relaxed)
     }
 
     /// The load reported in replies: queue depth, workers, recent compute time.

@@ -111,7 +111,7 @@ impl AppState {
         let calibration = load_calibration(config.calibration_path())?;
         let cost_table = load_cost_table(config.cost_table_path())?;
         Ok(Self {
-            engine: Engine::start(model, device, config.workers, config.queue),
+            engine: Engine::start(model, device, config.workers, config.queue, config.batch.into()),
             weights_path: Arc::new(weights_path),
             web_dir: Arc::new(config.web_path()),
             device_name,

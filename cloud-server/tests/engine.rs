@@ -14,7 +14,7 @@ async fn a_full_queue_answers_busy_and_serves_the_rest() {
     let model = EfficientNetLite0::from_weights(&WeightsFile::from_bytes(&bytes).unwrap(), &device)
         .unwrap();
     // One worker, room for one waiting request: of eight sent at once, at most two can be taken.
-    let engine = Engine::start(model, device, 1, 1);
+    let engine = Engine::start(model, device, 1, 1, 1);
     let requests = (0..8).map(|_| engine.submit(Work::Image(CHELSEA.to_vec())));
     let results = futures_util::future::join_all(requests).await;
     let busy = results.iter().filter(|r| matches!(r, Err(ServeError::Busy(1)))).count();
@@ -25,4 +25,52 @@ async fn a_full_queue_answers_busy_and_serves_the_rest() {
     // Once the queue drains, the engine serves again.
     let again = engine.submit(Work::Image(CHELSEA.to_vec())).await.unwrap();
     assert_eq!(again.top[0].class, served[0].top[0].class);
+}
+
+/// Requests that wait together are answered together: one worker, batching on, the same
+/// answers as one at a time, and mixed boundaries in one batch each get their own pass.
+#[actix_web::test]
+async fn waiting_requests_are_batched_with_the_same_answers() {
+    let bytes = std::fs::read(Config::for_tests().weights_path())
+        .expect("weights: run `cargo xtask setup`");
+    let device = Device::flex();
+    let model = EfficientNetLite0::from_weights(&WeightsFile::from_bytes(&bytes).unwrap(), &device)
+        .unwrap();
+    let coffee = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../web/samples/coffee.png"))
+        .expect("coffee sample");
+    let single = Engine::start(model.clone(), device.clone(), 1, 16, 1);
+    let batched = Engine::start(model, device, 1, 16, 4);
+    let works = || {
+        vec![
+            Work::Image(CHELSEA.to_vec()),
+            Work::Image(coffee.clone()),
+            Work::Image(b"not an image".to_vec()),
+            Work::Image(CHELSEA.to_vec()),
+            Work::Image(coffee.clone()),
+        ]
+    };
+    let one = futures_util::future::join_all(works().into_iter().map(|w| single.submit(w))).await;
+    let many = futures_util::future::join_all(works().into_iter().map(|w| batched.submit(w))).await;
+    for (a, b) in one.iter().zip(&many) {
+        match (a, b) {
+            (Ok(a), Ok(b)) => {
+                let classes = |o: &cloud_server::Outcome| {
+                    o.top.iter().map(|p| p.class).collect::<Vec<_>>()
+                };
+                assert_eq!(classes(a), classes(b));
+                for (p, q) in a.top.iter().zip(&b.top) {
+                    assert!((p.prob - q.prob).abs() < 1e-4, "{p:?} vs {q:?}");
+                }
+            }
+            (Err(a), Err(b)) => assert_eq!(a.code(), b.code()),
+            other => panic!("batched and single disagree: {other:?}"),
+        }
+    }
+    assert_eq!(many[0].as_ref().unwrap().top[0].class, 282);
+    assert_eq!(many[1].as_ref().unwrap().top[0].class, 967);
+    assert!(many[2].is_err(), "the bad image fails alone");
+    // Four good images: one at a time is four passes; batched, those that waited together
+    // shared one (the first may be taken alone before the others arrive).
+    assert_eq!(single.forward_passes(), 4);
+    assert!(batched.forward_passes() < 4, "{} passes", batched.forward_passes());
 }

@@ -125,7 +125,7 @@ pub fn boundaries() -> JsValue {
         .into()
 }
 
-#[cfg(target_family = "wasm")]
+#[cfg(all(target_family = "wasm", feature = "webgpu"))]
 pub fn has_webgpu() -> bool {
     let navigator = Reflect::get(&js_sys::global(), &JsValue::from_str("navigator"))
         .unwrap_or(JsValue::UNDEFINED);

@@ -63,7 +63,7 @@ async fn pick_device(backend: &str) -> Result<(Device, &'static str), JsError> {
     }
 }
 
-#[cfg(target_family = "wasm")]
+#[cfg(all(target_family = "wasm", feature = "webgpu"))]
 async fn webgpu_device() -> Result<Device, String> {
     if !js::has_webgpu() {
         return Err(
@@ -73,9 +73,22 @@ async fn webgpu_device() -> Result<Device, String> {
     Device::wgpu_options().init_async().await.map_err(|e| format!("{e:?}"))
 }
 
-#[cfg(not(target_family = "wasm"))]
+#[cfg(not(all(target_family = "wasm", feature = "webgpu")))]
 async fn webgpu_device() -> Result<Device, String> {
-    Err("WebGPU exists only in the browser build".into())
+    Err("this module was built without WebGPU (the CPU-only build; load web/pkg for WebGPU)".into())
+}
+
+/// Which build this is: `"webgpu"` (WebGPU and CPU), `"cpu"` (simd128) or `"cpu-relaxed"`
+/// (simd128 + relaxed SIMD's fused multiply-add).
+#[wasm_bindgen(js_name = buildKind)]
+pub fn build_kind() -> String {
+    if cfg!(feature = "webgpu") {
+        "webgpu".into()
+    } else if cfg!(target_feature = "relaxed-simd") {
+        "cpu-relaxed".into()
+    } else {
+        "cpu".into()
+    }
 }
 
 #[wasm_bindgen]

@@ -133,7 +133,7 @@ async function loadChecks(page, name) {
   assert.ok(loaded.rows.every((r) => CATS.has(r.top1)), `${name}: every answer stays right under load`);
 }
 
-async function runPass({ name, args, expectBackend, codecs }) {
+async function runPass({ name, args, expectBackend, expectBuild, codecs }) {
   const errors = [];
   return withPage(args, async (page) => {
     page.on("pageerror", (e) => errors.push(e.message));
@@ -144,6 +144,9 @@ async function runPass({ name, args, expectBackend, codecs }) {
     assert.equal(state, "ready", `${name}: page failed to load: ${await page.textContent("#error")}`);
     const backend = await page.evaluate(() => document.body.dataset.backend);
     assert.equal(backend, expectBackend, `${name}: edge backend`);
+    // A browser without WebGPU loads a CPU-only build (Chromium validates relaxed SIMD).
+    const build = await page.evaluate(() => document.body.dataset.wasmBuild);
+    assert.equal(build, expectBuild, `${name}: wasm build`);
 
     await page.click('button[data-sample="chelsea"]');
     await page.waitForFunction(() => document.body.dataset.image === "chelsea");
@@ -175,8 +178,8 @@ async function runPass({ name, args, expectBackend, codecs }) {
 }
 
 const passes = [
-  { name: "webgpu", args: GPU_ARGS.webgpu, expectBackend: "webgpu" },
-  { name: "cpu-fallback", args: GPU_ARGS.cpu, expectBackend: "cpu", codecs: true },
+  { name: "webgpu", args: GPU_ARGS.webgpu, expectBackend: "webgpu", expectBuild: "webgpu" },
+  { name: "cpu-fallback", args: GPU_ARGS.cpu, expectBackend: "cpu", expectBuild: "cpu-relaxed", codecs: true },
 ];
 const only = process.env.SPLIT_E2E_PASS;
 const all = [];

@@ -54,15 +54,22 @@ pub(crate) fn median_ms(mut f: impl FnMut(), repeats: usize) -> f64 {
 pub struct PartTiming {
     /// `full`, `tail-block5`, `tail-block11`.
     pub part: String,
-    /// burn `flex`, median.
+    /// burn `flex` with the kernels on 1 thread, median.
     #[serde(deserialize_with = "crate::lab::null_as_nan")]
     pub burn_ms: f64,
+    /// burn `flex` with the kernels on 2 threads, median (NaN in reports from before it).
+    #[serde(default = "nan", deserialize_with = "crate::lab::null_as_nan")]
+    pub burn_2_ms: f64,
     /// ONNX Runtime CPU with 1 and 2 intra-op threads, median.
     #[serde(deserialize_with = "crate::lab::null_as_nan")]
     pub ort_1_ms: f64,
     /// With 2 threads.
     #[serde(deserialize_with = "crate::lab::null_as_nan")]
     pub ort_2_ms: f64,
+}
+
+fn nan() -> f64 {
+    f64::NAN
 }
 
 /// What [`measure`] found.
@@ -75,7 +82,7 @@ pub struct OnnxReport {
     pub max_abs_logit_diff: f64,
     /// Whole network and the cloud tier's tails.
     pub parts: Vec<PartTiming>,
-    /// burn's CPU time over wall time for the whole network (threads in use).
+    /// burn's CPU time over wall time for the whole network on 2 threads (threads in use).
     #[serde(deserialize_with = "crate::lab::null_as_nan")]
     pub burn_cpu_per_wall: f64,
     /// Per operation category, ms per image: burn (each op alone), ORT 1 and 2 threads
@@ -156,13 +163,20 @@ pub fn measure(repeats: usize, ops: bool) -> Result<OnnxReport> {
         ("tail-block11", Boundary::block(11)?),
     ] {
         let ort = &report["models"][name.trim_start_matches("tail-")];
+        split_kernels::set_max_threads(1);
+        let burn_ms = median_ms(run_from(from), repeats);
+        split_kernels::set_max_threads(2);
+        let burn_2_ms = median_ms(run_from(from), repeats);
+        split_kernels::set_max_threads(0);
         parts.push(PartTiming {
             part: name.into(),
-            burn_ms: median_ms(run_from(from), repeats),
+            burn_ms,
+            burn_2_ms,
             ort_1_ms: ort["1"].as_f64().unwrap_or(f64::NAN),
             ort_2_ms: ort["2"].as_f64().unwrap_or(f64::NAN),
         });
     }
+    split_kernels::set_max_threads(2);
     let cpu0 = crate::lab::self_cpu_ms();
     let t0 = Instant::now();
     let whole = run_from(Boundary::INPUT);
@@ -170,10 +184,13 @@ pub fn measure(repeats: usize, ops: bool) -> Result<OnnxReport> {
         whole();
     }
     let burn_cpu_per_wall = (crate::lab::self_cpu_ms() - cpu0) / (t0.elapsed().as_secs_f64() * 1e3);
+    split_kernels::set_max_threads(0);
 
     let mut op_rows = Vec::new();
     if ops {
+        split_kernels::set_max_threads(1);
         let burn = crate::ops_profile::burn_ops(repeats);
+        split_kernels::set_max_threads(0);
         let ort = |t: &str| report["ops"][t]["ms"].as_object().cloned().unwrap_or_default();
         let (o1, o2) = (ort("1"), ort("2"));
         let mut names: Vec<String> = burn.keys().cloned().collect();

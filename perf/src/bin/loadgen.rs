@@ -7,6 +7,12 @@ use anyhow::{Context, Result, bail};
 use split_perf::netem::{Proxy, schedule};
 use split_perf::{LoadConfig, Workload, process_cpu_ms, run};
 
+const USAGE: &str = "usage: loadgen [--url ws://HOST:PORT/ws] [--clients 1,8,64] [--requests N]
+               [--workload image|jpeg224|features:<boundary>[:<codec>]] [--image FILE]
+               [--server-pid PID] [--link fast-wifi|4g|3g|congested-uplink|...] [--json]
+Concurrent native clients against a running server; prints a markdown table (or JSON).
+Start the server with --cache-entries 0, or repeats are answered from its cache.";
+
 #[actix_web::main]
 async fn main() -> Result<()> {
     let mut url = "ws://127.0.0.1:8080/ws".to_string();
@@ -31,7 +37,11 @@ async fn main() -> Result<()> {
             "--server-pid" => server_pid = Some(value()?.parse()?),
             "--link" => link = Some(value()?),
             "--json" => json = true,
-            other => bail!("unknown flag {other}; see perf/src/lib.rs"),
+            "--help" | "-h" => {
+                println!("{USAGE}");
+                return Ok(());
+            }
+            other => bail!("unknown flag {other}\n{USAGE}"),
         }
     }
     // Through an emulated link: a proxy in front of the server, and the URL pointed at it.

@@ -5,6 +5,10 @@
 use anyhow::{Context, Result, bail};
 use split_perf::netem::{Proxy, schedule};
 
+const USAGE: &str = "usage: netem --upstream HOST:PORT --link <profile|trace> [--scale F]
+Runs the link emulator in front of a server until killed (profiles: fast-wifi, 4g, 3g,
+congested-uplink, rtt:<ms>; traces: degrading, outage; F shortens a trace's time).";
+
 #[actix_web::main]
 async fn main() -> Result<()> {
     let (mut upstream, mut link, mut scale) = (None, None, 1.0f64);
@@ -15,9 +19,11 @@ async fn main() -> Result<()> {
             "--upstream" => upstream = Some(value()?),
             "--link" => link = Some(value()?),
             "--scale" => scale = value()?.parse()?,
-            other => {
-                bail!("unknown flag {other}; usage: netem --upstream HOST:PORT --link <profile>")
+            "--help" | "-h" => {
+                println!("{USAGE}");
+                return Ok(());
             }
+            other => bail!("unknown flag {other}\n{USAGE}"),
         }
     }
     let upstream = upstream.context("--upstream HOST:PORT is required")?;

@@ -9,6 +9,7 @@
 
 mod arch;
 mod boundary;
+pub mod fused;
 mod network;
 mod weights;
 
@@ -16,5 +17,7 @@ pub use arch::{
     BlockSpec, BoundaryInfo, HEAD_CHANNELS, INPUT_SIZE, NUM_CLASSES, blocks, boundary_table,
 };
 pub use boundary::{Boundary, NUM_BOUNDARIES};
-pub use network::{EfficientNetLite0, MAX_BATCH, MbConv, check_shape, features_tensor};
+pub use network::{
+    Depthwise, EfficientNetLite0, MAX_BATCH, MbConv, Pointwise, Stem, check_shape, features_tensor,
+};
 pub use weights::{WEIGHTS_MAGIC, WEIGHTS_VERSION, WeightsFile, default_weights_path};

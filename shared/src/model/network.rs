@@ -1,53 +1,145 @@
 //! The burn module. Each stage is a named field so that a split is a range of stages.
+//!
+//! Inside the network activations are NHWC (`[n, h, w, c]`), the layout the fused kernels of
+//! [`super::fused`] want; `forward_range` takes and returns NCHW so that boundaries, frames and
+//! the codec keep one meaning whatever runs in between.
 
 use burn::module::{Module, Param};
-use burn::nn::conv::Conv2d;
-use burn::nn::{Linear, PaddingConfig2d};
+use burn::nn::Linear;
 use burn::tensor::{Device, Tensor, TensorData};
 
 use super::arch::{HEAD_CHANNELS, NUM_CLASSES, blocks};
 use super::boundary::Boundary;
+use super::fused;
 use super::weights::WeightsFile;
 use crate::error::{Error, Result};
 
 /// Largest batch a caller may run or send in one frame.
 pub const MAX_BATCH: usize = 4;
 
+/// A 1x1 convolution, batch norm folded in. Weight `[c_in, c_out]`.
+#[derive(Module, Debug)]
+pub struct Pointwise {
+    weight: Param<Tensor<2>>,
+    bias: Param<Tensor<1>>,
+}
+
+impl Pointwise {
+    /// `x: [n, h, w, c_in]` to `[n, h, w, c_out]`, ReLU6 or linear, plus `residual` if given.
+    fn forward(&self, x: Tensor<4>, relu6: bool, residual: Option<Tensor<4>>) -> Tensor<4> {
+        fused::pointwise(x, self.weight.val(), self.bias.val(), relu6, residual)
+    }
+}
+
+/// A depthwise kxk convolution with ReLU6, batch norm folded in. Weight `[k * k, c]`.
+#[derive(Module, Debug)]
+pub struct Depthwise {
+    weight: Param<Tensor<2>>,
+    bias: Param<Tensor<1>>,
+    kernel: usize,
+    stride: usize,
+}
+
+/// The stem: 3x3 stride 2 over the NCHW image, ReLU6. Weight `[k * k * 3, 32]`.
+#[derive(Module, Debug)]
+pub struct Stem {
+    weight: Param<Tensor<2>>,
+    bias: Param<Tensor<1>>,
+    kernel: usize,
+    stride: usize,
+}
+
 /// One MBConv block with batch norm folded into each convolution.
 #[derive(Module, Debug)]
 pub struct MbConv {
-    expand: Option<Conv2d>,
-    depthwise: Conv2d,
-    project: Conv2d,
+    expand: Option<Pointwise>,
+    depthwise: Depthwise,
+    project: Pointwise,
+    residual: bool,
 }
 
 impl MbConv {
     fn forward(&self, x: Tensor<4>) -> Tensor<4> {
-        let input = x.clone();
+        let input = self.residual.then(|| x.clone());
         let x = match &self.expand {
-            Some(conv) => relu6(conv.forward(x)), // [n, c_in * e, h, w]
+            Some(conv) => conv.forward(x, true, None), // [n, h, w, c_in * e]
             None => x,
         };
-        let x = relu6(self.depthwise.forward(x)); // [n, c_in * e, h / s, w / s]
-        let x = self.project.forward(x); // [n, c_out, h / s, w / s], linear
-        if self.depthwise.stride == [1, 1] && input.dims() == x.dims() { x + input } else { x }
+        let dw = &self.depthwise;
+        let x = fused::depthwise(x, dw.weight.val(), dw.bias.val(), dw.kernel, dw.stride); // [n, h / s, w / s, c_in * e]
+        self.project.forward(x, false, input) // [n, h / s, w / s, c_out], linear (+ input)
     }
 }
 
 /// EfficientNet-Lite0 for inference. Build it with [`EfficientNetLite0::from_weights`].
 ///
-/// Activations are always rank 4 (`[n, C, H, W]`); at `pool` and `logits` `H = W = 1`, so any
-/// boundary's tensor travels and checks the same way.
+/// Activations at boundaries are always rank 4 NCHW (`[n, C, H, W]`); at `pool` and `logits`
+/// `H = W = 1`, so any boundary's tensor travels and checks the same way.
 #[derive(Module, Debug)]
 pub struct EfficientNetLite0 {
-    stem: Conv2d,
+    stem: Stem,
     blocks: Vec<MbConv>,
-    head: Conv2d,
+    head: Pointwise,
     fc: Linear,
 }
 
-fn relu6(x: Tensor<4>) -> Tensor<4> {
-    x.clamp(0.0, 6.0)
+/// The converted weights' tensors rearranged into the kernels' layouts.
+struct Loader<'a> {
+    weights: &'a WeightsFile,
+    device: &'a Device,
+}
+
+impl Loader<'_> {
+    fn tensor<const D: usize>(&self, values: Vec<f32>, shape: [usize; D]) -> Param<Tensor<D>> {
+        Param::from_tensor(Tensor::from_data(TensorData::new(values, shape), self.device))
+    }
+
+    fn bias(&self, name: &str, c: usize) -> Result<Param<Tensor<1>>> {
+        let b = self.weights.tensor(&format!("{name}.bias"), &[c])?;
+        Ok(self.tensor(b.to_vec(), [c]))
+    }
+
+    /// PyTorch `[c_out, c_in, 1, 1]` to `[c_in, c_out]`.
+    fn pointwise(&self, name: &str, c_in: usize, c_out: usize) -> Result<Pointwise> {
+        let w = self.weights.tensor(&format!("{name}.weight"), &[c_out, c_in, 1, 1])?;
+        let mut t = vec![0.0; c_in * c_out];
+        for o in 0..c_out {
+            for i in 0..c_in {
+                t[i * c_out + o] = w[o * c_in + i];
+            }
+        }
+        Ok(Pointwise { weight: self.tensor(t, [c_in, c_out]), bias: self.bias(name, c_out)? })
+    }
+
+    /// PyTorch `[c, 1, k, k]` to `[k * k, c]`.
+    fn depthwise(&self, name: &str, c: usize, kernel: usize, stride: usize) -> Result<Depthwise> {
+        let kk = kernel * kernel;
+        let w = self.weights.tensor(&format!("{name}.weight"), &[c, 1, kernel, kernel])?;
+        let mut t = vec![0.0; kk * c];
+        for ch in 0..c {
+            for tap in 0..kk {
+                t[tap * c + ch] = w[ch * kk + tap];
+            }
+        }
+        let (weight, bias) = (self.tensor(t, [kk, c]), self.bias(name, c)?);
+        Ok(Depthwise { weight, bias, kernel, stride })
+    }
+
+    /// PyTorch `[c_out, c_in, k, k]` to `[k * k * c_in, c_out]`.
+    fn stem(&self, name: &str, c_in: usize, c_out: usize, kernel: usize) -> Result<Stem> {
+        let w = self.weights.tensor(&format!("{name}.weight"), &[c_out, c_in, kernel, kernel])?;
+        let mut t = vec![0.0; kernel * kernel * c_in * c_out];
+        for o in 0..c_out {
+            for i in 0..c_in {
+                for tap in 0..kernel * kernel {
+                    t[(tap * c_in + i) * c_out + o] = w[(o * c_in + i) * kernel * kernel + tap];
+                }
+            }
+        }
+        let rows = kernel * kernel * c_in;
+        let (weight, bias) = (self.tensor(t, [rows, c_out]), self.bias(name, c_out)?);
+        Ok(Stem { weight, bias, kernel, stride: 2 })
+    }
 }
 
 impl EfficientNetLite0 {
@@ -56,27 +148,8 @@ impl EfficientNetLite0 {
     /// # Errors
     /// [`Error::BadWeights`] when a tensor is missing or has the wrong shape.
     pub fn from_weights(weights: &WeightsFile, device: &Device) -> Result<Self> {
-        let conv =
-            |name: &str, c_in: usize, c_out: usize, k: usize, stride: usize, groups: usize| {
-                let w = weights.tensor(&format!("{name}.weight"), &[c_out, c_in / groups, k, k])?;
-                let b = weights.tensor(&format!("{name}.bias"), &[c_out])?;
-                Ok::<_, Error>(Conv2d {
-                    weight: Param::from_tensor(Tensor::<4>::from_data(
-                        TensorData::new(w.to_vec(), [c_out, c_in / groups, k, k]),
-                        device,
-                    )),
-                    bias: Some(Param::from_tensor(Tensor::<1>::from_data(
-                        TensorData::new(b.to_vec(), [c_out]),
-                        device,
-                    ))),
-                    stride: [stride, stride],
-                    kernel_size: [k, k],
-                    dilation: [1, 1],
-                    groups,
-                    padding: PaddingConfig2d::Same,
-                })
-            };
-        let stem = conv("stem", 3, 32, 3, 2, 1)?;
+        let load = Loader { weights, device };
+        let stem = load.stem("stem", 3, 32, 3)?;
         let mut block_modules = Vec::with_capacity(16);
         for (i, spec) in blocks().iter().enumerate() {
             let p = format!("blocks.{i}");
@@ -84,25 +157,23 @@ impl EfficientNetLite0 {
             let expand = if spec.expand == 1 {
                 None
             } else {
-                Some(conv(&format!("{p}.expand"), spec.c_in, hidden, 1, 1, 1)?)
+                Some(load.pointwise(&format!("{p}.expand"), spec.c_in, hidden)?)
             };
             block_modules.push(MbConv {
                 expand,
-                depthwise: conv(
+                depthwise: load.depthwise(
                     &format!("{p}.depthwise"),
-                    hidden,
                     hidden,
                     spec.kernel,
                     spec.stride,
-                    hidden,
                 )?,
-                project: conv(&format!("{p}.project"), hidden, spec.c_out, 1, 1, 1)?,
+                project: load.pointwise(&format!("{p}.project"), hidden, spec.c_out)?,
+                residual: spec.residual(),
             });
         }
-        let head = conv("head", 320, HEAD_CHANNELS, 1, 1, 1)?;
+        let head = load.pointwise("head", 320, HEAD_CHANNELS)?;
         // Stored as [out, in] like PyTorch; burn's Linear multiplies by [in, out].
         let fc_w = weights.tensor("fc.weight", &[NUM_CLASSES, HEAD_CHANNELS])?;
-        let fc_b = weights.tensor("fc.bias", &[NUM_CLASSES])?;
         let fc = Linear {
             weight: Param::from_tensor(
                 Tensor::<2>::from_data(
@@ -111,25 +182,26 @@ impl EfficientNetLite0 {
                 )
                 .transpose(),
             ),
-            bias: Some(Param::from_tensor(Tensor::<1>::from_data(
-                TensorData::new(fc_b.to_vec(), [NUM_CLASSES]),
-                device,
-            ))),
+            bias: Some(load.bias("fc", NUM_CLASSES)?),
         };
         Ok(Self { stem, blocks: block_modules, head, fc })
     }
 
-    /// Apply stage `k` (1..=20): the one that ends at boundary `k`.
+    /// Apply stage `k` (1..=20), the one that ends at boundary `k`, on NHWC activations (the
+    /// stem takes the NCHW image).
     fn stage(&self, k: u8, x: Tensor<4>) -> Tensor<4> {
         match k {
-            1 => relu6(self.stem.forward(x)), // [n, 32, 112, 112]
-            2..=17 => self.blocks[k as usize - 2].forward(x), // [n, c_out, h, w]
-            18 => relu6(self.head.forward(x)), // [n, 1280, 7, 7]
-            19 => x.mean_dims(&[2, 3]),       // [n, 1280, 1, 1]
+            1 => {
+                let s = &self.stem;
+                fused::stem(x, s.weight.val(), s.bias.val(), s.kernel, s.stride) // [n, 112, 112, 32]
+            }
+            2..=17 => self.blocks[k as usize - 2].forward(x), // [n, h, w, c_out]
+            18 => self.head.forward(x, true, None),          // [n, 7, 7, 1280]
+            19 => x.mean_dims(&[1, 2]),                       // [n, 1, 1, 1280]
             20 => {
-                let [n, c, _, _] = x.dims();
+                let [n, _, _, c] = x.dims();
                 let logits = self.fc.forward(x.reshape([n, c])); // [n, 1000]
-                logits.reshape([n, NUM_CLASSES, 1, 1])
+                logits.reshape([n, 1, 1, NUM_CLASSES])
             }
             _ => unreachable!("stage index comes from a Boundary"),
         }
@@ -149,7 +221,13 @@ impl EfficientNetLite0 {
             return Err(Error::BackwardRange { from, to });
         }
         check_shape(from, &x.dims())?;
-        Ok((from.index() + 1..=to.index()).fold(x, |x, k| self.stage(k, x)))
+        if from == to {
+            return Ok(x);
+        }
+        // The image stays NCHW for the stem; any later boundary becomes NHWC.
+        let x = if from == Boundary::INPUT { x } else { x.permute([0, 2, 3, 1]) };
+        let y = (from.index() + 1..=to.index()).fold(x, |x, k| self.stage(k, x));
+        Ok(y.permute([0, 3, 1, 2])) // NHWC -> NCHW
     }
 
     /// The whole network: normalized input `[n, 3, 224, 224]` to logits `[n, 1000, 1, 1]`.

@@ -1,0 +1,143 @@
+//! Every instruction set against the scalar reference on shapes chosen to hit each tail:
+//! pixel counts that are not a multiple of the tile rows, channel counts that leave a partial
+//! column block or are not a multiple of the vector width (reference path), widths where every
+//! pixel touches an edge, stride 2 on odd sizes, batch > 1, and calls large enough to be split
+//! across threads. The network's own shapes are tested
+//! in `split-shared` (`tests/kernels_network.rs`), which knows the architecture.
+
+use split_kernels::{Activation, ConvShape, Isa, PointwiseShape, reference};
+
+/// Deterministic values in [-1, 1) (xorshift), so failures reproduce.
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+fn assert_close(got: &[f32], want: &[f32], what: &str) {
+    assert_eq!(got.len(), want.len());
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!((g - w).abs() <= 1e-5 * w.abs().max(1.0), "{what}: [{i}] {g} vs {w}");
+    }
+}
+
+#[test]
+fn pointwise_tails_equal_reference() {
+    for (pixels, c_in, c_out) in
+        [
+        (1, 8, 8),
+        (7, 16, 24),
+        (13, 24, 40),
+        (49, 40, 8),
+        (50, 3, 16),
+        (9, 5, 7),
+        (100, 96, 72),
+        // Large enough to be split across threads (with the `threads` feature).
+        (1001, 96, 104),
+    ]
+    {
+        let s = PointwiseShape { pixels, c_in, c_out };
+        let x = values(pixels * c_in, 1);
+        let w: Vec<f32> = values(c_in * c_out, 2).iter().map(|v| v / (c_in as f32).sqrt()).collect();
+        let b = values(c_out, 3);
+        let r = values(pixels * c_out, 4);
+        for act in [Activation::Linear, Activation::Relu6] {
+            for res in [None, Some(&r[..])] {
+                let mut want = vec![0.0; pixels * c_out];
+                reference::pointwise(s, &x, &w, &b, act, res, &mut want);
+                for isa in Isa::available() {
+                    let mut got = vec![f32::NAN; pixels * c_out];
+                    split_kernels::pointwise(isa, s, &x, &w, &b, act, res, &mut got);
+                    assert_close(&got, &want, &format!("{isa:?} {s:?} {act:?} res={}", res.is_some()));
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn depthwise_edges_and_strides_equal_reference() {
+    for (h, w, c, k, stride) in [
+        (1, 1, 8, 3, 1),
+        (2, 3, 8, 5, 1),
+        (5, 7, 16, 3, 2),
+        (7, 7, 24, 5, 2),
+        (9, 4, 40, 5, 1),
+        (6, 6, 12, 3, 1),
+        (11, 13, 32, 3, 2),
+        (14, 14, 48, 5, 1),
+        // Split across threads by channel blocks.
+        (57, 57, 104, 5, 2),
+    ] {
+        for batch in [1, 2] {
+            let s = ConvShape::depthwise(batch, h, w, c, k, stride);
+            let x = values(s.input_len(), 5);
+            let wt = values(k * k * c, 6);
+            let b = values(c, 7);
+            for act in [Activation::Linear, Activation::Relu6] {
+                let mut want = vec![0.0; s.output_len()];
+                reference::depthwise(s, &x, &wt, &b, act, &mut want);
+                for isa in Isa::available() {
+                    let mut got = vec![f32::NAN; s.output_len()];
+                    split_kernels::depthwise(isa, s, &x, &wt, &b, act, &mut got);
+                    assert_close(&got, &want, &format!("{isa:?} {s:?} {act:?}"));
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn stem_edges_equal_reference() {
+    for (h, w, c_in, c_out, k, stride) in
+        [(1, 1, 3, 8, 3, 2), (5, 6, 3, 32, 3, 2), (9, 9, 2, 24, 5, 1), (8, 5, 3, 6, 3, 2)]
+    {
+        for batch in [1, 3] {
+            let s = ConvShape { batch, height: h, width: w, c_in, c_out, kernel: k, stride };
+            let x = values(s.input_len(), 8);
+            let wt = values(k * k * c_in * c_out, 9);
+            let b = values(c_out, 10);
+            let mut want = vec![0.0; s.output_len()];
+            reference::conv_nchw_to_nhwc(s, &x, &wt, &b, Activation::Relu6, &mut want);
+            for isa in Isa::available() {
+                let mut got = vec![f32::NAN; s.output_len()];
+                split_kernels::conv_nchw_to_nhwc(isa, s, &x, &wt, &b, Activation::Relu6, &mut got);
+                assert_close(&got, &want, &format!("{isa:?} {s:?}"));
+            }
+        }
+    }
+}
+
+#[test]
+#[should_panic(expected = "pointwise: weight length")]
+fn wrong_weight_length_is_refused() {
+    let s = PointwiseShape { pixels: 2, c_in: 8, c_out: 8 };
+    let mut out = vec![0.0; 16];
+    split_kernels::pointwise(Isa::detect(), s, &[0.0; 16], &[0.0; 63], &[0.0; 8], Activation::Linear, None, &mut out);
+}
+
+#[test]
+fn owned_outputs_equal_reference() {
+    let s = ConvShape::depthwise(2, 9, 7, 24, 5, 2);
+    let (x, w, b) = (values(s.input_len(), 11), values(25 * 24, 12), values(24, 13));
+    let mut want = vec![0.0; s.output_len()];
+    reference::depthwise(s, &x, &w, &b, Activation::Relu6, &mut want);
+    for isa in Isa::available() {
+        let got = split_kernels::depthwise_new(isa, s, &x, &w, &b, Activation::Relu6);
+        assert_close(&got, &want, &format!("{isa:?} owned depthwise"));
+    }
+    let p = PointwiseShape { pixels: 31, c_in: 24, c_out: 40 };
+    let (x, w, b) = (values(31 * 24, 14), values(24 * 40, 15), values(40, 16));
+    let mut want = vec![0.0; 31 * 40];
+    reference::pointwise(p, &x, &w, &b, Activation::Linear, None, &mut want);
+    for isa in Isa::available() {
+        let got = split_kernels::pointwise_new(isa, p, &x, &w, &b, Activation::Linear, None);
+        assert_close(&got, &want, &format!("{isa:?} owned pointwise"));
+    }
+}

@@ -1,0 +1,284 @@
+//! The network's three convolutions as fused operations behind burn's backend-extension point.
+//!
+//! On `flex` (the server, and the browser's CPU fallback) each one is a single call into
+//! `split-kernels`: NHWC activations, bias, ReLU6 and the residual add applied in the kernel's
+//! epilogue, TF-SAME padding in its index ranges. On every other device (WebGPU in the browser,
+//! wgpu on a GPU server) the same operation is composed of plain burn tensor ops, so one model
+//! definition and one parameter layout serve both.
+//!
+//! Activations inside the network are NHWC (`[n, h, w, c]`); [`super::EfficientNetLite0`]
+//! converts at `forward_range`'s ends, so boundaries and frames keep their NCHW meaning.
+//!
+//! Parameter layouts (what the kernels read directly):
+//! - pointwise weight `[c_in, c_out]`;
+//! - depthwise weight `[k * k, c]`;
+//! - stem weight `[k * k * c_in, c_out]` (`[ky][kx][ci][co]`).
+
+use burn::backend::{Backend, DispatchDevice, Flex, backend_extension, tensor::FloatTensor};
+use burn::tensor::module::conv2d;
+use burn::tensor::ops::ConvOptions;
+use burn::tensor::{Tensor, TensorData};
+use std::sync::atomic::{AtomicBool, Ordering};
+use split_kernels::{Activation, ConvShape, Isa, PointwiseShape};
+
+/// Fused convolutions for the backends that have kernels for them.
+#[backend_extension(Flex)]
+pub trait FusedConvBackend: Backend {
+    /// 1x1 conv + bias (+ ReLU6 when `relu6`). `x: [n, h, w, c_in]`, `weight: [c_in, c_out]`.
+    fn fused_pointwise(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        relu6: bool,
+    ) -> FloatTensor<Self>;
+    /// 1x1 conv + bias + `residual` (linear): an MBConv projection with its skip connection.
+    fn fused_pointwise_add(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        residual: FloatTensor<Self>,
+    ) -> FloatTensor<Self>;
+    /// Depthwise kxk + bias + ReLU6, TF-SAME. `x: [n, h, w, c]`, `weight: [k * k, c]`.
+    fn fused_depthwise(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        kernel: usize,
+        stride: usize,
+    ) -> FloatTensor<Self>;
+    /// The stem: NCHW `x: [n, c_in, h, w]` to NHWC, + bias + ReLU6, TF-SAME.
+    fn fused_stem(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        kernel: usize,
+        stride: usize,
+    ) -> FloatTensor<Self>;
+}
+
+mod flex_impl {
+    use super::*;
+    use burn::backend::TensorMetadata;
+    use burn::backend::flex::FlexTensor;
+
+    /// The tensor's values in row-major order (a copy only for a strided view).
+    fn values(t: &FlexTensor) -> std::borrow::Cow<'_, [f32]> {
+        match t.as_slice::<f32>() {
+            Some(s) => std::borrow::Cow::Borrowed(s),
+            None => std::borrow::Cow::Owned(t.to_contiguous().as_slice::<f32>().unwrap().to_vec()),
+        }
+    }
+
+    fn tensor(values: Vec<f32>, shape: Vec<usize>) -> FlexTensor {
+        FlexTensor::from_data(TensorData::new(values, shape))
+    }
+
+    fn pointwise(
+        x: FlexTensor,
+        w: FlexTensor,
+        b: FlexTensor,
+        act: Activation,
+        residual: Option<FlexTensor>,
+    ) -> FlexTensor {
+        let mut dims = x.shape().to_vec();
+        let [c_in, c_out] = [w.shape()[0], w.shape()[1]];
+        let pixels = dims[..dims.len() - 1].iter().product();
+        let s = PointwiseShape { pixels, c_in, c_out };
+        let res = residual.as_ref().map(values);
+        let out = split_kernels::pointwise_new(
+            Isa::detect(),
+            s,
+            &values(&x),
+            &values(&w),
+            &values(&b),
+            act,
+            res.as_deref(),
+        );
+        *dims.last_mut().expect("rank 4") = c_out;
+        tensor(out, dims)
+    }
+
+    fn conv_shape(x: &FlexTensor, c_out: usize, kernel: usize, stride: usize, nchw: bool) -> ConvShape {
+        let d = x.shape();
+        let (h, w, c) = if nchw { (d[2], d[3], d[1]) } else { (d[1], d[2], d[3]) };
+        ConvShape { batch: d[0], height: h, width: w, c_in: c, c_out, kernel, stride }
+    }
+
+    impl FusedConvBackend for Flex {
+        fn fused_pointwise(x: FlexTensor, w: FlexTensor, b: FlexTensor, relu6: bool) -> FlexTensor {
+            let act = if relu6 { Activation::Relu6 } else { Activation::Linear };
+            pointwise(x, w, b, act, None)
+        }
+
+        fn fused_pointwise_add(
+            x: FlexTensor,
+            w: FlexTensor,
+            b: FlexTensor,
+            residual: FlexTensor,
+        ) -> FlexTensor {
+            pointwise(x, w, b, Activation::Linear, Some(residual))
+        }
+
+        fn fused_depthwise(
+            x: FlexTensor,
+            w: FlexTensor,
+            b: FlexTensor,
+            kernel: usize,
+            stride: usize,
+        ) -> FlexTensor {
+            let s = conv_shape(&x, x.shape()[3], kernel, stride, false);
+            let out = split_kernels::depthwise_new(
+                Isa::detect(),
+                s,
+                &values(&x),
+                &values(&w),
+                &values(&b),
+                Activation::Relu6,
+            );
+            let (oh, ow) = s.out_hw();
+            tensor(out, vec![s.batch, oh, ow, s.c_out])
+        }
+
+        fn fused_stem(
+            x: FlexTensor,
+            w: FlexTensor,
+            b: FlexTensor,
+            kernel: usize,
+            stride: usize,
+        ) -> FlexTensor {
+            let s = conv_shape(&x, w.shape()[1], kernel, stride, true);
+            let out = split_kernels::conv_nchw_to_nhwc_new(
+                Isa::detect(),
+                s,
+                &values(&x),
+                &values(&w),
+                &values(&b),
+                Activation::Relu6,
+            );
+            let (oh, ow) = s.out_hw();
+            tensor(out, vec![s.batch, oh, ow, s.c_out])
+        }
+    }
+}
+
+/// Set: the plain-burn-op path runs on `flex` too (tests compare the two paths with it).
+static COMPOSED_ONLY: AtomicBool = AtomicBool::new(false);
+
+/// Run the plain-burn-op path (the one WebGPU and wgpu take) on every device, `flex` included,
+/// until turned off: lets a machine without a GPU check that path against the fused one.
+pub fn set_composed_only(on: bool) {
+    COMPOSED_ONLY.store(on, Ordering::Relaxed);
+}
+
+/// Whether `x` lives on a device with fused kernels.
+fn fused(x: &Tensor<4>) -> bool {
+    matches!(x.device().as_dispatch(), DispatchDevice::Flex(_))
+        && !COMPOSED_ONLY.load(Ordering::Relaxed)
+}
+
+/// TF-SAME padding pairs `((top, bottom), (left, right))` for a kxk/s conv on `h × w`.
+fn same_padding(h: usize, w: usize, k: usize, s: usize) -> [(usize, usize); 2] {
+    let pair = |size: usize| {
+        let total = ((size.div_ceil(s) - 1) * s + k).saturating_sub(size);
+        (total / 2, total - total / 2)
+    };
+    [pair(h), pair(w)]
+}
+
+/// 1x1 conv over NHWC: `act(x · weight + bias) (+ residual)`.
+///
+/// # Shapes
+/// `x: [n, h, w, c_in]`, `weight: [c_in, c_out]`, `bias: [c_out]`, `residual: [n, h, w, c_out]`.
+pub fn pointwise(
+    x: Tensor<4>,
+    weight: Tensor<2>,
+    bias: Tensor<1>,
+    relu6: bool,
+    residual: Option<Tensor<4>>,
+) -> Tensor<4> {
+    if fused(&x) {
+        let (x, w, b) = (x.into_dispatch(), weight.into_dispatch(), bias.into_dispatch());
+        let out = match residual {
+            Some(r) => <burn::backend::Dispatch as FusedConvBackend>::fused_pointwise_add(
+                x,
+                w,
+                b,
+                r.into_dispatch(),
+            ),
+            None => <burn::backend::Dispatch as FusedConvBackend>::fused_pointwise(x, w, b, relu6),
+        };
+        return Tensor::from_dispatch(out);
+    }
+    let [n, h, w, c_in] = x.dims();
+    let c_out = weight.dims()[1];
+    let y = x.reshape([n * h * w, c_in]).matmul(weight) + bias.unsqueeze::<2>(); // [nhw, c_out]
+    let y = if relu6 { y.clamp(0.0, 6.0) } else { y };
+    let y = y.reshape([n, h, w, c_out]);
+    match residual {
+        Some(r) => y + r,
+        None => y,
+    }
+}
+
+/// Depthwise kxk + bias + ReLU6 over NHWC, TF-SAME padding.
+///
+/// # Shapes
+/// `x: [n, h, w, c]`, `weight: [k * k, c]`, `bias: [c]`; returns `[n, h / s, w / s, c]`.
+pub fn depthwise(
+    x: Tensor<4>,
+    weight: Tensor<2>,
+    bias: Tensor<1>,
+    kernel: usize,
+    stride: usize,
+) -> Tensor<4> {
+    if fused(&x) {
+        let out = <burn::backend::Dispatch as FusedConvBackend>::fused_depthwise(
+            x.into_dispatch(),
+            weight.into_dispatch(),
+            bias.into_dispatch(),
+            kernel,
+            stride,
+        );
+        return Tensor::from_dispatch(out);
+    }
+    let [_, h, w, c] = x.dims();
+    let weight = weight.transpose().reshape([c, 1, kernel, kernel]); // [c, 1, k, k]
+    let padding = same_padding(h, w, kernel, stride);
+    let options = ConvOptions::new_with_padding([stride, stride], padding, [1, 1], c);
+    let y = conv2d(x.permute([0, 3, 1, 2]), weight, Some(bias), options); // [n, c, h', w']
+    y.clamp(0.0, 6.0).permute([0, 2, 3, 1])
+}
+
+/// The stem: NCHW input to NHWC output, + bias + ReLU6, TF-SAME padding.
+///
+/// # Shapes
+/// `x: [n, c_in, h, w]`, `weight: [k * k * c_in, c_out]`, `bias: [c_out]`;
+/// returns `[n, h / s, w / s, c_out]`.
+pub fn stem(
+    x: Tensor<4>,
+    weight: Tensor<2>,
+    bias: Tensor<1>,
+    kernel: usize,
+    stride: usize,
+) -> Tensor<4> {
+    if fused(&x) {
+        let out = <burn::backend::Dispatch as FusedConvBackend>::fused_stem(
+            x.into_dispatch(),
+            weight.into_dispatch(),
+            bias.into_dispatch(),
+            kernel,
+            stride,
+        );
+        return Tensor::from_dispatch(out);
+    }
+    let [_, c_in, h, w] = x.dims();
+    let c_out = weight.dims()[1];
+    let weight = weight.reshape([kernel, kernel, c_in, c_out]).permute([3, 2, 0, 1]);
+    let options = ConvOptions::new_with_padding(
+        [stride, stride],
+        same_padding(h, w, kernel, stride),
+        [1, 1],
+        1,
+    );
+    conv2d(x, weight, Some(bias), options).clamp(0.0, 6.0).permute([0, 2, 3, 1])
+}

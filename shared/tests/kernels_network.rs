@@ -1,0 +1,90 @@
+//! Every fused kernel equals the scalar reference on every convolution shape of
+//! EfficientNet-Lite0 (batch 1 and the largest batch a frame may carry), on every instruction
+//! set this machine runs. Odd shapes are tested in `split-kernels` itself.
+
+use split_kernels::{Activation, ConvShape, Isa, PointwiseShape, reference};
+use split_shared::model::{HEAD_CHANNELS, INPUT_SIZE, MAX_BATCH, blocks};
+
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+fn assert_close(got: &[f32], want: &[f32], what: &str) {
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!((g - w).abs() <= 1e-5 * w.abs().max(1.0), "{what}: [{i}] {g} vs {w}");
+    }
+}
+
+/// The network's convolutions in order: (pointwise shapes, depthwise shapes) per batch size.
+fn network_shapes(batch: usize) -> (Vec<(PointwiseShape, Activation, bool)>, Vec<ConvShape>) {
+    let (mut pw, mut dw) = (Vec::new(), Vec::new());
+    let mut hw = INPUT_SIZE / 2;
+    for b in blocks() {
+        if b.expand != 1 {
+            let s = PointwiseShape { pixels: batch * hw * hw, c_in: b.c_in, c_out: b.hidden() };
+            pw.push((s, Activation::Relu6, false));
+        }
+        dw.push(ConvShape::depthwise(batch, hw, hw, b.hidden(), b.kernel, b.stride));
+        hw = hw.div_ceil(b.stride);
+        let s = PointwiseShape { pixels: batch * hw * hw, c_in: b.hidden(), c_out: b.c_out };
+        pw.push((s, Activation::Linear, b.residual()));
+    }
+    let s = PointwiseShape { pixels: batch * hw * hw, c_in: 320, c_out: HEAD_CHANNELS };
+    pw.push((s, Activation::Relu6, false));
+    (pw, dw)
+}
+
+#[test]
+fn every_network_shape_equals_reference() {
+    for batch in [1, MAX_BATCH] {
+        let (pw, dw) = network_shapes(batch);
+        for (i, (s, act, residual)) in pw.into_iter().enumerate() {
+            let x = values(s.pixels * s.c_in, i as u64);
+            let scale = 1.0 / (s.c_in as f32).sqrt();
+            let w: Vec<f32> = values(s.c_in * s.c_out, 100 + i as u64).iter().map(|v| v * scale).collect();
+            let b = values(s.c_out, 200 + i as u64);
+            let r = residual.then(|| values(s.pixels * s.c_out, 300 + i as u64));
+            let mut want = vec![0.0; s.pixels * s.c_out];
+            reference::pointwise(s, &x, &w, &b, act, r.as_deref(), &mut want);
+            for isa in Isa::available().into_iter().skip(1) {
+                let got = split_kernels::pointwise_new(isa, s, &x, &w, &b, act, r.as_deref());
+                assert_close(&got, &want, &format!("{isa:?} pointwise {s:?}"));
+            }
+        }
+        for (i, s) in dw.into_iter().enumerate() {
+            let x = values(s.input_len(), 400 + i as u64);
+            let w = values(s.kernel * s.kernel * s.c_in, 500 + i as u64);
+            let b = values(s.c_in, 600 + i as u64);
+            let mut want = vec![0.0; s.output_len()];
+            reference::depthwise(s, &x, &w, &b, Activation::Relu6, &mut want);
+            for isa in Isa::available().into_iter().skip(1) {
+                let got = split_kernels::depthwise_new(isa, s, &x, &w, &b, Activation::Relu6);
+                assert_close(&got, &want, &format!("{isa:?} depthwise {s:?}"));
+            }
+        }
+        let s = ConvShape {
+            batch,
+            height: INPUT_SIZE,
+            width: INPUT_SIZE,
+            c_in: 3,
+            c_out: 32,
+            kernel: 3,
+            stride: 2,
+        };
+        let (x, w, b) = (values(s.input_len(), 7), values(27 * 32, 8), values(32, 9));
+        let mut want = vec![0.0; s.output_len()];
+        reference::conv_nchw_to_nhwc(s, &x, &w, &b, Activation::Relu6, &mut want);
+        for isa in Isa::available().into_iter().skip(1) {
+            let got = split_kernels::conv_nchw_to_nhwc_new(isa, s, &x, &w, &b, Activation::Relu6);
+            assert_close(&got, &want, &format!("{isa:?} stem {s:?}"));
+        }
+    }
+}
