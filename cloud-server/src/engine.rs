@@ -155,12 +155,11 @@ fn worker(
             let start = Instant::now();
             let xs = group.iter().map(|r| r.x.clone()).collect();
             // A panic inside the backend must cost these requests, not the worker.
-            let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                forward_batch(&model, first, xs)
-            }))
-            .unwrap_or_else(|_| {
-                Err(ServeError::Internal("the model panicked on this input".into()))
-            });
+            let result =
+                std::panic::catch_unwind(AssertUnwindSafe(|| forward_batch(&model, first, xs)))
+                    .unwrap_or_else(|_| {
+                        Err(ServeError::Internal("the model panicked on this input".into()))
+                    });
             let compute_us = micros(start);
             passes.fetch_add(1, Ordering::Relaxed);
             match result {
@@ -188,7 +187,8 @@ fn worker(
                     let message = e.to_string();
                     let mut error = Some(e);
                     for r in group {
-                        let e = error.take().unwrap_or_else(|| ServeError::Internal(message.clone()));
+                        let e =
+                            error.take().unwrap_or_else(|| ServeError::Internal(message.clone()));
                         let _ = r.reply.send(Err(e));
                     }
                 }

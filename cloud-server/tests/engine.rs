@@ -54,9 +54,8 @@ async fn waiting_requests_are_batched_with_the_same_answers() {
     for (a, b) in one.iter().zip(&many) {
         match (a, b) {
             (Ok(a), Ok(b)) => {
-                let classes = |o: &cloud_server::Outcome| {
-                    o.top.iter().map(|p| p.class).collect::<Vec<_>>()
-                };
+                let classes =
+                    |o: &cloud_server::Outcome| o.top.iter().map(|p| p.class).collect::<Vec<_>>();
                 assert_eq!(classes(a), classes(b));
                 for (p, q) in a.top.iter().zip(&b.top) {
                     assert!((p.prob - q.prob).abs() < 1e-4, "{p:?} vs {q:?}");

@@ -26,7 +26,7 @@ fn filled(len: usize, zeroed: bool, fill: impl FnOnce(&mut [f32])) -> Vec<f32> {
 }
 
 fn simd(isa: Isa, channels: usize) -> bool {
-    isa != Isa::Reference && channels % isa.lanes() == 0
+    isa != Isa::Reference && channels.is_multiple_of(isa.lanes())
 }
 
 /// [`crate::pointwise`] into a new vector.

@@ -54,7 +54,7 @@ unsafe fn interior<S: Simd, const OX: usize, const NV: usize>(
     ch: usize,
 ) {
     let (k, st, c, pl) = (a.s.kernel, a.s.stride, a.s.c_in, a.pad_left);
-    // SAFETY (whole body): every (iy, ix) read is inside the image by the caller's guarantee and
+    // SAFETY: (the whole body) every (iy, ix) read is inside the image by the caller's guarantee and
     // the tap range; every channel index is below `ch + NV * LANES <= c`.
     unsafe {
         let mut acc = [[S::splat(0.0); NV]; OX];

@@ -133,7 +133,7 @@ pub fn pointwise(
     if let Some(r) = residual {
         assert_eq!(r.len(), out.len(), "pointwise: residual length");
     }
-    if s.c_out % isa.lanes() != 0 || isa == Isa::Reference {
+    if !s.c_out.is_multiple_of(isa.lanes()) || isa == Isa::Reference {
         return reference::pointwise(s, x, weight, bias, act, residual, out);
     }
     let a = pointwise::Args {
@@ -146,12 +146,14 @@ pub fn pointwise(
         out: out.as_mut_ptr(),
     };
     check_isa(isa);
-    // Parts of whole tiles: 8 rows covers every tile height.
-    let tiles = s.pixels.div_ceil(8);
-    let parts = threads::parts(s.pixels * s.c_in * s.c_out, tiles);
+    // Parts of whole tiles: 24 rows is a multiple of every tile height (4, 6), so only the last
+    // part has a partial tile.
+    const ROWS: usize = 24;
+    let units = s.pixels.div_ceil(ROWS);
+    let parts = threads::parts(s.pixels * s.c_in * s.c_out, units);
     threads::run_parts(parts, |i| {
-        let rows = threads::range(tiles, parts, i);
-        let sub = a.rows(rows.start * 8, (rows.end * 8).min(s.pixels));
+        let rows = threads::range(units, parts, i);
+        let sub = a.rows(rows.start * ROWS, (rows.end * ROWS).min(s.pixels));
         // SAFETY: lengths checked above; `c_out` is a multiple of the lanes; the ISA is
         // available; parts write disjoint pixel rows.
         unsafe { dispatch!(isa, pointwise_entry, &sub) }
@@ -181,7 +183,7 @@ pub fn depthwise(
     assert_eq!(weight.len(), s.kernel * s.kernel * s.c_in, "depthwise: weight length");
     assert_eq!(bias.len(), s.c_in, "depthwise: bias length");
     assert_eq!(out.len(), s.output_len(), "depthwise: output length");
-    if s.c_in % isa.lanes() != 0 || isa == Isa::Reference {
+    if !s.c_in.is_multiple_of(isa.lanes()) || isa == Isa::Reference {
         return reference::depthwise(s, x, weight, bias, act, out);
     }
     let a = depthwise::Args {
@@ -196,13 +198,13 @@ pub fn depthwise(
     };
     check_isa(isa);
     let (oh, ow) = s.out_hw();
-    let blocks = s.c_in / (2 * isa.lanes()).min(s.c_in);
-    let parts = threads::parts(s.batch * oh * ow * s.c_in * s.kernel * s.kernel, blocks);
+    // Parts of whole vectors of channels; each part is at least two vectors wide.
+    let vectors = s.c_in / isa.lanes();
+    let parts = threads::parts(s.batch * oh * ow * s.c_in * s.kernel * s.kernel, vectors / 2);
     threads::run_parts(parts, |i| {
-        let b = threads::range(blocks, parts, i);
-        let per = s.c_in / blocks;
-        let end = if b.end == blocks { s.c_in } else { b.end * per };
-        let sub = depthwise::Args { channels: b.start * per..end, ..a.clone() };
+        let v = threads::range(vectors, parts, i);
+        let sub =
+            depthwise::Args { channels: v.start * isa.lanes()..v.end * isa.lanes(), ..a.clone() };
         // SAFETY: as in `pointwise`; parts write disjoint channels.
         unsafe { dispatch!(isa, depthwise_entry, &sub) }
     });
@@ -231,7 +233,7 @@ pub fn conv_nchw_to_nhwc(
     assert_eq!(weight.len(), s.kernel * s.kernel * s.c_in * s.c_out, "stem: weight length");
     assert_eq!(bias.len(), s.c_out, "stem: bias length");
     assert_eq!(out.len(), s.output_len(), "stem: output length");
-    if s.c_out % isa.lanes() != 0 || isa == Isa::Reference {
+    if !s.c_out.is_multiple_of(isa.lanes()) || isa == Isa::Reference {
         return reference::conv_nchw_to_nhwc(s, x, weight, bias, act, out);
     }
     let a = stem::Args {
@@ -250,9 +252,9 @@ pub fn conv_nchw_to_nhwc(
 
 /// Refuse an instruction set this machine does not run, before any kernel is entered.
 fn check_isa(isa: Isa) {
-    if matches!(isa, Isa::Avx2 | Isa::Avx512) {
-        assert!(Isa::available().contains(&isa), "{isa:?} is not available on this CPU");
-    }
+    static AVAILABLE: std::sync::OnceLock<Vec<Isa>> = std::sync::OnceLock::new();
+    let available = AVAILABLE.get_or_init(Isa::available);
+    assert!(available.contains(&isa), "{isa:?} kernels do not run on this machine");
 }
 
 /// Call `$entry::<isa>`; the caller ran [`check_isa`].

@@ -54,7 +54,7 @@ impl Args {
 unsafe fn tile<S: Simd, const R: usize, const NV: usize>(a: &Args, p0: usize, v0: usize) {
     let (k, n) = (a.s.c_in, a.s.c_out);
     let col = v0 * S::LANES;
-    // SAFETY (whole body): indices stay inside the ranges the caller guarantees above.
+    // SAFETY: (the whole body) indices stay inside the ranges the caller guarantees above.
     unsafe {
         let mut acc = [[S::splat(0.0); NV]; R];
         for row in acc.iter_mut() {

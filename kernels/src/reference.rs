@@ -58,7 +58,8 @@ pub fn depthwise(
                             {
                                 continue;
                             }
-                            let xi = ((n * s.height + iy as usize) * s.width + ix as usize) * c + ch;
+                            let xi =
+                                ((n * s.height + iy as usize) * s.width + ix as usize) * c + ch;
                             acc += x[xi] * weight[(ky * s.kernel + kx) * c + ch];
                         }
                     }

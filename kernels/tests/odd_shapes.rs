@@ -29,8 +29,7 @@ fn assert_close(got: &[f32], want: &[f32], what: &str) {
 
 #[test]
 fn pointwise_tails_equal_reference() {
-    for (pixels, c_in, c_out) in
-        [
+    for (pixels, c_in, c_out) in [
         (1, 8, 8),
         (7, 16, 24),
         (13, 24, 40),
@@ -40,11 +39,11 @@ fn pointwise_tails_equal_reference() {
         (100, 96, 72),
         // Large enough to be split across threads (with the `threads` feature).
         (1001, 96, 104),
-    ]
-    {
+    ] {
         let s = PointwiseShape { pixels, c_in, c_out };
         let x = values(pixels * c_in, 1);
-        let w: Vec<f32> = values(c_in * c_out, 2).iter().map(|v| v / (c_in as f32).sqrt()).collect();
+        let w: Vec<f32> =
+            values(c_in * c_out, 2).iter().map(|v| v / (c_in as f32).sqrt()).collect();
         let b = values(c_out, 3);
         let r = values(pixels * c_out, 4);
         for act in [Activation::Linear, Activation::Relu6] {
@@ -54,7 +53,11 @@ fn pointwise_tails_equal_reference() {
                 for isa in Isa::available() {
                     let mut got = vec![f32::NAN; pixels * c_out];
                     split_kernels::pointwise(isa, s, &x, &w, &b, act, res, &mut got);
-                    assert_close(&got, &want, &format!("{isa:?} {s:?} {act:?} res={}", res.is_some()));
+                    assert_close(
+                        &got,
+                        &want,
+                        &format!("{isa:?} {s:?} {act:?} res={}", res.is_some()),
+                    );
                 }
             }
         }
@@ -119,7 +122,16 @@ fn stem_edges_equal_reference() {
 fn wrong_weight_length_is_refused() {
     let s = PointwiseShape { pixels: 2, c_in: 8, c_out: 8 };
     let mut out = vec![0.0; 16];
-    split_kernels::pointwise(Isa::detect(), s, &[0.0; 16], &[0.0; 63], &[0.0; 8], Activation::Linear, None, &mut out);
+    split_kernels::pointwise(
+        Isa::detect(),
+        s,
+        &[0.0; 16],
+        &[0.0; 63],
+        &[0.0; 8],
+        Activation::Linear,
+        None,
+        &mut out,
+    );
 }
 
 #[test]

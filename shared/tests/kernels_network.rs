@@ -49,7 +49,8 @@ fn every_network_shape_equals_reference() {
         for (i, (s, act, residual)) in pw.into_iter().enumerate() {
             let x = values(s.pixels * s.c_in, i as u64);
             let scale = 1.0 / (s.c_in as f32).sqrt();
-            let w: Vec<f32> = values(s.c_in * s.c_out, 100 + i as u64).iter().map(|v| v * scale).collect();
+            let w: Vec<f32> =
+                values(s.c_in * s.c_out, 100 + i as u64).iter().map(|v| v * scale).collect();
             let b = values(s.c_out, 200 + i as u64);
             let r = residual.then(|| values(s.pixels * s.c_out, 300 + i as u64));
             let mut want = vec![0.0; s.pixels * s.c_out];

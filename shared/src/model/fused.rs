@@ -18,8 +18,8 @@ use burn::backend::{Backend, DispatchDevice, Flex, backend_extension, tensor::Fl
 use burn::tensor::module::conv2d;
 use burn::tensor::ops::ConvOptions;
 use burn::tensor::{Tensor, TensorData};
-use std::sync::atomic::{AtomicBool, Ordering};
 use split_kernels::{Activation, ConvShape, Isa, PointwiseShape};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Fused convolutions for the backends that have kernels for them.
 #[backend_extension(Flex)]
@@ -65,7 +65,11 @@ mod flex_impl {
     fn values(t: &FlexTensor) -> std::borrow::Cow<'_, [f32]> {
         match t.as_slice::<f32>() {
             Some(s) => std::borrow::Cow::Borrowed(s),
-            None => std::borrow::Cow::Owned(t.to_contiguous().as_slice::<f32>().unwrap().to_vec()),
+            None => {
+                let t = t.to_contiguous();
+                let s = t.as_slice::<f32>().expect("a contiguous f32 tensor has a slice");
+                std::borrow::Cow::Owned(s.to_vec())
+            }
         }
     }
 
@@ -98,7 +102,13 @@ mod flex_impl {
         tensor(out, dims)
     }
 
-    fn conv_shape(x: &FlexTensor, c_out: usize, kernel: usize, stride: usize, nchw: bool) -> ConvShape {
+    fn conv_shape(
+        x: &FlexTensor,
+        c_out: usize,
+        kernel: usize,
+        stride: usize,
+        nchw: bool,
+    ) -> ConvShape {
         let d = x.shape();
         let (h, w, c) = if nchw { (d[2], d[3], d[1]) } else { (d[1], d[2], d[3]) };
         ConvShape { batch: d[0], height: h, width: w, c_in: c, c_out, kernel, stride }

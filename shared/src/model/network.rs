@@ -196,7 +196,7 @@ impl EfficientNetLite0 {
                 fused::stem(x, s.weight.val(), s.bias.val(), s.kernel, s.stride) // [n, 112, 112, 32]
             }
             2..=17 => self.blocks[k as usize - 2].forward(x), // [n, h, w, c_out]
-            18 => self.head.forward(x, true, None),          // [n, 7, 7, 1280]
+            18 => self.head.forward(x, true, None),           // [n, 7, 7, 1280]
             19 => x.mean_dims(&[1, 2]),                       // [n, 1, 1, 1280]
             20 => {
                 let [n, _, _, c] = x.dims();
