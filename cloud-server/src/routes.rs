@@ -32,8 +32,11 @@ pub struct AppState {
     /// The planner's cost table (JSON text), when there is one.
     pub cost_table: Option<Arc<String>>,
     /// Results by content, shared by every session.
-    pub cache: Arc<Mutex<LruCache<(Boundary, Vec<Prediction>)>>>,
+    pub cache: ResultCache,
 }
+
+/// Answers by content key: the boundary served from and the top-5.
+pub type ResultCache = Arc<Mutex<LruCache<(Boundary, Vec<Prediction>)>>>;
 
 /// Rough bytes one cached result holds (key, boundary, five predictions, bookkeeping).
 pub const CACHE_ENTRY_COST: usize = 160;

@@ -61,7 +61,7 @@ pub fn delta_probabilities(table: u8, levels: usize) -> Vec<u32> {
     for distance in 0..=levels / 2 {
         weight[distance] = w;
         weight[(levels - distance) % levels] = w;
-        w = w * decay >> 16;
+        w = (w * decay) >> 16;
     }
     fixed_point(&weight)
 }
@@ -113,7 +113,7 @@ pub fn decode<'m>(
     per_channel: usize,
     out: &mut Vec<u8>,
 ) -> Result<(), CodecError> {
-    if bytes.len() % 4 != 0 {
+    if !bytes.len().is_multiple_of(4) {
         return Err(CodecError::BadPayload("entropy-coded payload is not whole 32-bit words"));
     }
     let words: Vec<u32> =
@@ -177,7 +177,7 @@ mod tests {
         let mut bytes = Vec::new();
         encode(&symbols, models.iter(), &mut bytes);
         // Channel 0 costs about 0.6 bits per symbol, channel 1 about 4.
-        assert!(bytes.len() < 2000 * 5 / 8 / 1 + 2000 * 4 / 8 / 1 + 64, "{}", bytes.len());
+        assert!(bytes.len() < 2000 * 5 / 8 + 2000 * 4 / 8 + 64, "{}", bytes.len());
         let mut back = Vec::new();
         decode(&bytes, models.iter(), 2000, &mut back).unwrap();
         assert_eq!(back, symbols);

@@ -149,7 +149,7 @@ pub fn standard_traces() -> Vec<Trace> {
             name: "oscillation",
             duration_ms: 60_000.0,
             at: Box::new(move |t| {
-                c(40.0, if (t / 3_000.0) as u64 % 2 == 0 { 150.0 } else { 600.0 })
+                c(40.0, if ((t / 3_000.0) as u64).is_multiple_of(2) { 150.0 } else { 600.0 })
             }),
         },
         Trace {
