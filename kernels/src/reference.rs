@@ -108,3 +108,25 @@ pub fn conv_nchw_to_nhwc(
         }
     }
 }
+
+/// Deterministic values in [-1, 1) from `seed` (xorshift): inputs for the tests that compare
+/// the kernels with this module, reproducible when one fails.
+pub fn test_values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+/// Panic unless `got` equals `want` within 1e-5, relative to the value (absolute below 1).
+pub fn assert_close(got: &[f32], want: &[f32], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!((g - w).abs() <= 1e-5 * w.abs().max(1.0), "{what}: [{i}] {g} vs {w}");
+    }
+}

@@ -5,27 +5,8 @@
 //! across threads. The network's own shapes are tested
 //! in `split-shared` (`tests/kernels_network.rs`), which knows the architecture.
 
-use split_kernels::{Activation, ConvShape, Isa, PointwiseShape, reference};
-
-/// Deterministic values in [-1, 1) (xorshift), so failures reproduce.
-fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        })
-        .collect()
-}
-
-fn assert_close(got: &[f32], want: &[f32], what: &str) {
-    assert_eq!(got.len(), want.len());
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!((g - w).abs() <= 1e-5 * w.abs().max(1.0), "{what}: [{i}] {g} vs {w}");
-    }
-}
+use split_kernels::reference::{self, assert_close, test_values as values};
+use split_kernels::{Activation, ConvShape, Isa, PointwiseShape};
 
 #[test]
 fn pointwise_tails_equal_reference() {

@@ -2,26 +2,9 @@
 //! EfficientNet-Lite0 (batch 1 and the largest batch a frame may carry), on every instruction
 //! set this machine runs. Odd shapes are tested in `split-kernels` itself.
 
-use split_kernels::{Activation, ConvShape, Isa, PointwiseShape, reference};
+use split_kernels::reference::{self, assert_close, test_values as values};
+use split_kernels::{Activation, ConvShape, Isa, PointwiseShape};
 use split_shared::model::{HEAD_CHANNELS, INPUT_SIZE, MAX_BATCH, blocks};
-
-fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        })
-        .collect()
-}
-
-fn assert_close(got: &[f32], want: &[f32], what: &str) {
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!((g - w).abs() <= 1e-5 * w.abs().max(1.0), "{what}: [{i}] {g} vs {w}");
-    }
-}
 
 /// The network's convolutions in order: (pointwise shapes, depthwise shapes) per batch size.
 fn network_shapes(batch: usize) -> (Vec<(PointwiseShape, Activation, bool)>, Vec<ConvShape>) {

@@ -102,16 +102,26 @@ mod flex_impl {
         tensor(out, dims)
     }
 
-    fn conv_shape(
-        x: &FlexTensor,
+    /// A kernel that runs a kxk convolution into a new NHWC vector.
+    type ConvKernel = fn(Isa, ConvShape, &[f32], &[f32], &[f32], Activation) -> Vec<f32>;
+
+    /// A kxk convolution + bias + ReLU6 with TF-SAME padding; `x` is NCHW when `nchw` (the
+    /// stem), NHWC otherwise; the output is NHWC.
+    fn conv(
+        run: ConvKernel,
+        x: FlexTensor,
+        w: FlexTensor,
+        b: FlexTensor,
         c_out: usize,
-        kernel: usize,
-        stride: usize,
+        [kernel, stride]: [usize; 2],
         nchw: bool,
-    ) -> ConvShape {
+    ) -> FlexTensor {
         let d = x.shape();
-        let (h, w, c) = if nchw { (d[2], d[3], d[1]) } else { (d[1], d[2], d[3]) };
-        ConvShape { batch: d[0], height: h, width: w, c_in: c, c_out, kernel, stride }
+        let (height, width, c_in) = if nchw { (d[2], d[3], d[1]) } else { (d[1], d[2], d[3]) };
+        let s = ConvShape { batch: d[0], height, width, c_in, c_out, kernel, stride };
+        let out = run(Isa::detect(), s, &values(&x), &values(&w), &values(&b), Activation::Relu6);
+        let (oh, ow) = s.out_hw();
+        tensor(out, vec![s.batch, oh, ow, s.c_out])
     }
 
     impl FusedConvBackend for Flex {
@@ -136,17 +146,8 @@ mod flex_impl {
             kernel: usize,
             stride: usize,
         ) -> FlexTensor {
-            let s = conv_shape(&x, x.shape()[3], kernel, stride, false);
-            let out = split_kernels::depthwise_new(
-                Isa::detect(),
-                s,
-                &values(&x),
-                &values(&w),
-                &values(&b),
-                Activation::Relu6,
-            );
-            let (oh, ow) = s.out_hw();
-            tensor(out, vec![s.batch, oh, ow, s.c_out])
+            let c = x.shape()[3];
+            conv(split_kernels::depthwise_new, x, w, b, c, [kernel, stride], false)
         }
 
         fn fused_stem(
@@ -156,17 +157,8 @@ mod flex_impl {
             kernel: usize,
             stride: usize,
         ) -> FlexTensor {
-            let s = conv_shape(&x, w.shape()[1], kernel, stride, true);
-            let out = split_kernels::conv_nchw_to_nhwc_new(
-                Isa::detect(),
-                s,
-                &values(&x),
-                &values(&w),
-                &values(&b),
-                Activation::Relu6,
-            );
-            let (oh, ow) = s.out_hw();
-            tensor(out, vec![s.batch, oh, ow, s.c_out])
+            let c_out = w.shape()[1];
+            conv(split_kernels::conv_nchw_to_nhwc_new, x, w, b, c_out, [kernel, stride], true)
         }
     }
 }
