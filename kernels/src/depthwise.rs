@@ -22,9 +22,9 @@ pub(crate) struct Args {
     pub out: *mut f32,
     /// `s.pad_before().1`, computed once per call.
     pub pad_left: usize,
-    /// The channels this call computes (multiples of the lanes); the rest belong to other
-    /// threads.
-    pub channels: std::ops::Range<usize>,
+    /// The output rows this call computes, counted over the batch (`n * out_height + oy`); the
+    /// rest belong to other threads.
+    pub rows: std::ops::Range<usize>,
 }
 
 // SAFETY: the pointers are only read, except `out`, and the parallel parts of one call write
@@ -45,7 +45,7 @@ struct Row {
 /// `OX` output pixels starting at `ox`, all taps horizontally inside the image.
 ///
 /// # Safety
-/// `ox .. ox + OX` are interior columns of `row`; `ch + NV * LANES <= channels`.
+/// `ox .. ox + OX` are interior columns of `row`; `ch + NV * LANES <= c`.
 #[inline(always)]
 unsafe fn interior<S: Simd, const OX: usize, const NV: usize>(
     a: &Args,
@@ -87,7 +87,7 @@ unsafe fn interior<S: Simd, const OX: usize, const NV: usize>(
 /// One output pixel whose window may cross the left/right edge.
 ///
 /// # Safety
-/// `ox` is an output column; `ch + NV * LANES <= channels`.
+/// `ox` is an output column; `ch + NV * LANES <= c`.
 #[inline(always)]
 unsafe fn edge<S: Simd, const NV: usize>(a: &Args, row: &Row, ox: usize, ch: usize) {
     let (k, st, c, pl) = (a.s.kernel, a.s.stride, a.s.c_in, a.pad_left as isize);
@@ -119,7 +119,7 @@ unsafe fn edge<S: Simd, const NV: usize>(a: &Args, row: &Row, ox: usize, ch: usi
 /// Epilogue: activation, then one store per vector.
 ///
 /// # Safety
-/// `out` valid for `OX` pixels of `channels` floats from the tile's first channel.
+/// `out` valid for `OX` pixels of `c` floats from the tile's first channel.
 #[inline(always)]
 unsafe fn store<S: Simd, const OX: usize, const NV: usize>(
     a: &Args,
@@ -173,18 +173,19 @@ unsafe fn row_block<S: Simd, const OX: usize, const NV: usize>(a: &Args, row: &R
     }
 }
 
-/// The whole convolution. `channels` must be a multiple of `S::LANES`; `NV <= 4`.
+/// The output rows `a.rows`. The channels must be a multiple of `S::LANES`; `NV <= 4`.
 ///
 /// # Safety
-/// Pointers valid for the shape; `channels % S::LANES == 0`.
+/// Pointers valid for the shape; `c % S::LANES == 0`; `a.rows` inside `batch * out_height`.
 #[inline(always)]
 pub(crate) unsafe fn run<S: Simd, const OX: usize, const NV: usize>(a: &Args) {
     let s = a.s;
     let (oh, ow) = s.out_hw();
     let pt = s.pad_before().0 as isize;
-    let vectors = a.channels.end / S::LANES;
-    for n in 0..s.batch {
-        for oy in 0..oh {
+    let vectors = s.c_in / S::LANES;
+    for r in a.rows.clone() {
+        let (n, oy) = (r / oh, r % oh);
+        {
             let iy0 = (oy * s.stride) as isize - pt;
             let row = Row {
                 // SAFETY: image `n` starts inside `x`; `out` row inside the output.
@@ -195,11 +196,11 @@ pub(crate) unsafe fn run<S: Simd, const OX: usize, const NV: usize>(a: &Args) {
                 // SAFETY: as above.
                 out: unsafe { a.out.add((n * oh + oy) * ow * s.c_in) },
             };
-            let mut v0 = a.channels.start / S::LANES;
+            let mut v0 = 0;
             while v0 < vectors {
                 let nv = NV.min(vectors - v0);
                 let ch = v0 * S::LANES;
-                // SAFETY: the channel block is inside `channels`.
+                // SAFETY: the channel block is inside `c`.
                 unsafe {
                     match nv {
                         _ if nv == NV => row_block::<S, OX, NV>(a, &row, ch),

@@ -10,7 +10,7 @@ use crate::{depthwise, pointwise, stem};
 /// Tile sizes: pointwise `MR × NV`, depthwise `OX × NV`, stem `NV`.
 macro_rules! entry_set {
     ($vis:vis mod $name:ident, $simd:ty, $($feat:literal)?, pw: ($mr:literal, $pnv:literal),
-     dw: ($ox:literal, $dnv:literal), stem: $snv:literal) => {
+     dw: ($ox:literal, $dnv:literal), stem: ($sox:literal, $snv:literal)) => {
         $vis mod $name {
             use super::*;
             /// # Safety
@@ -29,13 +29,13 @@ macro_rules! entry_set {
             /// As above.
             $(#[target_feature(enable = $feat)])?
             pub(crate) unsafe fn stem_entry(a: &stem::Args) {
-                stem::run::<$simd, $snv>(a)
+                stem::run::<$simd, $sox, $snv>(a)
             }
         }
     };
 }
 
-entry_set!(mod portable_set, Portable, , pw: (4, 2), dw: (4, 2), stem: 4);
+entry_set!(mod portable_set, Portable, , pw: (4, 2), dw: (4, 2), stem: (2, 4));
 
 /// Per kernel, the portable entry.
 pub(crate) mod pointwise_entry {
@@ -59,14 +59,14 @@ pub(crate) mod stem_entry {
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 use crate::simd::Wasm128;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-entry_set!(mod wasm_set, Wasm128, , pw: (4, 3), dw: (4, 2), stem: 4);
+entry_set!(mod wasm_set, Wasm128, , pw: (4, 3), dw: (4, 2), stem: (2, 4));
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86 {
     use super::*;
     use crate::simd::Avx2;
-    entry_set!(mod v3, Avx2, "avx2,fma", pw: (6, 2), dw: (4, 2), stem: 4);
-    entry_set!(mod v4, Avx2, "avx2,fma,avx512f,avx512vl", pw: (6, 4), dw: (4, 4), stem: 4);
+    entry_set!(mod v3, Avx2, "avx2,fma", pw: (6, 2), dw: (4, 2), stem: (2, 4));
+    entry_set!(mod v4, Avx2, "avx2,fma,avx512f,avx512vl", pw: (6, 4), dw: (4, 4), stem: (4, 4));
 
     /// Per kernel, the x86 entries.
     pub(crate) mod pointwise_entry {

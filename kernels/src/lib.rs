@@ -194,18 +194,17 @@ pub fn depthwise(
         act,
         out: out.as_mut_ptr(),
         pad_left: s.pad_before().1,
-        channels: 0..s.c_in,
+        rows: 0..0,
     };
     check_isa(isa);
+    // Parts of whole output rows: every channel of a pixel stays in one part, so each part
+    // writes whole cache lines.
     let (oh, ow) = s.out_hw();
-    // Parts of whole vectors of channels; each part is at least two vectors wide.
-    let vectors = s.c_in / isa.lanes();
-    let parts = threads::parts(s.batch * oh * ow * s.c_in * s.kernel * s.kernel, vectors / 2);
+    let rows = s.batch * oh;
+    let parts = threads::parts(rows * ow * s.c_in * s.kernel * s.kernel, rows);
     threads::run_parts(parts, |i| {
-        let v = threads::range(vectors, parts, i);
-        let sub =
-            depthwise::Args { channels: v.start * isa.lanes()..v.end * isa.lanes(), ..a.clone() };
-        // SAFETY: as in `pointwise`; parts write disjoint channels.
+        let sub = depthwise::Args { rows: threads::range(rows, parts, i), ..a.clone() };
+        // SAFETY: as in `pointwise`; parts write disjoint output rows.
         unsafe { dispatch!(isa, depthwise_entry, &sub) }
     });
 }
@@ -243,11 +242,17 @@ pub fn conv_nchw_to_nhwc(
         bias: bias.as_ptr(),
         act,
         out: out.as_mut_ptr(),
-        channels: 0..s.c_out,
+        rows: 0..0,
     };
     check_isa(isa);
-    // SAFETY: as in `pointwise`; one part (the stem is 1/40 of the network).
-    unsafe { dispatch!(isa, stem_entry, &a) }
+    let (oh, ow) = s.out_hw();
+    let rows = s.batch * oh;
+    let parts = threads::parts(rows * ow * s.c_out * s.c_in * s.kernel * s.kernel, rows);
+    threads::run_parts(parts, |i| {
+        let sub = stem::Args { rows: threads::range(rows, parts, i), ..a.clone() };
+        // SAFETY: as in `pointwise`; parts write disjoint output rows.
+        unsafe { dispatch!(isa, stem_entry, &sub) }
+    });
 }
 
 /// Refuse an instruction set this machine does not run, before any kernel is entered.

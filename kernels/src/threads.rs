@@ -1,13 +1,14 @@
 //! Splitting one kernel call across threads (native builds with the `threads` feature).
 //!
-//! Each part computes a disjoint range of the output (pixel rows for 1x1 convs, channels for
+//! Each part computes a disjoint range of the output (pixel rows for 1x1 convs, output rows for
 //! depthwise and the stem), so parts share nothing they write. Small calls stay on the calling
 //! thread: below [`MIN_MACS_PER_PART`] the hand-off costs more than it saves.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// Multiply-accumulates a part must have to be worth a thread (≈ 20 µs of work).
-const MIN_MACS_PER_PART: usize = 1 << 20;
+/// Multiply-accumulates a part must have to be worth a thread (≈ 6 µs of work; the hand-off
+/// to a spinning helper costs about a microsecond).
+const MIN_MACS_PER_PART: usize = 1 << 18;
 
 /// 0: every thread of rayon's pool; otherwise at most this many.
 static MAX_THREADS: AtomicUsize = AtomicUsize::new(0);
@@ -18,14 +19,33 @@ pub fn set_max_threads(n: usize) {
     MAX_THREADS.store(n, Ordering::Relaxed);
 }
 
+/// The helpers that run every part but the first: one fewer than the machine's threads, since
+/// the calling thread computes part 0 itself rather than sleeping while the pool works.
+#[cfg(feature = "threads")]
+fn helpers() -> &'static rayon::ThreadPool {
+    static POOL: std::sync::OnceLock<rayon::ThreadPool> = std::sync::OnceLock::new();
+    POOL.get_or_init(|| {
+        let threads = std::env::var("RAYON_NUM_THREADS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .filter(|&n: &usize| n > 0)
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads.saturating_sub(1).max(1))
+            .thread_name(|i| format!("split-kernels-{i}"))
+            .build()
+            .expect("a thread pool of at least one thread")
+    })
+}
+
 /// The threads a call may use now.
 pub fn max_threads() -> usize {
     #[cfg(feature = "threads")]
     {
-        let pool = rayon::current_num_threads();
+        let all = helpers().current_num_threads() + 1;
         match MAX_THREADS.load(Ordering::Relaxed) {
-            0 => pool,
-            n => n.min(pool),
+            0 => all,
+            n => n.min(all),
         }
     }
     #[cfg(not(feature = "threads"))]
@@ -45,19 +65,90 @@ pub(crate) fn range(units: usize, parts: usize, i: usize) -> std::ops::Range<usi
 }
 
 /// Run `f(0) .. f(parts - 1)`, in parallel where threads are available.
+///
+/// The caller takes parts itself until none is left, then spins (briefly, then yields) until
+/// the helpers' parts are done: a kernel call lasts tens to hundreds of microseconds, about what
+/// a sleeping thread takes to wake, so blocking on a condition variable (as a scope does from
+/// outside the pool) would cost as much as the split saves. Parts are claimed from a counter,
+/// so a helper that starts late finds nothing to do and the caller never waits on a part that
+/// no thread has begun.
 pub(crate) fn run_parts(parts: usize, f: impl Fn(usize) + Sync) {
     #[cfg(feature = "threads")]
     if parts > 1 {
-        let f = &f;
-        rayon::scope(|s| {
-            for i in 1..parts {
-                s.spawn(move |_| f(i));
-            }
-            f(0);
-        });
-        return;
+        return shared_parts::run(parts, &f);
     }
     for i in 0..parts {
         f(i);
+    }
+}
+
+#[cfg(feature = "threads")]
+mod shared_parts {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    /// One call's parts, shared by the caller and the helpers it asked for.
+    struct Parts {
+        parts: usize,
+        next: AtomicUsize,
+        done: AtomicUsize,
+        panicked: AtomicBool,
+        /// The caller's closure with its lifetime erased; see the SAFETY notes below.
+        f: *const (dyn Fn(usize) + Sync),
+    }
+
+    // SAFETY: `f` points to a `Sync` closure; it is only called between a successful claim
+    // and the matching `done` increment, while the caller is still waiting (see `run`).
+    unsafe impl Send for Parts {}
+    unsafe impl Sync for Parts {}
+
+    impl Parts {
+        /// Claim and run parts until none is left.
+        fn work(&self) {
+            loop {
+                let i = self.next.fetch_add(1, Ordering::Relaxed);
+                if i >= self.parts {
+                    return;
+                }
+                // SAFETY: part `i` was claimed and `done` has not reached `parts`, so the
+                // caller is still inside `run` and the closure behind `f` is alive.
+                let f = unsafe { &*self.f };
+                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(i))).is_err() {
+                    self.panicked.store(true, Ordering::Relaxed);
+                }
+                self.done.fetch_add(1, Ordering::Release);
+            }
+        }
+    }
+
+    pub(super) fn run(parts: usize, f: &(dyn Fn(usize) + Sync)) {
+        // SAFETY: only the lifetime is erased (same fat-pointer layout); `run` does not return
+        // before every claimed part has finished, and no part is claimed after that.
+        let f: *const (dyn Fn(usize) + Sync + 'static) = unsafe { std::mem::transmute(f) };
+        let shared = Arc::new(Parts {
+            parts,
+            next: AtomicUsize::new(0),
+            done: AtomicUsize::new(0),
+            panicked: AtomicBool::new(false),
+            f,
+        });
+        let pool = super::helpers();
+        for _ in 1..parts.min(pool.current_num_threads() + 1) {
+            let shared = Arc::clone(&shared);
+            pool.spawn(move || shared.work());
+        }
+        shared.work();
+        let mut spins = 0u32;
+        while shared.done.load(Ordering::Acquire) < parts {
+            if spins < 20_000 {
+                std::hint::spin_loop();
+                spins += 1;
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        if shared.panicked.load(Ordering::Relaxed) {
+            panic!("a kernel part panicked on a helper thread");
+        }
     }
 }
