@@ -100,6 +100,7 @@ mod shared_parts {
     // SAFETY: `f` points to a `Sync` closure; it is only called between a successful claim
     // and the matching `done` increment, while the caller is still waiting (see `run`).
     unsafe impl Send for Parts {}
+    // SAFETY: as for `Send`; the counters are atomics.
     unsafe impl Sync for Parts {}
 
     impl Parts {

@@ -79,8 +79,7 @@ fn depthwise_edges_and_strides_equal_reference() {
 
 #[test]
 fn stem_edges_equal_reference() {
-    for (h, w, c_in, c_out, k, stride) in
-        [
+    for (h, w, c_in, c_out, k, stride) in [
         (1, 1, 3, 8, 3, 2),
         (5, 6, 3, 32, 3, 2),
         (9, 9, 2, 24, 5, 1),
@@ -88,8 +87,7 @@ fn stem_edges_equal_reference() {
         (13, 14, 3, 16, 3, 1),
         // Interior tiles with a remainder, and split across threads by output rows.
         (121, 119, 3, 32, 3, 2),
-    ]
-    {
+    ] {
         for batch in [1, 3] {
             let s = ConvShape { batch, height: h, width: w, c_in, c_out, kernel: k, stride };
             let x = values(s.input_len(), 8);

@@ -12,7 +12,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let threads: usize = args.next().map_or(Ok(1), |s| s.parse())?;
     split_kernels::set_max_threads(threads);
     let device = Device::flex();
-    let model = EfficientNetLite0::from_weights(&WeightsFile::from_bytes(&std::fs::read(path)?)?, &device)?;
+    let model =
+        EfficientNetLite0::from_weights(&WeightsFile::from_bytes(&std::fs::read(path)?)?, &device)?;
     let x = Tensor::<4>::zeros([1, 3, 224, 224], &device);
     let mut times = Vec::with_capacity(repeats);
     for _ in 0..repeats {
