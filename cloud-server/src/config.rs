@@ -58,14 +58,14 @@ impl Config {
         <Self as clap::Parser>::parse_from(["cloud-server", "--port", "0"])
     }
 
-    /// The weights path: the flag, else [`split_shared::model::default_weights_path`].
+    /// The weights path: the flag, else [`split_paths::weights_file`].
     pub fn weights_path(&self) -> PathBuf {
-        self.weights.clone().unwrap_or_else(split_shared::model::default_weights_path)
+        self.weights.clone().unwrap_or_else(split_paths::weights_file)
     }
 
-    /// The calibration path: the flag, else [`split_shared::codec::default_calibration_path`].
+    /// The calibration path: the flag, else [`split_paths::calibration_file`].
     pub fn calibration_path(&self) -> PathBuf {
-        self.calibration.clone().unwrap_or_else(split_shared::codec::default_calibration_path)
+        self.calibration.clone().unwrap_or_else(split_paths::calibration_file)
     }
 
     /// The cost table path: the flag, else `profiles/cost-table.json` of the checkout.

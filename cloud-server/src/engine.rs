@@ -10,7 +10,7 @@ use std::time::Instant;
 use burn::tensor::{Device, Tensor};
 use split_shared::labels::{Prediction, top_k};
 use split_shared::model::{
-    Boundary, EfficientNetLite0, MAX_BATCH, NUM_CLASSES, check_shape, features_tensor,
+    Boundary, EfficientNetLite0, Features, MAX_BATCH, ModelError, NUM_CLASSES,
 };
 use split_shared::protocol::{ServerLoad, ServerTimings};
 use tokio::sync::{mpsc, oneshot};
@@ -34,15 +34,8 @@ pub struct Outcome {
 /// What a worker computes: decoded activations, or a whole image.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Work {
-    /// Activations at `boundary`, `dims = [1, C, H, W]`.
-    Features {
-        /// Where the client stopped.
-        boundary: Boundary,
-        /// Their shape.
-        dims: Vec<usize>,
-        /// Their values, C order.
-        values: Vec<f32>,
-    },
+    /// One image's activations (`[1, C, H, W]`) at the boundary where the client stopped.
+    Features(Features),
     /// JPEG or PNG bytes: run everything.
     Image(Vec<u8>),
     /// A JPEG or PNG of the 224x224 model input: decode without cropping, run everything.
@@ -81,9 +74,7 @@ struct Ready {
 /// Decode a job's input into a `[1, C, H, W]` tensor at its boundary.
 fn decode(work: Work, device: &Device) -> Result<(Boundary, Tensor<4>), ServeError> {
     Ok(match work {
-        Work::Features { boundary, dims, values } => {
-            (boundary, features_tensor(&dims, values, device))
-        }
+        Work::Features(features) => (features.boundary(), features.to_tensor(device)),
         Work::Image(payload) => {
             let img = split_shared::image::preprocess(&payload)?;
             (Boundary::INPUT, split_shared::image::to_input_tensor(&img, device))
@@ -239,27 +230,23 @@ impl Engine {
         }
     }
 
-    /// Run a request. Shapes are checked before queueing so bad input never waits for a worker.
+    /// Run a request. Batches are refused before queueing so bad input never waits for a worker
+    /// (the shape itself was checked when the [`Features`] were made).
     ///
     /// # Errors
     /// [`ServeError::Model`] for a shape that does not match its boundary or an undecodable
     /// image, [`ServeError::Busy`] when the queue is full, [`ServeError::Internal`] otherwise.
     pub async fn submit(&self, work: Work) -> Result<Outcome, ServeError> {
-        if let Work::Features { boundary, dims, values } = &work {
-            check_shape(*boundary, dims)?;
-            if values.len() != dims.iter().product::<usize>() {
-                return Err(ServeError::Internal("features and their shape disagree".into()));
-            }
-            // One image per frame: the reply carries one top-5.
-            if dims[0] != 1 {
-                let expected = boundary.info().shape;
-                Err(split_shared::Error::ShapeMismatch {
-                    boundary: *boundary,
-                    expected,
-                    got: dims.clone(),
-                    max_batch: 1,
-                })?;
-            }
+        // One image per frame: the reply carries one top-5.
+        if let Work::Features(f) = &work
+            && f.batch() != 1
+        {
+            Err(split_shared::Error::Model(ModelError::ShapeMismatch {
+                boundary: f.boundary(),
+                expected: f.boundary().info().shape,
+                got: f.dims().to_vec(),
+                max_batch: 1,
+            }))?;
         }
         let (reply, answer) = oneshot::channel();
         self.queue.try_send(Job { work, enqueued: Instant::now(), reply }).map_err(

@@ -20,16 +20,19 @@ pub enum ServeError {
     Internal(String),
 }
 
+impl From<split_shared::model::ModelError> for ServeError {
+    fn from(e: split_shared::model::ModelError) -> Self {
+        Self::Model(e.into())
+    }
+}
+
 impl ServeError {
     /// The code sent in the error reply.
     pub fn code(&self) -> ErrorCode {
         match self {
             Self::Wire(e) => e.code(),
-            Self::Model(split_shared::Error::ShapeMismatch { .. }) => ErrorCode::ShapeMismatch,
-            Self::Model(split_shared::Error::ImageDecode(_)) => ErrorCode::BadImage,
-            Self::Model(split_shared::Error::Wire(e)) => e.code(),
-            Self::Model(split_shared::Error::Codec(e)) => e.code(),
-            Self::Model(_) | Self::Internal(_) => ErrorCode::Internal,
+            Self::Model(e) => ErrorCode::of(e),
+            Self::Internal(_) => ErrorCode::Internal,
             Self::Busy(_) => ErrorCode::Busy,
         }
     }

@@ -10,7 +10,7 @@ use burn::tensor::Device;
 use split_shared::cache::LruCache;
 use split_shared::codec::{Calibration, DEFAULT_SETTING, SUPPORTED_BITS};
 use split_shared::labels::Prediction;
-use split_shared::model::{Boundary, EfficientNetLite0, WeightsFile, boundary_table};
+use split_shared::model::{Boundary, EfficientNetLite0, boundary_table};
 use split_shared::protocol::{MAX_FRAME_BYTES, PROTOCOL_VERSION};
 
 use crate::config::{Config, DeviceChoice};
@@ -101,15 +101,8 @@ impl AppState {
     /// When the weights file is missing or invalid, with the command that fixes it.
     pub fn load(config: &Config) -> Result<Self> {
         let weights_path = config.weights_path();
-        let bytes = std::fs::read(&weights_path).with_context(|| {
-            format!(
-                "cannot read the weights at {}; run `cargo xtask setup` first",
-                weights_path.display()
-            )
-        })?;
-        let weights = WeightsFile::from_bytes(&bytes)?;
         let (device, device_name) = device(config.device)?;
-        let model = EfficientNetLite0::from_weights(&weights, &device)?;
+        let model = EfficientNetLite0::load(&weights_path, &device)?;
         log::info!("model loaded from {} on {device_name}", weights_path.display());
         let calibration = load_calibration(config.calibration_path())?;
         let cost_table = load_cost_table(config.cost_table_path())?;

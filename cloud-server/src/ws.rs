@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use actix_web::{HttpRequest, HttpResponse, rt, web};
 use actix_ws::{AggregatedMessage, CloseCode, CloseReason};
 use split_shared::cache::ContentKey;
-use split_shared::codec::{StreamDecoder, features_values};
+use split_shared::codec::{DecodeContext, StreamDecoder};
 use split_shared::protocol::{ErrorCode, MAX_FRAME_BYTES, Reply, Request, peek_request_id};
 
 use crate::engine::{Outcome, Work};
@@ -41,14 +41,11 @@ fn prepare(
     streams: &mut StreamDecoder,
 ) -> Result<(ContentKey, Work), ServeError> {
     Ok(match request {
-        Request::Features { boundary, shape, encoding, payload, .. } => {
+        Request::Features { frame, .. } => {
             let calibration = state.calibration.as_ref().map(|(c, _)| c.as_ref());
-            let (dims, values) =
-                features_values(boundary, &shape, &encoding, &payload, calibration, Some(streams))?;
-            let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-            let dims_bytes: Vec<u8> = dims.iter().flat_map(|d| (*d as u32).to_le_bytes()).collect();
-            let key = ContentKey::of(&[b"features", &[boundary.index()], &dims_bytes, &bytes]);
-            (key, Work::Features { boundary, dims, values })
+            let ctx = DecodeContext::new(calibration).with_streams(Some(streams));
+            let features = frame.decode(ctx)?;
+            (ContentKey::of_features(&features), Work::Features(features))
         }
         Request::Image { payload, .. } => {
             (ContentKey::of(&[b"image", &payload]), Work::Image(payload))

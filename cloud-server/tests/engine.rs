@@ -2,17 +2,15 @@
 
 use burn::tensor::Device;
 use cloud_server::{Config, Engine, ServeError, Work};
-use split_shared::model::{EfficientNetLite0, WeightsFile};
+use split_shared::model::EfficientNetLite0;
 
 const CHELSEA: &[u8] = include_bytes!("../../web/samples/chelsea.png");
 
 #[actix_web::test]
 async fn a_full_queue_answers_busy_and_serves_the_rest() {
-    let bytes = std::fs::read(Config::for_tests().weights_path())
-        .expect("weights: run `cargo xtask setup`");
     let device = Device::flex();
-    let model = EfficientNetLite0::from_weights(&WeightsFile::from_bytes(&bytes).unwrap(), &device)
-        .unwrap();
+    let model = EfficientNetLite0::load(&Config::for_tests().weights_path(), &device)
+        .unwrap_or_else(|e| panic!("{e}"));
     // One worker, room for one waiting request: of eight sent at once, at most two can be taken.
     let engine = Engine::start(model, device, 1, 1, 1);
     let requests = (0..8).map(|_| engine.submit(Work::Image(CHELSEA.to_vec())));
@@ -31,11 +29,9 @@ async fn a_full_queue_answers_busy_and_serves_the_rest() {
 /// answers as one at a time, and mixed boundaries in one batch each get their own pass.
 #[actix_web::test]
 async fn waiting_requests_are_batched_with_the_same_answers() {
-    let bytes = std::fs::read(Config::for_tests().weights_path())
-        .expect("weights: run `cargo xtask setup`");
     let device = Device::flex();
-    let model = EfficientNetLite0::from_weights(&WeightsFile::from_bytes(&bytes).unwrap(), &device)
-        .unwrap();
+    let model = EfficientNetLite0::load(&Config::for_tests().weights_path(), &device)
+        .unwrap_or_else(|e| panic!("{e}"));
     let coffee = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../web/samples/coffee.png"))
         .expect("coffee sample");
     let single = Engine::start(model.clone(), device.clone(), 1, 16, 1);

@@ -11,8 +11,9 @@ use cloud_server::{AppState, Config, config_app};
 use futures_util::{SinkExt, StreamExt};
 use std::sync::OnceLock;
 
-use split_shared::codec::{Calibration, Setting, StreamEncoder, features_request};
-use split_shared::model::{Boundary, EfficientNetLite0, WeightsFile};
+use split_shared::codec::{Calibration, EncodeContext, Setting, StreamEncoder};
+use split_shared::model::{Boundary, EfficientNetLite0, Features};
+use split_shared::protocol::FeaturesFrame;
 use split_shared::protocol::{
     Encoding, ErrorCode, MAX_FRAME_BYTES, MAX_PAYLOAD_BYTES, PROTOCOL_VERSION, Reply, Request,
 };
@@ -69,30 +70,27 @@ fn expect_error(reply: Reply, id: u64, code: ErrorCode) {
 fn model() -> &'static EfficientNetLite0 {
     static MODEL: OnceLock<EfficientNetLite0> = OnceLock::new();
     MODEL.get_or_init(|| {
-        let bytes = std::fs::read(Config::for_tests().weights_path()).unwrap();
-        EfficientNetLite0::from_weights(&WeightsFile::from_bytes(&bytes).unwrap(), &Device::flex())
-            .unwrap()
+        EfficientNetLite0::load(&Config::for_tests().weights_path(), &Device::flex())
+            .unwrap_or_else(|e| panic!("{e}"))
     })
 }
 
 fn calibration() -> &'static Calibration {
     static CALIBRATION: OnceLock<Calibration> = OnceLock::new();
     CALIBRATION.get_or_init(|| {
-        let bytes = std::fs::read(Config::for_tests().calibration_path())
-            .expect("calibration missing: run `cargo xtask setup`");
-        Calibration::from_bytes(&bytes).unwrap()
+        Calibration::load(&Config::for_tests().calibration_path())
+            .unwrap_or_else(|e| panic!("{e}; run `./run.sh setup`"))
     })
 }
 
 /// Activations of `photo` at `split`, computed the way the browser does.
-fn activations(photo: &[u8], split: Boundary) -> (Vec<usize>, Vec<f32>) {
+fn activations(photo: &[u8], split: Boundary) -> Features {
     let img = split_shared::image::preprocess(photo).unwrap();
     let device = Device::flex();
     let x = model()
         .forward_range(split_shared::image::to_input_tensor(&img, &device), Boundary::INPUT, split)
         .unwrap();
-    let dims = x.dims().to_vec();
-    (dims, x.into_data().try_to_vec::<f32>().unwrap())
+    Features::from_tensor(split, x).unwrap()
 }
 
 fn coded_frame(
@@ -102,11 +100,10 @@ fn coded_frame(
     photo: &[u8],
     stream: Option<&mut StreamEncoder>,
 ) -> Vec<u8> {
-    let (dims, values) = activations(photo, split);
     let setting: Setting = setting.parse().unwrap();
-    features_request(id, split, &dims, &values, setting, Some(calibration()), stream)
-        .unwrap()
-        .to_bytes()
+    let ctx = EncodeContext::new(Some(calibration())).with_stream(stream);
+    let frame = FeaturesFrame::encode(&activations(photo, split), setting, ctx).unwrap();
+    Request::Features { id, frame }.to_bytes()
 }
 
 /// f32 features of the chelsea photo at `split`.
@@ -202,20 +199,13 @@ async fn bad_codec_frames_get_typed_errors() {
     let mut ws = connect(&srv).await;
     let block8 = Boundary::block(8).unwrap();
     let valid = coded_frame(1, block8, "q4", CHELSEA, None);
-    let Request::Features { boundary, shape, encoding: Encoding::Coded(params), payload, .. } =
-        Request::decode(&valid).unwrap()
-    else {
+    let Request::Features { frame, .. } = Request::decode(&valid).unwrap() else { unreachable!() };
+    let (Encoding::Coded(params), payload) = (frame.encoding, frame.payload.clone()) else {
         unreachable!()
     };
     let with = |params, payload: Vec<u8>| {
-        Request::Features {
-            id: 2,
-            boundary,
-            encoding: Encoding::Coded(params),
-            shape: shape.clone(),
-            payload,
-        }
-        .to_bytes()
+        let frame = FeaturesFrame { encoding: Encoding::Coded(params), payload, ..frame.clone() };
+        Request::Features { id: 2, frame }.to_bytes()
     };
     let mut foreign = params;
     foreign.calibration ^= 0xff;

@@ -6,15 +6,14 @@
 use std::sync::{Mutex, OnceLock};
 
 use libfuzzer_sys::fuzz_target;
-use split_shared::codec::{Calibration, StreamDecoder, default_calibration_path, features_values};
+use split_shared::codec::{Calibration, DecodeContext, StreamDecoder};
 use split_shared::protocol::Request;
 
 fn calibration() -> &'static Calibration {
     static C: OnceLock<Calibration> = OnceLock::new();
     C.get_or_init(|| {
-        let bytes = std::fs::read(default_calibration_path())
-            .expect("run `cargo xtask setup` first: the fuzzer decodes with the real calibration");
-        Calibration::from_bytes(&bytes).expect("valid calibration")
+        Calibration::load(&split_paths::calibration_file())
+            .expect("run `./run.sh setup` first: the fuzzer decodes with the real calibration")
     })
 }
 
@@ -30,8 +29,11 @@ fuzz_target!(|data: &[u8]| {
             frame[at..at + 8].copy_from_slice(&calibration.id().to_le_bytes());
         }
     }
-    if let Ok(Request::Features { boundary, shape, encoding, payload, .. }) = Request::decode(&frame) {
+    if let Ok(Request::Features { frame, .. }) = Request::decode(&frame) {
         let mut streams = STREAMS.get_or_init(Default::default).lock().unwrap();
-        let _ = features_values(boundary, &shape, &encoding, &payload, Some(calibration), Some(&mut streams));
+        let ctx = DecodeContext::new(Some(calibration)).with_streams(Some(&mut streams));
+        if let Ok(features) = frame.decode(ctx) {
+            assert_eq!(features.values().len(), features.dims().iter().product::<usize>());
+        }
     }
 });

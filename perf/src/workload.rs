@@ -2,9 +2,9 @@
 
 use anyhow::{Context, Result, bail};
 use burn::tensor::Device;
-use split_shared::codec::{Calibration, Setting, features_request};
-use split_shared::model::{Boundary, EfficientNetLite0, WeightsFile};
-use split_shared::protocol::Request;
+use split_shared::codec::{Calibration, EncodeContext, Setting};
+use split_shared::model::{Boundary, EfficientNetLite0, Features};
+use split_shared::protocol::{FeaturesFrame, Request};
 
 /// A request kind.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -63,31 +63,24 @@ impl Workload {
             }
             Self::Features { split, codec } => {
                 let device = Device::flex();
-                let path = split_shared::model::default_weights_path();
-                let weights = std::fs::read(&path)
-                    .with_context(|| format!("{}: run `./run.sh setup`", path.display()))?;
-                let model =
-                    EfficientNetLite0::from_weights(&WeightsFile::from_bytes(&weights)?, &device)?;
+                let model = EfficientNetLite0::load(&split_paths::weights_file(), &device)?;
                 let img = split_shared::image::preprocess(image)?;
                 let x = model.forward_range(
                     split_shared::image::to_input_tensor(&img, &device),
                     Boundary::INPUT,
                     *split,
                 )?;
-                let dims = x.dims();
-                let values =
-                    x.into_data().try_to_vec::<f32>().map_err(|e| anyhow::anyhow!("{e:?}"))?;
+                let features = Features::from_tensor(*split, x)?;
                 let calibration = match codec {
                     Setting::F32 => None,
-                    Setting::Quant(_) => {
-                        let path = split_shared::codec::default_calibration_path();
-                        let bytes = std::fs::read(&path)
-                            .with_context(|| format!("{}: run `./run.sh setup`", path.display()))?;
-                        Some(Calibration::from_bytes(&bytes)?)
-                    }
+                    Setting::Quant(_) => Some(
+                        Calibration::load(&split_paths::calibration_file())
+                            .context("run `./run.sh setup`")?,
+                    ),
                 };
-                Ok(features_request(0, *split, &dims, &values, *codec, calibration.as_ref(), None)?
-                    .to_bytes())
+                let ctx = EncodeContext::new(calibration.as_ref());
+                let frame = FeaturesFrame::encode(&features, *codec, ctx)?;
+                Ok(Request::Features { id: 0, frame }.to_bytes())
             }
         }
     }

@@ -2,7 +2,7 @@
 //!
 //! `cargo run -p split-shared --example forward_loop -- WEIGHTS [REPEATS] [THREADS]`
 use burn::tensor::{Device, Tensor};
-use split_shared::model::{Boundary, EfficientNetLite0, WeightsFile};
+use split_shared::model::{Boundary, EfficientNetLite0};
 use std::time::Instant;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -12,8 +12,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let threads: usize = args.next().map_or(Ok(1), |s| s.parse())?;
     split_kernels::set_max_threads(threads);
     let device = Device::flex();
-    let model =
-        EfficientNetLite0::from_weights(&WeightsFile::from_bytes(&std::fs::read(path)?)?, &device)?;
+    let model = EfficientNetLite0::load(path.as_ref(), &device)?;
     let x = Tensor::<4>::zeros([1, 3, 224, 224], &device);
     let mut times = Vec::with_capacity(repeats);
     for _ in 0..repeats {

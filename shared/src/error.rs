@@ -1,41 +1,17 @@
-//! One error type for the crate; every variant says what went wrong in terms a caller can act on.
+//! The crate's umbrella error: each layer has its own type ([`ModelError`],
+//! [`crate::codec::CodecError`], [`crate::protocol::WireError`]) and this one carries any of
+//! them, for the functions that cross layers (decoding a frame into activations, an image into
+//! a tensor). [`crate::protocol::ErrorCode::of`] maps it to the code a reply carries.
 
-use crate::model::Boundary;
+use crate::model::ModelError;
 
-/// Errors from model loading, preprocessing and frame decoding.
+/// Errors from preprocessing, the model, the codec or a frame.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// A boundary index or name that does not exist.
-    #[error(
-        "unknown boundary {0:?}; expected one of input, stem, block0..block15, head, pool, logits"
-    )]
-    UnknownBoundary(String),
-    /// `forward_range` asked to run backwards.
-    #[error("cannot run from {from} to {to}: the range must go forward")]
-    BackwardRange {
-        /// Start boundary.
-        from: Boundary,
-        /// End boundary.
-        to: Boundary,
-    },
-    /// A tensor's shape does not match the boundary it claims to be at.
-    #[error(
-        "shape {got:?} does not match boundary {boundary}: expected [n, {expected:?}] with 1 <= n <= {max_batch}"
-    )]
-    ShapeMismatch {
-        /// The boundary the tensor claims to be at.
-        boundary: Boundary,
-        /// Expected `[C, H, W]`.
-        expected: [usize; 3],
-        /// The shape received.
-        got: Vec<usize>,
-        /// Largest batch accepted.
-        max_batch: usize,
-    },
-    /// The weights file is malformed, truncated or for another model.
-    #[error("weights file is invalid: {0}")]
-    BadWeights(String),
+    /// The model refused its input or its weights; see [`ModelError`].
+    #[error(transparent)]
+    Model(#[from] ModelError),
     /// The image bytes could not be decoded.
     #[error("could not decode image: {0}")]
     ImageDecode(String),
@@ -45,9 +21,6 @@ pub enum Error {
     /// Features failed to encode or decode; see [`crate::codec::CodecError`].
     #[error(transparent)]
     Codec(#[from] crate::codec::CodecError),
-    /// A backend failed to produce tensor data.
-    #[error("backend error: {0}")]
-    Backend(String),
 }
 
 /// Result with this crate's [`Error`].

@@ -1,19 +1,25 @@
-//! What the browser edge and the cloud server must agree on, with no networking code:
+//! What the browser edge and the cloud server must agree on, with no networking code.
 //!
-//! - [`model`]: EfficientNet-Lite0 in burn, split at 21 named [`Boundary`]s, with per-boundary
-//!   metadata (shape, MACs, parameter bytes) and the project's weights file format;
-//! - [`image`]: decoding and preprocessing, so both sides feed the network identical pixels;
-//! - [`protocol`]: the versioned binary frames that cross the WebSocket;
+//! Layers, each using only the ones below it:
+//!
+//! - [`protocol`]: the versioned binary frames that cross the WebSocket, and the
+//!   activations ↔ frame step both sides run ([`protocol::FeaturesFrame`]);
 //! - [`codec`]: quantization, projection, entropy coding and stream deltas for features, driven
-//!   by a calibration artefact;
-//! - [`cache`]: the content-keyed LRU both sides use to skip repeated work;
-//! - [`plan`]: cost table, split planner, network monitor and adaptive controller;
-//! - [`labels`]: ImageNet class names and top-k.
+//!   by a calibration artefact; [`plan`]: cost table, split planner, network monitor and adaptive
+//!   controller;
+//! - [`model`]: EfficientNet-Lite0 in burn, split at 21 named [`Boundary`]s, and the
+//!   [`model::Features`] that cross a split; [`image`]: decoding and preprocessing, so both sides
+//!   feed the network identical pixels;
+//! - [`container`]: byte reading and the tensor file the weights and calibration are stored in;
+//!   [`cache`]: the content-keyed LRU both sides use to skip repeated work; [`labels`]: ImageNet
+//!   class names and top-k.
 //!
-//! Everything here builds for `wasm32-unknown-unknown` and natively.
+//! Everything here builds for `wasm32-unknown-unknown` and natively, and reads no environment:
+//! where files live is the tools' and the server's business.
 
 pub mod cache;
 pub mod codec;
+pub mod container;
 pub mod error;
 pub mod image;
 pub mod labels;
@@ -22,4 +28,4 @@ pub mod plan;
 pub mod protocol;
 
 pub use error::{Error, Result};
-pub use model::{Boundary, EfficientNetLite0};
+pub use model::{Boundary, EfficientNetLite0, Features};

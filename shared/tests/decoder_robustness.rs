@@ -2,26 +2,24 @@
 //! every codec path decode or fail with a typed error, never panic, and never come back with a
 //! wrong-sized tensor. (`cargo xtask fuzz` runs the libFuzzer target for longer.)
 
-use split_shared::codec::{
-    Calibration, StreamDecoder, default_calibration_path, features_values, sample_frames,
-};
-use split_shared::protocol::Request;
+use split_shared::codec::{Calibration, DecodeContext, StreamDecoder};
+use split_shared::protocol::{Request, sample_frames};
 
 fn calibration() -> Calibration {
-    let path = default_calibration_path();
-    let bytes = std::fs::read(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}; run `cargo xtask setup`", path.display()));
-    Calibration::from_bytes(&bytes).unwrap()
+    Calibration::load(&split_paths::calibration_file())
+        .unwrap_or_else(|e| panic!("{e}; run `./run.sh setup`"))
 }
 
 fn decode(frame: &[u8], calibration: &Calibration, streams: &mut StreamDecoder) -> bool {
-    let Ok(Request::Features { boundary, shape, encoding, payload, .. }) = Request::decode(frame)
-    else {
+    let Ok(Request::Features { frame, .. }) = Request::decode(frame) else {
         return false;
     };
-    match features_values(boundary, &shape, &encoding, &payload, Some(calibration), Some(streams)) {
-        Ok((dims, values)) => {
-            assert_eq!(values.len(), dims.iter().product::<usize>(), "decoded size matches shape");
+    let ctx = DecodeContext::new(Some(calibration)).with_streams(Some(streams));
+    match frame.decode(ctx) {
+        Ok(features) => {
+            let [n, c, h, w] = features.dims();
+            assert_eq!(features.values().len(), n * c * h * w, "decoded size matches shape");
+            assert_eq!(features.boundary(), frame.boundary);
             true
         }
         Err(_) => false,

@@ -4,13 +4,26 @@ mod common;
 
 use burn::tensor::{Device, Tensor};
 use common::*;
-use split_shared::Boundary;
-use split_shared::codec::features_request;
-use split_shared::codec::{Calibration, Setting, default_calibration_path, features_values};
+use split_shared::codec::{Calibration, DecodeContext, EncodeContext, Setting};
 use split_shared::image::to_input_tensor;
 use split_shared::labels::top_k;
-use split_shared::model::features_tensor;
-use split_shared::protocol::Request;
+use split_shared::model::{Features, ModelError};
+use split_shared::protocol::{FeaturesFrame, Request};
+use split_shared::{Boundary, Error};
+
+/// Activations through the wire format, as the browser sends them and the server reads them.
+fn through_a_frame(
+    features: &Features,
+    setting: Setting,
+    calibration: Option<&Calibration>,
+) -> Features {
+    let frame = FeaturesFrame::encode(features, setting, EncodeContext::new(calibration)).unwrap();
+    let bytes = Request::Features { id: 7, frame }.to_bytes();
+    let Request::Features { id: 7, frame } = Request::decode(&bytes).unwrap() else {
+        panic!("features frame")
+    };
+    frame.decode(DecodeContext::new(calibration)).unwrap()
+}
 
 #[test]
 fn every_split_equals_the_full_forward_pass() {
@@ -21,17 +34,10 @@ fn every_split_equals_the_full_forward_pass() {
     let full_top1 = top_k(&full, 1)[0].class;
     for k in Boundary::all() {
         let edge = model.forward_range(input.clone(), Boundary::INPUT, k).unwrap();
-        let dims = edge.dims();
-        // Through the wire format, as the browser sends it and the server reads it.
-        let frame = Request::features_f32(7, k, &dims, &values(edge)).to_bytes();
-        let Request::Features { boundary, shape, encoding, payload, .. } =
-            Request::decode(&frame).unwrap()
-        else {
-            panic!("features frame")
-        };
-        assert_eq!(boundary, k);
-        let (dims, v) = features_values(k, &shape, &encoding, &payload, None, None).unwrap();
-        let x = features_tensor(&dims, v, &device);
+        let edge = Features::from_tensor(k, edge).unwrap();
+        let cloud = through_a_frame(&edge, Setting::F32, None);
+        assert_eq!(cloud, edge, "f32 frames are lossless");
+        let x = cloud.to_tensor(&device);
         let logits = values(model.forward_range(x, k, Boundary::LOGITS).unwrap());
         let diff = max_abs_diff(&logits, &full);
         assert!(diff <= 1e-5, "split at {k}: logits differ by {diff}");
@@ -45,20 +51,27 @@ fn wrong_shapes_and_backward_ranges_are_errors() {
     let model = model(&device);
     let wrong = Tensor::<4>::zeros([1, 24, 56, 56], &device);
     let err = model.forward_range(wrong, Boundary::STEM, Boundary::LOGITS).unwrap_err();
-    assert!(matches!(err, split_shared::Error::ShapeMismatch { .. }), "{err}");
+    assert!(matches!(err, ModelError::ShapeMismatch { .. }), "{err}");
     let x = Tensor::<4>::zeros([1, 32, 112, 112], &device);
     let err = model.forward_range(x, Boundary::STEM, Boundary::INPUT).unwrap_err();
-    assert!(matches!(err, split_shared::Error::BackwardRange { .. }), "{err}");
+    assert!(matches!(err, ModelError::BackwardRange { .. }), "{err}");
+    // A frame whose shape does not fit its boundary is refused when decoded, before any model.
+    let frame = FeaturesFrame {
+        boundary: Boundary::block(5).unwrap(),
+        encoding: split_shared::protocol::Encoding::F32,
+        shape: vec![1, 2, 1, 2],
+        payload: vec![0; 16],
+    };
+    let err = frame.decode(DecodeContext::default()).unwrap_err();
+    assert!(matches!(err, Error::Model(ModelError::ShapeMismatch { .. })), "{err}");
 }
 
 /// The real calibration, at every calibrated boundary: 8-bit keeps the top-1 of both bundled
 /// fixtures, and every setting decodes to the right shape through the wire format.
 #[test]
 fn calibrated_codecs_keep_the_answer_at_every_boundary() {
-    let path = default_calibration_path();
-    let bytes = std::fs::read(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}; run `cargo xtask setup`", path.display()));
-    let calibration = Calibration::from_bytes(&bytes).unwrap();
+    let calibration = Calibration::load(&split_paths::calibration_file())
+        .unwrap_or_else(|e| panic!("{e}; run `./run.sh setup`"));
     let device = Device::flex();
     let model = model(&device);
     for name in ["chelsea", "coffee"] {
@@ -66,23 +79,13 @@ fn calibrated_codecs_keep_the_answer_at_every_boundary() {
         let full_top1 = top_k(&values(model.forward(input.clone()).unwrap()), 1)[0].class;
         for k in calibration.boundaries() {
             let edge = model.forward_range(input.clone(), Boundary::INPUT, k).unwrap();
-            let dims = edge.dims();
-            let v = values(edge);
+            let edge = Features::from_tensor(k, edge).unwrap();
             for setting in ["q8", "q4", "q2-r8", "q6-packed"] {
                 let setting: Setting = setting.parse().unwrap();
-                let frame =
-                    features_request(1, k, &dims, &v, setting, Some(&calibration), None).unwrap();
-                let Request::Features { shape, encoding, payload, .. } =
-                    Request::decode(&frame.to_bytes()).unwrap()
-                else {
-                    panic!("features frame")
-                };
-                let (d, back) =
-                    features_values(k, &shape, &encoding, &payload, Some(&calibration), None)
-                        .unwrap();
-                assert_eq!(back.len(), v.len());
+                let back = through_a_frame(&edge, setting, Some(&calibration));
+                assert_eq!((back.boundary(), back.dims()), (k, edge.dims()));
                 if setting.to_string() == "q8" {
-                    let x = features_tensor(&d, back, &device);
+                    let x = back.to_tensor(&device);
                     let logits = values(model.forward_range(x, k, Boundary::LOGITS).unwrap());
                     assert_eq!(top_k(&logits, 1)[0].class, full_top1, "{name} at {k}, q8");
                 }

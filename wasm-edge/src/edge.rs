@@ -7,11 +7,11 @@ use std::collections::HashMap;
 use burn::tensor::{Device, Tensor};
 use split_shared::cache::{ContentKey, LruCache};
 use split_shared::codec::{
-    Calibration, DEFAULT_KEYFRAME_INTERVAL, Setting, StreamEncoder, features_request,
+    Calibration, DEFAULT_KEYFRAME_INTERVAL, EncodeContext, Setting, StreamEncoder,
 };
 use split_shared::labels::{Prediction, top_k};
-use split_shared::model::{Boundary, EfficientNetLite0, NUM_CLASSES, WeightsFile};
-use split_shared::protocol::{ErrorCode, Reply};
+use split_shared::model::{Boundary, EfficientNetLite0, Features, ModelError, NUM_CLASSES};
+use split_shared::protocol::{Encoding, ErrorCode, FeaturesFrame, Reply, Request};
 
 /// Predictions reported per image.
 pub const TOP_K: usize = 5;
@@ -71,11 +71,14 @@ pub struct EdgeRunner {
     state: RefCell<EdgeState>,
 }
 
-/// Read a tensor's values; asynchronous because WebGPU results arrive through a callback.
-async fn read_values(t: Tensor<4>) -> split_shared::Result<Vec<f32>> {
-    let data =
-        t.into_data_async().await.map_err(|e| split_shared::Error::Backend(format!("{e:?}")))?;
-    data.try_to_vec::<f32>().map_err(|e| split_shared::Error::Backend(format!("{e:?}")))
+/// Wait for a tensor's data; asynchronous because WebGPU results arrive through a callback.
+async fn read_data(t: Tensor<4>) -> Result<burn::tensor::TensorData, ModelError> {
+    t.into_data_async().await.map_err(|e| ModelError::Backend(format!("{e:?}")))
+}
+
+/// Read activations back.
+async fn read_features(boundary: Boundary, t: Tensor<4>) -> Result<Features, ModelError> {
+    Features::from_data(boundary, read_data(t).await?)
 }
 
 impl EdgeRunner {
@@ -84,7 +87,7 @@ impl EdgeRunner {
     /// # Errors
     /// When the file is not a valid weights file for this model.
     pub fn new(weights: &[u8], device: Device) -> split_shared::Result<Self> {
-        let model = EfficientNetLite0::from_weights(&WeightsFile::from_bytes(weights)?, &device)?;
+        let model = EfficientNetLite0::from_weight_bytes(weights, &device)?;
         let state = EdgeState {
             calibration: None,
             stream: StreamEncoder::new(STREAM_ID, DEFAULT_KEYFRAME_INTERVAL, STREAM_DEADZONE),
@@ -171,32 +174,18 @@ impl EdgeRunner {
         id: u64,
     ) -> split_shared::Result<EdgeOutput> {
         let x = split_shared::image::to_input_tensor(img, &self.device);
-        let features = self.model.forward_range(x, Boundary::INPUT, options.split)?;
-        let dims = features.dims();
-        let values = read_values(features).await?;
+        let x = self.model.forward_range(x, Boundary::INPUT, options.split)?;
+        let features = read_features(options.split, x).await?;
         if options.split == Boundary::LOGITS {
-            return Ok(EdgeOutput::Local { top: top_k(&values[..NUM_CLASSES], TOP_K) });
+            return Ok(EdgeOutput::Local { top: top_k(&features.values()[..NUM_CLASSES], TOP_K) });
         }
         let mut state = self.state.borrow_mut();
         let EdgeState { calibration, stream, .. } = &mut *state;
-        let stream = options.stream.then_some(stream);
-        let request = features_request(
-            id,
-            options.split,
-            &dims,
-            &values,
-            options.setting,
-            calibration.as_ref(),
-            stream,
-        )?;
-        let delta = matches!(
-            &request,
-            split_shared::protocol::Request::Features {
-                encoding: split_shared::protocol::Encoding::Coded(p),
-                ..
-            } if p.pos.delta
-        );
-        Ok(EdgeOutput::Remote { frame: request.to_bytes(), delta })
+        let ctx =
+            EncodeContext::new(calibration.as_ref()).with_stream(options.stream.then_some(stream));
+        let frame = FeaturesFrame::encode(&features, options.setting, ctx)?;
+        let delta = matches!(frame.encoding, Encoding::Coded(p) if p.pos.delta);
+        Ok(EdgeOutput::Remote { frame: Request::Features { id, frame }.to_bytes(), delta })
     }
 
     /// Decode a reply frame; a result for a request this runner sent fills the cache, and a
@@ -224,16 +213,11 @@ impl EdgeRunner {
     ///
     /// # Errors
     /// When the image does not decode or the backend fails.
-    pub async fn features(
-        &self,
-        image: &[u8],
-        split: Boundary,
-    ) -> split_shared::Result<(Vec<usize>, Vec<f32>)> {
+    pub async fn features(&self, image: &[u8], split: Boundary) -> split_shared::Result<Features> {
         let img = split_shared::image::preprocess(image)?;
         let x = split_shared::image::to_input_tensor(&img, &self.device);
-        let features = self.model.forward_range(x, Boundary::INPUT, split)?;
-        let dims = features.dims().to_vec();
-        Ok((dims, read_values(features).await?))
+        let x = self.model.forward_range(x, Boundary::INPUT, split)?;
+        Ok(read_features(split, x).await?)
     }
 
     /// The loaded calibration, if any, for codec benchmarks.
@@ -262,7 +246,7 @@ impl EdgeRunner {
                 x = self.model.forward_range(x, at, b)?;
                 // Reading back one value waits for the stage to finish (WebGPU is asynchronous).
                 let probe = x.clone().slice([0..1, 0..1, 0..1, 0..1]);
-                read_values(probe).await?;
+                read_data(probe).await?;
                 total += now() - t;
                 runs[usize::from(b.index())].push(total);
                 at = b;
@@ -284,7 +268,8 @@ impl EdgeRunner {
     /// When the backend fails.
     pub async fn warm_up(&self) -> split_shared::Result<()> {
         let x = Tensor::<4>::zeros([1, 3, 224, 224], &self.device);
-        read_values(self.model.forward(x)?).await.map(drop)
+        read_data(self.model.forward(x)?).await?;
+        Ok(())
     }
 }
 

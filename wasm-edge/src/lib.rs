@@ -21,12 +21,12 @@ use std::rc::Rc;
 
 use burn::tensor::Device;
 use split_shared::model::Boundary;
-use split_shared::protocol::{Reply, Request};
+use split_shared::protocol::{FeaturesFrame, Reply, Request};
 use wasm_bindgen::prelude::*;
 
 pub use edge::{EdgeOutput, EdgeRunner, RunOptions};
 pub use planner::AdaptivePlanner;
-use split_shared::codec::{Setting, features_request, features_values};
+use split_shared::codec::{DecodeContext, EncodeContext, Setting};
 
 /// The model loaded on the best device this browser offers.
 #[wasm_bindgen]
@@ -192,35 +192,24 @@ impl EdgeSession {
         wasm_bindgen_futures::future_to_promise(async move {
             let err = |e: String| JsValue::from(JsError::new(&e));
             let (split, setting) = split_and_codec(&split, &codec)?;
-            let (dims, values) =
-                runner.features(&image, split).await.map_err(|e| err(e.to_string()))?;
+            let features = runner.features(&image, split).await.map_err(|e| err(e.to_string()))?;
             let repeats = repeats.max(1);
             runner.with_calibration(|calibration| {
                 let mut frame = Vec::new();
                 let start = js::now_ms();
                 for i in 0..repeats {
-                    let r = features_request(
-                        u64::from(i),
-                        split,
-                        &dims,
-                        &values,
-                        setting,
-                        calibration,
-                        None,
-                    )
-                    .map_err(|e| err(e.to_string()))?;
-                    frame = r.to_bytes();
+                    let f =
+                        FeaturesFrame::encode(&features, setting, EncodeContext::new(calibration))
+                            .map_err(|e| err(e.to_string()))?;
+                    frame = Request::Features { id: u64::from(i), frame: f }.to_bytes();
                 }
                 let encode_ms = (js::now_ms() - start) / f64::from(repeats);
                 let start = js::now_ms();
                 for _ in 0..repeats {
-                    let Ok(Request::Features { boundary, shape, encoding, payload, .. }) =
-                        Request::decode(&frame)
-                    else {
+                    let Ok(Request::Features { frame: f, .. }) = Request::decode(&frame) else {
                         return Err(err("the encoded frame does not decode".into()));
                     };
-                    features_values(boundary, &shape, &encoding, &payload, calibration, None)
-                        .map_err(|e| err(e.to_string()))?;
+                    f.decode(DecodeContext::new(calibration)).map_err(|e| err(e.to_string()))?;
                 }
                 let decode_ms = (js::now_ms() - start) / f64::from(repeats);
                 Ok(js::codec_bench(frame.len(), encode_ms, decode_ms))

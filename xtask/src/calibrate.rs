@@ -21,11 +21,9 @@ use anyhow::{Context, Result, bail};
 use burn::tensor::Device;
 use nalgebra::{DMatrix, SymmetricEigen};
 use split_shared::codec::fit::fit_table;
-use split_shared::codec::{
-    BoundaryTables, Calibration, PcaTables, Projection, SUPPORTED_BITS, default_calibration_path,
-};
+use split_shared::codec::{BoundaryTables, Calibration, PcaTables, Projection, SUPPORTED_BITS};
 use split_shared::image::{RgbImage, center_crop_resize, to_input_tensor};
-use split_shared::model::{Boundary, EfficientNetLite0, WeightsFile};
+use split_shared::model::{Boundary, EfficientNetLite0};
 
 use crate::{paths, setup};
 
@@ -53,7 +51,7 @@ fn parse(args: &[String]) -> Result<Options> {
         images: std::env::var_os("SPLIT_CALIBRATION_IMAGES").map(PathBuf::from),
         skip: 0,
         limit: usize::MAX,
-        out: default_calibration_path(),
+        out: split_paths::calibration_file(),
         boundaries: default_boundaries(),
         max_rank: DEFAULT_MAX_RANK,
     };
@@ -235,7 +233,7 @@ pub fn run(args: &[String]) -> Result<()> {
 /// Make sure a valid calibration exists at the default path (written from the bundled photos,
 /// or from `$SPLIT_CALIBRATION_IMAGES`); returns its path.
 pub fn ensure_calibration() -> Result<PathBuf> {
-    let path = default_calibration_path();
+    let path = split_paths::calibration_file();
     if let Ok(bytes) = std::fs::read(&path) {
         match Calibration::from_bytes(&bytes) {
             Ok(c) => {
@@ -252,10 +250,7 @@ pub fn ensure_calibration() -> Result<PathBuf> {
 
 fn calibrate(o: &Options) -> Result<PathBuf> {
     let weights = setup::ensure_weights()?;
-    let bytes =
-        std::fs::read(&weights).with_context(|| format!("reading {}", weights.display()))?;
-    let model =
-        EfficientNetLite0::from_weights(&WeightsFile::from_bytes(&bytes)?, &Device::flex())?;
+    let model = EfficientNetLite0::load(&weights, &Device::flex())?;
     let images = inputs(o)?;
     match &o.images {
         Some(dir) => eprintln!("calibrate: {} images from {}", images.len(), dir.display()),

@@ -5,7 +5,8 @@
 use std::collections::HashMap;
 
 use anyhow::{Context, Result, ensure};
-use split_shared::model::{WeightsFile, blocks};
+use split_shared::container::TensorFile;
+use split_shared::model::blocks;
 
 use crate::torch_legacy::{TorchTensor, read_state_dict};
 
@@ -13,12 +14,12 @@ use crate::torch_legacy::{TorchTensor, read_state_dict};
 const BN_EPS: f64 = 1e-3;
 
 /// Parse a legacy `.pth` file and produce the folded weights.
-pub fn convert(pth: &[u8]) -> Result<WeightsFile> {
+pub fn convert(pth: &[u8]) -> Result<TensorFile> {
     let sd: HashMap<String, TorchTensor> = read_state_dict(pth)?.into_iter().collect();
     let get = |name: &str| {
         sd.get(name).with_context(|| format!("tensor {name} missing from the .pth file"))
     };
-    let mut out = WeightsFile::new();
+    let mut out = TensorFile::new();
     let mut fold = |dst: &str, conv: &str, bn: &str| -> Result<()> {
         let w = get(&format!("{conv}.weight"))?;
         let [gamma, beta, mean, var] =
@@ -91,7 +92,7 @@ mod tests {
         assert_eq!(weights.names().count(), 100);
         assert_eq!(weights.num_values(), 4_631_000);
         let again = convert(&pth()).unwrap();
-        assert_eq!(weights.to_bytes(), again.to_bytes());
+        assert_eq!(weights.to_bytes(*b"TEST"), again.to_bytes(*b"TEST"));
         // The TF-order strides were applied: the fc weight is [1000, 1280] in C-order, and the
         // stem's first filter is not the raw storage prefix.
         assert!(weights.tensor("fc.weight", &[1000, 1280]).is_ok());

@@ -21,10 +21,10 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use burn::tensor::{Device, Tensor};
-use split_shared::codec::{Calibration, Setting, features_request, features_values};
+use split_shared::codec::{Calibration, DecodeContext, EncodeContext, Setting, StreamDecoder};
 use split_shared::labels::top_k;
-use split_shared::model::{Boundary, EfficientNetLite0, WeightsFile, features_tensor};
-use split_shared::protocol::Request;
+use split_shared::model::{Boundary, EfficientNetLite0, Features};
+use split_shared::protocol::{FeaturesFrame, Request};
 
 use crate::setup;
 
@@ -133,20 +133,31 @@ fn setting_at(name: &str, split: Boundary, calibration: Option<&Calibration>) ->
     Ok(resolved.parse()?)
 }
 
-/// Decode a features frame exactly as the server does; returns the activations' shape and
-/// values, and the payload's length.
+/// Encode activations into a request frame exactly as the browser does.
+pub fn encode_as_edge(
+    id: u64,
+    features: &Features,
+    setting: Setting,
+    calibration: Option<&Calibration>,
+    stream: Option<&mut split_shared::codec::StreamEncoder>,
+) -> Result<Vec<u8>> {
+    let ctx = EncodeContext::new(calibration).with_stream(stream);
+    let frame = FeaturesFrame::encode(features, setting, ctx)?;
+    Ok(Request::Features { id, frame }.to_bytes())
+}
+
+/// Decode a request frame exactly as the server does; returns the activations and the
+/// payload's length.
 pub fn decode_as_server(
     frame: &[u8],
     calibration: Option<&Calibration>,
-    streams: Option<&mut split_shared::codec::StreamDecoder>,
-) -> Result<(Vec<usize>, Vec<f32>, usize)> {
-    let Request::Features { boundary, shape, encoding, payload, .. } = Request::decode(frame)?
-    else {
+    streams: Option<&mut StreamDecoder>,
+) -> Result<(Features, usize)> {
+    let Request::Features { frame, .. } = Request::decode(frame)? else {
         bail!("not a features frame");
     };
-    let (dims, values) =
-        features_values(boundary, &shape, &encoding, &payload, calibration, streams)?;
-    Ok((dims, values, payload.len()))
+    let ctx = DecodeContext::new(calibration).with_streams(streams);
+    Ok((frame.decode(ctx)?, frame.payload.len()))
 }
 
 /// Bytes of a quality-90 JPEG of the preprocessed input: what a plain app would upload.
@@ -161,10 +172,8 @@ pub fn run(args: &[String]) -> Result<()> {
         Some(p) => p.clone(),
         None => setup::ensure_weights()?,
     };
-    let bytes = std::fs::read(&weights_path)
-        .with_context(|| format!("reading {}", weights_path.display()))?;
     let device = Device::flex();
-    let model = EfficientNetLite0::from_weights(&WeightsFile::from_bytes(&bytes)?, &device)?;
+    let model = EfficientNetLite0::load(&weights_path, &device)?;
     let labels = o.labels.as_ref().map(read_csv_classes).transpose()?;
     let needs_calibration = o.codecs.iter().any(|c| c != "f32");
     let calibration = match (&o.calibration, needs_calibration) {
@@ -173,9 +182,8 @@ pub fn run(args: &[String]) -> Result<()> {
         (None, true) => Some(crate::calibrate::ensure_calibration()?),
     }
     .map(|p| -> Result<Calibration> {
-        let bytes = std::fs::read(&p).with_context(|| format!("reading {}", p.display()))?;
         eprintln!("eval: calibration {}", p.display());
-        Ok(Calibration::from_bytes(&bytes)?)
+        Ok(Calibration::load(&p)?)
     })
     .transpose()?;
     let reference = o.reference.as_ref().map(read_csv_classes).transpose()?;
@@ -230,37 +238,27 @@ pub fn run(args: &[String]) -> Result<()> {
         for split in &splits {
             let start = Instant::now();
             x = model.forward_range(x, at, *split)?;
-            let dims = x.dims();
-            let values = x.clone().into_data().try_to_vec::<f32>().expect("f32 features");
+            let features = Features::from_tensor(*split, x.clone())?;
             edge_s += start.elapsed().as_secs_f64();
             at = *split;
             for ((_, codec), t) in rows.iter().zip(&mut tallies).filter(|((s, _), _)| s == split) {
                 let setting = setting_at(codec, *split, calibration.as_ref())?;
                 let start = Instant::now();
-                let request = features_request(
-                    i as u64,
-                    *split,
-                    &dims,
-                    &values,
-                    setting,
-                    calibration.as_ref(),
-                    None,
-                )?;
-                let frame = request.to_bytes();
+                let frame =
+                    encode_as_edge(i as u64, &features, setting, calibration.as_ref(), None)?;
                 t.encode_s += start.elapsed().as_secs_f64();
                 let start = Instant::now();
-                let (dims, decoded, payload_len) =
-                    decode_as_server(&frame, calibration.as_ref(), None)?;
+                let (decoded, payload_len) = decode_as_server(&frame, calibration.as_ref(), None)?;
                 t.decode_s += start.elapsed().as_secs_f64();
                 let start = Instant::now();
-                let x = features_tensor(&dims, decoded, &device);
+                let x = decoded.to_tensor(&device);
                 let top = top_k(&logits_of(model.forward_range(x, *split, Boundary::LOGITS)?), 5);
                 t.cloud_s += start.elapsed().as_secs_f64();
                 t.edge_s += edge_s;
                 t.n += 1;
                 t.bytes += frame.len();
                 t.payload += payload_len;
-                t.values += values.len();
+                t.values += features.values().len();
                 t.jpeg += jpeg;
                 t.agree_full += usize::from(top[0].class == full[0].class);
                 if let Some(l) = label {

@@ -7,7 +7,8 @@
 use std::process::Command;
 
 use anyhow::{Context, Result};
-use split_shared::codec::{Calibration, sample_frames};
+use split_shared::codec::Calibration;
+use split_shared::protocol::sample_frames;
 
 use crate::{calibrate, paths};
 
@@ -15,7 +16,7 @@ use crate::{calibrate, paths};
 pub fn run(args: &[String]) -> Result<()> {
     let seconds: u64 = args.first().map(|s| s.parse()).transpose()?.unwrap_or(60);
     let calibration_path = calibrate::ensure_calibration()?;
-    let calibration = Calibration::from_bytes(&std::fs::read(&calibration_path)?)?;
+    let calibration = Calibration::load(&calibration_path)?;
     let fuzz_dir = paths::repo_root().join("fuzz");
     let corpus = fuzz_dir.join("corpus/decode_frame");
     std::fs::create_dir_all(&corpus)?;

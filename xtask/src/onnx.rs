@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use burn::tensor::{Device, Tensor};
-use split_shared::model::{Boundary, EfficientNetLite0, WeightsFile, blocks};
+use split_shared::model::{Boundary, EfficientNetLite0, blocks};
 
 use crate::{paths, setup};
 
@@ -139,10 +139,7 @@ pub fn measure(repeats: usize, ops: bool) -> Result<OnnxReport> {
     }
 
     let device = Device::flex();
-    let model = EfficientNetLite0::from_weights(
-        &WeightsFile::from_bytes(&std::fs::read(&weights_path)?)?,
-        &device,
-    )?;
+    let model = EfficientNetLite0::load(&weights_path, &device)?;
     let model = &model;
     let run_from = |from: Boundary| {
         let [c, h, w] = from.info().shape;

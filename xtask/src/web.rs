@@ -26,6 +26,21 @@ fn cargo() -> Command {
     c
 }
 
+/// The checks every change passes before the tests: formatting, clippy with warnings as errors,
+/// and `split-shared` building for wasm32 on its own (the browser half must not need anything
+/// native).
+fn habits() -> Result<()> {
+    let has =
+        |tool: &str| cargo().arg(tool).arg("--version").output().is_ok_and(|o| o.status.success());
+    if !has("fmt") || !has("clippy") {
+        run(Command::new("rustup").args(["component", "add", "rustfmt", "clippy"]))?;
+    }
+    run(cargo().args(["fmt", "--all", "--check"]))?;
+    run(cargo().args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))?;
+    ensure_wasm_target()?;
+    run(cargo().args(["check", "--target", WASM_TARGET, "-p", "split-shared"]))
+}
+
 /// The cargo target directory (honours CARGO_TARGET_DIR).
 pub(crate) fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
@@ -303,6 +318,7 @@ pub fn prepare_binaries() -> Result<()> {
 
 /// `cargo xtask test`: weights, wasm build, Rust tests, then the headless-browser tests.
 pub fn test_all() -> Result<()> {
+    habits()?;
     let weights = setup::ensure_weights()?;
     let calibration = crate::calibrate::ensure_calibration()?;
     build()?;

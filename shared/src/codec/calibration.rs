@@ -4,7 +4,7 @@
 //! and every coded frame names the file it was coded with (its checksum) so a stale copy is
 //! detected instead of decoded into garbage.
 //!
-//! Stored in the weights container (see [`crate::model::WeightsFile`]) under the magic "SPLC":
+//! Stored in a [`crate::container::TensorFile`] under the magic "SPLC":
 //!
 //! ```text
 //! meta                  [3]         version, calibration images, entropy precision
@@ -22,7 +22,8 @@ use super::CodecError;
 use super::entropy::{self, Model, PRECISION};
 use super::quant::{ClipRange, Projection};
 use super::setting::{QuantSetting, SUPPORTED_BITS};
-use crate::model::{Boundary, WeightsFile};
+use crate::container::TensorFile;
+use crate::model::Boundary;
 
 /// First four bytes of a calibration file.
 pub const CALIBRATION_MAGIC: [u8; 4] = *b"SPLC";
@@ -188,13 +189,13 @@ impl Calibration {
 
     /// Serialize (deterministically: same tables, same bytes, same id).
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut f = WeightsFile::new();
+        let mut f = TensorFile::new();
         f.insert(
             "meta",
             vec![3],
             vec![CALIBRATION_VERSION as f32, self.images as f32, PRECISION as f32],
         );
-        let put_table = |f: &mut WeightsFile, prefix: &str, t: &QuantTable| {
+        let put_table = |f: &mut TensorFile, prefix: &str, t: &QuantTable| {
             let c = t.ranges.len();
             f.insert(format!("{prefix}.lo"), vec![c], t.ranges.iter().map(|r| r.lo).collect());
             f.insert(format!("{prefix}.hi"), vec![c], t.ranges.iter().map(|r| r.hi).collect());
@@ -221,7 +222,7 @@ impl Calibration {
                 }
             }
         }
-        f.to_bytes_with_magic(CALIBRATION_MAGIC)
+        f.to_bytes(CALIBRATION_MAGIC)
     }
 
     /// Parse and check a calibration file.
@@ -230,8 +231,7 @@ impl Calibration {
     /// [`CodecError::BadCalibration`] naming the first problem.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, CodecError> {
         let bad = |m: String| CodecError::BadCalibration(m);
-        let f = WeightsFile::from_bytes_with_magic(bytes, CALIBRATION_MAGIC)
-            .map_err(|e| bad(e.to_string()))?;
+        let f = TensorFile::from_bytes(bytes, CALIBRATION_MAGIC).map_err(|e| bad(e.to_string()))?;
         let meta = f.tensor("meta", &[3]).map_err(|e| bad(e.to_string()))?;
         if meta[0] != CALIBRATION_VERSION as f32 || meta[2] != PRECISION as f32 {
             return Err(bad(format!(
@@ -297,19 +297,23 @@ impl Calibration {
     }
 }
 
-fn get_pca(f: &WeightsFile, b: &str, what: &str, dims: &[usize]) -> Result<Vec<f32>, CodecError> {
+fn get_pca(f: &TensorFile, b: &str, what: &str, dims: &[usize]) -> Result<Vec<f32>, CodecError> {
     f.tensor(&format!("{b}.pca.{what}"), dims)
         .map(<[f32]>::to_vec)
         .map_err(|e| CodecError::BadCalibration(e.to_string()))
 }
 
-/// Where native tools look for the calibration: `$SPLIT_CALIBRATION`, else next to the weights
-/// in the cache (`$SPLIT_CACHE/weights/efficientnet-lite0.splc`).
-pub fn default_calibration_path() -> std::path::PathBuf {
-    if let Some(p) = std::env::var_os("SPLIT_CALIBRATION") {
-        return p.into();
+impl Calibration {
+    /// Read and check a calibration file (native tools and the server; the browser fetches the
+    /// bytes the server serves).
+    ///
+    /// # Errors
+    /// [`CodecError::BadCalibration`] when the file cannot be read or is invalid.
+    #[cfg(not(target_family = "wasm"))]
+    pub fn load(path: &std::path::Path) -> Result<Self, CodecError> {
+        let bytes = std::fs::read(path).map_err(|e| {
+            CodecError::BadCalibration(format!("cannot read {}: {e}", path.display()))
+        })?;
+        Self::from_bytes(&bytes)
     }
-    let mut p = crate::model::default_weights_path();
-    p.set_extension("splc");
-    p
 }

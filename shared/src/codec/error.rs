@@ -1,7 +1,6 @@
 //! What can go wrong encoding or decoding features.
 
 use crate::model::Boundary;
-use crate::protocol::ErrorCode;
 
 /// A codec failure; [`CodecError::code`] is what the server answers with.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -59,22 +58,4 @@ pub enum CodecError {
         /// What was wrong.
         reason: String,
     },
-}
-
-impl CodecError {
-    /// The wire error code for this failure.
-    pub fn code(&self) -> ErrorCode {
-        match self {
-            Self::KeyframeRequired { .. } => ErrorCode::KeyframeRequired,
-            Self::CalibrationMismatch { .. } => ErrorCode::CalibrationMismatch,
-            Self::NoCalibration
-            | Self::UnsupportedBits(_)
-            | Self::NotCalibrated { .. }
-            | Self::RankTooLarge { .. } => ErrorCode::UnsupportedCodec,
-            Self::BatchNotOne(_) => ErrorCode::ShapeMismatch,
-            Self::BadSetting(_) | Self::BadCalibration(_) | Self::BadPayload(_) => {
-                ErrorCode::Malformed
-            }
-        }
-    }
 }

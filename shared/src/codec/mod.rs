@@ -16,22 +16,18 @@ pub mod entropy;
 mod error;
 pub mod fit;
 pub mod quant;
-mod samples;
 mod setting;
 mod stream;
 
 pub use calibration::{
     BoundaryTables, CALIBRATION_MAGIC, CALIBRATION_VERSION, Calibration, PcaTables, QuantTable,
-    default_calibration_path,
 };
 pub use error::CodecError;
 pub use quant::{ClipRange, Projection};
-pub use samples::{sample_frames, synthetic_activations};
 pub use setting::{QuantSetting, SUPPORTED_BITS, Setting};
 pub use stream::{DEFAULT_KEYFRAME_INTERVAL, MAX_STREAMS, StreamDecoder, StreamEncoder, StreamPos};
 
-use crate::model::Boundary;
-use crate::protocol::{Encoding, Request};
+use crate::model::{Boundary, Features};
 
 /// The setting clients use unless told otherwise (see the README's codec section for the
 /// measurements behind the choice).
@@ -51,6 +47,50 @@ pub struct CodedParams {
 /// A standalone (non-stream) frame position.
 pub const STANDALONE: StreamPos = StreamPos { stream: 0, seq: 0, delta: false };
 
+/// What encoding needs besides the activations: the calibration (for every quantized setting)
+/// and, for a camera stream, the encoder's state.
+#[derive(Debug, Default)]
+pub struct EncodeContext<'a> {
+    /// The calibration both sides loaded.
+    pub calibration: Option<&'a Calibration>,
+    /// The stream this frame belongs to; `None` for a standalone image.
+    pub stream: Option<&'a mut StreamEncoder>,
+}
+
+/// What decoding needs besides the frame: the calibration and, on a connection that carries
+/// streams, their references.
+#[derive(Debug, Default)]
+pub struct DecodeContext<'a> {
+    /// The calibration the frame must have been coded with.
+    pub calibration: Option<&'a Calibration>,
+    /// The connection's stream references; `None` refuses delta frames.
+    pub streams: Option<&'a mut StreamDecoder>,
+}
+
+impl<'a> EncodeContext<'a> {
+    /// Standalone frames with `calibration`.
+    pub fn new(calibration: Option<&'a Calibration>) -> Self {
+        Self { calibration, stream: None }
+    }
+
+    /// Frames of `stream`.
+    pub fn with_stream(self, stream: Option<&'a mut StreamEncoder>) -> Self {
+        Self { stream, ..self }
+    }
+}
+
+impl<'a> DecodeContext<'a> {
+    /// Standalone frames with `calibration`.
+    pub fn new(calibration: Option<&'a Calibration>) -> Self {
+        Self { calibration, streams: None }
+    }
+
+    /// Frames that may belong to the `streams` of one connection.
+    pub fn with_streams(self, streams: Option<&'a mut StreamDecoder>) -> Self {
+        Self { streams, ..self }
+    }
+}
+
 fn check_dims(boundary: Boundary, dims: &[usize]) -> Result<usize, CodecError> {
     crate::model::check_shape(boundary, dims)
         .map_err(|_| CodecError::BadPayload("shape does not match the boundary"))?;
@@ -60,20 +100,20 @@ fn check_dims(boundary: Boundary, dims: &[usize]) -> Result<usize, CodecError> {
     Ok(dims[2] * dims[3])
 }
 
-/// Encode one image's activations (`dims = [1, C, H, W]`) at `boundary`.
+/// Encode one image's activations (`[1, C, H, W]`) under `setting`.
 ///
 /// # Errors
-/// When the calibration lacks the setting, or the shape is not one image at `boundary`.
+/// [`CodecError::NoCalibration`] without one, an uncalibrated setting, or a batch of more than
+/// one image.
 pub fn encode(
-    calibration: &Calibration,
-    boundary: Boundary,
-    dims: &[usize],
-    values: &[f32],
+    features: &Features,
     setting: QuantSetting,
-    stream: Option<&mut StreamEncoder>,
+    ctx: EncodeContext<'_>,
 ) -> Result<(CodedParams, Vec<u8>), CodecError> {
+    let calibration = ctx.calibration.ok_or(CodecError::NoCalibration)?;
     let setting = setting.check()?;
-    check_dims(boundary, dims)?;
+    let (boundary, dims, values) = (features.boundary(), features.dims(), features.values());
+    check_dims(boundary, &dims)?;
     let (table, projection) = calibration.lookup(boundary, setting)?;
     let projected;
     let values = match projection {
@@ -86,7 +126,7 @@ pub fn encode(
     let used = if setting.rank > 0 { usize::from(setting.rank) } else { dims[1] };
     let mut symbols = Vec::new();
     quant::quantize(values, &table.ranges()[..used], setting.levels(), &mut symbols);
-    let pos = match stream {
+    let pos = match ctx.stream {
         Some(s) => s.code(boundary, setting, calibration.id(), &mut symbols),
         None => STANDALONE,
     };
@@ -108,19 +148,20 @@ pub fn encode(
     Ok((CodedParams { setting, calibration: calibration.id(), pos }, payload))
 }
 
-/// Decode a coded payload back to `[1, C, H, W]` f32 activations at `boundary`.
+/// Decode a coded payload back to the f32 values of `[1, C, H, W]` activations at `boundary`.
 ///
 /// # Errors
-/// A [`CodecError`] for a foreign calibration, an uncalibrated setting, a damaged payload, or
-/// a delta the `streams` cannot apply (then the client must send a keyframe).
+/// A [`CodecError`] for a missing or foreign calibration, an uncalibrated setting, a damaged
+/// payload, or a delta the context's streams cannot apply (then the client must send a
+/// keyframe).
 pub fn decode(
-    calibration: &Calibration,
     boundary: Boundary,
     dims: &[usize],
     params: &CodedParams,
     payload: &[u8],
-    streams: Option<&mut StreamDecoder>,
+    ctx: DecodeContext<'_>,
 ) -> Result<Vec<f32>, CodecError> {
+    let calibration = ctx.calibration.ok_or(CodecError::NoCalibration)?;
     if params.calibration != calibration.id() {
         return Err(CodecError::CalibrationMismatch {
             expected: calibration.id(),
@@ -155,7 +196,7 @@ pub fn decode(
             entropy::decode(rest, std::iter::repeat_n(&model, used), positions, &mut symbols)?;
         }
     }
-    match (params.pos.stream, streams) {
+    match (params.pos.stream, ctx.streams) {
         (0, _) if params.pos.delta => {
             return Err(CodecError::BadPayload("a delta frame needs a stream id"));
         }
@@ -177,62 +218,6 @@ pub fn decode(
         Some(p) => p.unproject(&values, used),
         None => values,
     })
-}
-
-/// Build the features request for `values` (`dims = [n, C, H, W]`) at `boundary` under
-/// `setting`: what the edge sends.
-///
-/// # Errors
-/// [`CodecError::NoCalibration`] for a quantized setting without a calibration, or what
-/// [`encode`] reports.
-pub fn features_request(
-    id: u64,
-    boundary: Boundary,
-    dims: &[usize],
-    values: &[f32],
-    setting: Setting,
-    calibration: Option<&Calibration>,
-    stream: Option<&mut StreamEncoder>,
-) -> Result<Request, CodecError> {
-    match setting {
-        Setting::F32 => Ok(Request::features_f32(id, boundary, dims, values)),
-        Setting::Quant(q) => {
-            let calibration = calibration.ok_or(CodecError::NoCalibration)?;
-            let (params, payload) = encode(calibration, boundary, dims, values, q, stream)?;
-            Ok(Request::Features {
-                id,
-                boundary,
-                encoding: Encoding::Coded(params),
-                shape: dims.iter().map(|d| *d as u32).collect(),
-                payload,
-            })
-        }
-    }
-}
-
-/// The activations a features request carries, as `(dims, values)`: what the cloud computes
-/// on. Checks the shape against the boundary.
-///
-/// # Errors
-/// A shape that does not fit the boundary, or any [`CodecError`] of [`decode`].
-pub fn features_values(
-    boundary: Boundary,
-    shape: &[u32],
-    encoding: &Encoding,
-    payload: &[u8],
-    calibration: Option<&Calibration>,
-    streams: Option<&mut StreamDecoder>,
-) -> crate::Result<(Vec<usize>, Vec<f32>)> {
-    let dims: Vec<usize> = shape.iter().map(|d| *d as usize).collect();
-    crate::model::check_shape(boundary, &dims)?;
-    let values = match encoding {
-        Encoding::F32 => Request::f32_values(payload),
-        Encoding::Coded(params) => {
-            let calibration = calibration.ok_or(CodecError::NoCalibration)?;
-            decode(calibration, boundary, &dims, params, payload, streams)?
-        }
-    };
-    Ok((dims, values))
 }
 
 #[cfg(test)]

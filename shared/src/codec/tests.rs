@@ -11,6 +11,32 @@ fn boundary() -> Boundary {
     Boundary::block(5).unwrap()
 }
 
+/// [`encode`] with the arguments spelled out, as the tests vary each one.
+fn encode_with(
+    cal: &Calibration,
+    boundary: Boundary,
+    dims: &[usize],
+    x: &[f32],
+    setting: QuantSetting,
+    stream: Option<&mut StreamEncoder>,
+) -> Result<(CodedParams, Vec<u8>), CodecError> {
+    let features = Features::new(boundary, dims, x.to_vec())
+        .map_err(|_| CodecError::BadPayload("not activations at the boundary"))?;
+    encode(&features, setting, EncodeContext::new(Some(cal)).with_stream(stream))
+}
+
+/// [`decode`] likewise.
+fn decode_with(
+    cal: &Calibration,
+    boundary: Boundary,
+    dims: &[usize],
+    params: &CodedParams,
+    payload: &[u8],
+    streams: Option<&mut StreamDecoder>,
+) -> Result<Vec<f32>, CodecError> {
+    decode(boundary, dims, params, payload, DecodeContext::new(Some(cal)).with_streams(streams))
+}
+
 /// Deterministic activations: channel-dependent scale, heavy-ish tails, some dead channels.
 fn activations(seed: u64) -> Vec<f32> {
     let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
@@ -90,10 +116,10 @@ fn every_setting_round_trips_within_its_quantization_error() {
     let cal = calibration();
     let x = activations(99);
     for setting in settings() {
-        let (params, payload) = encode(&cal, boundary(), &B5, &x, setting, None).unwrap();
+        let (params, payload) = encode_with(&cal, boundary(), &B5, &x, setting, None).unwrap();
         assert_eq!(params.setting, setting);
         assert_eq!(params.pos, STANDALONE);
-        let back = decode(&cal, boundary(), &B5, &params, &payload, None).unwrap();
+        let back = decode_with(&cal, boundary(), &B5, &params, &payload, None).unwrap();
         assert_eq!(back.len(), x.len());
         if setting.rank == 0 || setting.rank == 80 {
             // Full information: the error is quantization only (plus clipping of rare tails).
@@ -112,13 +138,13 @@ fn entropy_coding_and_packing_reconstruct_identically_and_entropy_is_smaller() {
     for bits in SUPPORTED_BITS {
         let coded = QuantSetting { bits, rank: 0, entropy: true };
         let packed = QuantSetting { entropy: false, ..coded };
-        let (pc, bc) = encode(&cal, boundary(), &B5, &x, coded, None).unwrap();
-        let (pp, bp) = encode(&cal, boundary(), &B5, &x, packed, None).unwrap();
+        let (pc, bc) = encode_with(&cal, boundary(), &B5, &x, coded, None).unwrap();
+        let (pp, bp) = encode_with(&cal, boundary(), &B5, &x, packed, None).unwrap();
         assert_eq!(bp.len(), quant::packed_len(x.len(), bits));
         assert!(bc.len() < bp.len(), "{bits} bits: rANS {} vs packed {}", bc.len(), bp.len());
         assert_eq!(
-            decode(&cal, boundary(), &B5, &pc, &bc, None).unwrap(),
-            decode(&cal, boundary(), &B5, &pp, &bp, None).unwrap()
+            decode_with(&cal, boundary(), &B5, &pc, &bc, None).unwrap(),
+            decode_with(&cal, boundary(), &B5, &pp, &bp, None).unwrap()
         );
     }
 }
@@ -132,8 +158,8 @@ fn calibration_round_trips_through_bytes_and_detects_damage() {
     assert_eq!(back.to_bytes(), bytes, "serialization is deterministic");
     let x = activations(3);
     let s = QuantSetting { bits: 3, rank: 16, entropy: true };
-    let (p1, b1) = encode(&cal, boundary(), &B5, &x, s, None).unwrap();
-    let (p2, b2) = encode(&back, boundary(), &B5, &x, s, None).unwrap();
+    let (p1, b1) = encode_with(&cal, boundary(), &B5, &x, s, None).unwrap();
+    let (p2, b2) = encode_with(&back, boundary(), &B5, &x, s, None).unwrap();
     assert_eq!((p1, &b1), (p2, &b2));
     let mut damaged = bytes.clone();
     damaged[100] ^= 1;
@@ -142,7 +168,7 @@ fn calibration_round_trips_through_bytes_and_detects_damage() {
         Calibration::from_bytes(&bytes[..bytes.len() / 2]),
         Err(CodecError::BadCalibration(_))
     ));
-    let weights_like = crate::model::WeightsFile::new().to_bytes();
+    let weights_like = crate::container::TensorFile::new().to_bytes(crate::model::WEIGHTS_MAGIC);
     assert!(matches!(Calibration::from_bytes(&weights_like), Err(CodecError::BadCalibration(_))));
 }
 
@@ -151,21 +177,23 @@ fn foreign_calibration_uncalibrated_settings_and_bad_shapes_are_typed_errors() {
     let cal = calibration();
     let x = activations(1);
     let s = QuantSetting::bits(4);
-    let (mut params, payload) = encode(&cal, boundary(), &B5, &x, s, None).unwrap();
+    let (mut params, payload) = encode_with(&cal, boundary(), &B5, &x, s, None).unwrap();
     params.calibration ^= 1;
     assert!(matches!(
-        decode(&cal, boundary(), &B5, &params, &payload, None),
+        decode_with(&cal, boundary(), &B5, &params, &payload, None),
         Err(CodecError::CalibrationMismatch { .. })
     ));
-    let err = encode(&cal, Boundary::STEM, &[1, 32, 112, 112], &vec![0.0; 32 * 112 * 112], s, None);
+    let err =
+        encode_with(&cal, Boundary::STEM, &[1, 32, 112, 112], &vec![0.0; 32 * 112 * 112], s, None);
     assert!(matches!(err, Err(CodecError::NotCalibrated { .. })));
-    let err = encode(&cal, boundary(), &B5, &x, QuantSetting { rank: 81, ..s }, None);
+    let err = encode_with(&cal, boundary(), &B5, &x, QuantSetting { rank: 81, ..s }, None);
     assert!(matches!(err, Err(CodecError::RankTooLarge { max: 80, .. })));
-    let err = encode(&cal, boundary(), &B5, &x, QuantSetting::bits(5), None);
+    let err = encode_with(&cal, boundary(), &B5, &x, QuantSetting::bits(5), None);
     assert_eq!(err.unwrap_err(), CodecError::UnsupportedBits(5));
-    let err = encode(&cal, boundary(), &[2, 80, 14, 14], &[x.clone(), x.clone()].concat(), s, None);
+    let err =
+        encode_with(&cal, boundary(), &[2, 80, 14, 14], &[x.clone(), x.clone()].concat(), s, None);
     assert_eq!(err.unwrap_err(), CodecError::BatchNotOne(2));
-    assert!(encode(&cal, boundary(), &[1, 80, 7, 14], &x[..x.len() / 2], s, None).is_err());
+    assert!(encode_with(&cal, boundary(), &[1, 80, 7, 14], &x[..x.len() / 2], s, None).is_err());
 }
 
 #[test]
@@ -177,7 +205,7 @@ fn damaged_payloads_are_rejected_never_panic() {
         QuantSetting::bits(8),
         QuantSetting { bits: 4, rank: 16, entropy: false },
     ] {
-        let (params, payload) = encode(&cal, boundary(), &B5, &x, setting, None).unwrap();
+        let (params, payload) = encode_with(&cal, boundary(), &B5, &x, setting, None).unwrap();
         let mut rng = 0x9e37_79b9_7f4a_7c15u64;
         for _ in 0..200 {
             rng ^= rng << 13;
@@ -193,7 +221,7 @@ fn damaged_payloads_are_rejected_never_panic() {
                 }
             }
             // Either a typed error or, for a flipped bit, some reconstruction of the right size.
-            if let Ok(v) = decode(&cal, boundary(), &B5, &params, &p, None) {
+            if let Ok(v) = decode_with(&cal, boundary(), &B5, &params, &p, None) {
                 assert_eq!(v.len(), x.len());
             }
         }
@@ -212,15 +240,17 @@ fn streams_send_small_residuals_and_never_drift() {
         let base = activations(11);
         let noise = activations(100 + frame);
         let x: Vec<f32> = base.iter().zip(&noise).map(|(b, n)| b + 0.01 * n).collect();
-        let (params, payload) = encode(&cal, boundary(), &B5, &x, setting, Some(&mut enc)).unwrap();
+        let (params, payload) =
+            encode_with(&cal, boundary(), &B5, &x, setting, Some(&mut enc)).unwrap();
         assert_eq!(params.pos.seq, frame as u32);
         assert_eq!(params.pos.delta, frame % 10 != 0, "keyframe every 10 frames");
-        let streamed = decode(&cal, boundary(), &B5, &params, &payload, Some(&mut dec)).unwrap();
+        let streamed =
+            decode_with(&cal, boundary(), &B5, &params, &payload, Some(&mut dec)).unwrap();
         // Lossless residuals: exactly what a standalone frame would reconstruct.
-        let (sp, sb) = encode(&cal, boundary(), &B5, &x, setting, None).unwrap();
+        let (sp, sb) = encode_with(&cal, boundary(), &B5, &x, setting, None).unwrap();
         assert_eq!(
             streamed,
-            decode(&cal, boundary(), &B5, &sp, &sb, None).unwrap(),
+            decode_with(&cal, boundary(), &B5, &sp, &sb, None).unwrap(),
             "frame {frame}"
         );
         sizes.push(payload.len());
@@ -243,10 +273,10 @@ fn a_dead_zone_bounds_the_error_and_shrinks_residuals() {
         let mut enc = StreamEncoder::new(1, 100, deadzone);
         let mut dec = StreamDecoder::new();
         for x in &frames {
-            let (p, b) = encode(&cal, boundary(), &B5, x, setting, Some(&mut enc)).unwrap();
-            let y = decode(&cal, boundary(), &B5, &p, &b, Some(&mut dec)).unwrap();
-            let (sp, sb) = encode(&cal, boundary(), &B5, x, setting, None).unwrap();
-            let exact = decode(&cal, boundary(), &B5, &sp, &sb, None).unwrap();
+            let (p, b) = encode_with(&cal, boundary(), &B5, x, setting, Some(&mut enc)).unwrap();
+            let y = decode_with(&cal, boundary(), &B5, &p, &b, Some(&mut dec)).unwrap();
+            let (sp, sb) = encode_with(&cal, boundary(), &B5, x, setting, None).unwrap();
+            let exact = decode_with(&cal, boundary(), &B5, &sp, &sb, None).unwrap();
             let worst = y.iter().zip(&exact).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
             assert!(worst <= f32::from(deadzone) * step + 1e-4, "dead zone {deadzone}: {worst}");
             bytes[slot] += b.len();
@@ -261,11 +291,13 @@ fn lost_reordered_and_orphan_deltas_ask_for_a_keyframe() {
     let setting = QuantSetting::bits(3);
     let mut enc = StreamEncoder::new(5, 100, 0);
     let frames: Vec<_> = (0..4)
-        .map(|f| encode(&cal, boundary(), &B5, &activations(f), setting, Some(&mut enc)).unwrap())
+        .map(|f| {
+            encode_with(&cal, boundary(), &B5, &activations(f), setting, Some(&mut enc)).unwrap()
+        })
         .collect();
     let mut dec = StreamDecoder::new();
     let run = |dec: &mut StreamDecoder, i: usize| {
-        decode(&cal, boundary(), &B5, &frames[i].0, &frames[i].1, Some(dec))
+        decode_with(&cal, boundary(), &B5, &frames[i].0, &frames[i].1, Some(dec))
     };
     // A delta before any keyframe.
     assert!(matches!(run(&mut dec, 1), Err(CodecError::KeyframeRequired { stream: 5, .. })));
@@ -276,17 +308,19 @@ fn lost_reordered_and_orphan_deltas_ask_for_a_keyframe() {
     assert!(dec.is_empty());
     // A decoder without stream state refuses deltas rather than guessing.
     assert!(matches!(
-        decode(&cal, boundary(), &B5, &frames[1].0, &frames[1].1, None),
+        decode_with(&cal, boundary(), &B5, &frames[1].0, &frames[1].1, None),
         Err(CodecError::KeyframeRequired { .. })
     ));
     // The encoder recovers with a forced keyframe.
     enc.force_keyframe();
-    let (p, b) = encode(&cal, boundary(), &B5, &activations(9), setting, Some(&mut enc)).unwrap();
+    let (p, b) =
+        encode_with(&cal, boundary(), &B5, &activations(9), setting, Some(&mut enc)).unwrap();
     assert!(!p.pos.delta);
-    decode(&cal, boundary(), &B5, &p, &b, Some(&mut dec)).unwrap();
-    let (p, b) = encode(&cal, boundary(), &B5, &activations(10), setting, Some(&mut enc)).unwrap();
+    decode_with(&cal, boundary(), &B5, &p, &b, Some(&mut dec)).unwrap();
+    let (p, b) =
+        encode_with(&cal, boundary(), &B5, &activations(10), setting, Some(&mut enc)).unwrap();
     assert!(p.pos.delta);
-    decode(&cal, boundary(), &B5, &p, &b, Some(&mut dec)).unwrap();
+    decode_with(&cal, boundary(), &B5, &p, &b, Some(&mut dec)).unwrap();
 }
 
 #[test]
@@ -295,10 +329,16 @@ fn decoders_track_a_bounded_number_of_streams() {
     let mut dec = StreamDecoder::new();
     for id in 1..=(MAX_STREAMS as u32 + 3) {
         let mut enc = StreamEncoder::new(id, 10, 0);
-        let (p, b) =
-            encode(&cal, boundary(), &B5, &activations(1), QuantSetting::bits(2), Some(&mut enc))
-                .unwrap();
-        decode(&cal, boundary(), &B5, &p, &b, Some(&mut dec)).unwrap();
+        let (p, b) = encode_with(
+            &cal,
+            boundary(),
+            &B5,
+            &activations(1),
+            QuantSetting::bits(2),
+            Some(&mut enc),
+        )
+        .unwrap();
+        decode_with(&cal, boundary(), &B5, &p, &b, Some(&mut dec)).unwrap();
     }
     assert_eq!(dec.len(), MAX_STREAMS);
 }

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::error::{Error, Result};
+use super::{ModelError, Result};
 
 /// Number of boundaries: input, stem, block0..block15, head, pool, logits.
 pub const NUM_BOUNDARIES: usize = 21;
@@ -38,7 +38,7 @@ impl Boundary {
         if i < 16 {
             Ok(Self(i as u8 + 2))
         } else {
-            Err(Error::UnknownBoundary(format!("block{i}")))
+            Err(ModelError::UnknownBoundary(format!("block{i}")))
         }
     }
 
@@ -47,7 +47,7 @@ impl Boundary {
         if (index as usize) < NUM_BOUNDARIES {
             Ok(Self(index))
         } else {
-            Err(Error::UnknownBoundary(index.to_string()))
+            Err(ModelError::UnknownBoundary(index.to_string()))
         }
     }
 
@@ -74,14 +74,14 @@ impl fmt::Display for Boundary {
 }
 
 impl FromStr for Boundary {
-    type Err = Error;
+    type Err = ModelError;
 
     fn from_str(s: &str) -> Result<Self> {
         NAMES
             .iter()
             .position(|n| *n == s)
             .map(|i| Self(i as u8))
-            .ok_or_else(|| Error::UnknownBoundary(s.to_string()))
+            .ok_or_else(|| ModelError::UnknownBoundary(s.to_string()))
     }
 }
 

@@ -9,6 +9,8 @@
 
 mod arch;
 mod boundary;
+mod error;
+mod features;
 pub mod fused;
 mod network;
 mod weights;
@@ -17,7 +19,7 @@ pub use arch::{
     BlockSpec, BoundaryInfo, HEAD_CHANNELS, INPUT_SIZE, NUM_CLASSES, blocks, boundary_table,
 };
 pub use boundary::{Boundary, NUM_BOUNDARIES};
-pub use network::{
-    Depthwise, EfficientNetLite0, MAX_BATCH, MbConv, Pointwise, Stem, check_shape, features_tensor,
-};
-pub use weights::{WEIGHTS_MAGIC, WEIGHTS_VERSION, WeightsFile, default_weights_path};
+pub use error::{ModelError, Result};
+pub use features::{Features, check_shape};
+pub use network::{Depthwise, EfficientNetLite0, MAX_BATCH, MbConv, Pointwise, Stem};
+pub use weights::WEIGHTS_MAGIC;

@@ -11,8 +11,8 @@ use burn::tensor::{Device, Tensor, TensorData};
 use super::arch::{HEAD_CHANNELS, NUM_CLASSES, blocks};
 use super::boundary::Boundary;
 use super::fused;
-use super::weights::WeightsFile;
-use crate::error::{Error, Result};
+use super::{ModelError, Result, check_shape};
+use crate::container::TensorFile;
 
 /// Largest batch a caller may run or send in one frame.
 pub const MAX_BATCH: usize = 4;
@@ -85,7 +85,7 @@ pub struct EfficientNetLite0 {
 
 /// The converted weights' tensors rearranged into the kernels' layouts.
 struct Loader<'a> {
-    weights: &'a WeightsFile,
+    weights: &'a TensorFile,
     device: &'a Device,
 }
 
@@ -146,8 +146,8 @@ impl EfficientNetLite0 {
     /// Build the network from converted weights, on `device`.
     ///
     /// # Errors
-    /// [`Error::BadWeights`] when a tensor is missing or has the wrong shape.
-    pub fn from_weights(weights: &WeightsFile, device: &Device) -> Result<Self> {
+    /// [`ModelError::BadWeights`] when a tensor is missing or has the wrong shape.
+    pub fn from_weights(weights: &TensorFile, device: &Device) -> Result<Self> {
         let load = Loader { weights, device };
         let stem = load.stem("stem", 3, 32, 3)?;
         let mut block_modules = Vec::with_capacity(16);
@@ -214,11 +214,11 @@ impl EfficientNetLite0 {
     /// `x: [n, C, H, W]` as [`Boundary::info`] gives for `from`; returns the same for `to`.
     ///
     /// # Errors
-    /// [`Error::BackwardRange`] when `to < from`; [`Error::ShapeMismatch`] when `x` does not have
+    /// [`ModelError::BackwardRange`] when `to < from`; [`ModelError::ShapeMismatch`] when `x` does not have
     /// `from`'s shape.
     pub fn forward_range(&self, x: Tensor<4>, from: Boundary, to: Boundary) -> Result<Tensor<4>> {
         if to < from {
-            return Err(Error::BackwardRange { from, to });
+            return Err(ModelError::BackwardRange { from, to });
         }
         check_shape(from, &x.dims())?;
         if from == to {
@@ -233,27 +233,5 @@ impl EfficientNetLite0 {
     /// The whole network: normalized input `[n, 3, 224, 224]` to logits `[n, 1000, 1, 1]`.
     pub fn forward(&self, x: Tensor<4>) -> Result<Tensor<4>> {
         self.forward_range(x, Boundary::INPUT, Boundary::LOGITS)
-    }
-}
-
-/// Activations as a tensor on `device`, as [`crate::codec::features_values`] returns them.
-///
-/// # Shapes
-/// `dims` must have 4 dimensions, `[n, C, H, W]`, and match `values.len()`.
-pub fn features_tensor(dims: &[usize], values: Vec<f32>, device: &Device) -> Tensor<4> {
-    Tensor::from_data(TensorData::new(values, dims.to_vec()), device)
-}
-
-/// Check that `dims` is a batch of activations at `boundary`.
-///
-/// # Errors
-/// [`Error::ShapeMismatch`] otherwise.
-pub fn check_shape(boundary: Boundary, dims: &[usize]) -> Result<()> {
-    let expected = boundary.info().shape;
-    let ok = dims.len() == 4 && (1..=MAX_BATCH).contains(&dims[0]) && dims[1..] == expected;
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::ShapeMismatch { boundary, expected, got: dims.to_vec(), max_batch: MAX_BATCH })
     }
 }

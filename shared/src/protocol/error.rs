@@ -1,5 +1,8 @@
 //! Why a frame was refused, as a typed error on the decoding side and a numeric code on the wire.
 
+use crate::codec::CodecError;
+use crate::model::ModelError;
+
 /// A frame that could not be decoded. Each variant maps to an [`ErrorCode`] sent back to the peer.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -78,6 +81,12 @@ pub enum WireError {
     /// A reply string that is not UTF-8 or too long.
     #[error("invalid message text")]
     BadText,
+}
+
+impl From<crate::container::Truncated> for WireError {
+    fn from(e: crate::container::Truncated) -> Self {
+        Self::Truncated { needed: e.needed, got: e.got }
+    }
 }
 
 impl WireError {
@@ -161,6 +170,49 @@ impl ErrorCode {
             Self::KeyframeRequired => "keyframe_required",
             Self::UnsupportedCodec => "unsupported_codec",
             Self::Unknown => "unknown",
+        }
+    }
+}
+
+impl ErrorCode {
+    /// The code a reply carries for a request that failed with `e`: every layer's errors map
+    /// here, in the protocol, so the codec and the model need not know the wire.
+    pub fn of(e: &crate::Error) -> Self {
+        match e {
+            crate::Error::Model(m) => Self::of_model(m),
+            crate::Error::ImageDecode(_) => Self::BadImage,
+            crate::Error::Wire(w) => w.code(),
+            crate::Error::Codec(c) => Self::of_codec(c),
+        }
+    }
+
+    /// The code for a codec failure.
+    pub fn of_codec(e: &CodecError) -> Self {
+        match e {
+            CodecError::KeyframeRequired { .. } => Self::KeyframeRequired,
+            CodecError::CalibrationMismatch { .. } => Self::CalibrationMismatch,
+            CodecError::NoCalibration
+            | CodecError::UnsupportedBits(_)
+            | CodecError::NotCalibrated { .. }
+            | CodecError::RankTooLarge { .. } => Self::UnsupportedCodec,
+            CodecError::BatchNotOne(_) => Self::ShapeMismatch,
+            CodecError::BadSetting(_)
+            | CodecError::BadCalibration(_)
+            | CodecError::BadPayload(_) => Self::Malformed,
+        }
+    }
+
+    /// The code for a model failure.
+    pub fn of_model(e: &ModelError) -> Self {
+        match e {
+            ModelError::ShapeMismatch { .. } | ModelError::LengthMismatch { .. } => {
+                Self::ShapeMismatch
+            }
+            ModelError::UnknownBoundary(_) => Self::Malformed,
+            ModelError::BackwardRange { .. }
+            | ModelError::BadWeights(_)
+            | ModelError::Unreadable { .. }
+            | ModelError::Backend(_) => Self::Internal,
         }
     }
 }

@@ -5,7 +5,7 @@
 //! ```text
 //! 0  magic    "SPLT"
 //! 4  version  u16   PROTOCOL_VERSION
-//! 6  kind     u8    1 features, 2 image, 3 ping (client -> server);
+//! 6  kind     u8    1 features, 2 image, 3 ping, 4 input (client -> server);
 //!                   0x81 result, 0x82 error, 0x83 pong (server -> client)
 //! 7  model    u8    1 = EfficientNet-Lite0
 //! 8  id       u64   request id chosen by the client, echoed in the reply
@@ -15,14 +15,19 @@
 //! before reading it and reject trailing bytes, so a frame is either fully understood or
 //! answered with a typed [`WireError`].
 
-pub(crate) mod cursor;
 mod error;
+mod features;
 mod reply;
 mod request;
+mod samples;
 
 pub use error::{ErrorCode, WireError};
+pub use features::FeaturesFrame;
 pub use reply::{Reply, ServerLoad, ServerTimings};
 pub use request::{Encoding, Request};
+pub use samples::{sample_frames, synthetic_activations};
+
+use crate::container::Cursor;
 
 /// First four bytes of every frame.
 pub const MAGIC: [u8; 4] = *b"SPLT";
@@ -72,7 +77,7 @@ pub(crate) fn write_header(out: &mut Vec<u8>, kind: u8, id: u64) {
     out.extend_from_slice(&id.to_le_bytes());
 }
 
-pub(crate) fn read_header(c: &mut cursor::Cursor<'_>) -> Result<Header, WireError> {
+pub(crate) fn read_header(c: &mut Cursor<'_>) -> Result<Header, WireError> {
     if c.remaining() < HEADER_LEN {
         return Err(WireError::Truncated { needed: HEADER_LEN, got: c.remaining() });
     }
@@ -90,6 +95,14 @@ pub(crate) fn read_header(c: &mut cursor::Cursor<'_>) -> Result<Header, WireErro
         return Err(WireError::UnknownModel { id, model });
     }
     Ok(Header { kind, id })
+}
+
+/// The end of a frame body: nothing may follow it.
+pub(crate) fn finish(c: Cursor<'_>) -> Result<(), WireError> {
+    match c.rest().len() {
+        0 => Ok(()),
+        extra => Err(WireError::TrailingBytes { extra }),
+    }
 }
 
 /// The request id of a frame, if its header is readable: lets a server address an error reply

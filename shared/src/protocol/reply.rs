@@ -5,8 +5,8 @@
 //! Error body: `code u16 | len u16 | message utf-8`. Pong body: `received u32 | queued u16 |
 //! workers u16 | recent_us u32`.
 
-use super::cursor::Cursor;
 use super::{ErrorCode, MAX_MESSAGE_BYTES, MAX_TOP_K, WireError, kind, read_header, write_header};
+use crate::container::Cursor;
 use crate::labels::Prediction;
 use crate::model::Boundary;
 
@@ -176,7 +176,7 @@ impl Reply {
             }
             other => return Err(WireError::UnknownKind { id, kind: other }),
         };
-        c.finish()?;
+        super::finish(c)?;
         Ok(reply)
     }
 }

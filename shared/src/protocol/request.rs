@@ -8,9 +8,12 @@
 //! Ping body: `payload_len u32 | payload` (any bytes: a bandwidth probe, or none).
 //! Input body: `payload_len u32 | payload` (a JPEG or PNG of exactly the model's 224x224 input).
 
-use super::cursor::Cursor;
-use super::{HEADER_LEN, MAX_PAYLOAD_BYTES, WireError, kind, read_header, write_header};
+use super::{
+    FeaturesFrame, HEADER_LEN, MAX_PAYLOAD_BYTES, WireError, finish, kind, read_header,
+    write_header,
+};
 use crate::codec::{CodedParams, QuantSetting, StreamPos};
+use crate::container::Cursor;
 use crate::model::Boundary;
 
 /// How a features payload is encoded.
@@ -32,18 +35,12 @@ const FLAG_DELTA: u8 = 2;
 /// A request from the client.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Request {
-    /// Activations at `boundary`: the server runs the rest of the network.
+    /// Activations at a boundary: the server runs the rest of the network.
     Features {
         /// Client-chosen id, echoed in the reply.
         id: u64,
-        /// Where the client stopped.
-        boundary: Boundary,
-        /// How `payload` is encoded.
-        encoding: Encoding,
-        /// Tensor shape, `[n, C, H, W]`.
-        shape: Vec<u32>,
-        /// The encoded tensor.
-        payload: Vec<u8>,
+        /// The activations, encoded ([`FeaturesFrame::encode`] / [`FeaturesFrame::decode`]).
+        frame: FeaturesFrame,
     },
     /// A whole JPEG or PNG image: the server runs everything (cloud-only).
     Image {
@@ -73,21 +70,6 @@ pub enum Request {
 }
 
 impl Request {
-    /// A features request for f32 activations.
-    pub fn features_f32(id: u64, boundary: Boundary, shape: &[usize], values: &[f32]) -> Self {
-        let mut payload = Vec::with_capacity(values.len() * 4);
-        for v in values {
-            payload.extend_from_slice(&v.to_le_bytes());
-        }
-        Self::Features {
-            id,
-            boundary,
-            encoding: Encoding::F32,
-            shape: shape.iter().map(|d| *d as u32).collect(),
-            payload,
-        }
-    }
-
     /// The request id.
     pub fn id(&self) -> u64 {
         match self {
@@ -101,7 +83,7 @@ impl Request {
     /// Append the encoded frame to `out`.
     pub fn encode(&self, out: &mut Vec<u8>) {
         match self {
-            Self::Features { id, boundary, encoding, shape, payload } => {
+            Self::Features { id, frame: FeaturesFrame { boundary, encoding, shape, payload } } => {
                 write_header(out, kind::FEATURES, *id);
                 let code = match encoding {
                     Encoding::F32 => encoding_id::F32,
@@ -147,7 +129,7 @@ impl Request {
 
     fn payload_len(&self) -> usize {
         match self {
-            Self::Features { payload, .. }
+            Self::Features { frame: FeaturesFrame { payload, .. }, .. }
             | Self::Image { payload, .. }
             | Self::Input { payload, .. }
             | Self::Ping { payload, .. } => payload.len(),
@@ -190,7 +172,7 @@ impl Request {
                     }
                 }
                 let payload = c.take(len)?.to_vec();
-                Self::Features { id, boundary, encoding, shape, payload }
+                Self::Features { id, frame: FeaturesFrame { boundary, encoding, shape, payload } }
             }
             kind::IMAGE => {
                 let len = read_payload_len(&mut c)?;
@@ -206,16 +188,8 @@ impl Request {
             }
             other => return Err(WireError::UnknownKind { id, kind: other }),
         };
-        c.finish()?;
+        finish(c)?;
         Ok(request)
-    }
-
-    /// The payload of a features request as f32 values.
-    pub fn f32_values(payload: &[u8]) -> Vec<f32> {
-        payload
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
-            .collect()
     }
 }
 
@@ -249,18 +223,21 @@ mod tests {
     use super::*;
     use crate::protocol::{MAGIC, PROTOCOL_VERSION};
 
+    /// A wire-level frame: the shape is not checked against the boundary until it is decoded
+    /// into activations, so any shape round-trips here.
     fn features() -> Request {
-        Request::features_f32(
-            42,
-            Boundary::block(5).unwrap(),
-            &[1, 2, 1, 2],
-            &[1.0, -2.5, 3.0, 0.25],
-        )
+        let payload = [1.0f32, -2.5, 3.0, 0.25].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let frame = FeaturesFrame {
+            boundary: Boundary::block(5).unwrap(),
+            encoding: Encoding::F32,
+            shape: vec![1, 2, 1, 2],
+            payload,
+        };
+        Request::Features { id: 42, frame }
     }
 
     fn coded() -> Request {
-        Request::Features {
-            id: 9,
+        let frame = FeaturesFrame {
             boundary: Boundary::block(11).unwrap(),
             encoding: Encoding::Coded(CodedParams {
                 setting: QuantSetting { bits: 3, rank: 16, entropy: true },
@@ -269,7 +246,8 @@ mod tests {
             }),
             shape: vec![1, 112, 14, 14],
             payload: vec![1, 2, 3, 4, 5],
-        }
+        };
+        Request::Features { id: 9, frame }
     }
 
     #[test]
@@ -296,8 +274,6 @@ mod tests {
         ] {
             assert_eq!(Request::decode(&r.to_bytes()).unwrap(), r);
         }
-        let Request::Features { payload, .. } = features() else { unreachable!() };
-        assert_eq!(Request::f32_values(&payload), vec![1.0, -2.5, 3.0, 0.25]);
     }
 
     #[test]
@@ -348,13 +324,13 @@ mod tests {
 
     #[test]
     fn shape_overflow_is_a_length_mismatch() {
-        let r = Request::Features {
-            id: 1,
+        let frame = FeaturesFrame {
             boundary: Boundary::STEM,
             encoding: Encoding::F32,
             shape: vec![u32::MAX, u32::MAX, u32::MAX, u32::MAX],
             payload: vec![0; 8],
         };
+        let r = Request::Features { id: 1, frame };
         assert!(matches!(Request::decode(&r.to_bytes()), Err(WireError::LengthMismatch { .. })));
     }
 }

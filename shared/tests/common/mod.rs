@@ -6,21 +6,10 @@ use std::path::PathBuf;
 use burn::tensor::{Device, Tensor};
 use split_shared::EfficientNetLite0;
 use split_shared::image::RgbImage;
-use split_shared::model::WeightsFile;
 
 pub fn model(device: &Device) -> EfficientNetLite0 {
-    let path = split_shared::model::default_weights_path();
-    let bytes = std::fs::read(&path).unwrap_or_else(|e| {
-        panic!(
-            "these tests need the pretrained weights at {} ({e}); run `cargo xtask setup`",
-            path.display()
-        )
-    });
-    EfficientNetLite0::from_weights(
-        &WeightsFile::from_bytes(&bytes).expect("valid weights"),
-        device,
-    )
-    .expect("weights fit the model")
+    EfficientNetLite0::load(&split_paths::weights_file(), device)
+        .unwrap_or_else(|e| panic!("these tests need the pretrained weights: {e}"))
 }
 
 pub fn data(name: &str) -> Vec<u8> {

@@ -1,16 +1,15 @@
 use futures_executor::block_on;
-use split_shared::codec::features_values;
-use split_shared::model::features_tensor;
+use split_shared::codec::DecodeContext;
 use split_shared::protocol::{Request, ServerTimings};
 
 use super::*;
 
 fn runner() -> EdgeRunner {
-    let path = split_shared::model::default_weights_path();
+    let path = split_paths::weights_file();
     let bytes = std::fs::read(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}; run `cargo xtask setup`", path.display()));
+        .unwrap_or_else(|e| panic!("{}: {e}; run `./run.sh setup`", path.display()));
     let runner = EdgeRunner::new(&bytes, Device::flex()).expect("valid weights");
-    let path = split_shared::codec::default_calibration_path();
+    let path = split_paths::calibration_file();
     let calibration = std::fs::read(&path)
         .unwrap_or_else(|e| panic!("{}: {e}; run `cargo xtask setup`", path.display()));
     runner.set_calibration(&calibration).expect("valid calibration");
@@ -27,16 +26,12 @@ fn opts(split: &str, setting: &str, stream: bool) -> RunOptions {
 
 /// What the server would answer for a features frame.
 fn cloud(runner: &EdgeRunner, frame: &[u8]) -> Vec<Prediction> {
-    let Request::Features { boundary, shape, encoding, payload, .. } =
-        Request::decode(frame).unwrap()
-    else {
+    let Request::Features { frame, .. } = Request::decode(frame).unwrap() else {
         panic!("a features frame")
     };
-    let (dims, values) = runner
-        .with_calibration(|c| features_values(boundary, &shape, &encoding, &payload, c, None))
-        .unwrap();
-    let x = features_tensor(&dims, values, &runner.device);
-    let logits = runner.model.forward_range(x, boundary, Boundary::LOGITS).unwrap();
+    let features = runner.with_calibration(|c| frame.decode(DecodeContext::new(c))).unwrap();
+    let x = features.to_tensor(&runner.device);
+    let logits = runner.model.forward_range(x, frame.boundary, Boundary::LOGITS).unwrap();
     top_k(&logits.into_data().try_to_vec::<f32>().unwrap(), TOP_K)
 }
 

@@ -282,9 +282,9 @@ fn server_args(extra: &[&str]) -> Vec<String> {
         "--cache-entries".into(),
         "0".into(),
         "--weights".into(),
-        split_shared::model::default_weights_path().display().to_string(),
+        split_paths::weights_file().display().to_string(),
         "--calibration".into(),
-        split_shared::codec::default_calibration_path().display().to_string(),
+        split_paths::calibration_file().display().to_string(),
     ];
     args.extend(extra.iter().map(ToString::to_string));
     args

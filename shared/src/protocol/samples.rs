@@ -1,11 +1,14 @@
 //! Valid frames of every codec path, built from synthetic activations: seeds for the fuzzer and
 //! inputs for robustness tests (the decoders do not care whether a network produced them).
 
-use super::{Calibration, QuantSetting, SUPPORTED_BITS, Setting, StreamEncoder, features_request};
-use crate::model::Boundary;
+use super::{FeaturesFrame, Request};
+use crate::codec::{
+    Calibration, EncodeContext, QuantSetting, SUPPORTED_BITS, Setting, StreamEncoder,
+};
+use crate::model::{Boundary, Features};
 
 /// Deterministic activation-like values for one image at `boundary`.
-pub fn synthetic_activations(boundary: Boundary, seed: u32) -> (Vec<usize>, Vec<f32>) {
+pub fn synthetic_activations(boundary: Boundary, seed: u32) -> Features {
     let [c, h, w] = boundary.info().shape;
     let mut state = 0x9e37_79b9u32 ^ seed.wrapping_mul(0x85eb_ca6b);
     let values = (0..c * h * w)
@@ -17,7 +20,7 @@ pub fn synthetic_activations(boundary: Boundary, seed: u32) -> (Vec<usize>, Vec<
             ((i % (h * w)) as f32 * 0.05 + (i / (h * w)) as f32).sin() + noise
         })
         .collect();
-    (vec![1, c, h, w], values)
+    Features::new(boundary, &[1, c, h, w], values).expect("one image at the boundary")
 }
 
 /// Encoded request frames at every calibrated boundary: f32, each bit depth (entropy-coded and
@@ -25,7 +28,7 @@ pub fn synthetic_activations(boundary: Boundary, seed: u32) -> (Vec<usize>, Vec<
 pub fn sample_frames(calibration: &Calibration) -> Vec<Vec<u8>> {
     let mut frames = Vec::new();
     for (n, boundary) in calibration.boundaries().enumerate() {
-        let (dims, values) = synthetic_activations(boundary, n as u32);
+        let features = synthetic_activations(boundary, n as u32);
         let mut settings = vec![Setting::F32];
         for bits in SUPPORTED_BITS {
             settings.push(Setting::Quant(QuantSetting::bits(bits)));
@@ -34,27 +37,21 @@ pub fn sample_frames(calibration: &Calibration) -> Vec<Vec<u8>> {
         settings.push(Setting::Quant(QuantSetting { bits: 3, rank: 8, entropy: true }));
         for (i, setting) in settings.into_iter().enumerate() {
             let id = (n * 100 + i) as u64;
-            if let Ok(r) =
-                features_request(id, boundary, &dims, &values, setting, Some(calibration), None)
-            {
-                frames.push(r.to_bytes());
+            let ctx = EncodeContext::new(Some(calibration));
+            if let Ok(frame) = FeaturesFrame::encode(&features, setting, ctx) {
+                frames.push(Request::Features { id, frame }.to_bytes());
             }
         }
         let mut stream = StreamEncoder::new(n as u32 + 1, 30, 1);
         for seed in 0..3 {
-            let (_, v) = synthetic_activations(boundary, seed);
-            let moved: Vec<f32> = v.iter().zip(&values).map(|(a, b)| b + 0.05 * a).collect();
+            let noise = synthetic_activations(boundary, seed);
+            let moved: Vec<f32> =
+                noise.values().iter().zip(features.values()).map(|(a, b)| b + 0.05 * a).collect();
+            let moved = Features::new(boundary, &features.dims(), moved).expect("same shape");
             let setting = Setting::Quant(QuantSetting::bits(4));
-            if let Ok(r) = features_request(
-                seed.into(),
-                boundary,
-                &dims,
-                &moved,
-                setting,
-                Some(calibration),
-                Some(&mut stream),
-            ) {
-                frames.push(r.to_bytes());
+            let ctx = EncodeContext::new(Some(calibration)).with_stream(Some(&mut stream));
+            if let Ok(frame) = FeaturesFrame::encode(&moved, setting, ctx) {
+                frames.push(Request::Features { id: seed.into(), frame }.to_bytes());
             }
         }
     }

@@ -1,0 +1,16 @@
+//! The ground floor: reading and writing bytes, below the model, the codec and the protocol.
+//!
+//! - [`Cursor`]: a bounds-checked little-endian reader; every read past the end is a
+//!   [`Truncated`] error, never a panic. The protocol decodes frames with it, the tensor file
+//!   its header.
+//! - [`TensorFile`]: named f32 tensors with a checksum, the container of the weights (magic
+//!   "SPLW", see [`crate::model::WEIGHTS_MAGIC`]) and of the codec calibration ("SPLC").
+//!
+//! Nothing here knows what the bytes mean; errors say what is wrong with the bytes.
+
+mod cursor;
+mod tensor_file;
+
+pub(crate) use cursor::Cursor;
+pub use cursor::Truncated;
+pub use tensor_file::{ContainerError, TENSOR_FILE_VERSION, TensorFile, fnv1a64};

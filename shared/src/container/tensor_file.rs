@@ -1,0 +1,274 @@
+//! Named little-endian f32 tensors with a checksum: the file format of the weights and of the
+//! codec calibration, each under its own magic so one is never loaded as the other.
+//!
+//! The setup step converts the PyTorch file once (folding batch norm into the convolutions);
+//! server and browser then load this file, which needs no pickle parser and is served as-is.
+//!
+//! Layout (all integers little-endian):
+//!
+//! ```text
+//! magic [4] | version u16 | reserved u16 | count u32
+//! count x { name_len u16 | name utf-8 | ndim u8 | dims u32 x ndim | f32 x prod(dims) }
+//! fnv1a-64 of every byte above, u64
+//! ```
+
+use std::collections::HashMap;
+
+use super::{Cursor, Truncated};
+
+/// Container layout version this build reads and writes.
+pub const TENSOR_FILE_VERSION: u16 = 1;
+/// Guard against absurd headers: no tensor in this project has more dimensions, no file more
+/// tensors.
+const MAX_NDIM: usize = 4;
+const MAX_TENSORS: usize = 4096;
+const HEADER_LEN: usize = 12;
+const CHECKSUM_LEN: usize = 8;
+
+/// What is wrong with a tensor file, or with a tensor asked of it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ContainerError {
+    /// The bytes do not start with the expected magic (or are too short to hold one).
+    #[error("not a {expected} file (bad magic)")]
+    BadMagic {
+        /// The magic expected, as text.
+        expected: String,
+    },
+    /// The checksum does not match: a corrupt or partial file.
+    #[error("checksum mismatch: the file is corrupt or truncated")]
+    Checksum,
+    /// Written by another version of the container.
+    #[error("container version {got}, this build reads {supported}")]
+    Version {
+        /// The file's version.
+        got: u16,
+        /// This build's.
+        supported: u16,
+    },
+    /// The header or a tensor is inconsistent (the checksum matched, so it was written wrong).
+    #[error("malformed: {0}")]
+    Malformed(String),
+    /// A tensor asked for is not in the file.
+    #[error("tensor {0} is missing")]
+    Missing(String),
+    /// A tensor has another shape than asked for.
+    #[error("tensor {name} has shape {have:?}, expected {expected:?}")]
+    Shape {
+        /// The tensor.
+        name: String,
+        /// Its shape in the file.
+        have: Vec<usize>,
+        /// The shape asked for.
+        expected: Vec<usize>,
+    },
+}
+
+impl From<Truncated> for ContainerError {
+    fn from(e: Truncated) -> Self {
+        Self::Malformed(format!("inconsistent lengths: {e}"))
+    }
+}
+
+/// Named f32 tensors, in file order.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TensorFile {
+    tensors: Vec<(String, Vec<usize>, Vec<f32>)>,
+    index: HashMap<String, usize>,
+}
+
+/// 64-bit FNV-1a: tiny, dependency-free, and enough to catch truncation and bit rot.
+pub fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
+}
+
+impl TensorFile {
+    /// An empty set of tensors.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Add a tensor; replaces one of the same name.
+    pub fn insert(&mut self, name: impl Into<String>, dims: Vec<usize>, data: Vec<f32>) {
+        assert_eq!(dims.iter().product::<usize>(), data.len(), "dims and data disagree");
+        let name = name.into();
+        match self.index.get(&name) {
+            Some(&i) => self.tensors[i] = (name, dims, data),
+            None => {
+                self.index.insert(name.clone(), self.tensors.len());
+                self.tensors.push((name, dims, data));
+            }
+        }
+    }
+
+    /// Tensor names in file order.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.tensors.iter().map(|(n, _, _)| n.as_str())
+    }
+
+    /// Total number of f32 values.
+    pub fn num_values(&self) -> usize {
+        self.tensors.iter().map(|(_, _, d)| d.len()).sum()
+    }
+
+    /// The data of tensor `name`, which must have exactly `dims`.
+    ///
+    /// # Errors
+    /// [`ContainerError::Missing`] or [`ContainerError::Shape`].
+    pub fn tensor(&self, name: &str, dims: &[usize]) -> Result<&[f32], ContainerError> {
+        let &i = self.index.get(name).ok_or_else(|| ContainerError::Missing(name.into()))?;
+        let (_, have, data) = &self.tensors[i];
+        if have != dims {
+            return Err(ContainerError::Shape {
+                name: name.into(),
+                have: have.clone(),
+                expected: dims.to_vec(),
+            });
+        }
+        Ok(data)
+    }
+
+    /// Every tensor as `(name, dims, data)`, in file order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &[usize], &[f32])> {
+        self.tensors.iter().map(|(n, d, v)| (n.as_str(), d.as_slice(), v.as_slice()))
+    }
+
+    /// Serialize to the layout in the module docs under `magic`.
+    pub fn to_bytes(&self, magic: [u8; 4]) -> Vec<u8> {
+        let mut out =
+            Vec::with_capacity(HEADER_LEN + self.num_values() * 4 + 64 * self.tensors.len());
+        out.extend_from_slice(&magic);
+        out.extend_from_slice(&TENSOR_FILE_VERSION.to_le_bytes());
+        out.extend_from_slice(&0u16.to_le_bytes());
+        out.extend_from_slice(&(self.tensors.len() as u32).to_le_bytes());
+        for (name, dims, data) in &self.tensors {
+            out.extend_from_slice(&(name.len() as u16).to_le_bytes());
+            out.extend_from_slice(name.as_bytes());
+            out.push(dims.len() as u8);
+            for d in dims {
+                out.extend_from_slice(&(*d as u32).to_le_bytes());
+            }
+            for v in data {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        let sum = fnv1a64(&out);
+        out.extend_from_slice(&sum.to_le_bytes());
+        out
+    }
+
+    /// Parse and verify a file written by [`Self::to_bytes`] with `magic`.
+    ///
+    /// # Errors
+    /// A [`ContainerError`] naming the first problem: wrong magic or version, a checksum
+    /// mismatch (a corrupt or partial download), or an absurd header.
+    pub fn from_bytes(bytes: &[u8], magic: [u8; 4]) -> Result<Self, ContainerError> {
+        if bytes.len() < HEADER_LEN + CHECKSUM_LEN || bytes[..4] != magic {
+            return Err(ContainerError::BadMagic {
+                expected: String::from_utf8_lossy(&magic).into_owned(),
+            });
+        }
+        let (body, tail) = bytes.split_at(bytes.len() - CHECKSUM_LEN);
+        let stored = u64::from_le_bytes(tail.try_into().expect("8 bytes"));
+        if fnv1a64(body) != stored {
+            return Err(ContainerError::Checksum);
+        }
+        let mut r = Cursor::new(&body[4..]);
+        let version = r.u16()?;
+        if version != TENSOR_FILE_VERSION {
+            return Err(ContainerError::Version { got: version, supported: TENSOR_FILE_VERSION });
+        }
+        r.u16()?;
+        let count = r.u32()? as usize;
+        if count > MAX_TENSORS {
+            return Err(ContainerError::Malformed(format!(
+                "{count} tensors is more than the limit {MAX_TENSORS}"
+            )));
+        }
+        let mut out = Self::new();
+        for _ in 0..count {
+            let len = r.u16()? as usize;
+            let name = std::str::from_utf8(r.take(len)?)
+                .map_err(|_| ContainerError::Malformed("tensor name is not utf-8".into()))?
+                .to_string();
+            let ndim = r.u8()? as usize;
+            if ndim > MAX_NDIM {
+                return Err(ContainerError::Malformed(format!(
+                    "tensor {name} has {ndim} dimensions"
+                )));
+            }
+            let dims =
+                (0..ndim).map(|_| r.u32().map(|d| d as usize)).collect::<Result<Vec<_>, _>>()?;
+            let numel = dims.iter().try_fold(1usize, |a, d| a.checked_mul(*d));
+            let nbytes =
+                numel.and_then(|n| n.checked_mul(4)).filter(|n| *n <= r.remaining()).ok_or_else(
+                    || ContainerError::Malformed(format!("tensor {name} {dims:?} does not fit")),
+                )?;
+            let data = r
+                .take(nbytes)?
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
+                .collect();
+            out.insert(name, dims, data);
+        }
+        let extra = r.rest().len();
+        if extra > 0 {
+            return Err(ContainerError::Malformed(format!("{extra} bytes after the last tensor")));
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAGIC: [u8; 4] = *b"TEST";
+
+    fn sample() -> TensorFile {
+        let mut w = TensorFile::new();
+        w.insert("a.weight", vec![2, 3], vec![1.0, -2.0, 3.5, 0.0, f32::MIN_POSITIVE, 7.25]);
+        w.insert("a.bias", vec![2], vec![0.5, -0.5]);
+        w
+    }
+
+    #[test]
+    fn round_trip() {
+        let w = sample();
+        let back = TensorFile::from_bytes(&w.to_bytes(MAGIC), MAGIC).unwrap();
+        assert_eq!(back, w);
+        assert_eq!(back.tensor("a.bias", &[2]).unwrap(), &[0.5, -0.5]);
+        assert!(matches!(back.tensor("a.bias", &[3]), Err(ContainerError::Shape { .. })));
+        assert_eq!(back.tensor("missing", &[2]), Err(ContainerError::Missing("missing".into())));
+    }
+
+    #[test]
+    fn rejects_corruption_truncation_and_other_magic() {
+        let bytes = sample().to_bytes(MAGIC);
+        for cut in [0, 5, 12, bytes.len() - 9, bytes.len() - 1] {
+            assert!(TensorFile::from_bytes(&bytes[..cut], MAGIC).is_err(), "cut {cut}");
+        }
+        let mut flipped = bytes.clone();
+        flipped[20] ^= 0x40;
+        assert_eq!(TensorFile::from_bytes(&flipped, MAGIC), Err(ContainerError::Checksum));
+        assert!(matches!(
+            TensorFile::from_bytes(&bytes, *b"SPLW"),
+            Err(ContainerError::BadMagic { .. })
+        ));
+    }
+
+    #[test]
+    fn rejects_other_versions() {
+        let mut bytes = sample().to_bytes(MAGIC);
+        bytes[4] = 9;
+        let n = bytes.len() - 8;
+        let sum = fnv1a64(&bytes[..n]);
+        bytes[n..].copy_from_slice(&sum.to_le_bytes());
+        assert_eq!(
+            TensorFile::from_bytes(&bytes, MAGIC),
+            Err(ContainerError::Version { got: 9, supported: TENSOR_FILE_VERSION })
+        );
+    }
+}

@@ -1,0 +1,75 @@
+//! The one step both sides take between activations and a frame: the edge encodes
+//! [`Features`] into a [`FeaturesFrame`], the cloud decodes the frame back into [`Features`].
+
+use crate::codec::{self, CodecError, DecodeContext, EncodeContext, Setting};
+use crate::model::{Boundary, Features};
+
+use super::Encoding;
+
+/// The body of a features request: activations at a boundary, as they travel.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FeaturesFrame {
+    /// Where the client stopped.
+    pub boundary: Boundary,
+    /// How `payload` is encoded.
+    pub encoding: Encoding,
+    /// Tensor shape, `[n, C, H, W]`, as sent (checked against the boundary on decoding).
+    pub shape: Vec<u32>,
+    /// The encoded tensor.
+    pub payload: Vec<u8>,
+}
+
+impl FeaturesFrame {
+    /// Encode `features` under `setting`: what the edge sends.
+    ///
+    /// # Errors
+    /// [`CodecError::NoCalibration`] for a quantized setting without a calibration in `ctx`, or
+    /// what [`codec::encode`] reports.
+    pub fn encode(
+        features: &Features,
+        setting: Setting,
+        ctx: EncodeContext<'_>,
+    ) -> Result<Self, CodecError> {
+        let (encoding, payload) = match setting {
+            Setting::F32 => {
+                let mut payload = Vec::with_capacity(features.values().len() * 4);
+                for v in features.values() {
+                    payload.extend_from_slice(&v.to_le_bytes());
+                }
+                (Encoding::F32, payload)
+            }
+            Setting::Quant(q) => {
+                let (params, payload) = codec::encode(features, q, ctx)?;
+                (Encoding::Coded(params), payload)
+            }
+        };
+        Ok(Self {
+            boundary: features.boundary(),
+            encoding,
+            shape: features.dims().iter().map(|d| *d as u32).collect(),
+            payload,
+        })
+    }
+
+    /// The activations the frame carries: what the cloud computes on. The shape is checked
+    /// against the boundary here, once.
+    ///
+    /// # Errors
+    /// [`crate::model::ModelError::ShapeMismatch`] for a shape that does not fit the boundary,
+    /// or any [`CodecError`] of [`codec::decode`].
+    pub fn decode(&self, ctx: DecodeContext<'_>) -> crate::Result<Features> {
+        let dims: Vec<usize> = self.shape.iter().map(|d| *d as usize).collect();
+        crate::model::check_shape(self.boundary, &dims)?;
+        let values = match &self.encoding {
+            Encoding::F32 => self
+                .payload
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
+                .collect(),
+            Encoding::Coded(params) => {
+                codec::decode(self.boundary, &dims, params, &self.payload, ctx)?
+            }
+        };
+        Ok(Features::new(self.boundary, &dims, values)?)
+    }
+}
