@@ -1,12 +1,7 @@
 //! `cargo xtask calibrate`: fit the codec's tables to real activations and write the
 //! calibration artefact the server loads and serves to browsers.
 //!
-//! ```text
-//! cargo xtask calibrate [--images DIR] [--skip N] [--limit N] [--out FILE]
-//!                       [--boundaries stem,block2,...] [--max-rank R]
-//! ```
-//!
-//! Per boundary it collects activations of the images (a strided sample of at most
+//! `cargo xtask calibrate --help` lists the options. Per boundary it collects activations of the images (a strided sample of at most
 //! [`POSITIONS_PER_IMAGE`] spatial positions per image), then for each bit depth picks the
 //! per-channel clip range with the least quantization error and counts symbol frequencies; and it
 //! learns a PCA projection of the channel vector (components by decreasing variance) with tables
@@ -32,6 +27,29 @@ const POSITIONS_PER_IMAGE: usize = 256;
 /// Most principal components stored per boundary.
 const DEFAULT_MAX_RANK: usize = 128;
 
+/// Fit the codec's tables to real activations and write the calibration file.
+#[derive(clap::Args, Debug, Default)]
+pub struct Args {
+    /// Folder of images; default: crops and flips of the three bundled photos.
+    #[arg(long, env = "SPLIT_CALIBRATION_IMAGES")]
+    images: Option<PathBuf>,
+    /// Skip the first N images (sorted by name).
+    #[arg(long, default_value_t = 0)]
+    skip: usize,
+    /// Use at most N images.
+    #[arg(long)]
+    limit: Option<usize>,
+    /// Where to write it; default: the path the server reads.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Boundaries to calibrate (stem to head), comma-separated; default: all of them.
+    #[arg(long, value_delimiter = ',')]
+    boundaries: Vec<Boundary>,
+    /// Most principal components stored per boundary.
+    #[arg(long, default_value_t = DEFAULT_MAX_RANK)]
+    max_rank: usize,
+}
+
 struct Options {
     images: Option<PathBuf>,
     skip: usize,
@@ -46,35 +64,19 @@ pub fn default_boundaries() -> Vec<Boundary> {
     Boundary::all().filter(|b| (Boundary::STEM..=Boundary::HEAD).contains(b)).collect()
 }
 
-fn parse(args: &[String]) -> Result<Options> {
-    let mut o = Options {
-        images: std::env::var_os("SPLIT_CALIBRATION_IMAGES").map(PathBuf::from),
-        skip: 0,
-        limit: usize::MAX,
-        out: split_paths::calibration_file(),
-        boundaries: default_boundaries(),
-        max_rank: DEFAULT_MAX_RANK,
-    };
-    let mut it = args.iter();
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
-        match flag.as_str() {
-            "--images" => o.images = Some(value()?.into()),
-            "--skip" => o.skip = value()?.parse()?,
-            "--limit" => o.limit = value()?.parse()?,
-            "--out" => o.out = value()?.into(),
-            "--boundaries" => {
-                o.boundaries =
-                    value()?.split(',').map(|s| s.trim().parse()).collect::<Result<_, _>>()?;
-            }
-            "--max-rank" => o.max_rank = value()?.parse()?,
-            other => bail!("unknown flag {other}; see the doc comment of xtask/src/calibrate.rs"),
-        }
-    }
-    if o.boundaries.iter().any(|b| !(Boundary::STEM..=Boundary::HEAD).contains(b)) {
+fn options(a: Args) -> Result<Options> {
+    let boundaries = if a.boundaries.is_empty() { default_boundaries() } else { a.boundaries };
+    if boundaries.iter().any(|b| !(Boundary::STEM..=Boundary::HEAD).contains(b)) {
         bail!("only boundaries from stem to head can be calibrated");
     }
-    Ok(o)
+    Ok(Options {
+        images: a.images,
+        skip: a.skip,
+        limit: a.limit.unwrap_or(usize::MAX),
+        out: a.out.unwrap_or_else(split_paths::calibration_file),
+        boundaries,
+        max_rank: a.max_rank,
+    })
 }
 
 /// Sorted image files of a folder, `skip` then at most `limit` of them.
@@ -224,10 +226,9 @@ fn tables_for(rows: &[Vec<f32>], max_rank: usize) -> Result<BoundaryTables> {
     Ok(t)
 }
 
-/// Run the calibration with command-line `args`.
-pub fn run(args: &[String]) -> Result<()> {
-    let o = parse(args)?;
-    calibrate(&o).map(drop)
+/// Run the calibration.
+pub fn run(args: Args) -> Result<()> {
+    calibrate(&options(args)?).map(drop)
 }
 
 /// Make sure a valid calibration exists at the default path (written from the bundled photos,
@@ -245,7 +246,8 @@ pub fn ensure_calibration() -> Result<PathBuf> {
             }
         }
     }
-    calibrate(&parse(&[])?)
+    let images = std::env::var_os("SPLIT_CALIBRATION_IMAGES").map(PathBuf::from);
+    calibrate(&options(Args { images, max_rank: DEFAULT_MAX_RANK, ..Args::default() })?)
 }
 
 fn calibrate(o: &Options) -> Result<PathBuf> {

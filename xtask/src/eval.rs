@@ -4,13 +4,7 @@
 //! send, decode it as the server does, run the cloud half, and compare with the unsplit network
 //! (and, when given, with labels and with another implementation's top-1 predictions).
 //!
-//! ```text
-//! cargo xtask eval --images DIR [--labels DIR/labels.csv] [--splits block5,block8]
-//!                  [--skip N] [--limit N] [--reference preds.csv] [--weights FILE]
-//!                  [--codecs f32,q4,q2-r/4] [--calibration FILE]
-//! ```
-//!
-//! `--codecs` lists codec settings (`f32`, `q<bits>[-r<rank>][-packed]`); a rank written `/k`
+//! `cargo xtask eval --help` lists the options. `--codecs` lists codec settings (`f32`, `q<bits>[-r<rank>][-packed]`); a rank written `/k`
 //! means "channels / k" at each split. Every (split, codec) pair gets a row with bytes per image,
 //! bits per value, ratios to f32 and to a JPEG (quality 90) of the 224x224 input, agreement with
 //! the unsplit model, accuracy, and codec encode/decode time.
@@ -28,71 +22,70 @@ use split_shared::protocol::{FeaturesFrame, Request};
 
 use crate::setup;
 
-struct Options {
+/// Split inference over a folder of images, the way the product runs it.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Folder of JPEG/PNG images (e.g. `web/samples`).
+    #[arg(long)]
     images: PathBuf,
+    /// `file,class` labels; default `<images>/labels.csv` when it exists.
+    #[arg(long)]
     labels: Option<PathBuf>,
+    /// Boundaries to split at, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "block5")]
     splits: Vec<Boundary>,
+    /// Skip the first N images (sorted by name).
+    #[arg(long, default_value_t = 0)]
     skip: usize,
+    /// Use at most N images.
+    #[arg(long, default_value_t = usize::MAX, hide_default_value = true)]
     limit: usize,
+    /// Codec settings: `f32`, `q<bits>[-r<rank>][-packed]`; a rank `/k` means channels / k.
+    #[arg(long, value_delimiter = ',', default_value = "f32")]
     codecs: Vec<String>,
+    /// Calibration file; default: the one setup writes.
+    #[arg(long)]
     calibration: Option<PathBuf>,
+    /// Another implementation's predictions (`file,top1`) to measure agreement with.
+    #[arg(long)]
     reference: Option<PathBuf>,
+    /// Weights file; default: the one setup writes.
+    #[arg(long)]
     weights: Option<PathBuf>,
 }
 
-fn parse(args: &[String]) -> Result<Options> {
-    let mut o = Options {
-        images: PathBuf::new(),
-        labels: None,
-        splits: vec![Boundary::block(5)?],
-        skip: 0,
-        limit: usize::MAX,
-        codecs: vec!["f32".into()],
-        calibration: None,
-        reference: None,
-        weights: None,
-    };
-    let mut it = args.iter();
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
-        match flag.as_str() {
-            "--images" => o.images = value()?.into(),
-            "--labels" => o.labels = Some(value()?.into()),
-            "--splits" => {
-                o.splits =
-                    value()?.split(',').map(|s| s.trim().parse()).collect::<Result<_, _>>()?;
-            }
-            "--limit" => o.limit = value()?.parse()?,
-            "--skip" => o.skip = value()?.parse()?,
-            "--codecs" => o.codecs = value()?.split(',').map(|s| s.trim().to_string()).collect(),
-            "--calibration" => o.calibration = Some(value()?.into()),
-            "--reference" => o.reference = Some(value()?.into()),
-            "--weights" => o.weights = Some(value()?.into()),
-            other => bail!("unknown flag {other}; see the doc comment of xtask/src/eval.rs"),
-        }
-    }
-    if o.images.as_os_str().is_empty() {
-        bail!("--images DIR is required");
-    }
-    if o.labels.is_none() && o.images.join("labels.csv").exists() {
-        o.labels = Some(o.images.join("labels.csv"));
-    }
-    Ok(o)
-}
-
-/// `file,class_index,...` rows (header optional); also reads `file,top1` prediction files.
+/// `file,class_index,...` rows (a header line is allowed first); also reads `file,top1`
+/// prediction files.
+///
+/// # Errors
+/// A row without a class, or whose class is not an integer, names its line: a label silently
+/// dropped would skew every accuracy figure.
 fn read_csv_classes(path: &PathBuf) -> Result<HashMap<String, usize>> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    Ok(text
-        .lines()
-        .filter_map(|l| {
-            let mut f = l.splitn(3, ',');
-            let file = f.next()?.trim().to_string();
-            let class = f.next()?.trim().parse().ok()?;
-            Some((file, class))
-        })
-        .collect())
+    parse_csv_classes(&text).with_context(|| format!("in {}", path.display()))
+}
+
+fn parse_csv_classes(text: &str) -> Result<HashMap<String, usize>> {
+    let mut out = HashMap::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let mut f = line.splitn(3, ',');
+        let file = f.next().unwrap_or_default().trim();
+        let class = f.next().map(str::trim);
+        match class.map(str::parse::<usize>) {
+            Some(Ok(c)) => {
+                out.insert(file.to_string(), c);
+            }
+            // A header: the first line, naming its columns.
+            Some(Err(_)) if i == 0 => {}
+            Some(Err(_)) => bail!("line {}: class {:?} is not an integer", i + 1, class.unwrap()),
+            None => bail!("line {}: expected `file,class`, got {line:?}", i + 1),
+        }
+    }
+    Ok(out)
 }
 
 fn logits_of(t: Tensor<4>) -> Vec<f32> {
@@ -166,8 +159,10 @@ pub fn jpeg_q90_len(img: &split_shared::image::RgbImage) -> Result<usize> {
 }
 
 /// Run the evaluation and print a table.
-pub fn run(args: &[String]) -> Result<()> {
-    let o = parse(args)?;
+pub fn run(mut o: Args) -> Result<()> {
+    if o.labels.is_none() && o.images.join("labels.csv").exists() {
+        o.labels = Some(o.images.join("labels.csv"));
+    }
     let weights_path = match &o.weights {
         Some(p) => p.clone(),
         None => setup::ensure_weights()?,
@@ -314,4 +309,19 @@ pub fn run(args: &[String]) -> Result<()> {
         println!("mean JPEG q90 of the 224x224 input: {} bytes", t.jpeg / t.n.max(1));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_csv_classes;
+
+    #[test]
+    fn labels_parse_strictly() {
+        let ok = parse_csv_classes("file,class\na.jpg,3\nb.jpg, 7,extra\n\n").unwrap();
+        assert_eq!((ok["a.jpg"], ok["b.jpg"], ok.len()), (3, 7, 2));
+        let err = parse_csv_classes("a.jpg,3\nb.jpg,cat\n").unwrap_err().to_string();
+        assert!(err.contains("line 2"), "{err}");
+        let err = parse_csv_classes("a.jpg,3\nb.jpg\n").unwrap_err().to_string();
+        assert!(err.contains("line 2"), "{err}");
+    }
 }

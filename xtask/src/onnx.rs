@@ -215,18 +215,20 @@ pub fn measure(repeats: usize, ops: bool) -> Result<OnnxReport> {
     })
 }
 
-/// `cargo xtask onnx [--repeats N] [--ops]`: print the comparison as markdown.
-pub fn run(args: &[String]) -> Result<()> {
-    let (mut repeats, mut ops) = (30usize, false);
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--repeats" => repeats = it.next().context("--repeats N")?.parse()?,
-            "--ops" => ops = true,
-            _ => bail!("usage: cargo xtask onnx [--repeats N] [--ops]"),
-        }
-    }
-    let r = measure(repeats, ops)?;
+/// ONNX export of the model, ONNX Runtime (CPU) against burn flex.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Timed runs per measurement (the median is reported).
+    #[arg(long, default_value_t = 30)]
+    repeats: usize,
+    /// Also time every operation alone, burn and ORT side by side.
+    #[arg(long)]
+    ops: bool,
+}
+
+/// Print the comparison as markdown.
+pub fn run(a: Args) -> Result<()> {
+    let r = measure(a.repeats, a.ops)?;
     println!(
         "ONNX export: {} (onnxruntime {}), max |logit - golden| {:.2e}; burn CPU/wall {:.2}",
         r.model.display(),

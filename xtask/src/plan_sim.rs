@@ -1,37 +1,44 @@
 //! `cargo xtask plan-sim`: the adaptive controller against the oracle, the best fixed choice,
 //! edge-only and cloud-only on the standard traces, with the measured cost table.
 //!
-//! ```text
-//! cargo xtask plan-sim [--table profiles/cost-table.json] [--edge browser-wasm-cpu]
-//!                      [--privacy-floor block5] [--min-agreement 0.99]
-//! ```
+//! `cargo xtask plan-sim --help` lists the options.
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use split_shared::model::Boundary;
 use split_shared::plan::sim::{simulate, standard_traces};
 use split_shared::plan::{Constraints, ControllerConfig, CostTable};
 
 use crate::paths;
 
-/// Run the simulation with command-line `args`.
-pub fn run(args: &[String]) -> Result<()> {
-    let mut table_path: PathBuf = paths::repo_root().join("profiles/cost-table.json");
-    let mut edge = "browser-wasm-cpu".to_string();
+/// The adaptive controller on the standard traces with the measured cost table.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Cost table; default `profiles/cost-table.json`.
+    #[arg(long)]
+    table: Option<PathBuf>,
+    /// Edge profile of the table to simulate.
+    #[arg(long, default_value = "browser-wasm-cpu")]
+    edge: String,
+    /// Nothing (no image, no features) leaves the device before this boundary.
+    #[arg(long)]
+    privacy_floor: Option<Boundary>,
+    /// Lowest acceptable top-1 agreement with the uncompressed model.
+    #[arg(long)]
+    min_agreement: Option<f64>,
+}
+
+/// Run the simulation.
+pub fn run(a: Args) -> Result<()> {
+    let table_path = a.table.unwrap_or_else(|| paths::repo_root().join("profiles/cost-table.json"));
+    let edge = a.edge;
     let mut constraints = Constraints::default();
-    let mut it = args.iter();
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
-        match flag.as_str() {
-            "--table" => table_path = value()?.into(),
-            "--edge" => edge = value()?.clone(),
-            "--privacy-floor" => {
-                constraints.privacy_floor = usize::from(value()?.parse::<Boundary>()?.index())
-            }
-            "--min-agreement" => constraints.min_agreement = value()?.parse()?,
-            other => bail!("unknown flag {other}; see the doc comment of xtask/src/plan_sim.rs"),
-        }
+    if let Some(b) = a.privacy_floor {
+        constraints.privacy_floor = usize::from(b.index());
+    }
+    if let Some(m) = a.min_agreement {
+        constraints.min_agreement = m;
     }
     let text = std::fs::read_to_string(&table_path)
         .with_context(|| format!("reading {}", table_path.display()))?;

@@ -1,11 +1,6 @@
 //! `cargo xtask profile`: measure the cost table the planner uses and write it as JSON.
 //!
-//! ```text
-//! cargo xtask profile [--images DIR] [--skip N] [--limit N] [--codecs f32,q8,q4,q3,q2]
-//!                     [--browser FILE.json | --with-browser] [--out FILE]
-//! ```
-//!
-//! Natively (burn flex): per-stage compute times (median over the images), giving the edge
+//! `cargo xtask profile --help` lists the options. Natively (burn flex): per-stage compute times (median over the images), giving the edge
 //! column `native-flex` (cumulative from the input) and the cloud column (from each boundary to
 //! the logits); cloud-only time (decode + preprocess + full network); the mean JPEG (q90) size
 //! of the input; and per boundary and codec, mean frame bytes and top-1 agreement with the
@@ -17,7 +12,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use burn::tensor::Device;
 use split_shared::codec::{Calibration, Setting};
 use split_shared::labels::top_k;
@@ -36,28 +31,37 @@ fn values(t: burn::tensor::Tensor<4>) -> Vec<f32> {
     t.into_data().try_to_vec::<f32>().expect("f32")
 }
 
-/// Run the profiler with command-line `args`.
-pub fn run(args: &[String]) -> Result<()> {
-    let mut images: Option<PathBuf> = None;
-    let (mut skip, mut limit) = (0usize, 20usize);
-    let mut codecs: Vec<String> = ["f32", "q8", "q4", "q3", "q2"].map(String::from).to_vec();
-    let mut browser: Option<PathBuf> = None;
-    let mut out = paths::repo_root().join("profiles/cost-table.json");
-    let mut it = args.iter();
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
-        match flag.as_str() {
-            "--images" => images = Some(value()?.into()),
-            "--skip" => skip = value()?.parse()?,
-            "--limit" => limit = value()?.parse()?,
-            "--codecs" => codecs = value()?.split(',').map(String::from).collect(),
-            "--browser" => browser = Some(value()?.into()),
-            "--with-browser" => browser = Some(crate::web::browser_profile()?),
-            "--out" => out = value()?.into(),
-            other => bail!("unknown flag {other}; see the doc comment of xtask/src/profile.rs"),
-        }
-    }
-    let settings: Vec<Setting> = codecs.iter().map(|c| c.parse()).collect::<Result<_, _>>()?;
+/// Measure the planner's cost table and write it as JSON.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Folder of images; default `web/samples`.
+    #[arg(long)]
+    images: Option<PathBuf>,
+    /// Skip the first N images (sorted by name).
+    #[arg(long, default_value_t = 0)]
+    skip: usize,
+    /// Use at most N images.
+    #[arg(long, default_value_t = 20)]
+    limit: usize,
+    /// Codec settings to measure, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "f32,q8,q4,q3,q2")]
+    codecs: Vec<Setting>,
+    /// Merge browser edge profiles from this JSON (written by `web/tests/profile.mjs`).
+    #[arg(long, conflicts_with = "with_browser")]
+    browser: Option<PathBuf>,
+    /// Start the server and measure the browser edge profiles first.
+    #[arg(long)]
+    with_browser: bool,
+    /// Output file; default `profiles/cost-table.json`.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+/// Run the profiler.
+pub fn run(a: Args) -> Result<()> {
+    let Args { images, skip, limit, codecs: settings, browser, with_browser, out } = a;
+    let browser = if with_browser { Some(crate::web::browser_profile()?) } else { browser };
+    let out = out.unwrap_or_else(|| paths::repo_root().join("profiles/cost-table.json"));
     let calibration = Calibration::load(&calibrate::ensure_calibration()?)?;
     let device = Device::flex();
     let model = EfficientNetLite0::load(&setup::ensure_weights()?, &device)?;
@@ -131,7 +135,12 @@ pub fn run(args: &[String]) -> Result<()> {
     let mut table = CostTable {
         version: COST_TABLE_VERSION,
         model: "efficientnet-lite0".into(),
-        command: format!("./run.sh profile {}", args.join(" ")).trim().to_string(),
+        command: format!(
+            "./run.sh profile {}",
+            std::env::args().skip(2).collect::<Vec<_>>().join(" ")
+        )
+        .trim()
+        .to_string(),
         machine: machine(),
         boundaries: boundary_table().iter().map(|b| b.name.to_string()).collect(),
         edge: BTreeMap::from([(

@@ -1,19 +1,14 @@
 //! `cargo xtask stream-eval`: bytes per frame of a synthetic camera pan with and without stream
 //! residuals, and top-1 agreement with the uncompressed model per frame.
 //!
-//! ```text
-//! cargo xtask stream-eval [--photo FILE] [--frames N] [--splits block5,block8]
-//!                         [--codecs q4,q2-r16] [--calibration FILE]
-//! ```
-//!
-//! The pan: a 256x256 window slides 2 pixels right (and 1 down every other frame) over the photo,
+//! `cargo xtask stream-eval --help` lists the options. The pan: a 256x256 window slides 2 pixels right (and 1 down every other frame) over the photo,
 //! each view gets fresh noise of up to ±3 levels per pixel (a camera's sensor noise), and is
 //! resized to 224 as the real preprocessing does. Modes: every frame standalone; a stream with
 //! exact residuals (dead zone 0); a stream with dead zone 1 (what the browser uses).
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use burn::tensor::Device;
 use split_shared::codec::{
     Calibration, DEFAULT_KEYFRAME_INTERVAL, Setting, StreamDecoder, StreamEncoder,
@@ -46,26 +41,30 @@ pub fn camera_pan(photo: &RgbImage, frames: usize) -> Vec<RgbImage> {
         .collect()
 }
 
-/// Run the measurement with command-line `args`.
-pub fn run(args: &[String]) -> Result<()> {
-    let mut photo = paths::repo_root().join("web/samples/chelsea.png");
-    let mut frames = 30usize;
-    let mut splits: Vec<Boundary> = vec!["block5".parse()?, "block8".parse()?, "block11".parse()?];
-    let mut codecs: Vec<Setting> =
-        vec!["q6".parse()?, "q4".parse()?, "q3".parse()?, "q2-r16".parse()?];
-    let mut calibration_path: Option<PathBuf> = None;
-    let mut it = args.iter();
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
-        match flag.as_str() {
-            "--photo" => photo = value()?.into(),
-            "--frames" => frames = value()?.parse()?,
-            "--splits" => splits = value()?.split(',').map(str::parse).collect::<Result<_, _>>()?,
-            "--codecs" => codecs = value()?.split(',').map(str::parse).collect::<Result<_, _>>()?,
-            "--calibration" => calibration_path = Some(value()?.into()),
-            other => bail!("unknown flag {other}; see the doc comment of xtask/src/stream_eval.rs"),
-        }
-    }
+/// Bytes per frame of a synthetic camera pan with and without stream residuals.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The photo the camera pans over; default the bundled chelsea.
+    #[arg(long)]
+    photo: Option<PathBuf>,
+    /// Frames in the pan.
+    #[arg(long, default_value_t = 30)]
+    frames: usize,
+    /// Boundaries to split at, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "block5,block8,block11")]
+    splits: Vec<Boundary>,
+    /// Codec settings, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "q6,q4,q3,q2-r16")]
+    codecs: Vec<Setting>,
+    /// Calibration file; default: the one setup writes.
+    #[arg(long)]
+    calibration: Option<PathBuf>,
+}
+
+/// Run the measurement.
+pub fn run(a: Args) -> Result<()> {
+    let Args { photo, frames, splits, codecs, calibration: calibration_path } = a;
+    let photo = photo.unwrap_or_else(|| paths::repo_root().join("web/samples/chelsea.png"));
     let calibration_path = match calibration_path {
         Some(p) => p,
         None => calibrate::ensure_calibration()?,

@@ -263,7 +263,6 @@ pub(crate) fn start_server(extra: &[String]) -> Result<Server> {
 pub fn demo(args: &[String]) -> Result<()> {
     crate::calibrate::ensure_calibration()?;
     build()?;
-    let args = args.strip_prefix(&["--".to_string()]).unwrap_or(args);
     run(cargo().args(["run", "--package", "cloud-server", "--"]).args(args))
 }
 

@@ -510,33 +510,37 @@ pub fn check(results: &Results, out: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The performance lab: throughput, links, browser and baselines, and its report.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// A few minutes instead of half an hour: fewer repeats, requests and links (checks the
+    /// harness, not the figures); writes to a temporary folder unless `--out` is given.
+    #[arg(long)]
+    quick: bool,
+    /// Report folder; default `reports/lab`.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Repeats of each measurement.
+    #[arg(long, default_value_t = 3)]
+    repeats: usize,
+    /// Requests per client in the load tests.
+    #[arg(long, default_value_t = 10)]
+    requests: usize,
+    /// Only rewrite the report (tables and charts) from a run's `data.json`.
+    #[arg(long)]
+    from_data: Option<PathBuf>,
+}
+
 /// `cargo xtask lab ...`: build what the lab needs, run it, write the report.
-pub fn run(args: &[String]) -> Result<()> {
+pub fn run(a: Args) -> Result<()> {
+    let out_given = a.out.is_some();
     let mut opts = Options {
-        quick: false,
-        out: paths::repo_root().join("reports/lab"),
-        repeats: 3,
-        requests: 10,
+        quick: a.quick,
+        out: a.out.unwrap_or_else(|| paths::repo_root().join("reports/lab")),
+        repeats: a.repeats,
+        requests: a.requests,
     };
-    let mut it = args.iter();
-    let mut out_given = false;
-    let mut from_data = None;
-    while let Some(a) = it.next() {
-        let mut value = || it.next().with_context(|| format!("{a} needs a value"));
-        match a.as_str() {
-            "--quick" => opts.quick = true,
-            "--out" => {
-                opts.out = PathBuf::from(value()?);
-                out_given = true;
-            }
-            "--repeats" => opts.repeats = value()?.parse()?,
-            "--requests" => opts.requests = value()?.parse()?,
-            "--from-data" => from_data = Some(PathBuf::from(value()?)),
-            _ => bail!(
-                "usage: cargo xtask lab [--quick] [--out DIR] [--repeats N] [--requests N] [--from-data data.json]"
-            ),
-        }
-    }
+    let from_data = a.from_data;
     if let Some(data) = from_data {
         // Only the report: tables and charts again from a run's data.json.
         let data: serde_json::Value = read_json(&data)?;
@@ -555,6 +559,7 @@ pub fn run(args: &[String]) -> Result<()> {
         }
     }
     crate::web::prepare_binaries()?;
+    let args: Vec<String> = std::env::args().skip(2).collect();
     let command = format!("./run.sh lab {}", args.join(" ")).trim_end().to_string();
     let results = lab(&opts, &command)?;
     if opts.quick {
