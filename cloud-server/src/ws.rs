@@ -45,7 +45,7 @@ fn prepare(
             let calibration = state.calibration.as_ref().map(|(c, _)| c.as_ref());
             let ctx = DecodeContext::new(calibration).with_streams(Some(streams));
             let features = frame.decode(ctx)?;
-            (ContentKey::of_features(&features), Work::Features(features))
+            (features.content_key(), Work::Features(features))
         }
         Request::Image { payload, .. } => {
             (ContentKey::of(&[b"image", &payload]), Work::Image(payload))

@@ -25,22 +25,10 @@ impl ContentKey {
         Self(h.finalize().into())
     }
 
-    /// The key of a batch of activations: boundary, shape and values, hashed in place (no
-    /// byte copy of the values).
-    pub fn of_features(features: &crate::model::Features) -> Self {
+    /// Hash whatever `feed` writes, for content too large to gather into slices first.
+    pub fn of_stream(feed: impl FnOnce(&mut dyn FnMut(&[u8]))) -> Self {
         let mut h = Sha256::new();
-        h.update(b"features");
-        h.update([features.boundary().index()]);
-        for d in features.dims() {
-            h.update((d as u64).to_le_bytes());
-        }
-        let mut block = [0u8; 1024];
-        for chunk in features.values().chunks(block.len() / 4) {
-            for (dst, v) in block.chunks_exact_mut(4).zip(chunk) {
-                dst.copy_from_slice(&v.to_le_bytes());
-            }
-            h.update(&block[..chunk.len() * 4]);
-        }
+        feed(&mut |bytes| h.update(bytes));
         Self(h.finalize().into())
     }
 }

@@ -4,7 +4,7 @@
 //!   [`Truncated`] error, never a panic. The protocol decodes frames with it, the tensor file
 //!   its header.
 //! - [`TensorFile`]: named f32 tensors with a checksum, the container of the weights (magic
-//!   "SPLW", see [`crate::model::WEIGHTS_MAGIC`]) and of the codec calibration ("SPLC").
+//!   "SPLW") and of the codec calibration ("SPLC"); the layers above choose the magic.
 //!
 //! Nothing here knows what the bytes mean; errors say what is wrong with the bytes.
 

@@ -4,6 +4,7 @@
 use burn::tensor::{Device, Tensor, TensorData};
 
 use super::{Boundary, MAX_BATCH, ModelError, Result};
+use crate::cache::ContentKey;
 
 /// A batch of activations at `boundary`, NCHW `[n, C, H, W]`, values in C order.
 #[derive(Clone, Debug, PartialEq)]
@@ -89,6 +90,25 @@ impl Features {
         self.values
     }
 
+    /// The key a result computed from these activations is cached under: boundary, shape and
+    /// values, hashed in place (no byte copy of the values).
+    pub fn content_key(&self) -> ContentKey {
+        ContentKey::of_stream(|feed| {
+            feed(b"features");
+            feed(&[self.boundary.index()]);
+            for d in self.dims {
+                feed(&(d as u64).to_le_bytes());
+            }
+            let mut block = [0u8; 1024];
+            for chunk in self.values.chunks(block.len() / 4) {
+                for (dst, v) in block.chunks_exact_mut(4).zip(chunk) {
+                    dst.copy_from_slice(&v.to_le_bytes());
+                }
+                feed(&block[..chunk.len() * 4]);
+            }
+        })
+    }
+
     /// As a tensor on `device`, ready for `forward_range(_, self.boundary(), _)`.
     pub fn to_tensor(self, device: &Device) -> Tensor<4> {
         Tensor::from_data(TensorData::new(self.values, self.dims.to_vec()), device)
@@ -118,5 +138,18 @@ mod tests {
             Err(ModelError::ShapeMismatch { .. })
         ));
         assert!(Features::new(b, &[c, h, w], vec![]).is_err());
+    }
+
+    #[test]
+    fn content_keys_follow_every_value() {
+        let b = Boundary::block(15).unwrap();
+        let [c, h, w] = b.info().shape;
+        let values: Vec<f32> = (0..c * h * w).map(|i| i as f32 * 0.25).collect();
+        let f = Features::new(b, &[1, c, h, w], values.clone()).unwrap();
+        assert_eq!(f.content_key(), f.clone().content_key());
+        let mut moved = values;
+        *moved.last_mut().unwrap() += 1.0;
+        let g = Features::new(b, &[1, c, h, w], moved).unwrap();
+        assert_ne!(f.content_key(), g.content_key());
     }
 }
