@@ -268,6 +268,9 @@ pub fn run(mut o: Args) -> Result<()> {
     }
 
     let pct = |a: usize, b: usize| if b == 0 { f64::NAN } else { 100.0 * a as f64 / b as f64 };
+    // Without labels there is no accuracy: a dash, not "NaN%".
+    let accuracy =
+        |a: usize, b: usize| if b == 0 { "–".to_string() } else { format!("{:.1}%", pct(a, b)) };
     println!("images: {} from {}", files.len(), o.images.display());
     if labelled > 0 {
         println!(
@@ -291,14 +294,14 @@ pub fn run(mut o: Args) -> Result<()> {
     for ((split, codec), t) in rows.iter().zip(&tallies) {
         let n = t.n.max(1) as f64;
         println!(
-            "| {split} | {codec} | {} | {:.3} | {:.1}x | {:.3} | {:.2}% | {:.1}% | {:.1}% | {:.1} | {:.2} | {:.2} | {:.1} |",
+            "| {split} | {codec} | {} | {:.3} | {:.1}x | {:.3} | {:.2}% | {} | {} | {:.1} | {:.2} | {:.2} | {:.1} |",
             t.bytes / t.n.max(1),
             8.0 * t.payload as f64 / t.values.max(1) as f64,
             (4 * t.values) as f64 / t.payload.max(1) as f64,
             t.bytes as f64 / t.jpeg.max(1) as f64,
             pct(t.agree_full, t.n),
-            pct(t.top1, labelled),
-            pct(t.top5, labelled),
+            accuracy(t.top1, labelled),
+            accuracy(t.top5, labelled),
             1e3 * t.edge_s / n,
             1e3 * t.encode_s / n,
             1e3 * t.decode_s / n,
