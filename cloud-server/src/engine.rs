@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use burn::tensor::{Device, Tensor};
-use split_shared::labels::{Prediction, top_k};
+use split_shared::labels::{Prediction, TOP_K, top_k};
 use split_shared::model::{
     Boundary, EfficientNetLite0, Features, MAX_BATCH, ModelError, NUM_CLASSES,
 };
@@ -16,9 +16,6 @@ use split_shared::protocol::{ServerLoad, ServerTimings};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::ServeError;
-
-/// Predictions returned per request.
-pub const TOP_K: usize = 5;
 
 /// A served request.
 #[derive(Clone, Debug, PartialEq)]

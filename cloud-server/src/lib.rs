@@ -4,13 +4,23 @@
 //!
 //! `main.rs` and the integration tests build the same app through [`config_app`].
 
+//! Files: `config` (flags), `state` (what handlers share, loaded at start-up), `engine` (the model
+//! workers and their queue), `service` (one frame in, one reply out, no transport), `ws` (the
+//! socket loop), `routes` (HTTP), `info` (the `/api/info` contract).
+
 mod config;
 mod engine;
 mod error;
+mod info;
 mod routes;
+mod service;
+mod state;
 mod ws;
 
 pub use config::{Config, DeviceChoice};
 pub use engine::{Engine, Outcome, Work};
 pub use error::ServeError;
-pub use routes::{AppState, config_app};
+pub use info::{CalibrationInfo, ServerInfo};
+pub use routes::config_app;
+pub use service::answer;
+pub use state::AppState;

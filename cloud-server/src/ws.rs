@@ -1,16 +1,15 @@
-//! One WebSocket session: binary request frames in, reply frames out, with a heartbeat.
+//! The socket loop: one WebSocket session, binary request frames in, reply frames out, with a
+//! heartbeat. What a frame means is [`crate::service`]'s business.
 
 use std::time::{Duration, Instant};
 
 use actix_web::{HttpRequest, HttpResponse, rt, web};
 use actix_ws::{AggregatedMessage, CloseCode, CloseReason};
-use split_shared::cache::ContentKey;
-use split_shared::codec::{DecodeContext, StreamDecoder};
-use split_shared::protocol::{ErrorCode, MAX_FRAME_BYTES, Reply, Request, peek_request_id};
+use split_shared::codec::StreamDecoder;
+use split_shared::protocol::{ErrorCode, MAX_FRAME_BYTES, Reply};
 
-use crate::engine::{Outcome, Work};
-use crate::error::ServeError;
-use crate::routes::{AppState, CACHE_ENTRY_COST};
+use crate::service::answer;
+use crate::state::AppState;
 
 /// How often the server pings; half or less of [`CLIENT_TIMEOUT`] so one lost pong is tolerated.
 const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
@@ -31,84 +30,6 @@ pub async fn websocket(
         .max_continuation_size(MAX_FRAME_BYTES);
     rt::spawn(serve_session(session, stream, state.into_inner()));
     Ok(response)
-}
-
-/// Decode a request into work for the model, and the content key its result is cached under:
-/// the activations themselves (whatever codec carried them), or the image bytes.
-fn prepare(
-    state: &AppState,
-    request: Request,
-    streams: &mut StreamDecoder,
-) -> Result<(ContentKey, Work), ServeError> {
-    Ok(match request {
-        Request::Features { frame, .. } => {
-            let calibration = state.calibration.as_ref().map(|(c, _)| c.as_ref());
-            let ctx = DecodeContext::new(calibration).with_streams(Some(streams));
-            let features = frame.decode(ctx)?;
-            (features.content_key(), Work::Features(features))
-        }
-        Request::Image { payload, .. } => {
-            (ContentKey::of(&[b"image", &payload]), Work::Image(payload))
-        }
-        Request::Input { payload, .. } => {
-            (ContentKey::of(&[b"input", &payload]), Work::Input(payload))
-        }
-        Request::Ping { .. } => {
-            return Err(ServeError::Internal("pings are answered without the model".into()));
-        }
-    })
-}
-
-async fn serve_request(
-    state: &AppState,
-    request: Request,
-    streams: &mut StreamDecoder,
-) -> Result<Outcome, ServeError> {
-    let start = std::time::Instant::now();
-    let (key, work) = prepare(state, request, streams)?;
-    let decode_us = start.elapsed().as_micros().min(u128::from(u32::MAX)) as u32;
-    let hit = state.cache.lock().ok().and_then(|mut c| c.get(&key));
-    if let Some((from, top)) = hit {
-        let timings =
-            split_shared::protocol::ServerTimings { decode_us, cached: true, ..Default::default() };
-        return Ok(Outcome { from, top, timings });
-    }
-    let mut outcome = state.engine.submit(work).await?;
-    outcome.timings.decode_us += decode_us;
-    if let Ok(mut c) = state.cache.lock() {
-        c.insert(key, (outcome.from, outcome.top.clone()), CACHE_ENTRY_COST);
-    }
-    Ok(outcome)
-}
-
-/// Answer one binary frame; never fails: every problem becomes an error reply.
-async fn answer(state: &AppState, frame: &[u8], streams: &mut StreamDecoder) -> Reply {
-    let id = peek_request_id(frame).unwrap_or(0);
-    let request = match Request::decode(frame) {
-        Ok(Request::Ping { payload, .. }) => {
-            let received = payload.len() as u32;
-            return Reply::Pong { id, received, load: state.engine.load() };
-        }
-        Ok(r) => Ok(r),
-        Err(e) => Err(ServeError::from(e)),
-    };
-    match async { serve_request(state, request?, streams).await }.await {
-        Ok(o) => Reply::Result {
-            id,
-            from: o.from,
-            top: o.top,
-            timings: o.timings,
-            load: state.engine.load(),
-        },
-        Err(e @ ServeError::Internal(_)) => {
-            log::error!("request {id}: {e}");
-            Reply::error(id, e.code(), e.to_string())
-        }
-        Err(e) => {
-            log::debug!("request {id} refused: {e}");
-            Reply::error(id, e.code(), e.to_string())
-        }
-    }
 }
 
 async fn serve_session(

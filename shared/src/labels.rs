@@ -33,6 +33,10 @@ pub struct Prediction {
     pub prob: f32,
 }
 
+/// Predictions a reply carries and the page shows: the same on both sides, whether the
+/// server or the edge computed the logits.
+pub const TOP_K: usize = 5;
+
 /// Softmax over `logits` and the `k` most probable classes, most probable first.
 /// Ties keep the lower class id first so both sides order them identically.
 pub fn top_k(logits: &[f32], k: usize) -> Vec<Prediction> {

@@ -9,12 +9,10 @@ use split_shared::cache::{ContentKey, LruCache};
 use split_shared::codec::{
     Calibration, DEFAULT_KEYFRAME_INTERVAL, EncodeContext, Setting, StreamEncoder,
 };
-use split_shared::labels::{Prediction, top_k};
+use split_shared::labels::{Prediction, TOP_K, top_k};
 use split_shared::model::{Boundary, EfficientNetLite0, Features, ModelError, NUM_CLASSES};
 use split_shared::protocol::{Encoding, ErrorCode, FeaturesFrame, Reply, Request};
 
-/// Predictions reported per image.
-pub const TOP_K: usize = 5;
 /// Results the edge remembers by content.
 pub const CACHE_ENTRIES: usize = 256;
 /// Requests awaiting a reply whose results will be cached; older ones are forgotten beyond it.

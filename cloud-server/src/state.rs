@@ -1,0 +1,120 @@
+//! What every handler shares, and how it is loaded at start-up: the model workers, the codec
+//! calibration, the cost table, the result cache.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use anyhow::{Context, Result};
+use burn::tensor::Device;
+use split_shared::cache::LruCache;
+use split_shared::codec::Calibration;
+use split_shared::labels::Prediction;
+use split_shared::model::{Boundary, EfficientNetLite0};
+
+use crate::config::{Config, DeviceChoice};
+use crate::engine::Engine;
+
+/// Everything the handlers share.
+#[derive(Clone)]
+pub struct AppState {
+    /// The model workers.
+    pub engine: Engine,
+    /// Path of the weights file served to browsers.
+    pub weights_path: Arc<PathBuf>,
+    /// Folder of the demo page.
+    pub web_dir: Arc<PathBuf>,
+    /// Name of the device the cloud half runs on.
+    pub device_name: &'static str,
+    /// The codec calibration and the path it was read from, when there is one.
+    pub calibration: Option<(Arc<Calibration>, Arc<PathBuf>)>,
+    /// The planner's cost table (JSON text), when there is one.
+    pub cost_table: Option<Arc<String>>,
+    /// Results by content, shared by every session.
+    pub cache: ResultCache,
+}
+
+/// Answers by content key: the boundary served from and the top-5.
+pub type ResultCache = Arc<Mutex<LruCache<(Boundary, Vec<Prediction>)>>>;
+
+/// Rough bytes one cached result holds (key, boundary, five predictions, bookkeeping).
+pub const CACHE_ENTRY_COST: usize = 160;
+
+fn load_cost_table(path: PathBuf) -> Result<Option<Arc<String>>> {
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            log::warn!("no cost table at {}: clients cannot plan splits", path.display());
+            return Ok(None);
+        }
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    split_shared::plan::CostTable::from_json(&text)
+        .map_err(anyhow::Error::msg)
+        .with_context(|| format!("loading the cost table {}", path.display()))?;
+    Ok(Some(Arc::new(text)))
+}
+
+fn load_calibration(path: PathBuf) -> Result<Option<(Arc<Calibration>, Arc<PathBuf>)>> {
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            log::warn!(
+                "no codec calibration at {}: only f32 features are accepted; run `cargo xtask setup`",
+                path.display()
+            );
+            return Ok(None);
+        }
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let calibration = Calibration::from_bytes(&bytes)
+        .with_context(|| format!("loading the calibration {}", path.display()))?;
+    log::info!(
+        "codec calibration {:016x} from {} ({} images)",
+        calibration.id(),
+        path.display(),
+        calibration.images()
+    );
+    Ok(Some((Arc::new(calibration), Arc::new(path))))
+}
+
+fn device(choice: DeviceChoice) -> Result<(Device, &'static str)> {
+    match choice {
+        DeviceChoice::Flex => Ok((Device::flex(), "flex (CPU)")),
+        #[cfg(feature = "wgpu")]
+        DeviceChoice::Wgpu => Ok((
+            Device::wgpu_options().init().map_err(|e| anyhow::anyhow!("wgpu device: {e:?}"))?,
+            "wgpu (GPU)",
+        )),
+        #[cfg(not(feature = "wgpu"))]
+        DeviceChoice::Wgpu => {
+            anyhow::bail!("--device wgpu needs the server built with `--features wgpu`")
+        }
+    }
+}
+
+impl AppState {
+    /// Load the weights and start the model workers.
+    ///
+    /// # Errors
+    /// When the weights file is missing or invalid, with the command that fixes it.
+    pub fn load(config: &Config) -> Result<Self> {
+        let weights_path = config.weights_path();
+        let (device, device_name) = device(config.device)?;
+        let model = EfficientNetLite0::load(&weights_path, &device)?;
+        log::info!("model loaded from {} on {device_name}", weights_path.display());
+        let calibration = load_calibration(config.calibration_path())?;
+        let cost_table = load_cost_table(config.cost_table_path())?;
+        Ok(Self {
+            engine: Engine::start(model, device, config.workers, config.queue, config.batch.into()),
+            weights_path: Arc::new(weights_path),
+            web_dir: Arc::new(config.web_path()),
+            device_name,
+            calibration,
+            cost_table,
+            cache: Arc::new(Mutex::new(LruCache::new(
+                config.cache_entries,
+                config.cache_entries * CACHE_ENTRY_COST,
+            ))),
+        })
+    }
+}
