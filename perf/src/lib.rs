@@ -43,7 +43,7 @@ pub struct LoadConfig {
 }
 
 /// What a run measured.
-#[derive(Clone, Debug, Default, serde::Serialize)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct LoadReport {
     /// Connections.
     pub clients: usize,
@@ -54,19 +54,48 @@ pub struct LoadReport {
     /// Results the server answered from its cache.
     pub cached: usize,
     /// Wall time of the run, s.
+    #[serde(deserialize_with = "null_as_nan")]
     pub wall_s: f64,
     /// Results per second.
+    #[serde(deserialize_with = "null_as_nan")]
     pub rps: f64,
     /// Latency percentiles, ms.
+    #[serde(deserialize_with = "null_as_nan")]
     pub p50_ms: f64,
     /// 95th percentile, ms.
+    #[serde(deserialize_with = "null_as_nan")]
     pub p95_ms: f64,
     /// 99th percentile, ms.
+    #[serde(deserialize_with = "null_as_nan")]
     pub p99_ms: f64,
     /// Server compute per result as reported in replies, ms (mean).
+    #[serde(deserialize_with = "null_as_nan")]
     pub server_compute_ms: f64,
     /// Top-1 classes seen (to check answers stay right under load).
     pub top1: Vec<u16>,
+}
+
+/// One line of `loadgen --json`: a run at one client count. The lab reads these back with the
+/// same type, so the two cannot drift apart.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct LoadRun {
+    /// The workload (`image`, `jpeg224`, `features:<split>:<codec>`).
+    pub workload: String,
+    /// The emulated link profile, if any.
+    pub link: Option<String>,
+    /// Bytes of one request frame.
+    pub bytes: usize,
+    /// Requests per connection.
+    pub requests: usize,
+    /// What the run measured.
+    pub report: LoadReport,
+    /// Server CPU per answered request, ms, when the server's pid was given.
+    pub server_cpu_ms_per_request: Option<f64>,
+}
+
+/// serde_json writes NaN (nothing to measure, e.g. no answers) as `null`; read it back as NaN.
+fn null_as_nan<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(<Option<f64> as serde::Deserialize>::deserialize(d)?.unwrap_or(f64::NAN))
 }
 
 /// The `q`-quantile (0..=1) of sorted values.
@@ -197,5 +226,26 @@ mod tests {
         }
         assert!(x > 0);
         assert!(process_cpu_ms(std::process::id()).unwrap() >= before);
+    }
+
+    #[test]
+    fn load_runs_round_trip_through_json_even_with_nothing_measured() {
+        let run = LoadRun {
+            workload: "features:block5:q6".into(),
+            link: Some("3g".into()),
+            bytes: 10_393,
+            requests: 3,
+            report: LoadReport {
+                clients: 2,
+                rps: f64::NAN,
+                top1: vec![282],
+                ..LoadReport::default()
+            },
+            server_cpu_ms_per_request: None,
+        };
+        let line = serde_json::to_string(&run).unwrap();
+        let back: LoadRun = serde_json::from_str(&line).unwrap();
+        assert!(back.report.rps.is_nan());
+        assert_eq!((back.bytes, back.report.top1, back.link), (10_393, vec![282], run.link));
     }
 }

@@ -15,20 +15,25 @@
 //! - `stream-eval`: bytes per frame of a synthetic camera pan with and without residuals;
 //! - `fuzz`: the libFuzzer target on the frame and codec decoders (nightly).
 
+mod browser;
 mod calibrate;
+mod ci;
+mod cmd;
 mod convert;
 mod eval;
 mod fuzz;
 mod lab;
+mod measure;
 mod onnx;
 mod ops_profile;
 mod paths;
 mod plan_sim;
 mod profile;
+mod server;
 mod setup;
 mod stream_eval;
 mod torch_legacy;
-mod web;
+mod wasm_build;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -81,9 +86,9 @@ fn main() -> Result<()> {
     match Cli::parse().task {
         Task::Setup => calibrate::ensure_calibration().map(drop),
         Task::Calibrate(a) => calibrate::run(a),
-        Task::Web => web::build(),
-        Task::Demo { server_args } => web::demo(&server_args),
-        Task::Test => web::test_all(),
+        Task::Web => wasm_build::build(),
+        Task::Demo { server_args } => server::demo(&server_args),
+        Task::Test => ci::test_all(),
         Task::Eval(a) => eval::run(a),
         Task::StreamEval(a) => stream_eval::run(a),
         Task::Profile(a) => profile::run(a),

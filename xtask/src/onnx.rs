@@ -5,6 +5,7 @@
 //!
 //! Python packages (`numpy`, `onnx`, `onnxruntime`) go into a virtual environment in the cache.
 
+use std::fmt::Write;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Instant;
@@ -33,43 +34,23 @@ fn python() -> Result<PathBuf> {
     Ok(py)
 }
 
-/// Median ms of `f` over `repeats` runs after two warm-up runs.
-pub(crate) fn median_ms(mut f: impl FnMut(), repeats: usize) -> f64 {
-    for _ in 0..2 {
-        f();
-    }
-    let mut t: Vec<f64> = (0..repeats)
-        .map(|_| {
-            let s = Instant::now();
-            f();
-            s.elapsed().as_secs_f64() * 1e3
-        })
-        .collect();
-    t.sort_by(f64::total_cmp);
-    t[t.len() / 2]
-}
-
 /// One part of the network timed on both engines, ms per image.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct PartTiming {
     /// `full`, `tail-block5`, `tail-block11`.
     pub part: String,
     /// burn `flex` with the kernels on 1 thread, median.
-    #[serde(deserialize_with = "crate::lab::null_as_nan")]
+    #[serde(deserialize_with = "crate::measure::null_as_nan")]
     pub burn_ms: f64,
     /// burn `flex` with the kernels on 2 threads, median (NaN in reports from before it).
-    #[serde(default = "nan", deserialize_with = "crate::lab::null_as_nan")]
+    #[serde(default = "crate::measure::nan", deserialize_with = "crate::measure::null_as_nan")]
     pub burn_2_ms: f64,
     /// ONNX Runtime CPU with 1 and 2 intra-op threads, median.
-    #[serde(deserialize_with = "crate::lab::null_as_nan")]
+    #[serde(deserialize_with = "crate::measure::null_as_nan")]
     pub ort_1_ms: f64,
     /// With 2 threads.
-    #[serde(deserialize_with = "crate::lab::null_as_nan")]
+    #[serde(deserialize_with = "crate::measure::null_as_nan")]
     pub ort_2_ms: f64,
-}
-
-fn nan() -> f64 {
-    f64::NAN
 }
 
 /// What [`measure`] found.
@@ -78,12 +59,12 @@ pub struct OnnxReport {
     /// onnxruntime's version.
     pub onnxruntime: String,
     /// Largest |logit - golden| of the exported model on `chelsea`.
-    #[serde(deserialize_with = "crate::lab::null_as_nan")]
+    #[serde(deserialize_with = "crate::measure::null_as_nan")]
     pub max_abs_logit_diff: f64,
     /// Whole network and the cloud tier's tails.
     pub parts: Vec<PartTiming>,
     /// burn's CPU time over wall time for the whole network on 2 threads (threads in use).
-    #[serde(deserialize_with = "crate::lab::null_as_nan")]
+    #[serde(deserialize_with = "crate::measure::null_as_nan")]
     pub burn_cpu_per_wall: f64,
     /// Per operation category, ms per image: burn (each op alone), ORT 1 and 2 threads
     /// (profiler). Empty unless asked for.
@@ -161,9 +142,9 @@ pub fn measure(repeats: usize, ops: bool) -> Result<OnnxReport> {
     ] {
         let ort = &report["models"][name.trim_start_matches("tail-")];
         split_kernels::set_max_threads(1);
-        let burn_ms = median_ms(run_from(from), repeats);
+        let burn_ms = crate::measure::median_ms(run_from(from), repeats);
         split_kernels::set_max_threads(2);
-        let burn_2_ms = median_ms(run_from(from), repeats);
+        let burn_2_ms = crate::measure::median_ms(run_from(from), repeats);
         split_kernels::set_max_threads(0);
         parts.push(PartTiming {
             part: name.into(),
@@ -174,13 +155,14 @@ pub fn measure(repeats: usize, ops: bool) -> Result<OnnxReport> {
         });
     }
     split_kernels::set_max_threads(2);
-    let cpu0 = crate::lab::self_cpu_ms();
+    let cpu0 = crate::measure::self_cpu_ms();
     let t0 = Instant::now();
     let whole = run_from(Boundary::INPUT);
     for _ in 0..repeats {
         whole();
     }
-    let burn_cpu_per_wall = (crate::lab::self_cpu_ms() - cpu0) / (t0.elapsed().as_secs_f64() * 1e3);
+    let burn_cpu_per_wall =
+        (crate::measure::self_cpu_ms() - cpu0) / (t0.elapsed().as_secs_f64() * 1e3);
     split_kernels::set_max_threads(0);
 
     let mut op_rows = Vec::new();
@@ -236,6 +218,60 @@ pub fn run(a: Args) -> Result<()> {
         r.max_abs_logit_diff,
         r.burn_cpu_per_wall
     );
-    println!("{}", crate::lab::report::onnx_tables(&r));
+    println!("{}", tables(&r));
     Ok(())
+}
+
+/// The ONNX Runtime tables (also printed by `cargo xtask onnx`).
+pub fn tables(r: &OnnxReport) -> String {
+    let mut out = String::new();
+    out.push_str("| part | burn flex 1 thread ms | burn flex 2 threads ms | ORT CPU 1 thread ms | ORT CPU 2 threads ms | burn / ORT (1 thread) | burn / ORT (2 threads) |\n|---|---|---|---|---|---|---|\n");
+    for p in &r.parts {
+        let _ = writeln!(
+            out,
+            "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} |",
+            p.part,
+            p.burn_ms,
+            p.burn_2_ms,
+            p.ort_1_ms,
+            p.ort_2_ms,
+            p.burn_ms / p.ort_1_ms,
+            p.burn_2_ms / p.ort_2_ms
+        );
+    }
+    if !r.ops.is_empty() {
+        out.push_str("\nPer operation, ms per image (burn: each op timed alone with the model's shapes, 1 thread; ORT: its profiler's kernel times, whole-network runs):\n\n");
+        out.push_str("| operation | burn flex ms | ORT 1 thread ms | ORT 2 threads ms | burn / ORT (1 thread) | share of burn's time |\n|---|---|---|---|---|---|\n");
+        let total: f64 = r.ops.iter().map(|o| o.1).sum();
+        let mut ops = r.ops.clone();
+        ops.sort_by(|a, b| b.1.total_cmp(&a.1));
+        for (name, burn, o1, o2) in &ops {
+            let ratio = match (*burn > 0.0, *o1 > 0.0) {
+                (true, true) => format!("{:.1}", burn / o1),
+                (false, _) => "fused in the conv (burn)".into(),
+                (true, false) => "fused (ORT)".into(),
+            };
+            let _ = writeln!(
+                out,
+                "| {name} | {burn:.2} | {o1:.2} | {o2:.2} | {ratio} | {:.0}% |",
+                burn / total * 100.0
+            );
+        }
+        let (o1, o2): (f64, f64) =
+            (r.ops.iter().map(|o| o.2).sum(), r.ops.iter().map(|o| o.3).sum());
+        let _ = writeln!(out, "| **sum** | {total:.2} | {o1:.2} | {o2:.2} | {:.1} | |", total / o1);
+        if let Some(full) = r.parts.iter().find(|p| p.part == "full") {
+            let _ = writeln!(
+                out,
+                "\nburn's whole network in one forward (1 thread): {:.2} ms, {:.0}% of the sum of \
+                 its ops. Timed alone, an op finds its weights and input in cache; in the network \
+                 the 18.5 MB of weights and the larger activations come from memory (a `perf` \
+                 profile of repeated forwards, `cargo run -p split-shared --example forward_loop`, \
+                 puts 94% of the time in the three kernels: 1x1 71%, depthwise 19%, stem 5%).",
+                full.burn_ms,
+                full.burn_ms / total * 100.0
+            );
+        }
+    }
+    out
 }

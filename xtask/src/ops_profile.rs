@@ -13,7 +13,7 @@ use split_shared::model::fused;
 use split_shared::model::{HEAD_CHANNELS, blocks};
 use std::collections::BTreeMap;
 
-use crate::onnx::median_ms;
+use crate::measure::median_ms;
 
 /// Per-image ms of each operation category on `flex`, median of `repeats` per operation.
 pub fn burn_ops(repeats: usize) -> BTreeMap<String, f64> {

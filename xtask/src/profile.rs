@@ -60,7 +60,7 @@ pub struct Args {
 /// Run the profiler.
 pub fn run(a: Args) -> Result<()> {
     let Args { images, skip, limit, codecs: settings, browser, with_browser, out } = a;
-    let browser = if with_browser { Some(crate::web::browser_profile()?) } else { browser };
+    let browser = if with_browser { Some(crate::browser::browser_profile()?) } else { browser };
     let out = out.unwrap_or_else(|| paths::repo_root().join("profiles/cost-table.json"));
     let calibration = Calibration::load(&calibrate::ensure_calibration()?)?;
     let device = Device::flex();

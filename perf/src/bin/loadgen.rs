@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use split_perf::netem::{Proxy, schedule};
-use split_perf::{LoadConfig, Workload, process_cpu_ms, run};
+use split_perf::{LoadConfig, LoadRun, Workload, process_cpu_ms, run};
 
 const USAGE: &str = "usage: loadgen [--url ws://HOST:PORT/ws] [--clients 1,8,64] [--requests N]
                [--workload image|jpeg224|features:<boundary>[:<codec>]] [--image FILE]
@@ -83,11 +83,15 @@ async fn main() -> Result<()> {
             _ => None,
         };
         if json {
-            let line = serde_json::json!({
-                "workload": workload.to_string(), "link": link, "bytes": frame.len(),
-                "requests": requests, "report": r, "server_cpu_ms_per_request": cpu,
-            });
-            println!("{line}");
+            let line = LoadRun {
+                workload: workload.to_string(),
+                link: link.clone(),
+                bytes: frame.len(),
+                requests,
+                report: r,
+                server_cpu_ms_per_request: cpu,
+            };
+            println!("{}", serde_json::to_string(&line)?);
             continue;
         }
         let cpu = cpu.map_or_else(|| "–".to_string(), |c| format!("{c:.1}"));

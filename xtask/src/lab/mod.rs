@@ -27,9 +27,11 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
+use split_perf::LoadRun;
 use split_perf::netem::PROFILES;
 
-use crate::web::{Server, start_server, target_dir};
+use crate::cmd::target_dir;
+use crate::server::{Server, start_server};
 use crate::{onnx, paths};
 
 /// What to run.
@@ -85,19 +87,19 @@ pub struct LoadRow {
     /// Bytes per request.
     pub bytes: u64,
     /// Medians over repeats: req/s, P50, P95, P99 ms, server CPU ms per request.
-    #[serde(deserialize_with = "null_as_nan")]
+    #[serde(deserialize_with = "crate::measure::null_as_nan")]
     pub rps: f64,
     /// P50 ms.
-    #[serde(deserialize_with = "null_as_nan")]
+    #[serde(deserialize_with = "crate::measure::null_as_nan")]
     pub p50_ms: f64,
     /// P95 ms.
-    #[serde(deserialize_with = "null_as_nan")]
+    #[serde(deserialize_with = "crate::measure::null_as_nan")]
     pub p95_ms: f64,
     /// P99 ms.
-    #[serde(deserialize_with = "null_as_nan")]
+    #[serde(deserialize_with = "crate::measure::null_as_nan")]
     pub p99_ms: f64,
     /// Server CPU (user + system) per answered request, ms.
-    #[serde(deserialize_with = "null_as_nan")]
+    #[serde(deserialize_with = "crate::measure::null_as_nan")]
     pub server_cpu_ms: f64,
     /// Answers and errors, all repeats.
     pub ok: u64,
@@ -134,19 +136,6 @@ pub struct Results {
     pub ort_web: Option<serde_json::Value>,
     /// Cold start of the demo page (full mode).
     pub cold_start: Option<serde_json::Value>,
-}
-
-/// serde_json writes NaN (a figure that could not be measured) as `null`; read it back as NaN.
-///
-/// # Errors
-/// When the value is neither a number nor null.
-pub fn null_as_nan<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
-    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
-}
-
-/// CPU time (user + system) this process has used, ms.
-pub fn self_cpu_ms() -> f64 {
-    split_perf::process_cpu_ms(std::process::id()).unwrap_or(f64::NAN)
 }
 
 fn output(program: &str, args: &[&str]) -> String {
@@ -211,7 +200,7 @@ fn loadgen(
     opts: &Options,
 ) -> Result<Vec<LoadRow>> {
     let Job { workload, clients, link, label, server_pid } = job;
-    let mut by_clients: Vec<Vec<serde_json::Value>> = vec![Vec::new(); clients.len()];
+    let mut by_clients: Vec<Vec<LoadRun>> = vec![Vec::new(); clients.len()];
     for _ in 0..opts.repeats {
         let mut cmd = runner();
         // The photo from this checkout: loadgen's default is its build's (the target dir is shared).
@@ -244,28 +233,24 @@ fn loadgen(
         .iter()
         .zip(by_clients)
         .map(|(&c, runs)| {
-            let med = |f: &dyn Fn(&serde_json::Value) -> f64| {
+            let med = |f: &dyn Fn(&LoadRun) -> f64| {
                 stats::median(&runs.iter().map(f).collect::<Vec<_>>())
             };
-            let sum = |k: &str| runs.iter().map(|r| r["report"][k].as_u64().unwrap_or(0)).sum();
             LoadRow {
                 workload: workload.into(),
                 link: label.clone(),
                 clients: c,
-                bytes: runs.first().and_then(|r| r["bytes"].as_u64()).unwrap_or(0),
-                rps: med(&|r| r["report"]["rps"].as_f64().unwrap_or(f64::NAN)),
-                p50_ms: med(&|r| r["report"]["p50_ms"].as_f64().unwrap_or(f64::NAN)),
-                p95_ms: med(&|r| r["report"]["p95_ms"].as_f64().unwrap_or(f64::NAN)),
-                p99_ms: med(&|r| r["report"]["p99_ms"].as_f64().unwrap_or(f64::NAN)),
-                server_cpu_ms: med(&|r| {
-                    r["server_cpu_ms_per_request"].as_f64().unwrap_or(f64::NAN)
-                }),
-                ok: sum("ok"),
-                errors: sum("errors"),
+                bytes: runs.first().map_or(0, |r| r.bytes as u64),
+                rps: med(&|r| r.report.rps),
+                p50_ms: med(&|r| r.report.p50_ms),
+                p95_ms: med(&|r| r.report.p95_ms),
+                p99_ms: med(&|r| r.report.p99_ms),
+                server_cpu_ms: med(&|r| r.server_cpu_ms_per_request.unwrap_or(f64::NAN)),
+                ok: runs.iter().map(|r| r.report.ok as u64).sum(),
+                errors: runs.iter().map(|r| r.report.errors as u64).sum(),
                 top1: runs
                     .iter()
-                    .flat_map(|r| r["report"]["top1"].as_array().cloned().unwrap_or_default())
-                    .filter_map(|v| v.as_u64())
+                    .flat_map(|r| r.report.top1.iter().map(|&c| u64::from(c)))
                     .collect(),
             }
         })
@@ -510,6 +495,16 @@ pub fn check(results: &Results, out: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Everything the lab runs: weights, calibration, the wasm module, the workspace's binaries
+/// (built as `cargo test` builds them, so the two share compiled units), Chromium and playwright.
+fn prepare_binaries() -> Result<()> {
+    crate::setup::ensure_weights()?;
+    crate::calibrate::ensure_calibration()?;
+    crate::wasm_build::build()?;
+    crate::cmd::build_workspace()?;
+    crate::browser::ensure_browser_tools(&paths::repo_root().join("web"))
+}
+
 /// The performance lab: throughput, links, browser and baselines, and its report.
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -558,7 +553,7 @@ pub fn run(a: Args) -> Result<()> {
             opts.out = std::env::temp_dir().join("splitinfer-lab-quick");
         }
     }
-    crate::web::prepare_binaries()?;
+    prepare_binaries()?;
     let args: Vec<String> = std::env::args().skip(2).collect();
     let command = format!("./run.sh lab {}", args.join(" ")).trim_end().to_string();
     let results = lab(&opts, &command)?;

@@ -8,7 +8,6 @@ use anyhow::Result;
 use super::stats::{self, LinkRuns, LinkSummary};
 use super::svg::{Series, Style, bar_chart, xy_chart};
 use super::{LoadRow, Results};
-use crate::onnx::OnnxReport;
 
 /// Window of the trace oracle, ms of trace time (scaled with the trace).
 const ORACLE_WINDOW_MS: f64 = 3_000.0;
@@ -72,60 +71,6 @@ fn write_svg(dir: &Path, name: &str, svg: &str, md: &mut String, alt: &str) -> R
     Ok(())
 }
 
-/// The ONNX Runtime tables (also printed by `cargo xtask onnx`).
-pub fn onnx_tables(r: &OnnxReport) -> String {
-    let mut out = String::new();
-    out.push_str("| part | burn flex 1 thread ms | burn flex 2 threads ms | ORT CPU 1 thread ms | ORT CPU 2 threads ms | burn / ORT (1 thread) | burn / ORT (2 threads) |\n|---|---|---|---|---|---|---|\n");
-    for p in &r.parts {
-        let _ = writeln!(
-            out,
-            "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} |",
-            p.part,
-            p.burn_ms,
-            p.burn_2_ms,
-            p.ort_1_ms,
-            p.ort_2_ms,
-            p.burn_ms / p.ort_1_ms,
-            p.burn_2_ms / p.ort_2_ms
-        );
-    }
-    if !r.ops.is_empty() {
-        out.push_str("\nPer operation, ms per image (burn: each op timed alone with the model's shapes, 1 thread; ORT: its profiler's kernel times, whole-network runs):\n\n");
-        out.push_str("| operation | burn flex ms | ORT 1 thread ms | ORT 2 threads ms | burn / ORT (1 thread) | share of burn's time |\n|---|---|---|---|---|---|\n");
-        let total: f64 = r.ops.iter().map(|o| o.1).sum();
-        let mut ops = r.ops.clone();
-        ops.sort_by(|a, b| b.1.total_cmp(&a.1));
-        for (name, burn, o1, o2) in &ops {
-            let ratio = match (*burn > 0.0, *o1 > 0.0) {
-                (true, true) => format!("{:.1}", burn / o1),
-                (false, _) => "fused in the conv (burn)".into(),
-                (true, false) => "fused (ORT)".into(),
-            };
-            let _ = writeln!(
-                out,
-                "| {name} | {burn:.2} | {o1:.2} | {o2:.2} | {ratio} | {:.0}% |",
-                burn / total * 100.0
-            );
-        }
-        let (o1, o2): (f64, f64) =
-            (r.ops.iter().map(|o| o.2).sum(), r.ops.iter().map(|o| o.3).sum());
-        let _ = writeln!(out, "| **sum** | {total:.2} | {o1:.2} | {o2:.2} | {:.1} | |", total / o1);
-        if let Some(full) = r.parts.iter().find(|p| p.part == "full") {
-            let _ = writeln!(
-                out,
-                "\nburn's whole network in one forward (1 thread): {:.2} ms, {:.0}% of the sum of \
-                 its ops. Timed alone, an op finds its weights and input in cache; in the network \
-                 the 18.5 MB of weights and the larger activations come from memory (a `perf` \
-                 profile of the forward puts 63% of its time in the 1x1 kernel and 18% in \
-                 depthwise, allocation and page faults about 4%).",
-                full.burn_ms,
-                full.burn_ms / total * 100.0
-            );
-        }
-    }
-    out
-}
-
 fn load_table(out: &mut String, rows: &[&LoadRow]) {
     out.push_str("| workload | link | clients | bytes/request | req/s | P50 ms | P95 ms | P99 ms | server CPU ms/request | answers | errors |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
     for r in rows {
@@ -155,9 +100,54 @@ fn load_table(out: &mut String, rows: &[&LoadRow]) {
 ///
 /// # Errors
 /// When a file cannot be written.
+/// The browser runs, split by kind and summarised once for every section that reads them.
+struct Links<'a> {
+    profiles: Vec<&'a LinkRuns>,
+    traces: Vec<&'a LinkRuns>,
+    summaries: Vec<LinkSummary>,
+    trace_summaries: Vec<LinkSummary>,
+}
+
+impl<'a> Links<'a> {
+    fn of(r: &'a Results) -> Self {
+        let b = &r.browser;
+        let profiles: Vec<&LinkRuns> = b.links.iter().filter(|l| l.kind == "profile").collect();
+        let traces: Vec<&LinkRuns> = b.links.iter().filter(|l| l.kind == "trace").collect();
+        let summaries = profiles.iter().map(|l| stats::summarize_profile(l)).collect();
+        let trace_summaries = traces
+            .iter()
+            .map(|l| stats::summarize_trace(l, ORACLE_WINDOW_MS * l.scale.unwrap_or(1.0)))
+            .collect();
+        Self { profiles, traces, summaries, trace_summaries }
+    }
+}
+
+/// Write the report (`README.md` with its charts, and `data.json`) into `dir`, one section after
+/// another.
 pub fn write(r: &Results, dir: &Path) -> Result<()> {
+    let links = Links::of(r);
     let mut md = String::new();
-    let b = &r.browser;
+    header(&mut md, r);
+    goals(&mut md, r, &links);
+    browser_links(&mut md, r, &links, dir)?;
+    varying_links(&mut md, &links, dir)?;
+    bytes_per_request(&mut md, &links, dir)?;
+    edge_cost(&mut md, r);
+    cloud_tier(&mut md, r);
+    baselines(&mut md, r);
+    cold_start(&mut md, r);
+    std::fs::write(dir.join("README.md"), md)?;
+    let data = serde_json::json!({
+        "results": r,
+        "summaries": links.summaries,
+        "trace_summaries": links.trace_summaries,
+    });
+    std::fs::write(dir.join("data.json"), serde_json::to_string(&data)?)?;
+    Ok(())
+}
+
+/// What ran, where and when.
+fn header(md: &mut String, r: &Results) {
     let _ = writeln!(md, "# Performance lab{}\n", if r.quick { " (quick mode)" } else { "" });
     let _ = writeln!(
         md,
@@ -172,19 +162,12 @@ pub fn write(r: &Results, dir: &Path) -> Result<()> {
          server started with `--cache-entries 0` so that every request computes.\n",
         m.cpu, m.cores, m.memory_gib, m.kernel, m.rustc, m.node, m.browser
     );
+}
 
-    // Browser through constant links.
-    let profiles: Vec<&LinkRuns> = b.links.iter().filter(|l| l.kind == "profile").collect();
-    let traces: Vec<&LinkRuns> = b.links.iter().filter(|l| l.kind == "trace").collect();
-    let summaries: Vec<LinkSummary> =
-        profiles.iter().map(|l| stats::summarize_profile(l)).collect();
-    let trace_summaries: Vec<LinkSummary> = traces
-        .iter()
-        .map(|l| stats::summarize_trace(l, ORACLE_WINDOW_MS * l.scale.unwrap_or(1.0)))
-        .collect();
-
+/// The issue goals, met or not.
+fn goals(md: &mut String, r: &Results, links: &Links) {
     md.push_str("## Goals\n\n| goal | measured | met |\n|---|---|---|\n");
-    for s in summaries.iter().filter(|s| s.link == "3g" || s.link == "4g") {
+    for s in links.summaries.iter().filter(|s| s.link == "3g" || s.link == "4g") {
         let _ = writeln!(
             md,
             "| adaptive P95 ≤ 0.7× best single tier ({}) | {} | {} |",
@@ -193,9 +176,10 @@ pub fn write(r: &Results, dir: &Path) -> Result<()> {
             if s.auto_vs_best_single <= 0.7 { "yes" } else { "no" }
         );
     }
-    let worst = summaries
+    let worst = links
+        .summaries
         .iter()
-        .chain(&trace_summaries)
+        .chain(&links.trace_summaries)
         .map(|s| (s.auto_vs_oracle, s.link.as_str()))
         .filter(|(v, _)| v.is_finite())
         .max_by(|a, b| a.0.total_cmp(&b.0));
@@ -232,7 +216,11 @@ pub fn write(r: &Results, dir: &Path) -> Result<()> {
         }
     }
     md.push('\n');
+}
 
+/// Latency of every mode through constant links, with CDF charts.
+fn browser_links(md: &mut String, r: &Results, links: &Links, dir: &Path) -> Result<()> {
+    let b = &r.browser;
     let _ = writeln!(
         md,
         "## The browser through emulated links, CPU throttled {}×\n\n\
@@ -245,7 +233,7 @@ pub fn write(r: &Results, dir: &Path) -> Result<()> {
         b.throttle, b.requests
     );
     md.push_str("| link | best single tier (P95 ms) | oracle P95 ms | auto / best single tier | auto / oracle |\n|---|---|---|---|---|\n");
-    for s in summaries.iter().chain(&trace_summaries) {
+    for s in links.summaries.iter().chain(&links.trace_summaries) {
         let _ = writeln!(
             md,
             "| {} | {} | {} | {} | {} |",
@@ -256,9 +244,9 @@ pub fn write(r: &Results, dir: &Path) -> Result<()> {
             f2(s.auto_vs_oracle)
         );
     }
-    for (s, link) in summaries.iter().zip(&profiles) {
+    for (s, link) in links.summaries.iter().zip(&links.profiles) {
         let _ = writeln!(md, "\n### {}\n", s.link);
-        mode_table(&mut md, s);
+        mode_table(md, s);
         let series: Vec<Series> = s
             .modes
             .iter()
@@ -276,12 +264,15 @@ pub fn write(r: &Results, dir: &Path) -> Result<()> {
             &series,
             None,
         );
-        write_svg(dir, &name, &svg, &mut md, &format!("latency CDF on {}", s.link))?;
+        write_svg(dir, &name, &svg, md, &format!("latency CDF on {}", s.link))?;
     }
+    Ok(())
+}
 
-    // Traces.
+/// Latency and placement over the time-varying traces.
+fn varying_links(md: &mut String, links: &Links, dir: &Path) -> Result<()> {
     md.push_str("\n## Time-varying links\n\nEach mode runs back to back over the whole trace with a fresh emulator, whose clock starts when the client connects. The oracle picks, in each window of 3 s of trace time, the fixed mode whose requests starting there had the lowest mean latency. Per-request percentiles under-weight a stall: a fixed mode that waits out an outage does so in one long request while a mode that keeps answering logs many; read the tables with the timeline charts.\n");
-    for (s, link) in trace_summaries.iter().zip(&traces) {
+    for (s, link) in links.trace_summaries.iter().zip(&links.traces) {
         let scale = link.scale.unwrap_or(1.0);
         let segments = split_perf::netem::schedule(&link.link)
             .map(|t| {
@@ -294,7 +285,7 @@ pub fn write(r: &Results, dir: &Path) -> Result<()> {
             })
             .unwrap_or_default();
         let _ = writeln!(md, "\n### {} ({segments})\n", s.link);
-        mode_table(&mut md, s);
+        mode_table(md, s);
         let series: Vec<Series> = link
             .runs
             .iter()
@@ -311,7 +302,7 @@ pub fn write(r: &Results, dir: &Path) -> Result<()> {
             &series,
             None,
         );
-        write_svg(dir, &format!("trace-{}.svg", s.link), &svg, &mut md, "latency over the trace")?;
+        write_svg(dir, &format!("trace-{}.svg", s.link), &svg, md, "latency over the trace")?;
         if let Some(auto) = link.runs.iter().find(|r| r.mode == "auto") {
             let mut labels: Vec<String> = Vec::new();
             for x in &auto.samples {
@@ -342,16 +333,19 @@ pub fn write(r: &Results, dir: &Path) -> Result<()> {
                 dir,
                 &format!("trace-{}-placement.svg", s.link),
                 &svg,
-                &mut md,
+                md,
                 "placement over time",
             )?;
         }
     }
+    Ok(())
+}
 
-    // Bytes per request.
+/// Bytes each mode sends.
+fn bytes_per_request(md: &mut String, links: &Links, dir: &Path) -> Result<()> {
     md.push_str("\n## Bytes per request\n");
     let mut bars = Vec::new();
-    for s in &summaries {
+    for s in &links.summaries {
         for m in &s.modes {
             bars.push((format!("{} · {}", s.link, m.mode), m.bytes));
         }
@@ -360,12 +354,15 @@ pub fn write(r: &Results, dir: &Path) -> Result<()> {
         dir,
         "bytes.svg",
         &bar_chart("Bytes sent per request (median)", "bytes", &bars),
-        &mut md,
+        md,
         "bytes per request",
     )?;
+    Ok(())
+}
 
-    // Edge cost.
-    let cost = &b.edge_cost;
+/// CPU time per request in the browser.
+fn edge_cost(md: &mut String, r: &Results) {
+    let cost = &r.browser.edge_cost;
     let _ = writeln!(
         md,
         "\n## Edge cost: CPU time per request\n\nThe energy proxy measurable here: CPU time (user + system) of every Chromium process per request, \
@@ -395,10 +392,12 @@ pub fn write(r: &Results, dir: &Path) -> Result<()> {
             f0(med(&|x| x.wall_ms_per_request))
         );
     }
+}
 
-    // Cloud tier.
+/// Server throughput, and the userspace emulator against kernel shaping.
+fn cloud_tier(md: &mut String, r: &Results) {
     md.push_str("\n## Cloud tier throughput\n\nNative clients (`loadgen`, the shared code), each one WebSocket with one request in flight, on loopback; server CPU from `/proc/PID/stat`.\n\n");
-    load_table(&mut md, &r.throughput.iter().collect::<Vec<_>>());
+    load_table(md, &r.throughput.iter().collect::<Vec<_>>());
 
     md.push_str("\n## Links: userspace emulator against kernel rate limits\n\nOne native client per row. `kernel:` rows: the server on the host end of a veth pair, the client in a network namespace, `tc tbf` at the profile's rates on both ends, the round trip added by the emulator with no rate limit (`rtt:<ms>`): the two implementations of the same profile should agree.\n\n");
     if let Some(why) = &r.kernel_unavailable {
@@ -411,15 +410,18 @@ pub fn write(r: &Results, dir: &Path) -> Result<()> {
         };
         key(a).cmp(&key(b)).then(a.workload.cmp(&b.workload))
     });
-    load_table(&mut md, &link_rows);
+    load_table(md, &link_rows);
+}
 
+/// ONNX Runtime natively and in the browser.
+fn baselines(md: &mut String, r: &Results) {
     if let Some(o) = &r.onnx {
         let _ = writeln!(
             md,
             "\n## ONNX Runtime CPU against burn `flex`\n\nThe model exported from the project's weights (`tools/export_onnx.py`; max |logit − golden| {:.1e} on `chelsea`), ONNX Runtime {} from PyPI, medians of 30 runs. burn used {:.2} CPU-seconds per second of the whole-network run (its thread pool).\n",
             o.max_abs_logit_diff, o.onnxruntime, o.burn_cpu_per_wall
         );
-        md.push_str(&onnx_tables(o));
+        md.push_str(&crate::onnx::tables(o));
     }
     if let Some(w) = &r.ort_web {
         let _ = writeln!(
@@ -431,6 +433,10 @@ pub fn write(r: &Results, dir: &Path) -> Result<()> {
             w["ort_ms"].as_f64().unwrap_or(f64::NAN)
         );
     }
+}
+
+/// Bytes and seconds before the page is ready.
+fn cold_start(md: &mut String, r: &Results) {
     if let Some(c) = &r.cold_start {
         md.push_str("\n## Cold start of the demo page\n\nFresh browser profile, loopback, page in `auto` mode; bytes as transferred.\n\n| edge backend | bytes downloaded | ready s | first result s |\n|---|---|---|---|\n");
         for row in c.as_array().into_iter().flatten() {
@@ -444,12 +450,4 @@ pub fn write(r: &Results, dir: &Path) -> Result<()> {
             );
         }
     }
-    std::fs::write(dir.join("README.md"), md)?;
-    let data = serde_json::json!({
-        "results": r,
-        "summaries": summaries,
-        "trace_summaries": trace_summaries,
-    });
-    std::fs::write(dir.join("data.json"), serde_json::to_string(&data)?)?;
-    Ok(())
 }
