@@ -1,6 +1,7 @@
 //! Choosing where to split: a measured cost table, a planner that minimizes predicted latency
 //! under user constraints, a network monitor that forecasts conditions, and a controller that
-//! re-plans as they change without oscillating.
+//! re-plans as they change without oscillating, inside the client policy (probing, deadlines,
+//! what every reply teaches the monitor) that the browser and the simulator both run.
 //!
 //! All of it is plain Rust with time passed in (milliseconds), so the browser drives it through
 //! the wasm module and the tests drive it through recorded or synthetic traces.
@@ -8,6 +9,7 @@
 mod controller;
 mod monitor;
 mod planner;
+mod policy;
 pub mod sim;
 mod table;
 
@@ -17,4 +19,5 @@ pub use planner::{
     Candidate, Conditions, Constraints, Estimate, Placement, PlanError, estimate, plan,
     plan_candidates,
 };
+pub use policy::{AdaptivePolicy, Explanation, PingObservation, ProbeConfig, RequestObservation};
 pub use table::{COST_TABLE_VERSION, CodecCost, CostTable, EdgeProfile};

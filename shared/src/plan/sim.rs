@@ -4,8 +4,8 @@
 use serde::Serialize;
 
 use super::{
-    Candidate, Conditions, Constraints, Controller, ControllerConfig, NetworkMonitor, Placement,
-    estimate,
+    AdaptivePolicy, Candidate, Conditions, Constraints, ControllerConfig, PingObservation,
+    Placement, RequestObservation, estimate,
 };
 
 /// A named trace: true conditions at each time, and whether the link is up.
@@ -55,23 +55,40 @@ pub fn simulate(
     config: ControllerConfig,
     interval_ms: f64,
 ) -> SimResult {
-    const PROBE_BYTES: f64 = 16_384.0;
-    const PROBE_MS: f64 = 2_000.0;
     const TIMEOUT_MS: f64 = 1_000.0;
     let allowed: Vec<&Candidate> =
         candidates.iter().filter(|c| super::planner::allowed(c, constraints)).collect();
     let edge_only = candidates.iter().find(|c| c.placement == Placement::EdgeOnly);
     let local = edge_only.map_or(f64::INFINITY, |c| c.edge_ms);
-    let mut monitor = NetworkMonitor::new();
-    let mut controller = Controller::new(config);
+    // The client's own policy: the same probing, deadlines and observations as the browser.
+    let mut policy = AdaptivePolicy::new(candidates.to_vec());
+    policy.set_config(config);
+    policy.set_constraints(constraints.clone());
     let mut requests = Vec::new();
     let mut fixed = vec![0.0; allowed.len()];
-    let mut last_probe = f64::NEG_INFINITY;
     let mut t = 0.0;
     while t < trace.duration_ms {
         let truth = (trace.at)(t);
-        let _ = controller.tick(t, candidates, &monitor.forecast(config.horizon_ms), constraints);
-        let chosen = controller.current().cloned().unwrap_or(Placement::EdgeOnly);
+        let up = truth.uplink_bytes_per_ms > 0.0;
+        if policy.probe_due(t) {
+            let padding = policy.start_probe(t);
+            if up {
+                let ping = |probe_bytes: u32| PingObservation {
+                    probe_bytes,
+                    ms: truth.rtt_ms + f64::from(probe_bytes) / truth.uplink_bytes_per_ms,
+                    queue_wait_ms: truth.queue_ms,
+                    skewed: false,
+                };
+                policy.observe_ping(t, ping(0));
+                if padding > 0 {
+                    policy.observe_ping(t, ping(padding));
+                }
+            } else {
+                policy.observe_failure(t);
+            }
+        }
+        let _ = policy.tick(t);
+        let chosen = policy.current();
         let c = candidates.iter().find(|c| c.placement == chosen).expect("chosen from candidates");
         let lat = latency(c, &truth, local, TIMEOUT_MS);
         let best = allowed
@@ -82,25 +99,22 @@ pub fn simulate(
             *sum += latency(c, &truth, local, TIMEOUT_MS);
         }
         requests.push((t, chosen.clone(), lat, best));
-        // What the client observes from this request, or from a probe.
-        let sent = if chosen == Placement::EdgeOnly { 0.0 } else { c.bytes };
-        let (bytes, probe) = if sent > 0.0 {
-            (sent, false)
-        } else if t - last_probe >= PROBE_MS {
-            last_probe = t;
-            (PROBE_BYTES, true)
-        } else {
-            (0.0, false)
-        };
-        if bytes > 0.0 {
-            if truth.uplink_bytes_per_ms > 0.0 {
-                monitor.observe_rtt(t, truth.rtt_ms);
-                monitor.observe_upload(t, bytes, bytes / truth.uplink_bytes_per_ms);
-                if !probe {
-                    monitor.observe_queue(t, truth.queue_ms);
-                }
+        // What the client observes from this request.
+        if chosen != Placement::EdgeOnly {
+            if up {
+                let server_ms = truth.queue_ms + c.cloud_ms;
+                let round_trip_ms = truth.rtt_ms + c.bytes / truth.uplink_bytes_per_ms + server_ms;
+                policy.observe_request(
+                    t,
+                    RequestObservation {
+                        bytes_sent: c.bytes,
+                        round_trip_ms,
+                        server_ms,
+                        queue_wait_ms: Some(truth.queue_ms),
+                    },
+                );
             } else {
-                monitor.observe_outage(t);
+                policy.observe_failure(t);
             }
         }
         t += interval_ms;
@@ -112,7 +126,7 @@ pub fn simulate(
         .fold((0, f64::INFINITY), |a, (i, s)| if *s < a.1 { (i, *s) } else { a });
     SimResult {
         trace: trace.name.to_string(),
-        switches: controller.log().len().saturating_sub(1),
+        switches: policy.switches().len().saturating_sub(1),
         adaptive_ms: requests.iter().map(|r| r.2).sum(),
         oracle_ms: requests.iter().map(|r| r.3).sum(),
         best_fixed: (allowed[bi].placement.clone(), bsum),

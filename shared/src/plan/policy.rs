@@ -1,0 +1,340 @@
+//! The adaptive client's whole policy, beside the choice of placement: when to probe the
+//! network and with what, how long to wait for the server before running locally, and what
+//! each reply, ping and failure teaches the monitor. The browser runs it through the wasm
+//! module; the trace simulator runs the same code, so what it measures is what ships.
+
+use serde::{Deserialize, Serialize};
+
+use super::{
+    Candidate, Constraints, Controller, ControllerConfig, Decision, Estimate, Forecast,
+    NetworkMonitor, Placement, plan_candidates,
+};
+
+/// Probing and waiting rules.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProbeConfig {
+    /// Probe the network this often while the adaptive mode is in use, ms.
+    pub period_ms: f64,
+    /// A bare ping unanswered this long counts as an outage (the detection time), ms.
+    pub ping_timeout_ms: f64,
+    /// Padding of the uplink probe, bytes.
+    pub upload_probe_bytes: u32,
+    /// Nothing sent for this long: add an uplink probe to the bare ping, ms.
+    pub idle_ms: f64,
+    /// A request waits for the server at least this long before running locally, ms...
+    pub min_deadline_ms: f64,
+    /// ...or this many times the predicted network-and-server part, whichever is longer.
+    pub deadline_factor: f64,
+    /// Weight of a new round trip in the smoothed base RTT that upload times are measured
+    /// against.
+    pub rtt_smoothing: f64,
+}
+
+impl Default for ProbeConfig {
+    fn default() -> Self {
+        Self {
+            period_ms: 2_000.0,
+            ping_timeout_ms: 2_000.0,
+            upload_probe_bytes: 16_384,
+            idle_ms: 2_000.0,
+            min_deadline_ms: 1_500.0,
+            deadline_factor: 3.0,
+            rtt_smoothing: 0.3,
+        }
+    }
+}
+
+/// A finished request, as the client saw it.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RequestObservation {
+    /// Bytes sent (0: it ran on the edge).
+    pub bytes_sent: f64,
+    /// From sending to the reply, ms.
+    pub round_trip_ms: f64,
+    /// What the server reported spending (queue + decode + compute), ms.
+    pub server_ms: f64,
+    /// The server's expected queue wait from the reply's load, ms, when there was a reply.
+    pub queue_wait_ms: Option<f64>,
+}
+
+/// An answered ping.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PingObservation {
+    /// Padding it carried (0: a bare round-trip ping).
+    pub probe_bytes: u32,
+    /// Its round trip, ms.
+    pub ms: f64,
+    /// The server's expected queue wait from the pong, ms.
+    pub queue_wait_ms: f64,
+    /// An edge run overlapped it (the page's thread was busy), so `ms` is not the network's.
+    pub skewed: bool,
+}
+
+/// What the page shows to explain the current choice.
+#[derive(Clone, Debug, Serialize)]
+pub struct Explanation {
+    /// Conditions now and forecast.
+    pub forecast: Forecast,
+    /// The placement in force.
+    pub current: Option<Placement>,
+    /// Its predicted breakdown under the forecast.
+    pub predicted: Option<Estimate>,
+    /// The best allowed candidates under the forecast, best first.
+    pub ranked: Vec<Estimate>,
+    /// How long a request now waits for the server before running locally, ms.
+    pub deadline_ms: f64,
+}
+
+/// The controller, the monitor and the probing state of one client.
+#[derive(Clone, Debug)]
+pub struct AdaptivePolicy {
+    candidates: Vec<Candidate>,
+    constraints: Constraints,
+    config: ControllerConfig,
+    probe: ProbeConfig,
+    monitor: NetworkMonitor,
+    controller: Controller,
+    base_rtt_ms: Option<f64>,
+    last_bare_ping_ms: Option<f64>,
+    last_sent_ms: f64,
+    last_probe_ms: f64,
+}
+
+impl AdaptivePolicy {
+    /// A policy over `candidates` (from the cost table) with default tuning and no constraints.
+    pub fn new(candidates: Vec<Candidate>) -> Self {
+        let config = ControllerConfig::default();
+        Self {
+            candidates,
+            constraints: Constraints::default(),
+            config,
+            probe: ProbeConfig::default(),
+            monitor: NetworkMonitor::new(),
+            controller: Controller::new(config),
+            base_rtt_ms: None,
+            last_bare_ping_ms: None,
+            last_sent_ms: f64::NEG_INFINITY,
+            last_probe_ms: f64::NEG_INFINITY,
+        }
+    }
+
+    /// Replace the controller's tuning (the placement history starts again).
+    pub fn set_config(&mut self, config: ControllerConfig) {
+        self.config = config;
+        self.controller = Controller::new(config);
+    }
+
+    /// Replace the probing rules.
+    pub fn set_probe_config(&mut self, probe: ProbeConfig) {
+        self.probe = probe;
+    }
+
+    /// The probing rules in force.
+    pub fn probe_config(&self) -> ProbeConfig {
+        self.probe
+    }
+
+    /// Limit the candidates the controller may pick.
+    pub fn set_constraints(&mut self, constraints: Constraints) {
+        self.constraints = constraints;
+    }
+
+    /// The candidates, for adjusting their nominal costs (e.g. the size of this image).
+    pub fn candidates_mut(&mut self) -> &mut [Candidate] {
+        &mut self.candidates
+    }
+
+    /// Scale the edge column by this device's speed relative to the profile's.
+    pub fn set_edge_factor(&mut self, factor: f64) {
+        self.monitor.set_edge_factor(factor);
+    }
+
+    /// Conditions now and forecast over the controller's horizon.
+    pub fn forecast(&self) -> Forecast {
+        self.monitor.forecast(self.config.horizon_ms)
+    }
+
+    /// Re-plan if due.
+    pub fn tick(&mut self, now: f64) -> Decision {
+        let forecast = self.forecast();
+        self.controller.tick(now, &self.candidates, &forecast, &self.constraints)
+    }
+
+    /// The placement in force; edge-only before the first tick.
+    pub fn current(&self) -> Placement {
+        self.controller.current().cloned().unwrap_or(Placement::EdgeOnly)
+    }
+
+    /// Pin a placement (manual override).
+    pub fn set_placement(&mut self, now: f64, placement: Placement) {
+        self.controller.set(now, placement);
+    }
+
+    /// Every logged change of placement.
+    pub fn switches(&self) -> &[super::Switch] {
+        self.controller.log()
+    }
+
+    /// How long a request placed now may wait for the server before it runs locally instead:
+    /// `deadline_factor` times the predicted network and server part, at least
+    /// `min_deadline_ms`, at most `timeout_ms`. A link that silently stops carrying bytes must
+    /// not stall the caller for the whole timeout.
+    pub fn deadline_ms(&self, timeout_ms: f64) -> f64 {
+        let remote = self
+            .controller
+            .predicted(&self.candidates, &self.forecast().predicted)
+            .map_or(f64::INFINITY, |p| p.transfer_ms + p.rtt_ms + p.queue_ms + p.cloud_ms);
+        (self.probe.deadline_factor * remote).max(self.probe.min_deadline_ms).min(timeout_ms)
+    }
+
+    /// A request came back (or ran locally).
+    pub fn observe_request(&mut self, now: f64, r: RequestObservation) {
+        if r.bytes_sent > 0.0 {
+            self.last_sent_ms = now;
+            let network = r.round_trip_ms - r.server_ms;
+            let base = self.base_rtt_ms.unwrap_or(network);
+            self.monitor.observe_upload(now, r.bytes_sent, (network - base).max(0.05));
+        }
+        if let Some(wait) = r.queue_wait_ms {
+            self.monitor.observe_queue(now, wait);
+        }
+    }
+
+    /// A request or a ping failed: the link counts as down until something gets through.
+    pub fn observe_failure(&mut self, now: f64) {
+        self.monitor.observe_outage(now);
+    }
+
+    /// Whether a probe is due at `now`. A periodic timer asks a little early (three quarters of
+    /// the period) so that timer jitter does not skip a period.
+    pub fn probe_due(&self, now: f64) -> bool {
+        now - self.last_probe_ms > 0.75 * self.probe.period_ms
+    }
+
+    /// Start a probe at `now`: returns the padding of the uplink probe to send after the bare
+    /// ping, or 0 when the link carried a request recently enough to measure the uplink.
+    pub fn start_probe(&mut self, now: f64) -> u32 {
+        self.last_probe_ms = now;
+        if now - self.last_sent_ms > self.probe.idle_ms { self.probe.upload_probe_bytes } else { 0 }
+    }
+
+    /// How long to wait for the pong of a ping with `probe_bytes` of padding: a padded probe
+    /// needs time to serialize on a slow uplink, a bare one does not.
+    pub fn ping_timeout_ms(&self, probe_bytes: u32, timeout_ms: f64) -> f64 {
+        if probe_bytes == 0 {
+            self.probe.ping_timeout_ms
+        } else {
+            (4.0 * self.probe.ping_timeout_ms).min(timeout_ms)
+        }
+    }
+
+    /// A pong came back.
+    pub fn observe_ping(&mut self, now: f64, p: PingObservation) {
+        self.monitor.observe_queue(now, p.queue_wait_ms);
+        if p.skewed {
+            return;
+        }
+        if p.probe_bytes == 0 {
+            let a = self.probe.rtt_smoothing;
+            self.base_rtt_ms = Some(self.base_rtt_ms.map_or(p.ms, |b| (1.0 - a) * b + a * p.ms));
+            self.last_bare_ping_ms = Some(p.ms);
+            self.monitor.observe_rtt(now, p.ms);
+        } else if let Some(rtt) = self.last_bare_ping_ms {
+            self.monitor.observe_upload(now, f64::from(p.probe_bytes), (p.ms - rtt).max(0.05));
+        }
+    }
+
+    /// Conditions, the current choice, the ranking and the deadline, for the page.
+    pub fn explain(&self, timeout_ms: f64) -> Explanation {
+        let forecast = self.forecast();
+        let ranked = plan_candidates(&self.candidates, &forecast.predicted, &self.constraints)
+            .unwrap_or_default()
+            .into_iter()
+            .take(8)
+            .collect();
+        Explanation {
+            forecast,
+            current: self.controller.current().cloned(),
+            predicted: self.controller.predicted(&self.candidates, &forecast.predicted),
+            ranked,
+            deadline_ms: self.deadline_ms(timeout_ms),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Boundary;
+
+    fn candidates() -> Vec<Candidate> {
+        let b = Boundary::block(5).unwrap();
+        vec![
+            Candidate {
+                placement: Placement::EdgeOnly,
+                depth: usize::from(Boundary::LOGITS.index()),
+                edge_ms: 200.0,
+                bytes: 0.0,
+                cloud_ms: 0.0,
+                agreement: 1.0,
+                edge_param_bytes: 0,
+            },
+            Candidate {
+                placement: Placement::Split { boundary: "block5".into(), codec: "q6".into() },
+                depth: usize::from(b.index()),
+                edge_ms: 50.0,
+                bytes: 10_000.0,
+                cloud_ms: 30.0,
+                agreement: 0.99,
+                edge_param_bytes: 0,
+            },
+        ]
+    }
+
+    #[test]
+    fn probes_follow_the_period_and_pad_only_when_idle() {
+        let mut p = AdaptivePolicy::new(candidates());
+        assert!(p.probe_due(0.0));
+        assert_eq!(p.start_probe(0.0), ProbeConfig::default().upload_probe_bytes);
+        assert!(!p.probe_due(1_000.0) && p.probe_due(1_600.0));
+        let sent = RequestObservation {
+            bytes_sent: 10_000.0,
+            round_trip_ms: 150.0,
+            server_ms: 40.0,
+            queue_wait_ms: Some(5.0),
+        };
+        p.observe_request(1_700.0, sent);
+        assert_eq!(p.start_probe(2_000.0), 0, "the request measured the uplink");
+        assert!(p.start_probe(4_000.0) > 0, "idle again");
+    }
+
+    #[test]
+    fn pings_set_the_base_rtt_and_an_outage_shortens_nothing_but_the_link() {
+        let mut p = AdaptivePolicy::new(candidates());
+        let bare = PingObservation { probe_bytes: 0, ms: 40.0, queue_wait_ms: 0.0, skewed: false };
+        p.observe_ping(0.0, bare);
+        // 16 KiB in 164 ms - 40 ms of round trip: 132 bytes/ms.
+        let padded = PingObservation { probe_bytes: 16_384, ms: 164.0, ..bare };
+        p.observe_ping(0.0, padded);
+        let f = p.forecast();
+        assert!((f.now.rtt_ms - 40.0).abs() < 1e-9, "{f:?}");
+        assert!((f.now.uplink_bytes_per_ms - 16_384.0 / 124.0).abs() < 1e-6, "{f:?}");
+        // A skewed ping (an edge run overlapped it) teaches nothing about the network.
+        p.observe_ping(1.0, PingObservation { ms: 900.0, skewed: true, ..bare });
+        assert!((p.forecast().now.rtt_ms - 40.0).abs() < 1e-9);
+        p.observe_failure(2.0);
+        assert!(!p.forecast().link_up);
+    }
+
+    #[test]
+    fn the_deadline_scales_with_the_predicted_remote_part_within_bounds() {
+        let mut p = AdaptivePolicy::new(candidates());
+        p.set_placement(0.0, candidates()[1].placement.clone());
+        let cfg = ProbeConfig::default();
+        let d = p.deadline_ms(120_000.0);
+        assert!(d >= cfg.min_deadline_ms && d <= 120_000.0, "{d}");
+        assert_eq!(p.deadline_ms(100.0), 100.0, "never beyond the request timeout");
+        p.set_placement(0.0, Placement::EdgeOnly);
+        assert_eq!(p.deadline_ms(120_000.0), cfg.min_deadline_ms);
+    }
+}
