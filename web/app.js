@@ -46,11 +46,11 @@ function fillSplits() {
   select.value = client.planner ? "auto" : "block11";
 }
 
-// The planner panel: refreshed every second from planner.explain().
+// The planner panel: refreshed every second from planner.explain() (a plain object).
 const history = [];
 function drawPlanner() {
   if (!client?.planner) return;
-  const x = JSON.parse(client.planner.explain());
+  const x = client.planner.explain(client.timeoutMs);
   const f = x.forecast;
   $("planner").hidden = false;
   const name = (p) => !p ? "—" : p.mode === "split" ? `split after ${p.boundary}, ${p.codec}` : p.mode.replace("_", " ");

@@ -152,3 +152,49 @@ fn web_console_warn(message: &str) {
         let _ = f.call1(&console, &JsValue::from_str(message));
     }
 }
+
+/// A plain object (or array, number, …) from any serializable value: serde's JSON, parsed by
+/// the engine. Callers get objects, not strings to parse again.
+pub fn to_object<T: serde::Serialize>(value: &T) -> JsValue {
+    serde_json::to_string(value)
+        .ok()
+        .and_then(|s| js_sys::JSON::parse(&s).ok())
+        .unwrap_or(JsValue::NULL)
+}
+
+/// A value from a plain object; a `SplitError` with `code` when it does not fit.
+pub fn from_object<T: serde::de::DeserializeOwned>(
+    value: &JsValue,
+    code: &str,
+) -> Result<T, JsValue> {
+    let text: String =
+        js_sys::JSON::stringify(value).map_err(|_| error(code, "not a plain object"))?.into();
+    serde_json::from_str(&text).map_err(|e| error(code, e))
+}
+
+/// An `Error` named `SplitError` with a stable `code`, as `web/split-client.js` documents every
+/// failure to be (the client turns it into its own `SplitError` class).
+pub fn error(code: &str, message: impl std::fmt::Display) -> JsValue {
+    let e = js_sys::Error::new(&message.to_string());
+    e.set_name("SplitError");
+    let _ = Reflect::set(&e, &JsValue::from_str("code"), &JsValue::from_str(code));
+    e.into()
+}
+
+/// The code of a failure from the shared crate: the wire's error code where one applies (so
+/// a bad image is `bad_image` whether the browser or the server found it), with names of their
+/// own for the failures only the edge has.
+pub fn shared_error(e: &split_shared::Error) -> JsValue {
+    use split_shared::model::ModelError;
+    let code = match e {
+        split_shared::Error::Model(ModelError::BadWeights(_) | ModelError::Unreadable { .. }) => {
+            "bad_weights"
+        }
+        split_shared::Error::Model(ModelError::Backend(_)) => "backend",
+        split_shared::Error::Codec(split_shared::codec::CodecError::BadCalibration(_)) => {
+            "bad_calibration"
+        }
+        other => split_shared::protocol::ErrorCode::of(other).name(),
+    };
+    error(code, e)
+}

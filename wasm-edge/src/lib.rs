@@ -35,18 +35,19 @@ pub struct EdgeSession {
     backend: &'static str,
 }
 
-fn js_error(e: impl std::fmt::Display) -> JsError {
-    JsError::new(&e.to_string())
+/// A failure of the shared crate as a coded `SplitError`.
+fn js_error(e: impl Into<split_shared::Error>) -> JsValue {
+    js::shared_error(&e.into())
 }
 
-/// Parse a boundary name and a codec setting name, as JS errors.
+/// Parse a boundary name and a codec setting name; `bad_option` when either is unknown.
 fn split_and_codec(split: &str, codec: &str) -> Result<(Boundary, Setting), JsValue> {
-    let split: Boundary = split.parse().map_err(|e| JsValue::from(js_error(e)))?;
-    let setting: Setting = codec.parse().map_err(|e| JsValue::from(js_error(e)))?;
+    let split: Boundary = split.parse().map_err(|e| js::error("bad_option", e))?;
+    let setting: Setting = codec.parse().map_err(|e| js::error("bad_option", e))?;
     Ok((split, setting))
 }
 
-async fn pick_device(backend: &str) -> Result<(Device, &'static str), JsError> {
+async fn pick_device(backend: &str) -> Result<(Device, &'static str), JsValue> {
     match backend {
         "cpu" => Ok((Device::flex(), "cpu")),
         "webgpu" | "auto" => match webgpu_device().await {
@@ -55,11 +56,15 @@ async fn pick_device(backend: &str) -> Result<(Device, &'static str), JsError> {
                 js::warn(&format!("WebGPU unavailable ({e}); using the CPU backend"));
                 Ok((Device::flex(), "cpu"))
             }
-            Err(e) => Err(JsError::new(&format!("WebGPU was requested but is unavailable: {e}"))),
+            Err(e) => Err(js::error(
+                "webgpu_unavailable",
+                format!("WebGPU was requested but is unavailable: {e}"),
+            )),
         },
-        other => Err(JsError::new(&format!(
-            "unknown backend {other:?}; use \"auto\", \"webgpu\" or \"cpu\""
-        ))),
+        other => Err(js::error(
+            "bad_option",
+            format!("unknown backend {other:?}; use \"auto\", \"webgpu\" or \"cpu\""),
+        )),
     }
 }
 
@@ -96,7 +101,7 @@ impl EdgeSession {
     /// Load the weights (the bytes of `/weights/efficientnet-lite0.splw`) on `backend`:
     /// `"auto"` tries WebGPU and falls back to the CPU, `"webgpu"` fails without it, `"cpu"`
     /// never touches the GPU. Runs one warm-up pass.
-    pub async fn create(weights: Vec<u8>, backend: String) -> Result<EdgeSession, JsError> {
+    pub async fn create(weights: Vec<u8>, backend: String) -> Result<EdgeSession, JsValue> {
         let (device, backend) = pick_device(&backend).await?;
         let runner = EdgeRunner::new(&weights, device).map_err(js_error)?;
         runner.warm_up().await.map_err(js_error)?;
@@ -112,7 +117,7 @@ impl EdgeSession {
     /// Load the codec calibration (bytes of the server's `/calibration/...` file), which the
     /// `q*` codec settings need. Returns its id as 16 hex digits.
     #[wasm_bindgen(js_name = setCalibration)]
-    pub fn set_calibration(&self, bytes: &[u8]) -> Result<String, JsError> {
+    pub fn set_calibration(&self, bytes: &[u8]) -> Result<String, JsValue> {
         self.runner.set_calibration(bytes).map(|id| format!("{id:016x}")).map_err(js_error)
     }
 
@@ -132,13 +137,9 @@ impl EdgeSession {
     ) -> js_sys::Promise {
         let runner = Rc::clone(&self.runner);
         wasm_bindgen_futures::future_to_promise(async move {
-            let err = |e: String| JsValue::from(JsError::new(&e));
             let (split, setting) = split_and_codec(&split, codec.as_deref().unwrap_or("f32"))?;
             let options = RunOptions { split, setting, stream: stream.unwrap_or(false) };
-            let out = runner
-                .run(&image, options, request_id as u64)
-                .await
-                .map_err(|e| err(e.to_string()))?;
+            let out = runner.run(&image, options, request_id as u64).await.map_err(js_error)?;
             Ok(js::edge_output(&out))
         })
     }
@@ -146,7 +147,7 @@ impl EdgeSession {
     /// Decode a reply frame like [`decode_reply`], and let the session learn from it: results
     /// fill the content cache, `keyframe_required` restarts the stream with a keyframe.
     #[wasm_bindgen(js_name = acceptReply)]
-    pub fn accept_reply(&self, frame: &[u8]) -> Result<JsValue, JsError> {
+    pub fn accept_reply(&self, frame: &[u8]) -> Result<JsValue, JsValue> {
         self.runner.accept_reply(frame).map(|r| js::reply(&r)).map_err(js_error)
     }
 
@@ -163,10 +164,7 @@ impl EdgeSession {
     pub fn profile_edge(&self, repeats: u32) -> js_sys::Promise {
         let runner = Rc::clone(&self.runner);
         wasm_bindgen_futures::future_to_promise(async move {
-            let ms = runner
-                .profile(repeats.max(1) as usize, js::now_ms)
-                .await
-                .map_err(|e| JsValue::from(js_error(e)))?;
+            let ms = runner.profile(repeats.max(1) as usize, js::now_ms).await.map_err(js_error)?;
             Ok(js::edge_profile(&ms))
         })
     }
@@ -190,9 +188,8 @@ impl EdgeSession {
     ) -> js_sys::Promise {
         let runner = Rc::clone(&self.runner);
         wasm_bindgen_futures::future_to_promise(async move {
-            let err = |e: String| JsValue::from(JsError::new(&e));
             let (split, setting) = split_and_codec(&split, &codec)?;
-            let features = runner.features(&image, split).await.map_err(|e| err(e.to_string()))?;
+            let features = runner.features(&image, split).await.map_err(js_error)?;
             let repeats = repeats.max(1);
             runner.with_calibration(|calibration| {
                 let mut frame = Vec::new();
@@ -200,16 +197,16 @@ impl EdgeSession {
                 for i in 0..repeats {
                     let f =
                         FeaturesFrame::encode(&features, setting, EncodeContext::new(calibration))
-                            .map_err(|e| err(e.to_string()))?;
+                            .map_err(js_error)?;
                     frame = Request::Features { id: u64::from(i), frame: f }.to_bytes();
                 }
                 let encode_ms = (js::now_ms() - start) / f64::from(repeats);
                 let start = js::now_ms();
                 for _ in 0..repeats {
                     let Ok(Request::Features { frame: f, .. }) = Request::decode(&frame) else {
-                        return Err(err("the encoded frame does not decode".into()));
+                        return Err(js::error("internal", "the encoded frame does not decode"));
                     };
-                    f.decode(DecodeContext::new(calibration)).map_err(|e| err(e.to_string()))?;
+                    f.decode(DecodeContext::new(calibration)).map_err(js_error)?;
                 }
                 let decode_ms = (js::now_ms() - start) / f64::from(repeats);
                 Ok(js::codec_bench(frame.len(), encode_ms, decode_ms))
@@ -235,7 +232,7 @@ pub fn encode_input_request(request_id: f64, image: Vec<u8>) -> Vec<u8> {
 /// the model's input, then JPEG-encoded at `quality` (1-100). Adaptive mode sends this for
 /// cloud-only requests: what the cost table priced, and no more pixels than the model uses.
 #[wasm_bindgen(js_name = encodeUploadJpeg)]
-pub fn encode_upload_jpeg(image: &[u8], quality: u8) -> Result<Vec<u8>, JsError> {
+pub fn encode_upload_jpeg(image: &[u8], quality: u8) -> Result<Vec<u8>, JsValue> {
     let img = split_shared::image::preprocess(image).map_err(js_error)?;
     split_shared::image::encode_jpeg(&img, quality).map_err(js_error)
 }
@@ -249,7 +246,7 @@ pub fn encode_ping(request_id: f64, probe_bytes: u32) -> Vec<u8> {
 /// Decode a reply frame to `{ kind: "result", id, from, top, timings }` or
 /// `{ kind: "error", id, code, message }`.
 #[wasm_bindgen(js_name = decodeReply)]
-pub fn decode_reply(frame: &[u8]) -> Result<JsValue, JsError> {
+pub fn decode_reply(frame: &[u8]) -> Result<JsValue, JsValue> {
     Reply::decode(frame).map(|r| js::reply(&r)).map_err(js_error)
 }
 

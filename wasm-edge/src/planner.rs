@@ -1,26 +1,23 @@
-//! The adaptive planner for JavaScript: the cost table, the network monitor and the controller
-//! from `split_shared::plan`, with time passed in (`performance.now()`), values in and JSON out.
+//! The adaptive policy for JavaScript: [`AdaptivePolicy`] from `split_shared::plan` (the
+//! controller, the network monitor, probing and deadlines) over the server's cost table, with
+//! time passed in (`performance.now()`) and plain objects out. The page only carries bytes and
+//! reports what it saw; every rule lives in Rust, where the trace simulator runs it too.
 
 use split_shared::plan::{
-    Candidate, Constraints, Controller, ControllerConfig, CostTable, NetworkMonitor, Placement,
-    plan_candidates,
+    AdaptivePolicy, Constraints, ControllerConfig, CostTable, PingObservation, Placement,
+    RequestObservation,
 };
 use wasm_bindgen::prelude::*;
+
+use crate::js::{from_object, to_object};
 
 /// Chooses where to split, live. See `web/split-client.js` (`split: "auto"`) for how the client
 /// feeds it.
 #[wasm_bindgen]
 pub struct AdaptivePlanner {
     table: CostTable,
-    candidates: Vec<Candidate>,
     profile: String,
-    monitor: NetworkMonitor,
-    controller: Controller,
-    constraints: Constraints,
-}
-
-fn json_error(e: impl std::fmt::Display) -> JsError {
-    JsError::new(&e.to_string())
+    policy: AdaptivePolicy,
 }
 
 #[wasm_bindgen]
@@ -28,21 +25,15 @@ impl AdaptivePlanner {
     /// From the server's cost table (`/api/cost-table`, JSON text) and the edge profile to start
     /// from (`"browser-wasm-cpu"`, `"browser-webgpu"`; falls back to `"native-flex"`).
     #[wasm_bindgen(constructor)]
-    pub fn new(cost_table: &str, edge_profile: &str) -> Result<AdaptivePlanner, JsError> {
-        let table = CostTable::from_json(cost_table).map_err(json_error)?;
+    pub fn new(cost_table: &str, edge_profile: &str) -> Result<AdaptivePlanner, JsValue> {
+        let table =
+            CostTable::from_json(cost_table).map_err(|e| crate::js::error("bad_cost_table", e))?;
         let profile =
             if table.edge.contains_key(edge_profile) { edge_profile } else { "native-flex" };
         let candidates = table.candidates(profile).ok_or_else(|| {
-            JsError::new(&format!("the cost table has no edge profile {profile:?}"))
+            crate::js::error("bad_cost_table", format!("no edge profile {profile:?}"))
         })?;
-        Ok(Self {
-            table,
-            candidates,
-            profile: profile.into(),
-            monitor: NetworkMonitor::new(),
-            controller: Controller::new(ControllerConfig::default()),
-            constraints: Constraints::default(),
-        })
+        Ok(Self { table, profile: profile.into(), policy: AdaptivePolicy::new(candidates) })
     }
 
     /// The edge profile in use.
@@ -51,8 +42,14 @@ impl AdaptivePlanner {
         self.profile.clone()
     }
 
+    /// How often a timer should ask [`Self::probe_due`], ms.
+    #[wasm_bindgen(getter, js_name = probePeriodMs)]
+    pub fn probe_period_ms(&self) -> f64 {
+        self.policy.probe_config().period_ms
+    }
+
     /// This device's measured edge times (cumulative ms from the input, per boundary name):
-    /// the edge column is scaled by their median ratio to the profile's.
+    /// the edge column is scaled by their median ratio to the profile's; returns the ratio.
     #[wasm_bindgen(js_name = setEdgeTimes)]
     pub fn set_edge_times(&mut self, names: Vec<String>, ms: Vec<f64>) -> f64 {
         let column = &self.table.edge[&self.profile].ms;
@@ -67,7 +64,7 @@ impl AdaptivePlanner {
             .collect();
         ratios.sort_by(f64::total_cmp);
         let factor = ratios.get(ratios.len() / 2).copied().unwrap_or(1.0);
-        self.monitor.set_edge_factor(factor);
+        self.policy.set_edge_factor(factor);
         factor
     }
 
@@ -75,89 +72,112 @@ impl AdaptivePlanner {
     /// JPEG; a PNG or a large photo costs more).
     #[wasm_bindgen(js_name = setImageBytes)]
     pub fn set_image_bytes(&mut self, bytes: f64) {
-        for c in &mut self.candidates {
+        for c in self.policy.candidates_mut() {
             if c.placement == Placement::CloudOnly {
                 c.bytes = bytes;
             }
         }
     }
 
-    /// Constraints as JSON: `{ "privacy_floor": 7, "min_agreement": 0.99,
-    /// "max_edge_param_bytes": null }`.
+    /// Constraints: `{ privacy_floor: 7, min_agreement: 0.99, max_edge_param_bytes: null }`.
     #[wasm_bindgen(js_name = setConstraints)]
-    pub fn set_constraints(&mut self, json: &str) -> Result<(), JsError> {
-        self.constraints = serde_json::from_str(json).map_err(json_error)?;
+    pub fn set_constraints(&mut self, constraints: JsValue) -> Result<(), JsValue> {
+        let k: Constraints = from_object(&constraints, "bad_option")?;
+        self.policy.set_constraints(k);
         Ok(())
     }
 
-    /// Controller tuning as JSON (see `ControllerConfig`).
+    /// Controller tuning (see `ControllerConfig`: `period_ms`, `min_gain`, `min_dwell_ms`,
+    /// `jump_factor`, `horizon_ms`).
     #[wasm_bindgen(js_name = setConfig)]
-    pub fn set_config(&mut self, json: &str) -> Result<(), JsError> {
-        let config: ControllerConfig = serde_json::from_str(json).map_err(json_error)?;
-        self.controller = Controller::new(config);
+    pub fn set_config(&mut self, config: JsValue) -> Result<(), JsValue> {
+        let c: ControllerConfig = from_object(&config, "bad_option")?;
+        self.policy.set_config(c);
         Ok(())
     }
 
-    /// A round trip of `ms` observed at `now`.
-    #[wasm_bindgen(js_name = observeRtt)]
-    pub fn observe_rtt(&mut self, now: f64, ms: f64) {
-        self.monitor.observe_rtt(now, ms);
+    /// Re-plan if due: `{ decision: "keep" }` or `{ decision: "switch", at_ms, from, to, reason }`.
+    pub fn tick(&mut self, now: f64) -> JsValue {
+        to_object(&self.policy.tick(now))
     }
 
-    /// `bytes` uploaded in `ms` (round trip minus server time minus the base RTT).
-    #[wasm_bindgen(js_name = observeUpload)]
-    pub fn observe_upload(&mut self, now: f64, bytes: f64, ms: f64) {
-        self.monitor.observe_upload(now, bytes, ms);
+    /// The placement in force: `{ mode: "split", boundary: "block5", codec: "q4" }`,
+    /// `{ mode: "edge_only" }` or `{ mode: "cloud_only" }`.
+    pub fn current(&self) -> JsValue {
+        to_object(&self.policy.current())
     }
 
-    /// The server's expected queue wait, from a reply's or pong's load.
-    #[wasm_bindgen(js_name = observeQueue)]
-    pub fn observe_queue(&mut self, now: f64, ms: f64) {
-        self.monitor.observe_queue(now, ms);
-    }
-
-    /// A request or probe failed.
-    #[wasm_bindgen(js_name = observeOutage)]
-    pub fn observe_outage(&mut self, now: f64) {
-        self.monitor.observe_outage(now);
-    }
-
-    /// Re-plan if due; returns the decision as JSON (`{"decision":"keep"}` or
-    /// `{"decision":"switch","at_ms":…,"from":…,"to":{…breakdown…},"reason":"…"}`).
-    pub fn tick(&mut self, now: f64) -> String {
-        let forecast = self.monitor.forecast(5_000.0);
-        let d = self.controller.tick(now, &self.candidates, &forecast, &self.constraints);
-        serde_json::to_string(&d).unwrap_or_else(|_| "{\"decision\":\"keep\"}".into())
-    }
-
-    /// The placement in force as JSON (`{"mode":"split","boundary":"block5","codec":"q4"}`,
-    /// `{"mode":"edge_only"}`, `{"mode":"cloud_only"}`), or `null` before the first tick.
-    pub fn current(&self) -> String {
-        serde_json::to_string(&self.controller.current()).unwrap_or_else(|_| "null".into())
-    }
-
-    /// Pin a placement (manual override, JSON as [`Self::current`] returns).
+    /// Pin a placement (manual override, an object as [`Self::current`] returns).
     #[wasm_bindgen(js_name = setPlacement)]
-    pub fn set_placement(&mut self, now: f64, json: &str) -> Result<(), JsError> {
-        let p: Placement = serde_json::from_str(json).map_err(json_error)?;
-        self.controller.set(now, p);
+    pub fn set_placement(&mut self, now: f64, placement: JsValue) -> Result<(), JsValue> {
+        let p: Placement = from_object(&placement, "bad_option")?;
+        self.policy.set_placement(now, p);
         Ok(())
     }
 
-    /// Conditions now and forecast, and every allowed candidate ranked under the forecast, as
-    /// JSON: what the page shows to explain the choice.
-    pub fn explain(&self) -> String {
-        let forecast = self.monitor.forecast(5_000.0);
-        let ranked = plan_candidates(&self.candidates, &forecast.predicted, &self.constraints)
-            .unwrap_or_default();
-        let predicted = self.controller.predicted(&self.candidates, &forecast.predicted);
-        serde_json::json!({
-            "forecast": forecast,
-            "current": self.controller.current(),
-            "predicted": predicted,
-            "ranked": ranked.iter().take(8).collect::<Vec<_>>(),
-            "switches": self.controller.log(),
-        })
-        .to_string()
+    /// How long a request placed now may wait for the server before running locally, ms.
+    #[wasm_bindgen(js_name = deadlineMs)]
+    pub fn deadline_ms(&self, timeout_ms: f64) -> f64 {
+        self.policy.deadline_ms(timeout_ms)
+    }
+
+    /// A request came back: bytes it sent, its round trip, the server's time, and the queue
+    /// wait from the reply's load (`NaN` when there was no reply).
+    #[wasm_bindgen(js_name = observeRequest)]
+    pub fn observe_request(
+        &mut self,
+        now: f64,
+        bytes_sent: f64,
+        round_trip_ms: f64,
+        server_ms: f64,
+        queue_wait_ms: f64,
+    ) {
+        let queue_wait_ms = queue_wait_ms.is_finite().then_some(queue_wait_ms);
+        let r = RequestObservation { bytes_sent, round_trip_ms, server_ms, queue_wait_ms };
+        self.policy.observe_request(now, r);
+    }
+
+    /// A request or a ping failed (closed, unreachable, past its deadline).
+    #[wasm_bindgen(js_name = observeFailure)]
+    pub fn observe_failure(&mut self, now: f64) {
+        self.policy.observe_failure(now);
+    }
+
+    /// Whether a probe is due.
+    #[wasm_bindgen(js_name = probeDue)]
+    pub fn probe_due(&self, now: f64) -> bool {
+        self.policy.probe_due(now)
+    }
+
+    /// Start a probe: send a bare ping, then, when this returns more than 0, a ping with this
+    /// many bytes of padding (the uplink probe).
+    #[wasm_bindgen(js_name = startProbe)]
+    pub fn start_probe(&mut self, now: f64) -> u32 {
+        self.policy.start_probe(now)
+    }
+
+    /// How long to wait for the pong of a ping with `probe_bytes` of padding, ms.
+    #[wasm_bindgen(js_name = pingTimeoutMs)]
+    pub fn ping_timeout_ms(&self, probe_bytes: u32, timeout_ms: f64) -> f64 {
+        self.policy.ping_timeout_ms(probe_bytes, timeout_ms)
+    }
+
+    /// A pong came back after `ms`; `skewed` when an edge run overlapped the ping.
+    #[wasm_bindgen(js_name = observePing)]
+    pub fn observe_ping(
+        &mut self,
+        now: f64,
+        probe_bytes: u32,
+        ms: f64,
+        queue_wait_ms: f64,
+        skewed: bool,
+    ) {
+        self.policy.observe_ping(now, PingObservation { probe_bytes, ms, queue_wait_ms, skewed });
+    }
+
+    /// Conditions now and forecast, the current choice and its predicted breakdown, the best
+    /// candidates, the deadline and every switch: what the page shows to explain the choice.
+    pub fn explain(&self, timeout_ms: f64) -> JsValue {
+        to_object(&self.policy.explain(timeout_ms))
     }
 }

@@ -59,6 +59,36 @@ async function codecChecks(page, name) {
   assert.equal(out.stream[2].mode, "cache", `${name}: a repeated stream frame is not recomputed`);
 }
 
+/** Failures inside the wasm module reach the caller as the client's `SplitError`, with the
+ * code the client documents, and the client keeps working afterwards. */
+async function errorChecks(page, name) {
+  const out = await page.evaluate(async () => {
+    const { SplitError } = await import("/split-client.js");
+    const client = window.splitClient;
+    const chelsea = new Uint8Array(await (await fetch("samples/chelsea.png")).arrayBuffer());
+    const attempt = async (f) => {
+      try { await f(); return { thrown: false }; } catch (e) {
+        return { thrown: true, splitError: e instanceof SplitError, code: e.code, message: e.message };
+      }
+    };
+    return {
+      notAnImage: await attempt(() => client.classify(new Uint8Array([1, 2, 3, 4]), "block5")),
+      unknownSplit: await attempt(() => client.classify(chelsea, "block99")),
+      unknownCodec: await attempt(() => client.classify(chelsea, "block5", { codec: "q4-zzz" })),
+      unsupportedBits: await attempt(() => client.classify(chelsea, "block5", { codec: "q5" })),
+      afterwards: (await client.classify(chelsea, "block5", { codec: "q4" })).top[0].class,
+    };
+  });
+  console.table(out);
+  for (const [k, code] of [["notAnImage", "bad_image"], ["unknownSplit", "bad_option"], ["unknownCodec", "bad_option"],
+                           ["unsupportedBits", "bad_option"]]) {
+    assert.ok(out[k].thrown && out[k].splitError, `${name}/${k}: a SplitError: ${JSON.stringify(out[k])}`);
+    assert.equal(out[k].code, code, `${name}/${k}: ${out[k].message}`);
+    assert.ok(out[k].message.length > 0, `${name}/${k}: a message`);
+  }
+  assert.ok(CATS.has(out.afterwards), `${name}: the client still classifies after failures`);
+}
+
 /** Real load on the server from a second page: `clients` WebSockets, each keeping `depth`
  * cloud-only requests in flight (PNG bytes made unique so the server's cache cannot answer). */
 async function startLoad(context, clients, depth) {
@@ -172,6 +202,7 @@ async function runPass({ name, args, query = "", expectBackend, expectBuild, cod
     const defaultCodec = await page.evaluate(() => window.splitClient.defaultCodec);
     assert.notEqual(defaultCodec, "f32", `${name}: the server offers a calibrated codec`);
     if (codecs) await codecChecks(page, name);
+    if (codecs) await errorChecks(page, name);
     if (codecs) await loadChecks(page, name);
     assert.equal(errors.filter((e) => !/WebGPU unavailable/.test(e)).length, 0, `${name}: page errors: ${errors.join("\n")}`);
     return rows;

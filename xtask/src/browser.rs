@@ -9,7 +9,8 @@ use crate::cmd::{build_workspace, run};
 use crate::paths;
 use crate::server::start_server;
 
-/// Debian's chromium and `web/node_modules` (playwright-core, binaryen), installed when missing.
+/// Debian's chromium and `web/node_modules` (playwright-core, binaryen, typescript), installed
+/// when missing.
 pub fn ensure_browser_tools(dir: &Path) -> Result<()> {
     if !Path::new("/usr/bin/chromium").exists() {
         eprintln!("test: installing Debian's chromium for the browser tests");
@@ -24,7 +25,11 @@ pub fn ensure_browser_tools(dir: &Path) -> Result<()> {
         })
         .context("the browser tests need /usr/bin/chromium (apt-get install chromium)")?;
     }
-    if !dir.join("node_modules/playwright-core").exists() {
+    // `npm ci` again when a tool of package.json is missing (a checkout older than it).
+    if ["node_modules/playwright-core", "node_modules/.bin/tsc"]
+        .iter()
+        .any(|p| !dir.join(p).exists())
+    {
         run(Command::new("npm").args(["ci", "--no-audit", "--no-fund"]).current_dir(dir))?;
     }
     Ok(())

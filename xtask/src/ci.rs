@@ -37,6 +37,8 @@ pub fn test_all() -> Result<()> {
         .env("SPLIT_CALIBRATION", &calibration))?;
     let web = paths::repo_root().join("web");
     ensure_browser_tools(&web)?;
+    // The client's TypeScript declarations against the way the README embeds it.
+    run(Command::new(web.join("node_modules/.bin/tsc")).args(["-p", "."]).current_dir(&web))?;
     let server = start_server(&[
         "--weights".into(),
         weights.display().to_string(),

@@ -83,6 +83,8 @@ pub struct Explanation {
     pub ranked: Vec<Estimate>,
     /// How long a request now waits for the server before running locally, ms.
     pub deadline_ms: f64,
+    /// Every change of placement so far.
+    pub switches: Vec<super::Switch>,
 }
 
 /// The controller, the monitor and the probing state of one client.
@@ -258,6 +260,7 @@ impl AdaptivePolicy {
             predicted: self.controller.predicted(&self.candidates, &forecast.predicted),
             ranked,
             deadline_ms: self.deadline_ms(timeout_ms),
+            switches: self.controller.log().to_vec(),
         }
     }
 }

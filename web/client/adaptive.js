@@ -1,0 +1,88 @@
+// `split: "auto"`: the wasm planner (`plan::AdaptivePolicy`, the code the trace simulator runs)
+// decides where each request runs, how long it may wait for the server, and when to probe the
+// network; this part only carries bytes between it, the client and the clock.
+
+import { SplitError, modelInputJpeg } from "./wasm.js";
+
+export class Adaptive {
+  /**
+   * @param {import("../split-client.js").SplitClient} client
+   * @param {object} planner  the wasm `AdaptivePlanner`
+   * @param {(s: object) => void} onSwitch
+   */
+  constructor(client, planner, onSwitch) {
+    this.client = client;
+    this.planner = planner;
+    this.onSwitch = onSwitch;
+    /** Every placement change: { at_ms, from, to, reason }. */
+    this.switches = [];
+    this.probeTimer = null;
+  }
+
+  /** Classify with the planner's placement; a request the network fails falls back to the
+   * edge, and everything observed feeds the planner. */
+  async classify(image, options = {}) {
+    const planner = this.planner;
+    this.startProbing();
+    const decision = planner.tick(performance.now());
+    if (decision.decision === "switch") {
+      this.switches.push(decision);
+      this.onSwitch(decision);
+    }
+    const placement = planner.current();
+    const split = placement.mode === "edge_only" ? "edge" : placement.mode === "cloud_only" ? "cloud" : placement.boundary;
+    const codec = placement.codec ?? this.client.defaultCodec;
+    const started = performance.now();
+    let r;
+    try {
+      // Cloud-only uploads a quality-90 JPEG of the 224x224 model input.
+      const upload = split === "cloud" ? await modelInputJpeg(image) : image;
+      const deadlineMs = planner.deadlineMs(this.client.timeoutMs);
+      r = await this.client.classify(upload, split, { ...options, codec, deadlineMs, modelInput: split === "cloud" });
+    } catch (e) {
+      if (!(e instanceof SplitError) || (e.code !== "network" && e.code !== "timeout")) throw e;
+      planner.observeFailure(performance.now());
+      r = await this.client.classify(image, "edge", options);
+      r.fallback = e.message;
+      r.totalMs = performance.now() - started; // the wait for the server counts too
+    }
+    planner.observeRequest(performance.now(), r.bytesSent, r.roundTripMs, r.serverMs, r.load ? r.load.waitMs : NaN);
+    const result = { ...r, auto: true, placement, explain: planner.explain(this.client.timeoutMs) };
+    // Running locally, back-to-back requests keep this thread busy, and a probe timed across an
+    // edge run measures the edge, not the network: probe here, between runs, when one is due.
+    if ((split === "edge" || r.fallback) && planner.probeDue(performance.now())) {
+      await this.probe();
+    }
+    return result;
+  }
+
+  /** Probe while adaptive mode is in use, whenever the planner says one is due. */
+  startProbing() {
+    if (this.probeTimer) return;
+    this.probeTimer = setInterval(() => {
+      if (this.planner.probeDue(performance.now())) this.probe().catch(() => {});
+    }, this.planner.probePeriodMs);
+  }
+
+  /** A bare ping (RTT, server load), then the uplink probe the planner asks for, if any. */
+  async probe() {
+    const padding = this.planner.startProbe(performance.now());
+    const rtt = await this.ping(0);
+    if (rtt == null || rtt.skewed || padding === 0) return;
+    await this.ping(padding);
+  }
+
+  /** A ping the planner learns from (its round trip, or the failure). */
+  async ping(probeBytes) {
+    const timeoutMs = this.planner.pingTimeoutMs(probeBytes, this.client.timeoutMs);
+    const p = await this.client.ping(probeBytes, timeoutMs);
+    if (p == null) this.planner.observeFailure(performance.now());
+    else this.planner.observePing(performance.now(), probeBytes, p.ms, p.load.waitMs, p.skewed);
+    return p;
+  }
+
+  stop() {
+    clearInterval(this.probeTimer);
+    this.probeTimer = null;
+  }
+}

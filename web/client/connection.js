@@ -1,0 +1,80 @@
+// The WebSocket to the server: one connection, opened on demand and shared by concurrent
+// callers; replies matched to requests by id; every failure a `SplitError`.
+
+import { SplitError } from "./wasm.js";
+
+export class Connection {
+  /**
+   * @param {URL} url  the server's WebSocket
+   * @param {object} edge  the wasm `EdgeSession`: it decodes replies (learning from them: results
+   *   fill its cache, `keyframe_required` resets the stream) and restarts streams on reconnect
+   */
+  constructor(url, edge) {
+    this.url = url;
+    this.edge = edge;
+    this.socket = null;
+    this.connecting = null;
+    this.pending = new Map();
+  }
+
+  /** Open the WebSocket if it is not open; concurrent callers share one attempt. */
+  open() {
+    if (this.socket && this.socket.readyState === WebSocket.OPEN) return Promise.resolve(this.socket);
+    if (this.connecting) return this.connecting;
+    const socket = new WebSocket(this.url);
+    socket.binaryType = "arraybuffer";
+    this.connecting = new Promise((resolve, reject) => {
+      socket.onopen = () => {
+        // Stream references do not survive a connection: start again from a keyframe.
+        this.edge.forceKeyframe();
+        resolve(socket);
+      };
+      socket.onerror = () => reject(new SplitError("network", `cannot connect to ${this.url}`));
+    }).finally(() => {
+      this.connecting = null;
+    });
+    socket.onmessage = (event) => {
+      let reply;
+      try {
+        reply = this.edge.acceptReply(new Uint8Array(event.data));
+      } catch (e) {
+        console.error("undecodable reply", e);
+        return;
+      }
+      const waiter = this.pending.get(reply.id);
+      if (waiter) waiter(reply);
+    };
+    socket.onclose = (event) => {
+      const error = new SplitError("network", `connection closed (${event.code}${event.reason ? ": " + event.reason : ""})`);
+      for (const waiter of this.pending.values()) waiter(error);
+      this.pending.clear();
+      if (this.socket === socket) this.socket = null;
+    };
+    this.socket = socket;
+    return this.connecting;
+  }
+
+  /** Send `frame` (request `id`) and resolve to its reply; an error reply, a closed connection
+   * or no reply within `timeoutMs` rejects with a `SplitError`. */
+  async request(id, frame, timeoutMs) {
+    const socket = await this.open();
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.pending.delete(id);
+        reject(new SplitError("timeout", `no reply to request ${id} within ${Math.round(timeoutMs)} ms`));
+      }, timeoutMs);
+      this.pending.set(id, (reply) => {
+        clearTimeout(timer);
+        this.pending.delete(id);
+        if (reply instanceof Error) reject(reply);
+        else if (reply.kind === "error") reject(new SplitError(reply.code, reply.message));
+        else resolve(reply);
+      });
+      socket.send(frame);
+    });
+  }
+
+  close() {
+    if (this.socket) this.socket.close(1000, "client closed");
+  }
+}

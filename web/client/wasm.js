@@ -1,0 +1,122 @@
+// The wasm module and the seam to it: which build to load, and how its failures become
+// `SplitError`s. Also the downloads and the browser-side image preparation the client needs.
+
+/** The wasm module in use, set by `loadWasm` (a live binding: importers see the update). */
+export let wasm = null;
+
+/**
+ * Whether this engine validates relaxed SIMD: a module whose one function is
+ * `f32x4.relaxed_madd(v128.const 0, v128.const 0, v128.const 0)`.
+ */
+function hasRelaxedSimd() {
+  const v128zero = [0xfd, 0x0c, ...new Array(16).fill(0)];
+  const body = [0x00, ...v128zero, ...v128zero, ...v128zero, 0xfd, 0x85, 0x02, 0x0b];
+  const bytes = new Uint8Array([
+    0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00,       // magic, version
+    0x01, 0x05, 0x01, 0x60, 0x00, 0x01, 0x7b,             // type: () -> v128
+    0x03, 0x02, 0x01, 0x00,                               // one function of type 0
+    0x0a, body.length + 2, 0x01, body.length, ...body,    // its code
+  ]);
+  try { return WebAssembly.validate(bytes); } catch { return false; }
+}
+
+/** Whether WebGPU would give an adapter (`navigator.gpu` exists on some machines without one). */
+async function hasWebGpuAdapter() {
+  if (typeof navigator === "undefined" || !navigator.gpu) return false;
+  try { return (await navigator.gpu.requestAdapter()) != null; } catch { return false; }
+}
+
+/**
+ * Load the smallest build that can do what was asked: the WebGPU build (`pkg/`, which also has
+ * the CPU backend) only when WebGPU may be used and the browser has it; otherwise the CPU-only
+ * build, with relaxed SIMD's fused multiply-add where the engine has it (`pkg-cpu-relaxed/`,
+ * Chromium) or plain SIMD (`pkg-cpu/`).
+ */
+const BUILD_DIRS = { webgpu: "pkg", cpu: "pkg-cpu", "cpu-relaxed": "pkg-cpu-relaxed" };
+
+export async function loadWasm(backend, build) {
+  if (build != null && !BUILD_DIRS[build]) {
+    throw new SplitError("bad_option", `unknown wasm build ${build}; use ${Object.keys(BUILD_DIRS).join(", ")}`);
+  }
+  const gpu = backend !== "cpu" && (await hasWebGpuAdapter());
+  const dir = BUILD_DIRS[build] ?? (gpu ? "pkg" : hasRelaxedSimd() ? "pkg-cpu-relaxed" : "pkg-cpu");
+  const module = await import(new URL(`../${dir}/wasm_edge.js`, import.meta.url).href);
+  await module.default();
+  wasm = module;
+  return module;
+}
+
+/** An error with a stable, machine-readable code. */
+export class SplitError extends Error {
+  constructor(code, message) {
+    super(message);
+    this.name = "SplitError";
+    this.code = code;
+  }
+}
+
+/** What the wasm module threw (an `Error` named SplitError with a `code`), as this module's
+ * `SplitError`, so callers see one class whichever side failed. */
+export function fromWasm(e) {
+  if (e instanceof SplitError) return e;
+  return new SplitError(e?.code ?? "internal", e?.message ?? String(e));
+}
+
+/** Call into the wasm module; its failures become `SplitError`s. */
+export async function wasmCall(f) {
+  try {
+    return await f();
+  } catch (e) {
+    throw fromWasm(e);
+  }
+}
+
+export async function fetchWithProgress(url, stage, onProgress) {
+  const response = await fetch(url);
+  if (!response.ok) {
+    throw new SplitError("network", `GET ${url} failed: ${response.status} ${response.statusText}`);
+  }
+  const total = Number(response.headers.get("content-length")) || 0;
+  const reader = response.body.getReader();
+  const chunks = [];
+  let loaded = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    chunks.push(value);
+    loaded += value.length;
+    onProgress({ stage, loaded, total, fraction: total ? loaded / total : null });
+  }
+  const bytes = new Uint8Array(loaded);
+  let offset = 0;
+  for (const c of chunks) {
+    bytes.set(c, offset);
+    offset += c.length;
+  }
+  return bytes;
+}
+
+/**
+ * The 224x224 centre crop of `image` (224/256 of the short side, as the model's preprocessing
+ * takes it) as a quality-90 JPEG: with the browser's own decoder, scaler and encoder where there
+ * is an OffscreenCanvas (several times faster than wasm on a slow CPU, and smaller), else with
+ * the wasm module's bit-exact preprocessing.
+ */
+export async function modelInputJpeg(image) {
+  if (typeof OffscreenCanvas === "undefined" || typeof createImageBitmap === "undefined") {
+    return wasmCall(() => wasm.encodeUploadJpeg(image, 90));
+  }
+  try {
+    const bitmap = await createImageBitmap(new Blob([image]));
+    const side = Math.round(Math.min(bitmap.width, bitmap.height) * 224 / 256);
+    const canvas = new OffscreenCanvas(224, 224);
+    const ctx = canvas.getContext("2d");
+    ctx.imageSmoothingQuality = "high";
+    ctx.drawImage(bitmap, Math.ceil((bitmap.width - side) / 2), Math.ceil((bitmap.height - side) / 2), side, side, 0, 0, 224, 224);
+    bitmap.close();
+    return new Uint8Array(await (await canvas.convertToBlob({ type: "image/jpeg", quality: 0.9 })).arrayBuffer());
+  } catch {
+    return wasmCall(() => wasm.encodeUploadJpeg(image, 90)); // a format the browser cannot decode: let wasm say why
+  }
+}
+

@@ -1,0 +1,198 @@
+// Type declarations for `split-client.js`, the embeddable browser API of split inference.
+// Checked by `tsc` against `tests/types-check.ts` in `./run.sh test`.
+
+/** Every failure of the client: a stable, machine-readable `code` and a message for developers.
+ * Codes: "network", "timeout", "bad_option", "no_cost_table", "webgpu_unavailable",
+ * "bad_weights", "bad_calibration", "backend", "internal", or an error code the server sent
+ * ("malformed", "shape_mismatch", "bad_image", "busy", "calibration_mismatch",
+ * "keyframe_required", "unsupported_codec", ...). */
+export class SplitError extends Error {
+  constructor(code: string, message: string);
+  readonly name: "SplitError";
+  readonly code: string;
+}
+
+/** Where a request runs: everything on the device, everything on the server, or a split. */
+export type Placement =
+  | { mode: "edge_only" }
+  | { mode: "cloud_only" }
+  | { mode: "split"; boundary: string; codec: string };
+
+/** One of the top predictions. */
+export interface Prediction {
+  /** ImageNet class index. */
+  class: number;
+  /** Short class name. */
+  name: string;
+  /** Softmax probability. */
+  prob: number;
+}
+
+/** The server's load, as replies carry it. */
+export interface ServerLoad {
+  queued: number;
+  workers: number;
+  recentMs: number;
+  /** Expected wait before a new request starts, ms. */
+  waitMs: number;
+}
+
+/** A split boundary of the model. */
+export interface BoundaryInfo {
+  name: string;
+  shape: number[];
+  cumulativeMacs: number;
+  bytesF32: number;
+}
+
+/** Limits for `split: "auto"`. */
+export interface Constraints {
+  /** Never send features before this boundary (name or index), and never the image. */
+  privacy_floor?: string | number;
+  /** Never use a codec below this top-1 agreement with the uncompressed model. */
+  min_agreement?: number;
+  /** Never hold more edge parameters than this many bytes. */
+  max_edge_param_bytes?: number | null;
+}
+
+/** Progress of `SplitClient.create`. */
+export interface Progress {
+  stage: "wasm" | "weights" | "calibration" | "warm-up" | "profiling" | "ready";
+  fraction: number | null;
+  loaded?: number;
+  total?: number;
+}
+
+/** A logged change of placement in auto mode. */
+export interface Switch {
+  decision: "switch";
+  at_ms: number;
+  from: Placement | null;
+  to: Estimate;
+  reason: string;
+}
+
+/** A placement's predicted latency, broken down. */
+export interface Estimate {
+  placement: Placement;
+  edge_ms: number;
+  transfer_ms: number;
+  rtt_ms: number;
+  queue_ms: number;
+  cloud_ms: number;
+  total_ms: number;
+  bytes: number;
+  agreement: number;
+}
+
+export interface CreateOptions {
+  /** Where the server is (default: this page's origin). */
+  baseUrl?: string;
+  /** The WebSocket, when it goes elsewhere (default: baseUrl + "ws"). */
+  wsUrl?: string;
+  /** "auto" (default): WebGPU if it works, else the CPU. */
+  backend?: "auto" | "webgpu" | "cpu";
+  onProgress?: (p: Progress) => void;
+  /** Per request, ms (default 120000). */
+  timeoutMs?: number;
+  /** Results remembered by content (default 256; 0: off). */
+  cacheEntries?: number;
+  constraints?: Constraints;
+  /** Called with each placement change of auto mode. */
+  onSwitch?: (s: Switch) => void;
+  /** Force one build of the module (benchmarks). */
+  wasmBuild?: "webgpu" | "cpu" | "cpu-relaxed";
+}
+
+export interface ClassifyOptions {
+  /** "f32", or "q<bits>[-r<rank>][-packed]"; default: the server's recommendation. */
+  codec?: string;
+  /** Code against the previous frame (camera streams). */
+  stream?: boolean;
+  /** Wait this long for the server, ms (default: `timeoutMs`). */
+  deadlineMs?: number;
+  /** "cloud" only: the image is already the 224x224 model input. */
+  modelInput?: boolean;
+}
+
+export interface ClassifyResult {
+  /** How it ran. */
+  mode: "edge" | "cloud" | "split" | "cache";
+  /** The boundary the server started from (or "logits" on the edge). */
+  split: string;
+  codec: string;
+  backend: "webgpu" | "cpu" | "server";
+  top: Prediction[];
+  edgeMs: number;
+  bytesSent: number;
+  serverMs: number;
+  serverCached: boolean;
+  roundTripMs: number;
+  totalMs: number;
+  load: ServerLoad | null;
+  /** Auto mode only. */
+  auto?: true;
+  placement?: Placement;
+  explain?: Explanation;
+  /** Auto mode: why the request fell back to the edge. */
+  fallback?: string;
+}
+
+/** What auto mode's planner shows to explain its choice. */
+export interface Explanation {
+  forecast: { now: Conditions; predicted: Conditions; link_up: boolean };
+  current: Placement | null;
+  predicted: Estimate | null;
+  ranked: Estimate[];
+  deadline_ms: number;
+  switches: Switch[];
+}
+
+export interface Conditions {
+  rtt_ms: number;
+  uplink_bytes_per_ms: number;
+  queue_ms: number;
+  edge_factor: number;
+  cloud_factor: number;
+}
+
+/** The adaptive planner in the wasm module (auto mode). */
+export interface AdaptivePlanner {
+  readonly profile: string;
+  readonly probePeriodMs: number;
+  tick(now: number): { decision: "keep" } | Switch;
+  current(): Placement;
+  explain(timeoutMs: number): Explanation;
+  deadlineMs(timeoutMs: number): number;
+}
+
+export class SplitClient {
+  /** Load the wasm module and the weights, pick WebGPU or the CPU, and prepare the connection. */
+  static create(options?: CreateOptions): Promise<SplitClient>;
+  /** The model's boundaries; available once a client was created. */
+  static boundaries(): BoundaryInfo[];
+  /** Where the edge half runs. */
+  readonly backend: "webgpu" | "cpu";
+  /** Which wasm build was loaded. */
+  readonly wasmBuild: "webgpu" | "cpu" | "cpu-relaxed";
+  /** The codec used when `classify` is not given one. */
+  defaultCodec: string;
+  timeoutMs: number;
+  /** The adaptive planner, when the server publishes a cost table. */
+  readonly planner: AdaptivePlanner | null;
+  /** Every placement change of auto mode. */
+  readonly switches: Switch[];
+  /** Classify an encoded image (JPEG or PNG bytes): split is "edge", "cloud", "auto" or a
+   * boundary name such as "block5". */
+  classify(image: Uint8Array, split?: string, options?: ClassifyOptions): Promise<ClassifyResult>;
+  /** Open the WebSocket now (it opens on the first request otherwise). */
+  connect(): Promise<WebSocket>;
+  /** A ping with `probeBytes` of padding: null when unanswered within `timeoutMs`; `skewed`
+   * when an edge run overlapped it. */
+  ping(probeBytes?: number, timeoutMs?: number): Promise<{ ms: number; load: ServerLoad; skewed: boolean } | null>;
+  /** Time the codec alone in this browser, per run. */
+  benchCodec(image: Uint8Array, split: string, codec: string, repeats?: number):
+    Promise<{ bytes: number; encodeMs: number; decodeMs: number }>;
+  /** Close the connection and stop probing. */
+  close(): void;
+}

@@ -1,0 +1,29 @@
+// Compiled by `tsc --noEmit` in `./run.sh test`: the way the README embeds the client must
+// type-check against `split-client.d.ts`, and misuse must not.
+import { SplitClient, SplitError, type ClassifyResult, type Placement } from "../split-client.js";
+
+async function embed(bytes: Uint8Array): Promise<string> {
+  const client = await SplitClient.create({
+    backend: "auto",
+    onProgress: (p) => console.log(p.stage, p.fraction),
+    constraints: { privacy_floor: "block5", min_agreement: 0.99 },
+  });
+  try {
+    const r: ClassifyResult = await client.classify(bytes, "block5", { codec: "q6" });
+    const auto = await client.classify(bytes, "auto");
+    const where: Placement | undefined = auto.placement;
+    if (where?.mode === "split") console.log(where.boundary, where.codec);
+    return `${r.top[0].name} ${r.totalMs.toFixed(1)} ms on ${client.backend} (${client.wasmBuild})`;
+  } catch (e) {
+    if (e instanceof SplitError) return `${e.code}: ${e.message}`;
+    throw e;
+  } finally {
+    client.close();
+  }
+}
+
+// @ts-expect-error: the backend is one of three names.
+void SplitClient.create({ backend: "gpu" });
+// @ts-expect-error: classify takes bytes, not a URL.
+void (null as unknown as SplitClient).classify("chelsea.png");
+void embed;
