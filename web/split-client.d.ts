@@ -93,7 +93,7 @@ export interface CreateOptions {
   /** "auto" (default): WebGPU if it works, else the CPU. */
   backend?: "auto" | "webgpu" | "cpu";
   onProgress?: (p: Progress) => void;
-  /** Per request, ms (default 120000). */
+  /** How long a request waits for the server, connecting included, ms (default 30000). */
   timeoutMs?: number;
   /** Results remembered by content (default 256; 0: off). */
   cacheEntries?: number;

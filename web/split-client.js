@@ -22,7 +22,8 @@ import { SplitError, fetchWithProgress, loadWasm, wasm, wasmCall } from "./clien
 
 export { SplitError };
 
-const DEFAULT_TIMEOUT_MS = 120_000;
+/** How long a request waits for the server's reply (including connecting), unless told. */
+const DEFAULT_TIMEOUT_MS = 30_000;
 /** A ping's timeout when no planner sets one. */
 const PING_TIMEOUT_MS = 2_000;
 

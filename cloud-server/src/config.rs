@@ -50,6 +50,17 @@ pub struct Config {
     /// request alone. At most the model's batch limit, 4.
     #[arg(long, env = "SPLIT_BATCH", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=4))]
     pub batch: u16,
+    /// Share cached results between sessions. Off by default: a shared cache answers a repeat
+    /// of another session's content at once, which tells the second client what the first one
+    /// classified. Turn it on only when every client is the same party.
+    #[arg(long, env = "SPLIT_SHARED_CACHE")]
+    pub shared_cache: bool,
+    /// Web origins (`https://app.example.com`) whose pages may open `/ws`; `*` allows any.
+    /// By default only pages served by this server (same host) and clients that send no
+    /// Origin (native tools) may: any other page a visitor opens could otherwise drive a server
+    /// on their machine or intranet.
+    #[arg(long = "allow-origin", env = "SPLIT_ALLOW_ORIGINS", value_delimiter = ',')]
+    pub allow_origins: Vec<String>,
 }
 
 impl Config {

@@ -11,6 +11,7 @@
 mod config;
 mod engine;
 mod error;
+mod frame_guard;
 mod info;
 mod routes;
 mod service;
@@ -22,5 +23,5 @@ pub use engine::{Engine, Outcome, Work};
 pub use error::ServeError;
 pub use info::{CalibrationInfo, ServerInfo};
 pub use routes::config_app;
-pub use service::answer;
+pub use service::{Session, answer};
 pub use state::AppState;

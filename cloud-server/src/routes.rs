@@ -7,6 +7,10 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use crate::info::{CALIBRATION_URL, COST_TABLE_URL, ServerInfo, WEIGHTS_URL};
 use crate::state::AppState;
 
+async fn healthz() -> HttpResponse {
+    HttpResponse::Ok().body("ok")
+}
+
 async fn info(state: web::Data<AppState>) -> HttpResponse {
     HttpResponse::Ok().json(ServerInfo::of(&state))
 }
@@ -41,7 +45,9 @@ pub fn config_app(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
         cfg.app_data(web::Data::new(state))
             .route("/ws", web::get().to(crate::ws::websocket))
             .route("/api/info", web::get().to(info))
-            .route("/healthz", web::get().to(|| async { HttpResponse::Ok().body("ok") }))
+            .route("/api/info", web::head().to(info))
+            .route("/healthz", web::get().to(healthz))
+            .route("/healthz", web::head().to(healthz))
             .route(WEIGHTS_URL, web::get().to(weights))
             .route(CALIBRATION_URL, web::get().to(calibration))
             .route(COST_TABLE_URL, web::get().to(cost_table))

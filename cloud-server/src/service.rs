@@ -13,6 +13,24 @@ use crate::engine::{Outcome, Work};
 use crate::error::ServeError;
 use crate::state::{AppState, CACHE_ENTRY_COST};
 
+/// What one connection keeps between its frames.
+#[derive(Debug)]
+pub struct Session {
+    /// Its camera-stream references (a reconnect starts with a keyframe).
+    pub streams: StreamDecoder,
+    /// Its cache scope: results it computed answer only its own repeats, unless the server
+    /// shares its cache.
+    scope: Option<u64>,
+}
+
+impl Session {
+    /// A new session on `state`'s server.
+    pub fn new(state: &AppState) -> Self {
+        let id = state.sessions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Self { streams: StreamDecoder::new(), scope: (!state.shared_cache).then_some(id) }
+    }
+}
+
 /// Decode a request into work for the model, and the content key its result is cached under:
 /// the activations themselves (whatever codec carried them), or the image bytes.
 fn prepare(
@@ -42,10 +60,14 @@ fn prepare(
 async fn serve_request(
     state: &AppState,
     request: Request,
-    streams: &mut StreamDecoder,
+    session: &mut Session,
 ) -> Result<Outcome, ServeError> {
     let start = std::time::Instant::now();
-    let (key, work) = prepare(state, request, streams)?;
+    let (key, work) = prepare(state, request, &mut session.streams)?;
+    let key = match session.scope {
+        Some(scope) => key.scoped(scope),
+        None => key,
+    };
     let decode_us = start.elapsed().as_micros().min(u128::from(u32::MAX)) as u32;
     let hit = state.cache.lock().ok().and_then(|mut c| c.get(&key));
     if let Some((from, top)) = hit {
@@ -60,10 +82,8 @@ async fn serve_request(
     Ok(outcome)
 }
 
-/// Answer one binary frame; never fails: every problem becomes an error reply. `streams` is
-/// the connection's camera-stream state (one per connection: a reconnect starts with a
-/// keyframe).
-pub async fn answer(state: &AppState, frame: &[u8], streams: &mut StreamDecoder) -> Reply {
+/// Answer one binary frame of `session`; never fails: every problem becomes an error reply.
+pub async fn answer(state: &AppState, frame: &[u8], session: &mut Session) -> Reply {
     let id = peek_request_id(frame).unwrap_or(0);
     let request = match Request::decode(frame) {
         Ok(Request::Ping { payload, .. }) => {
@@ -73,7 +93,7 @@ pub async fn answer(state: &AppState, frame: &[u8], streams: &mut StreamDecoder)
         Ok(r) => Ok(r),
         Err(e) => Err(ServeError::from(e)),
     };
-    match async { serve_request(state, request?, streams).await }.await {
+    match async { serve_request(state, request?, session).await }.await {
         Ok(o) => Reply::Result {
             id,
             from: o.from,

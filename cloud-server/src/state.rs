@@ -29,8 +29,14 @@ pub struct AppState {
     pub calibration: Option<(Arc<Calibration>, Arc<PathBuf>)>,
     /// The planner's cost table (JSON text), when there is one.
     pub cost_table: Option<Arc<String>>,
-    /// Results by content, shared by every session.
+    /// Results by content; keyed per session unless [`Config::shared_cache`].
     pub cache: ResultCache,
+    /// Whether sessions share cached results.
+    pub shared_cache: bool,
+    /// Extra origins allowed to open `/ws` (see [`Config::allow_origins`]).
+    pub allow_origins: Arc<Vec<String>>,
+    /// Source of session ids (the cache scope of each connection).
+    pub sessions: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// Answers by content key: the boundary served from and the top-5.
@@ -115,6 +121,9 @@ impl AppState {
                 config.cache_entries,
                 config.cache_entries * CACHE_ENTRY_COST,
             ))),
+            shared_cache: config.shared_cache,
+            allow_origins: Arc::new(config.allow_origins.clone()),
+            sessions: Arc::new(std::sync::atomic::AtomicU64::new(1)),
         })
     }
 }

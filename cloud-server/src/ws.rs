@@ -5,10 +5,10 @@ use std::time::{Duration, Instant};
 
 use actix_web::{HttpRequest, HttpResponse, rt, web};
 use actix_ws::{AggregatedMessage, CloseCode, CloseReason};
-use split_shared::codec::StreamDecoder;
 use split_shared::protocol::{ErrorCode, MAX_FRAME_BYTES, Reply};
 
-use crate::service::answer;
+use crate::frame_guard::{FrameGuard, is_overflow};
+use crate::service::{Session, answer};
 use crate::state::AppState;
 
 /// How often the server pings; half or less of [`CLIENT_TIMEOUT`] so one lost pong is tolerated.
@@ -16,14 +16,47 @@ const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
 /// A client silent for this long (no message, no pong) is dropped.
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Whether the page that opens this WebSocket may: no `Origin` (a native client), the server's
+/// own host, or an origin the operator allowed. Browsers always send `Origin`, so another site's
+/// page cannot drive this server through its visitors.
+fn origin_allowed(req: &HttpRequest, state: &AppState) -> Result<(), String> {
+    let Some(origin) = req.headers().get(actix_web::http::header::ORIGIN) else {
+        return Ok(());
+    };
+    let origin = origin.to_str().unwrap_or_default();
+    let host = req.connection_info().host().to_string();
+    let same_host = origin.split_once("://").is_some_and(|(_, rest)| rest == host);
+    let listed = state.allow_origins.iter().any(|o| o == "*" || o == origin);
+    if same_host || listed {
+        Ok(())
+    } else {
+        Err(format!(
+            "origin {origin:?} may not open /ws on {host}; the operator can allow it with --allow-origin"
+        ))
+    }
+}
+
+/// The connection's raw bytes as actix-web boxes them.
+type RawStream = std::pin::Pin<
+    Box<dyn futures_util::Stream<Item = Result<web::Bytes, actix_web::error::PayloadError>>>,
+>;
+
 /// `GET /ws`: upgrade and serve the session on the current worker's event loop.
 pub async fn websocket(
     req: HttpRequest,
     body: web::Payload,
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
+    if let Err(why) = origin_allowed(&req, &state) {
+        log::warn!("refused a WebSocket from {:?}: {why}", req.peer_addr());
+        return Ok(HttpResponse::Forbidden().body(why));
+    }
+    // A message over the limit is refused from its frame header (see `frame_guard`): actix-ws
+    // alone would buffer the whole frame before comparing its length.
+    let guarded = FrameGuard::new(body.into_inner(), MAX_FRAME_BYTES);
+    let mut raw = actix_web::dev::Payload::Stream { payload: Box::pin(guarded) as RawStream };
+    let body = <web::Payload as actix_web::FromRequest>::from_request(&req, &mut raw).await?;
     let (response, session, stream) = actix_ws::handle(&req, body)?;
-    // Frames over the limit are refused by the codec before they are buffered.
     let stream = stream
         .max_frame_size(MAX_FRAME_BYTES)
         .aggregate_continuations()
@@ -39,7 +72,7 @@ async fn serve_session(
 ) {
     let mut last_seen = Instant::now();
     // Stream references live as long as the connection: a reconnect starts with a keyframe.
-    let mut streams = StreamDecoder::new();
+    let mut client = Session::new(&state);
     let mut tick = tokio::time::interval(HEARTBEAT_INTERVAL);
     let close = loop {
         tokio::select! {
@@ -47,7 +80,7 @@ async fn serve_session(
                 last_seen = Instant::now();
                 match msg {
                     Some(Ok(AggregatedMessage::Binary(frame))) => {
-                        let reply = answer(&state, &frame, &mut streams).await;
+                        let reply = answer(&state, &frame, &mut client).await;
                         if session.binary(reply.to_bytes()).await.is_err() {
                             return;
                         }
@@ -68,12 +101,14 @@ async fn serve_session(
                     Some(Err(e)) => {
                         // Oversized or malformed WebSocket framing: the stream cannot be resynchronized.
                         log::debug!("closing session: {e}");
-                        let reason = match e {
-                            actix_ws::ProtocolError::Overflow => CloseReason {
+                        let reason = if is_overflow(&e) {
+                            log::warn!("closing a session that sent a message over {MAX_FRAME_BYTES} bytes");
+                            CloseReason {
                                 code: CloseCode::Size,
                                 description: Some(format!("message too large: the limit is {MAX_FRAME_BYTES} bytes")),
-                            },
-                            other => CloseReason { code: CloseCode::Protocol, description: Some(other.to_string()) },
+                            }
+                        } else {
+                            CloseReason { code: CloseCode::Protocol, description: Some(e.to_string()) }
                         };
                         break Some(reason);
                     }

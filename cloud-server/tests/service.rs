@@ -1,22 +1,35 @@
 //! The request service without a socket: the same `answer` the WebSocket loop calls, driven
 //! directly, and the `/api/info` contract as the client reads it.
 
-use cloud_server::{AppState, Config, ServerInfo, answer};
-use split_shared::codec::StreamDecoder;
+use cloud_server::{AppState, Config, ServerInfo, Session, answer};
 use split_shared::labels::TOP_K;
 use split_shared::model::Boundary;
-use split_shared::protocol::{ErrorCode, Reply, Request};
+use split_shared::protocol::{Encoding, ErrorCode, FeaturesFrame, Reply, Request};
 
 const CHELSEA: &[u8] = include_bytes!("../../web/samples/chelsea.png");
 
+fn state_with(flags: &[&str]) -> AppState {
+    let mut args = vec!["cloud-server", "--port", "0"];
+    args.extend(flags);
+    let config = <Config as clap::Parser>::parse_from(args);
+    AppState::load(&config).unwrap_or_else(|e| panic!("{e:#}"))
+}
+
 fn state() -> AppState {
-    AppState::load(&Config::for_tests()).unwrap_or_else(|e| panic!("{e:#}"))
+    state_with(&[])
+}
+
+fn cached(reply: &Reply) -> bool {
+    match reply {
+        Reply::Result { timings, .. } => timings.cached,
+        other => panic!("expected a result, got {other:?}"),
+    }
 }
 
 #[actix_web::test]
 async fn frames_are_answered_without_a_transport() {
     let state = state();
-    let mut streams = StreamDecoder::new();
+    let mut streams = Session::new(&state);
     let ping = Request::Ping { id: 4, payload: vec![0; 100] }.to_bytes();
     match Reply::decode(&answer(&state, &ping, &mut streams).await.to_bytes()).unwrap() {
         Reply::Pong { id: 4, received: 100, .. } => {}
@@ -56,4 +69,45 @@ async fn info_names_what_the_client_reads() {
         assert!(info.get(field).is_some(), "/api/info lacks {field}: {info}");
     }
     assert_eq!(info["boundaries"].as_array().map(Vec::len), Some(21));
+}
+
+/// One session's results do not answer another's repeats (that would tell the second client
+/// what the first classified) unless the operator shares the cache.
+#[actix_web::test]
+async fn the_result_cache_is_per_session_unless_shared() {
+    let image = Request::Image { id: 1, payload: CHELSEA.to_vec() }.to_bytes();
+    let state = state();
+    let (mut a, mut b) = (Session::new(&state), Session::new(&state));
+    assert!(!cached(&answer(&state, &image, &mut a).await));
+    assert!(cached(&answer(&state, &image, &mut a).await), "a repeat in the same session");
+    assert!(!cached(&answer(&state, &image, &mut b).await), "another session computes anew");
+    let shared = state_with(&["--shared-cache"]);
+    let (mut a, mut b) = (Session::new(&shared), Session::new(&shared));
+    assert!(!cached(&answer(&shared, &image, &mut a).await));
+    assert!(cached(&answer(&shared, &image, &mut b).await), "shared on request");
+}
+
+/// Non-finite activations are malformed, not classified into NaN probabilities.
+#[actix_web::test]
+async fn nan_features_are_malformed() {
+    let state = state();
+    let b = Boundary::block(15).unwrap();
+    let [c, h, w] = b.info().shape;
+    for bad in [f32::NAN, f32::INFINITY] {
+        let mut values = vec![0.5f32; c * h * w];
+        values[7] = bad;
+        let frame = FeaturesFrame {
+            boundary: b,
+            encoding: Encoding::F32,
+            shape: vec![1, c as u32, h as u32, w as u32],
+            payload: values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        };
+        let bytes = Request::Features { id: 3, frame }.to_bytes();
+        match answer(&state, &bytes, &mut Session::new(&state)).await {
+            Reply::Error { id: 3, code: ErrorCode::Malformed, message } => {
+                assert!(message.contains("non-finite"), "{message}")
+            }
+            other => panic!("expected malformed for {bad}, got {other:?}"),
+        }
+    }
 }

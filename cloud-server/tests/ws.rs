@@ -301,8 +301,9 @@ async fn malformed_input_gets_typed_errors_while_others_are_served() {
     assert_eq!(good_reply.id(), 99);
     assert!(CATS.contains(&top1(&good_reply)));
 
-    // A WebSocket message over the frame limit closes that session with 1009 and a reason...
-    bad.send(Message::Binary(vec![0u8; MAX_FRAME_BYTES + 1].into())).await.unwrap();
+    // A WebSocket message over the frame limit closes that session with 1009 and a reason (from
+    // the frame header: the server may close before the client has finished sending)...
+    let _sent = bad.send(Message::Binary(vec![0u8; MAX_FRAME_BYTES + 1].into())).await;
     match next_frame(&mut bad).await {
         Frame::Close(Some(reason)) => {
             assert_eq!(reason.code, awc::ws::CloseCode::Size);
@@ -313,4 +314,69 @@ async fn malformed_input_gets_typed_errors_while_others_are_served() {
     // ...and the other session keeps working.
     let again = roundtrip(&mut good, valid).await;
     assert!(CATS.contains(&top1(&again)));
+}
+
+/// Another site's page cannot open `/ws` through a visitor's browser; the server's own pages,
+/// native clients (no Origin) and origins the operator lists can.
+#[actix_web::test]
+async fn foreign_origins_are_refused() {
+    let srv = server();
+    let ws = |origin: Option<String>| {
+        let mut request = awc::Client::new().ws(srv.url("/ws"));
+        if let Some(o) = origin {
+            request = request.origin(o.as_str());
+        }
+        request.connect()
+    };
+    let err = ws(Some("https://evil.example".into())).await.err().expect("refused");
+    assert!(err.to_string().contains("403") || format!("{err:?}").contains("403"), "{err:?}");
+    let own = format!("http://{}", srv.addr());
+    assert!(ws(Some(own)).await.is_ok(), "the server's own origin");
+    assert!(ws(None).await.is_ok(), "a native client sends no Origin");
+}
+
+#[actix_web::test]
+async fn head_requests_answer_like_get() {
+    let srv = server();
+    for path in ["/healthz", "/api/info"] {
+        let response = awc::Client::new().head(srv.url(path)).send().await.unwrap();
+        assert!(response.status().is_success(), "HEAD {path}: {}", response.status());
+    }
+}
+
+/// A client that announces a 1 GiB message is closed with 1009 from the frame header, without
+/// the server buffering what it streams, and other sessions keep being served.
+#[actix_web::test]
+async fn a_huge_announced_frame_is_refused_before_it_arrives() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let srv = server();
+    let mut tcp = tokio::net::TcpStream::connect(srv.addr()).await.unwrap();
+    let handshake = format!(
+        "GET /ws HTTP/1.1\r\nHost: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+        srv.addr()
+    );
+    tcp.write_all(handshake.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    while !response.ends_with(b"\r\n\r\n") {
+        response.push(tcp.read_u8().await.unwrap());
+    }
+    assert!(response.starts_with(b"HTTP/1.1 101"), "{}", String::from_utf8_lossy(&response));
+    // A binary frame declaring 1 GiB, masked as a client must, then the first 4 MiB of it.
+    let mut header = vec![0x82, 0x80 | 127];
+    header.extend_from_slice(&(1u64 << 30).to_be_bytes());
+    header.extend_from_slice(&[1, 2, 3, 4]);
+    tcp.write_all(&header).await.unwrap();
+    let streamed = tcp.write_all(&vec![0u8; 4 << 20]).await;
+    // The server answers with a close frame (opcode 8) carrying 1009, then stops reading.
+    let mut reply = [0u8; 4];
+    let read = tokio::time::timeout(Duration::from_secs(10), tcp.read_exact(&mut reply)).await;
+    let read = read.expect("the server closes promptly, not after a gigabyte");
+    read.unwrap_or_else(|e| panic!("a close frame ({e}; streaming: {streamed:?})"));
+    assert_eq!(reply[0] & 0x0f, 8, "a close frame: {reply:?}");
+    assert_eq!(u16::from_be_bytes([reply[2], reply[3]]), 1009, "code 1009 (message too big)");
+    // Everyone else is still served.
+    let mut ws = connect(&srv).await;
+    let reply = roundtrip(&mut ws, features_frame(5, Boundary::block(11).unwrap())).await;
+    assert!(matches!(reply, Reply::Result { id: 5, .. }), "{reply:?}");
 }

@@ -25,6 +25,11 @@ impl ContentKey {
         Self(h.finalize().into())
     }
 
+    /// This key within `scope` (a session): equal content in two scopes gets two keys.
+    pub fn scoped(self, scope: u64) -> Self {
+        Self::of(&[b"scope", &scope.to_le_bytes(), &self.0])
+    }
+
     /// Hash whatever `feed` writes, for content too large to gather into slices first.
     pub fn of_stream(feed: impl FnOnce(&mut dyn FnMut(&[u8]))) -> Self {
         let mut h = Sha256::new();

@@ -4,6 +4,9 @@
 
 import { SplitError, modelInputJpeg } from "./wasm.js";
 
+/** Failures the edge would hit too: no point running locally after them. */
+const CALLER_ERRORS = new Set(["bad_image", "bad_option"]);
+
 export class Adaptive {
   /**
    * @param {import("../split-client.js").SplitClient} client
@@ -40,7 +43,10 @@ export class Adaptive {
       const deadlineMs = planner.deadlineMs(this.client.timeoutMs);
       r = await this.client.classify(upload, split, { ...options, codec, deadlineMs, modelInput: split === "cloud" });
     } catch (e) {
-      if (!(e instanceof SplitError) || (e.code !== "network" && e.code !== "timeout")) throw e;
+      // Whatever went wrong on the way or on the server (closed, slow, busy, internal, a
+      // calibration it lacks), the edge can still answer; only the caller's own mistakes (an
+      // undecodable image, an unknown option) would fail there too.
+      if (!(e instanceof SplitError) || CALLER_ERRORS.has(e.code)) throw e;
       planner.observeFailure(performance.now());
       r = await this.client.classify(image, "edge", options);
       r.fallback = e.message;

@@ -55,22 +55,25 @@ export class Connection {
   }
 
   /** Send `frame` (request `id`) and resolve to its reply; an error reply, a closed connection
-   * or no reply within `timeoutMs` rejects with a `SplitError`. */
-  async request(id, frame, timeoutMs) {
-    const socket = await this.open();
+   * or no reply within `timeoutMs` rejects with a `SplitError`. The deadline includes opening
+   * the connection: a server that accepts TCP but never answers must not stall the caller. */
+  request(id, frame, timeoutMs) {
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
         this.pending.delete(id);
         reject(new SplitError("timeout", `no reply to request ${id} within ${Math.round(timeoutMs)} ms`));
       }, timeoutMs);
-      this.pending.set(id, (reply) => {
+      const settle = (reply) => {
         clearTimeout(timer);
         this.pending.delete(id);
         if (reply instanceof Error) reject(reply);
         else if (reply.kind === "error") reject(new SplitError(reply.code, reply.message));
         else resolve(reply);
-      });
-      socket.send(frame);
+      };
+      this.pending.set(id, settle);
+      this.open().then(
+        (socket) => { if (this.pending.get(id) === settle) socket.send(frame); },
+        (e) => { if (this.pending.get(id) === settle) settle(e); });
     });
   }
 

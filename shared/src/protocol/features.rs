@@ -56,16 +56,25 @@ impl FeaturesFrame {
     ///
     /// # Errors
     /// [`crate::model::ModelError::ShapeMismatch`] for a shape that does not fit the boundary,
-    /// or any [`CodecError`] of [`codec::decode`].
+    /// [`CodecError::BadPayload`] for NaN or infinite f32 values, or any [`CodecError`] of
+    /// [`codec::decode`].
     pub fn decode(&self, ctx: DecodeContext<'_>) -> crate::Result<Features> {
         let dims: Vec<usize> = self.shape.iter().map(|d| *d as usize).collect();
         crate::model::check_shape(self.boundary, &dims)?;
         let values = match &self.encoding {
-            Encoding::F32 => self
-                .payload
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
-                .collect(),
+            Encoding::F32 => {
+                let values: Vec<f32> = self
+                    .payload
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
+                    .collect();
+                // NaN or infinite activations would come back as NaN probabilities (and be
+                // cached): no network produces them, so the frame is malformed.
+                if values.iter().any(|v| !v.is_finite()) {
+                    return Err(CodecError::BadPayload("non-finite value in f32 features").into());
+                }
+                values
+            }
             Encoding::Coded(params) => {
                 codec::decode(self.boundary, &dims, params, &self.payload, ctx)?
             }
