@@ -61,6 +61,13 @@ pub struct Config {
     /// on their machine or intranet.
     #[arg(long = "allow-origin", env = "SPLIT_ALLOW_ORIGINS", value_delimiter = ',')]
     pub allow_origins: Vec<String>,
+    /// Open WebSockets in all; each may buffer one message of up to 8 MiB, so this bounds the
+    /// memory a crowd of connections can pin. Further ones get 503.
+    #[arg(long, env = "SPLIT_MAX_CONNECTIONS", default_value_t = 256)]
+    pub max_connections: usize,
+    /// Open WebSockets from one client address (behind a proxy every client has the proxy's).
+    #[arg(long, env = "SPLIT_MAX_CONNECTIONS_PER_IP", default_value_t = 32)]
+    pub max_connections_per_ip: usize,
 }
 
 impl Config {

@@ -13,6 +13,7 @@ mod engine;
 mod error;
 mod frame_guard;
 mod info;
+mod limits;
 mod routes;
 mod service;
 mod state;

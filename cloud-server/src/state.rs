@@ -37,6 +37,8 @@ pub struct AppState {
     pub allow_origins: Arc<Vec<String>>,
     /// Source of session ids (the cache scope of each connection).
     pub sessions: Arc<std::sync::atomic::AtomicU64>,
+    /// Open WebSockets, in all and per client address.
+    pub connections: Arc<crate::limits::ConnectionLimits>,
 }
 
 /// Answers by content key: the boundary served from and the top-5.
@@ -124,6 +126,10 @@ impl AppState {
             shared_cache: config.shared_cache,
             allow_origins: Arc::new(config.allow_origins.clone()),
             sessions: Arc::new(std::sync::atomic::AtomicU64::new(1)),
+            connections: crate::limits::ConnectionLimits::new(
+                config.max_connections,
+                config.max_connections_per_ip,
+            ),
         })
     }
 }

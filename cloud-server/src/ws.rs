@@ -51,6 +51,13 @@ pub async fn websocket(
         log::warn!("refused a WebSocket from {:?}: {why}", req.peer_addr());
         return Ok(HttpResponse::Forbidden().body(why));
     }
+    let admitted = match state.connections.admit(req.peer_addr().map(|a| a.ip())) {
+        Ok(a) => a,
+        Err(why) => {
+            log::warn!("refused a WebSocket from {:?}: {why}", req.peer_addr());
+            return Ok(HttpResponse::ServiceUnavailable().body(why));
+        }
+    };
     // A message over the limit is refused from its frame header (see `frame_guard`): actix-ws
     // alone would buffer the whole frame before comparing its length.
     let guarded = FrameGuard::new(body.into_inner(), MAX_FRAME_BYTES);
@@ -61,7 +68,7 @@ pub async fn websocket(
         .max_frame_size(MAX_FRAME_BYTES)
         .aggregate_continuations()
         .max_continuation_size(MAX_FRAME_BYTES);
-    rt::spawn(serve_session(session, stream, state.into_inner()));
+    rt::spawn(serve_session(session, stream, state.into_inner(), admitted));
     Ok(response)
 }
 
@@ -69,6 +76,8 @@ async fn serve_session(
     mut session: actix_ws::Session,
     mut stream: actix_ws::AggregatedMessageStream,
     state: std::sync::Arc<AppState>,
+    // Held for the session's life: its place among the open connections.
+    _admitted: crate::limits::Admitted,
 ) {
     let mut last_seen = Instant::now();
     // Stream references live as long as the connection: a reconnect starts with a keyframe.

@@ -24,6 +24,13 @@ const CHELSEA: &[u8] = include_bytes!("../../web/samples/chelsea.png");
 /// ImageNet's cat classes: tabby, tiger cat, Persian, Siamese, Egyptian cat.
 const CATS: std::ops::RangeInclusive<u16> = 281..=285;
 
+fn server_with(flags: &[&str]) -> actix_test::TestServer {
+    let mut args = vec!["cloud-server", "--port", "0"];
+    args.extend(flags);
+    let state = AppState::load(&<Config as clap::Parser>::parse_from(args)).expect("weights");
+    actix_test::start(move || App::new().configure(config_app(state.clone())))
+}
+
 fn server() -> actix_test::TestServer {
     let state = AppState::load(&Config::for_tests())
         .expect("weights missing: run `cargo xtask setup` (or set SPLIT_WEIGHTS)");
@@ -379,4 +386,27 @@ async fn a_huge_announced_frame_is_refused_before_it_arrives() {
     let mut ws = connect(&srv).await;
     let reply = roundtrip(&mut ws, features_frame(5, Boundary::block(11).unwrap())).await;
     assert!(matches!(reply, Reply::Result { id: 5, .. }), "{reply:?}");
+}
+
+/// Open WebSockets are capped per client address (and in all): the next one gets 503, and a
+/// place frees when a session ends.
+#[actix_web::test]
+async fn connections_are_capped_per_address() {
+    let srv = server_with(&["--max-connections-per-ip", "2"]);
+    let first = connect(&srv).await;
+    let _second = connect(&srv).await;
+    let refused = awc::Client::new().ws(srv.url("/ws")).connect().await.err().expect("refused");
+    assert!(format!("{refused:?}").contains("503"), "{refused:?}");
+    drop(first);
+    let mut third = None;
+    for _ in 0..50 {
+        if let Ok((_, s)) = awc::Client::new().ws(srv.url("/ws")).connect().await {
+            third = Some(s);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut third = third.expect("a place freed once a session closed");
+    let reply = roundtrip(&mut third, features_frame(8, Boundary::block(11).unwrap())).await;
+    assert!(matches!(reply, Reply::Result { id: 8, .. }), "{reply:?}");
 }
