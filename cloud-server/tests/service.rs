@@ -111,3 +111,22 @@ async fn nan_features_are_malformed() {
         }
     }
 }
+
+/// A JPEG cut short is refused as `bad_image` before decoding (it could declare a huge image and
+/// cost its full decoding), and the session keeps working.
+#[actix_web::test]
+async fn truncated_jpegs_are_bad_images() {
+    let state = state();
+    let mut session = Session::new(&state);
+    let img = split_shared::image::decode(CHELSEA).unwrap();
+    let jpeg = split_shared::image::encode_jpeg(&img, 90).unwrap();
+    let cut = Request::Image { id: 6, payload: jpeg[..jpeg.len() * 2 / 3].to_vec() }.to_bytes();
+    match answer(&state, &cut, &mut session).await {
+        Reply::Error { id: 6, code: ErrorCode::BadImage, message } => {
+            assert!(message.contains("truncated"), "{message}")
+        }
+        other => panic!("expected bad_image, got {other:?}"),
+    }
+    let whole = Request::Image { id: 7, payload: jpeg }.to_bytes();
+    assert!(matches!(answer(&state, &whole, &mut session).await, Reply::Result { id: 7, .. }));
+}

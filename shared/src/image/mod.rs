@@ -60,12 +60,20 @@ impl RgbImage {
 
 /// JPEG start-of-image marker.
 const JPEG_SOI: [u8; 2] = [0xff, 0xd8];
+/// JPEG end-of-image marker.
+const JPEG_EOI: [u8; 2] = [0xff, 0xd9];
 
 /// Decode RGB and greyscale JPEGs with `jpeg-decoder`, whose integer IDCT and chroma upsampling
 /// stay within a few grey levels of libjpeg-turbo (what Pillow, and so the reference, uses);
 /// measured on the 500 dev photos: max difference 4 against 20 for the `image` crate's decoder.
 /// Returns `None` for colour spaces it does not produce as RGB (CMYK), which go to `image`.
 fn decode_jpeg(bytes: &[u8]) -> Option<Result<RgbImage>> {
+    // A JPEG ends with an end-of-image marker. Without one the file was cut short, and the
+    // decoder would fill the missing rows with grey: a tiny upload could declare a huge image
+    // and cost its full decoding time and memory (and a classification of nothing).
+    if !bytes.windows(2).any(|w| w == JPEG_EOI) {
+        return Some(Err(Error::ImageDecode("truncated JPEG (no end-of-image marker)".into())));
+    }
     let mut decoder = jpeg_decoder::Decoder::new(bytes);
     if let Err(e) = decoder.read_info() {
         return Some(Err(Error::ImageDecode(e.to_string())));
@@ -211,5 +219,18 @@ mod tests {
     fn decode_rejects_garbage() {
         assert!(matches!(decode(b"definitely not an image"), Err(Error::ImageDecode(_))));
         assert!(matches!(decode(&[0xff, 0xd8, 0xff, 0xe0, 0, 0]), Err(Error::ImageDecode(_))));
+    }
+
+    #[test]
+    fn truncated_jpegs_are_refused_whole_ones_decode() {
+        let pixels = (0..64 * 48 * 3).map(|i| (i * 7 % 251) as u8).collect();
+        let img = RgbImage::new(64, 48, pixels).unwrap();
+        let jpeg = encode_jpeg(&img, 90).unwrap();
+        let back = decode(&jpeg).unwrap();
+        assert_eq!((back.width, back.height), (64, 48));
+        for cut in [jpeg.len() / 2, jpeg.len() - 2] {
+            let err = decode(&jpeg[..cut]).unwrap_err().to_string();
+            assert!(err.contains("truncated"), "cut at {cut}: {err}");
+        }
     }
 }
