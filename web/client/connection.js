@@ -15,21 +15,35 @@ export class Connection {
     this.socket = null;
     this.connecting = null;
     this.pending = new Map();
+    /** After a failed attempt, no new one before `retryAt` (ms, `performance.now()`): the wait
+     * doubles from 0.5 s to 8 s while the server stays unreachable, and requests meanwhile fail
+     * at once (auto mode then runs them locally without waiting for a connect to fail). */
+    this.retryAt = 0;
+    this.backoffMs = 0;
   }
 
   /** Open the WebSocket if it is not open; concurrent callers share one attempt. */
   open() {
     if (this.socket && this.socket.readyState === WebSocket.OPEN) return Promise.resolve(this.socket);
     if (this.connecting) return this.connecting;
+    const wait = this.retryAt - performance.now();
+    if (wait > 0) {
+      return Promise.reject(new SplitError("network", `${this.url} was unreachable; next attempt in ${Math.ceil(wait)} ms`));
+    }
     const socket = new WebSocket(this.url);
     socket.binaryType = "arraybuffer";
     this.connecting = new Promise((resolve, reject) => {
       socket.onopen = () => {
+        this.backoffMs = 0;
         // Stream references do not survive a connection: start again from a keyframe.
         this.edge.forceKeyframe();
         resolve(socket);
       };
-      socket.onerror = () => reject(new SplitError("network", `cannot connect to ${this.url}`));
+      socket.onerror = () => {
+        this.backoffMs = Math.min(8_000, Math.max(500, 2 * this.backoffMs));
+        this.retryAt = performance.now() + this.backoffMs;
+        reject(new SplitError("network", `cannot connect to ${this.url}`));
+      };
     }).finally(() => {
       this.connecting = null;
     });

@@ -77,6 +77,17 @@ async function errorChecks(page, name) {
       unknownCodec: await attempt(() => client.classify(chelsea, "block5", { codec: "q4-zzz" })),
       unsupportedBits: await attempt(() => client.classify(chelsea, "block5", { codec: "q5" })),
       afterwards: (await client.classify(chelsea, "block5", { codec: "q4" })).top[0].class,
+      ...(await (async () => {
+        // A server that cannot be reached: the first request tries and fails, the next fails at
+        // once (backoff) instead of trying again.
+        const saved = client.connection.url;
+        client.connection.url = new URL("ws://127.0.0.1:9/ws");
+        const unreachable = await attempt(() => client.classify(chelsea, "cloud"));
+        const backingOff = await attempt(() => client.classify(chelsea, "cloud"));
+        client.connection.url = saved;
+        client.connection.retryAt = 0;
+        return { unreachable, backingOff };
+      })()),
     };
   });
   console.table(out);
@@ -87,6 +98,10 @@ async function errorChecks(page, name) {
     assert.ok(out[k].message.length > 0, `${name}/${k}: a message`);
   }
   assert.ok(CATS.has(out.afterwards), `${name}: the client still classifies after failures`);
+  for (const k of ["unreachable", "backingOff"]) {
+    assert.ok(out[k].splitError && out[k].code === "network", `${name}/${k}: ${JSON.stringify(out[k])}`);
+  }
+  assert.match(out.backingOff.message, /next attempt in/, `${name}: a second request does not reconnect at once`);
 }
 
 /** Real load on the server from a second page: `clients` WebSockets, each keeping `depth`
