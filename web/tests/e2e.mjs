@@ -81,6 +81,7 @@ async function errorChecks(page, name) {
         // A server that cannot be reached: the first request tries and fails, the next fails at
         // once (backoff) instead of trying again.
         const saved = client.connection.url;
+        client.connection.close();
         client.connection.url = new URL("ws://127.0.0.1:9/ws");
         const unreachable = await attempt(() => client.classify(chelsea, "cloud"));
         const backingOff = await attempt(() => client.classify(chelsea, "cloud"));
