@@ -73,7 +73,13 @@ pub struct Config {
 impl Config {
     /// Defaults for tests and embedding: loopback, a free port, the default weights path.
     pub fn for_tests() -> Self {
-        <Self as clap::Parser>::parse_from(["cloud-server", "--port", "0"])
+        Self::for_tests_with(&[])
+    }
+
+    /// [`Self::for_tests`] with more flags, as an operator would pass them.
+    pub fn for_tests_with(flags: &[&str]) -> Self {
+        let args = ["cloud-server", "--port", "0"].iter().chain(flags);
+        <Self as clap::Parser>::parse_from(args)
     }
 
     /// The weights path: the flag, else [`split_paths::weights_file`].

@@ -9,10 +9,7 @@ use split_shared::protocol::{Encoding, ErrorCode, FeaturesFrame, Reply, Request}
 const CHELSEA: &[u8] = include_bytes!("../../web/samples/chelsea.png");
 
 fn state_with(flags: &[&str]) -> AppState {
-    let mut args = vec!["cloud-server", "--port", "0"];
-    args.extend(flags);
-    let config = <Config as clap::Parser>::parse_from(args);
-    AppState::load(&config).unwrap_or_else(|e| panic!("{e:#}"))
+    AppState::load(&Config::for_tests_with(flags)).unwrap_or_else(|e| panic!("{e:#}"))
 }
 
 fn state() -> AppState {

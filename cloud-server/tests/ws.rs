@@ -25,16 +25,13 @@ const CHELSEA: &[u8] = include_bytes!("../../web/samples/chelsea.png");
 const CATS: std::ops::RangeInclusive<u16> = 281..=285;
 
 fn server_with(flags: &[&str]) -> actix_test::TestServer {
-    let mut args = vec!["cloud-server", "--port", "0"];
-    args.extend(flags);
-    let state = AppState::load(&<Config as clap::Parser>::parse_from(args)).expect("weights");
+    let state = AppState::load(&Config::for_tests_with(flags))
+        .expect("weights missing: run `cargo xtask setup` (or set SPLIT_WEIGHTS)");
     actix_test::start(move || App::new().configure(config_app(state.clone())))
 }
 
 fn server() -> actix_test::TestServer {
-    let state = AppState::load(&Config::for_tests())
-        .expect("weights missing: run `cargo xtask setup` (or set SPLIT_WEIGHTS)");
-    actix_test::start(move || App::new().configure(config_app(state.clone())))
+    server_with(&[])
 }
 
 async fn connect(srv: &actix_test::TestServer) -> Socket {
@@ -375,13 +372,26 @@ async fn a_huge_announced_frame_is_refused_before_it_arrives() {
     header.extend_from_slice(&[1, 2, 3, 4]);
     tcp.write_all(&header).await.unwrap();
     let streamed = tcp.write_all(&vec![0u8; 4 << 20]).await;
-    // The server answers with a close frame (opcode 8) carrying 1009, then stops reading.
-    let mut reply = [0u8; 4];
-    let read = tokio::time::timeout(Duration::from_secs(10), tcp.read_exact(&mut reply)).await;
+    // The server answers with a close frame (opcode 8) carrying 1009, then stops reading. Its
+    // heartbeat ping may come first: server frames are unmasked and control frames short, so
+    // each is two header bytes and a payload of at most 125.
+    let close = async {
+        loop {
+            let mut header = [0u8; 2];
+            tcp.read_exact(&mut header).await?;
+            let mut payload = vec![0u8; usize::from(header[1] & 0x7f)];
+            tcp.read_exact(&mut payload).await?;
+            if header[0] & 0x0f != 9 {
+                return Ok::<_, std::io::Error>((header, payload));
+            }
+        }
+    };
+    let read = tokio::time::timeout(Duration::from_secs(10), close).await;
     let read = read.expect("the server closes promptly, not after a gigabyte");
-    read.unwrap_or_else(|e| panic!("a close frame ({e}; streaming: {streamed:?})"));
-    assert_eq!(reply[0] & 0x0f, 8, "a close frame: {reply:?}");
-    assert_eq!(u16::from_be_bytes([reply[2], reply[3]]), 1009, "code 1009 (message too big)");
+    let (header, payload) =
+        read.unwrap_or_else(|e| panic!("a close frame ({e}; streaming: {streamed:?})"));
+    assert_eq!(header[0] & 0x0f, 8, "a close frame: {header:?}");
+    assert_eq!(u16::from_be_bytes([payload[0], payload[1]]), 1009, "code 1009 (message too big)");
     // Everyone else is still served.
     let mut ws = connect(&srv).await;
     let reply = roundtrip(&mut ws, features_frame(5, Boundary::block(11).unwrap())).await;

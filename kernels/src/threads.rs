@@ -13,8 +13,8 @@ const MIN_MACS_PER_PART: usize = 1 << 18;
 /// 0: every thread of rayon's pool; otherwise at most this many.
 static MAX_THREADS: AtomicUsize = AtomicUsize::new(0);
 
-/// Limit the threads one kernel call may use (`0` = all of rayon's global pool, which
-/// `RAYON_NUM_THREADS` sizes). Without the `threads` feature every call runs on the caller.
+/// Limit the threads one kernel call may use (`0` = the machine's, or `RAYON_NUM_THREADS`).
+/// Without the `threads` feature every call runs on the caller.
 pub fn set_max_threads(n: usize) {
     MAX_THREADS.store(n, Ordering::Relaxed);
 }
@@ -22,19 +22,28 @@ pub fn set_max_threads(n: usize) {
 /// The helpers that run every part but the first: one fewer than the machine's threads, since
 /// the calling thread computes part 0 itself rather than sleeping while the pool works.
 #[cfg(feature = "threads")]
-fn helpers() -> &'static rayon::ThreadPool {
-    static POOL: std::sync::OnceLock<rayon::ThreadPool> = std::sync::OnceLock::new();
-    POOL.get_or_init(|| {
+struct Helpers {
+    pool: rayon::ThreadPool,
+    /// Threads a call may use in all: the helpers and the caller.
+    threads: usize,
+}
+
+#[cfg(feature = "threads")]
+fn helpers() -> &'static Helpers {
+    static HELPERS: std::sync::OnceLock<Helpers> = std::sync::OnceLock::new();
+    HELPERS.get_or_init(|| {
         let threads = std::env::var("RAYON_NUM_THREADS")
             .ok()
             .and_then(|s| s.parse().ok())
             .filter(|&n: &usize| n > 0)
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-        rayon::ThreadPoolBuilder::new()
+        // A pool needs a thread even on one core, where it stays idle: no call splits there.
+        let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads.saturating_sub(1).max(1))
             .thread_name(|i| format!("split-kernels-{i}"))
             .build()
-            .expect("a thread pool of at least one thread")
+            .expect("a thread pool of at least one thread");
+        Helpers { pool, threads }
     })
 }
 
@@ -42,7 +51,7 @@ fn helpers() -> &'static rayon::ThreadPool {
 pub fn max_threads() -> usize {
     #[cfg(feature = "threads")]
     {
-        let all = helpers().current_num_threads() + 1;
+        let all = helpers().threads;
         match MAX_THREADS.load(Ordering::Relaxed) {
             0 => all,
             n => n.min(all),
@@ -133,7 +142,7 @@ mod shared_parts {
             panicked: AtomicBool::new(false),
             f,
         });
-        let pool = super::helpers();
+        let pool = &super::helpers().pool;
         for _ in 1..parts.min(pool.current_num_threads() + 1) {
             let shared = Arc::clone(&shared);
             pool.spawn(move || shared.work());

@@ -28,7 +28,7 @@ const POSITIONS_PER_IMAGE: usize = 256;
 const DEFAULT_MAX_RANK: usize = 128;
 
 /// Fit the codec's tables to real activations and write the calibration file.
-#[derive(clap::Args, Debug, Default)]
+#[derive(clap::Args, Debug)]
 pub struct Args {
     /// Folder of images; default: crops and flips of the three bundled photos.
     #[arg(long, env = "SPLIT_CALIBRATION_IMAGES")]
@@ -246,8 +246,13 @@ pub fn ensure_calibration() -> Result<PathBuf> {
             }
         }
     }
-    let images = std::env::var_os("SPLIT_CALIBRATION_IMAGES").map(PathBuf::from);
-    calibrate(&options(Args { images, max_rank: DEFAULT_MAX_RANK, ..Args::default() })?)
+    // The flags' defaults and environment, as `cargo xtask calibrate` without flags has them.
+    #[derive(clap::Parser)]
+    struct Defaults {
+        #[command(flatten)]
+        args: Args,
+    }
+    calibrate(&options(<Defaults as clap::Parser>::parse_from(["calibrate"]).args)?)
 }
 
 fn calibrate(o: &Options) -> Result<PathBuf> {
