@@ -40,7 +40,7 @@ pub fn pointwise_new(
     act: Activation,
     residual: Option<&[f32]>,
 ) -> Vec<f32> {
-    filled(s.pixels * s.c_out, !simd(isa, s.c_out), |out| {
+    filled(s.pixels * s.c_out, !simd(isa, s.panel_width()), |out| {
         crate::pointwise(isa, s, x, weight, bias, act, residual, out)
     })
 }

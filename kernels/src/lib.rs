@@ -28,7 +28,7 @@ mod stem;
 mod threads;
 
 pub use alloc::{conv_nchw_to_nhwc_new, depthwise_new, pointwise_new};
-pub use shape::{Activation, ConvShape, PointwiseShape};
+pub use shape::{Activation, ConvShape, PANEL, PointwiseShape};
 pub use threads::{max_threads, set_max_threads};
 
 /// An instruction set the kernels are compiled for.
@@ -110,8 +110,9 @@ impl Isa {
 /// `out[p, o] = act(bias[o] + Σ_i x[p, i] · weight[i, o]) + residual[p, o]`.
 ///
 /// # Shapes
-/// `x: [pixels, c_in]`, `weight: [c_in, c_out]`, `bias: [c_out]`, `residual` and `out:
-/// [pixels, c_out]`, all row-major.
+/// `x: [pixels, c_in]`, `weight: [c_out / pw, c_in, pw]` (panels; see [`PointwiseShape`] and
+/// [`PointwiseShape::pack_weight`]), `bias: [c_out]`, `residual` and `out: [pixels, c_out]`,
+/// all row-major.
 ///
 /// # Panics
 /// When a slice length does not match the shape, or `isa` cannot run on this machine.
@@ -133,7 +134,7 @@ pub fn pointwise(
     if let Some(r) = residual {
         assert_eq!(r.len(), out.len(), "pointwise: residual length");
     }
-    if !s.c_out.is_multiple_of(isa.lanes()) || isa == Isa::Reference {
+    if !s.panel_width().is_multiple_of(isa.lanes()) || isa == Isa::Reference {
         return reference::pointwise(s, x, weight, bias, act, residual, out);
     }
     let a = pointwise::Args {
@@ -144,13 +145,34 @@ pub fn pointwise(
         act,
         residual: residual.map(<[f32]>::as_ptr),
         out: out.as_mut_ptr(),
+        cols: 0..s.c_out,
     };
     check_isa(isa);
+    let macs = s.pixels * s.c_in * s.c_out;
+    // Split where each thread then reads the least: by pixel rows, every thread reads all the
+    // weights and its share of the input; by output channels, all the input and its share of
+    // the weights. Layers with more output channels than pixels (the 7×7 and 14×14 expansions,
+    // the head) have more weight than input, so they split by channels.
+    let cols = column_unit(s).filter(|_| s.c_out > s.pixels);
+    if let Some(unit) = cols {
+        let units = s.c_out.div_ceil(unit);
+        let parts = threads::parts(macs, units);
+        threads::run_parts(parts, |i| {
+            let r = threads::range(units, parts, i);
+            let sub =
+                pointwise::Args { cols: r.start * unit..(r.end * unit).min(s.c_out), ..a.clone() };
+            // SAFETY: lengths checked above; the column range is at multiples of the panel
+            // width, itself a multiple of the lanes; the ISA is available; parts write
+            // disjoint columns.
+            unsafe { dispatch!(isa, pointwise_entry, &sub) }
+        });
+        return;
+    }
     // Parts of whole tiles: 24 rows is a multiple of every tile height (4, 6), so only the last
     // part has a partial tile.
     const ROWS: usize = 24;
     let units = s.pixels.div_ceil(ROWS);
-    let parts = threads::parts(s.pixels * s.c_in * s.c_out, units);
+    let parts = threads::parts(macs, units);
     threads::run_parts(parts, |i| {
         let rows = threads::range(units, parts, i);
         let sub = a.rows(rows.start * ROWS, (rows.end * ROWS).min(s.pixels));
@@ -158,6 +180,13 @@ pub fn pointwise(
         // available; parts write disjoint pixel rows.
         unsafe { dispatch!(isa, pointwise_entry, &sub) }
     });
+}
+
+/// Output channels per part when a 1x1 call splits by channels: whole 32-wide tiles (the
+/// widest any instruction set uses) where possible, never less than a panel.
+fn column_unit(s: PointwiseShape) -> Option<usize> {
+    let pw = s.panel_width();
+    (pw < s.c_out).then(|| [32, 16, pw].into_iter().find(|u| s.c_out.is_multiple_of(*u)))?
 }
 
 /// Depthwise kxk convolution over NHWC, TF-SAME padding, bias and activation fused.

@@ -11,7 +11,8 @@ pub(crate) fn activate(v: f32, act: Activation) -> f32 {
     }
 }
 
-/// 1x1 convolution: `out[p, o] = act(bias[o] + sum_i x[p, i] * w[i, o]) (+ residual[p, o])`.
+/// 1x1 convolution: `out[p, o] = act(bias[o] + sum_i x[p, i] * w[i, o]) (+ residual[p, o])`,
+/// `w` in the panel layout ([`PointwiseShape::weight_index`]).
 pub fn pointwise(
     s: PointwiseShape,
     x: &[f32],
@@ -25,7 +26,7 @@ pub fn pointwise(
         for o in 0..s.c_out {
             let mut acc = bias[o];
             for i in 0..s.c_in {
-                acc += x[p * s.c_in + i] * weight[i * s.c_out + o];
+                acc += x[p * s.c_in + i] * weight[s.weight_index(i, o)];
             }
             let v = activate(acc, act);
             out[p * s.c_out + o] = v + residual.map_or(0.0, |r| r[p * s.c_out + o]);

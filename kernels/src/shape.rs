@@ -9,7 +9,16 @@ pub enum Activation {
     Relu6,
 }
 
+/// Output channels per weight panel of a 1x1 convolution (when `c_out` is a multiple of it).
+pub const PANEL: usize = 8;
+
 /// A 1x1 convolution over NHWC activations: `[pixels, c_in] x [c_in, c_out]`.
+///
+/// The weight is stored in *panels*: `[c_out / pw, c_in, pw]` with `pw =`
+/// [`PointwiseShape::panel_width`], so that the `c_in × pw` block a tile of output channels
+/// reads is contiguous in memory. Read row-major `[c_in, c_out]`, the same block is `c_in`
+/// short pieces one matrix row apart, which the hardware prefetchers do not follow: on this
+/// project's 7×7 layers, whose weights are cold in every forward, that cost 30–50% of the call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PointwiseShape {
     /// Rows: batch × height × width.
@@ -37,6 +46,35 @@ pub struct ConvShape {
     pub kernel: usize,
     /// Stride (both directions).
     pub stride: usize,
+}
+
+impl PointwiseShape {
+    /// Output channels per weight panel: [`PANEL`], or all of them when `PANEL` does not divide
+    /// `c_out` (one panel: the plain `[c_in, c_out]` layout).
+    pub fn panel_width(&self) -> usize {
+        if self.c_out.is_multiple_of(PANEL) { PANEL } else { self.c_out }
+    }
+
+    /// Where weight `(i, o)` (input channel, output channel) lives in the panel layout.
+    pub fn weight_index(&self, i: usize, o: usize) -> usize {
+        let pw = self.panel_width();
+        (o / pw * self.c_in + i) * pw + o % pw
+    }
+
+    /// The panel layout of a row-major `[c_in, c_out]` weight.
+    ///
+    /// # Panics
+    /// When `w.len() != c_in * c_out`.
+    pub fn pack_weight(&self, w: &[f32]) -> Vec<f32> {
+        assert_eq!(w.len(), self.c_in * self.c_out, "pack_weight: weight length");
+        let mut out = vec![0.0; w.len()];
+        for i in 0..self.c_in {
+            for o in 0..self.c_out {
+                out[self.weight_index(i, o)] = w[i * self.c_out + o];
+            }
+        }
+        out
+    }
 }
 
 impl ConvShape {
@@ -82,6 +120,22 @@ impl ConvShape {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn panels_hold_eight_output_channels_contiguous_per_input_channel() {
+        let s = PointwiseShape { pixels: 1, c_in: 3, c_out: 16 };
+        assert_eq!(s.panel_width(), 8);
+        assert_eq!(s.weight_index(0, 7), 7);
+        assert_eq!(s.weight_index(1, 0), 8);
+        assert_eq!(s.weight_index(0, 8), 24);
+        let odd = PointwiseShape { pixels: 1, c_in: 3, c_out: 12 };
+        assert_eq!(odd.panel_width(), 12);
+        let w: Vec<f32> = (0..36).map(|v| v as f32).collect();
+        assert_eq!(odd.pack_weight(&w), w, "one panel is the row-major layout");
+        let w: Vec<f32> = (0..48).map(|v| v as f32).collect();
+        let packed = s.pack_weight(&w);
+        assert_eq!(&packed[..10], &[0., 1., 2., 3., 4., 5., 6., 7., 16., 17.]);
+    }
 
     #[test]
     fn same_padding_matches_tensorflow() {

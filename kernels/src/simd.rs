@@ -23,6 +23,10 @@ pub(crate) trait Simd: Copy {
     unsafe fn add(a: Self::V, b: Self::V) -> Self::V;
     /// `min(max(v, lo), hi)` lane-wise.
     unsafe fn clamp(v: Self::V, lo: Self::V, hi: Self::V) -> Self::V;
+    /// Ask for the cache line holding `p` ahead of its use; a hint that never faults, so `p`
+    /// may point anywhere. Nothing where the target has no prefetch instruction.
+    #[inline(always)]
+    unsafe fn prefetch(_p: *const f32) {}
 }
 
 /// Plain arrays of 4: what any target vectorises (SSE2 on x86-64, NEON on aarch64).
@@ -107,6 +111,11 @@ mod x86 {
         unsafe fn clamp(v: __m256, lo: __m256, hi: __m256) -> __m256 {
             // SAFETY: as above.
             unsafe { _mm256_min_ps(_mm256_max_ps(v, lo), hi) }
+        }
+        #[inline(always)]
+        unsafe fn prefetch(p: *const f32) {
+            // SAFETY: a prefetch is a hint; it does not fault on any address.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast()) }
         }
     }
 }

@@ -18,8 +18,11 @@ fn pointwise_tails_equal_reference() {
         (50, 3, 16),
         (9, 5, 7),
         (100, 96, 72),
-        // Large enough to be split across threads (with the `threads` feature).
+        // Large enough to be split across threads (with the `threads` feature): by pixel rows,
+        // and by output channels (more channels than pixels) in 32- and 16-wide units.
         (1001, 96, 104),
+        (37, 400, 1120),
+        (11, 1200, 720),
     ] {
         let s = PointwiseShape { pixels, c_in, c_out };
         let x = values(pixels * c_in, 1);
@@ -34,6 +37,7 @@ fn pointwise_tails_equal_reference() {
                 for isa in Isa::available() {
                     let mut got = vec![f32::NAN; pixels * c_out];
                     split_kernels::pointwise(isa, s, &x, &w, &b, act, res, &mut got);
+                    assert!(got.iter().all(|v| v.is_finite()), "{isa:?} {s:?}: a value unwritten");
                     assert_close(
                         &got,
                         &want,

@@ -22,6 +22,10 @@ pub fn burn_ops(repeats: usize) -> BTreeMap<String, f64> {
     let mut add = |k: &str, ms: f64| *out.entry(k.to_string()).or_default() += ms;
     let random4 = |shape: [usize; 4]| Tensor::<4>::random(shape, Distribution::Default, &device);
     let random2 = |shape: [usize; 2]| Tensor::<2>::random(shape, Distribution::Default, &device);
+    let panels = |c_in: usize, c_out: usize| {
+        let dims = fused::pointwise_weight_dims(c_in, c_out);
+        Tensor::<3>::random(dims, Distribution::Default, &device)
+    };
     let random1 = |n: usize| Tensor::<1>::random([n], Distribution::Default, &device);
 
     let x = random4([1, 3, 224, 224]);
@@ -33,7 +37,7 @@ pub fn burn_ops(repeats: usize) -> BTreeMap<String, f64> {
         let hidden = spec.hidden();
         if spec.expand != 1 {
             let x = random4([1, size, size, spec.c_in]);
-            let (w, b) = (random2([spec.c_in, hidden]), random1(hidden));
+            let (w, b) = (panels(spec.c_in, hidden), random1(hidden));
             let run = || drop(fused::pointwise(x.clone(), w.clone(), b.clone(), true, None));
             add("expand conv 1x1", median_ms(run, repeats));
         }
@@ -44,13 +48,13 @@ pub fn burn_ops(repeats: usize) -> BTreeMap<String, f64> {
         add(&format!("depthwise {k}x{k}"), median_ms(run, repeats));
         size = size.div_ceil(spec.stride);
         let x = random4([1, size, size, hidden]);
-        let (w, b) = (random2([hidden, spec.c_out]), random1(spec.c_out));
+        let (w, b) = (panels(hidden, spec.c_out), random1(spec.c_out));
         let r = spec.residual().then(|| random4([1, size, size, spec.c_out]));
         let run = || drop(fused::pointwise(x.clone(), w.clone(), b.clone(), false, r.clone()));
         add("project conv 1x1", median_ms(run, repeats));
     }
     let x = random4([1, 7, 7, 320]);
-    let (w, b) = (random2([320, HEAD_CHANNELS]), random1(HEAD_CHANNELS));
+    let (w, b) = (panels(320, HEAD_CHANNELS), random1(HEAD_CHANNELS));
     let run = || drop(fused::pointwise(x.clone(), w.clone(), b.clone(), true, None));
     add("head conv 1x1", median_ms(run, repeats));
     let h = random4([1, 7, 7, HEAD_CHANNELS]);

@@ -10,7 +10,9 @@
 //! converts at `forward_range`'s ends, so boundaries and frames keep their NCHW meaning.
 //!
 //! Parameter layouts (what the kernels read directly):
-//! - pointwise weight `[c_in, c_out]`;
+//! - pointwise weight in panels `[c_out / pw, c_in, pw]` ([`pointwise_weight_dims`]): each
+//!   block of output channels a kernel tile reads is contiguous, which matters when the
+//!   weights come cold from memory (every forward, for the 7×7 layers);
 //! - depthwise weight `[k * k, c]`;
 //! - stem weight `[k * k * c_in, c_out]` (`[ky][kx][ci][co]`).
 
@@ -24,7 +26,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// Fused convolutions for the backends that have kernels for them.
 #[backend_extension(Flex)]
 pub trait FusedConvBackend: Backend {
-    /// 1x1 conv + bias (+ ReLU6 when `relu6`). `x: [n, h, w, c_in]`, `weight: [c_in, c_out]`.
+    /// 1x1 conv + bias (+ ReLU6 when `relu6`). `x: [n, h, w, c_in]`, `weight` in panels
+    /// `[c_out / pw, c_in, pw]`.
     fn fused_pointwise(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
@@ -85,7 +88,8 @@ mod flex_impl {
         residual: Option<FlexTensor>,
     ) -> FlexTensor {
         let mut dims = x.shape().to_vec();
-        let [c_in, c_out] = [w.shape()[0], w.shape()[1]];
+        let [panels, c_in, pw] = [w.shape()[0], w.shape()[1], w.shape()[2]];
+        let c_out = panels * pw;
         let pixels = dims[..dims.len() - 1].iter().product();
         let s = PointwiseShape { pixels, c_in, c_out };
         let res = residual.as_ref().map(values);
@@ -187,13 +191,25 @@ fn same_padding(h: usize, w: usize, k: usize, s: usize) -> [(usize, usize); 2] {
     [pair(h), pair(w)]
 }
 
+/// The kernels' description of a 1x1 convolution from `c_in` to `c_out` channels (one pixel).
+pub fn pointwise_shape(c_in: usize, c_out: usize) -> PointwiseShape {
+    PointwiseShape { pixels: 1, c_in, c_out }
+}
+
+/// Dimensions of a 1x1 weight in panels: `[c_out / pw, c_in, pw]`.
+pub fn pointwise_weight_dims(c_in: usize, c_out: usize) -> [usize; 3] {
+    let pw = pointwise_shape(c_in, c_out).panel_width();
+    [c_out / pw, c_in, pw]
+}
+
 /// 1x1 conv over NHWC: `act(x · weight + bias) (+ residual)`.
 ///
 /// # Shapes
-/// `x: [n, h, w, c_in]`, `weight: [c_in, c_out]`, `bias: [c_out]`, `residual: [n, h, w, c_out]`.
+/// `x: [n, h, w, c_in]`, `weight: [c_out / pw, c_in, pw]` ([`pointwise_weight_dims`]),
+/// `bias: [c_out]`, `residual: [n, h, w, c_out]`.
 pub fn pointwise(
     x: Tensor<4>,
-    weight: Tensor<2>,
+    weight: Tensor<3>,
     bias: Tensor<1>,
     relu6: bool,
     residual: Option<Tensor<4>>,
@@ -212,7 +228,9 @@ pub fn pointwise(
         return Tensor::from_dispatch(out);
     }
     let [n, h, w, c_in] = x.dims();
-    let c_out = weight.dims()[1];
+    let [panels, _, pw] = weight.dims();
+    let c_out = panels * pw;
+    let weight = weight.swap_dims(0, 1).reshape([c_in, c_out]); // panels back to [c_in, c_out]
     let y = x.reshape([n * h * w, c_in]).matmul(weight) + bias.unsqueeze::<2>(); // [nhw, c_out]
     let y = if relu6 { y.clamp(0.0, 6.0) } else { y };
     let y = y.reshape([n, h, w, c_out]);

@@ -17,10 +17,11 @@ use crate::container::TensorFile;
 /// Largest batch a caller may run or send in one frame.
 pub const MAX_BATCH: usize = 4;
 
-/// A 1x1 convolution, batch norm folded in. Weight `[c_in, c_out]`.
+/// A 1x1 convolution, batch norm folded in. Weight in panels `[c_out / pw, c_in, pw]`
+/// ([`fused::pointwise`]).
 #[derive(Module, Debug)]
 pub struct Pointwise {
-    weight: Param<Tensor<2>>,
+    weight: Param<Tensor<3>>,
     bias: Param<Tensor<1>>,
 }
 
@@ -99,16 +100,18 @@ impl Loader<'_> {
         Ok(self.tensor(b.to_vec(), [c]))
     }
 
-    /// PyTorch `[c_out, c_in, 1, 1]` to `[c_in, c_out]`.
+    /// PyTorch `[c_out, c_in, 1, 1]` to panels `[c_out / pw, c_in, pw]`.
     fn pointwise(&self, name: &str, c_in: usize, c_out: usize) -> Result<Pointwise> {
         let w = self.weights.tensor(&format!("{name}.weight"), &[c_out, c_in, 1, 1])?;
+        let shape = fused::pointwise_shape(c_in, c_out);
         let mut t = vec![0.0; c_in * c_out];
         for o in 0..c_out {
             for i in 0..c_in {
-                t[i * c_out + o] = w[o * c_in + i];
+                t[shape.weight_index(i, o)] = w[o * c_in + i];
             }
         }
-        Ok(Pointwise { weight: self.tensor(t, [c_in, c_out]), bias: self.bias(name, c_out)? })
+        let weight = self.tensor(t, fused::pointwise_weight_dims(c_in, c_out));
+        Ok(Pointwise { weight, bias: self.bias(name, c_out)? })
     }
 
     /// PyTorch `[c, 1, k, k]` to `[k * k, c]`.
