@@ -5,8 +5,9 @@
 //! tap is `NV` contiguous vector loads whatever the stride or width, where an NCHW kernel
 //! vectorises along rows only 7 or 14 wide. A tile is `OX` neighbouring output pixels × `NV`
 //! channel vectors; each tap's weight vectors are loaded once per tile and reused for the `OX`
-//! pixels. Pixels whose window crosses the left or right edge take a per-tap checked path;
-//! rows outside the image are skipped by narrowing the tap range.
+//! pixels (for the network's 3×3 and 5×5 kernels, [`interior_slide`] goes further and loads
+//! each input pixel once per kernel row). Pixels whose window crosses the left or right edge
+//! take a per-tap checked path; rows outside the image are skipped by narrowing the tap range.
 
 use crate::shape::{Activation, ConvShape};
 use crate::simd::Simd;
@@ -76,6 +77,68 @@ unsafe fn interior<S: Simd, const OX: usize, const NV: usize>(
                     let xp = xrow.add((ix0 + p * st + kx) * c + ch);
                     for (v, a_v) in px.iter_mut().enumerate() {
                         *a_v = S::mul_add(S::load(xp.add(v * S::LANES)), wv[v], *a_v);
+                    }
+                }
+            }
+        }
+        store::<S, OX, NV>(a, row.out.add(ox * c + ch), acc);
+    }
+}
+
+/// [`interior`] for a kernel size `K` and stride `ST` known at compile time, sliding along the
+/// row: each input pixel of a kernel row is loaded once and feeds every output pixel of the
+/// tile whose window covers it, where [`interior`] loads it once per (output pixel, tap). For
+/// 5×5 at stride 1 and 8 pixels that is 12 input loads per row and channel vector instead of
+/// 40, so the loop is bound by multiply-adds rather than loads.
+///
+/// # Safety
+/// As [`interior`]; `a.s.kernel == K`, `a.s.stride == ST`.
+#[inline(always)]
+unsafe fn interior_slide<
+    S: Simd,
+    const OX: usize,
+    const NV: usize,
+    const K: usize,
+    const ST: usize,
+>(
+    a: &Args,
+    row: &Row,
+    ox: usize,
+    ch: usize,
+) {
+    let (c, pl) = (a.s.c_in, a.pad_left);
+    // SAFETY: (the whole body) as in `interior`: the tile's windows lie inside the image
+    // horizontally, `ky_lo..ky_hi` vertically, and channels stay below `ch + NV * LANES`.
+    unsafe {
+        let mut acc = [[S::splat(0.0); NV]; OX];
+        for px in acc.iter_mut() {
+            for (v, a_v) in px.iter_mut().enumerate() {
+                *a_v = S::load(a.bias.add(ch + v * S::LANES));
+            }
+        }
+        let ix0 = ox * ST - pl;
+        for ky in row.ky_lo..row.ky_hi {
+            let xrow = row.x.offset((row.iy0 + ky as isize) * (a.s.width * c) as isize);
+            let mut wv = [[S::splat(0.0); NV]; K];
+            for (kx, w_k) in wv.iter_mut().enumerate() {
+                let wp = a.w.add((ky * K + kx) * c + ch);
+                for (v, w_v) in w_k.iter_mut().enumerate() {
+                    *w_v = S::load(wp.add(v * S::LANES));
+                }
+            }
+            for i in 0..(OX - 1) * ST + K {
+                let xp = xrow.add((ix0 + i) * c + ch);
+                let mut xv = [S::splat(0.0); NV];
+                for (v, x_v) in xv.iter_mut().enumerate() {
+                    *x_v = S::load(xp.add(v * S::LANES));
+                }
+                for (p, px) in acc.iter_mut().enumerate() {
+                    // Input `i` is tap `i - p * ST` of output pixel `p`, when that is a tap.
+                    let Some(kx) = i.checked_sub(p * ST).filter(|&kx| kx < K) else {
+                        continue;
+                    };
+                    for (v, a_v) in px.iter_mut().enumerate() {
+                        *a_v = S::mul_add(xv[v], wv[kx][v], *a_v);
                     }
                 }
             }
@@ -159,9 +222,25 @@ unsafe fn row_block<S: Simd, const OX: usize, const NV: usize>(a: &Args, row: &R
             edge::<S, NV>(a, row, ox, ch);
         }
         let mut ox = lo;
-        while ox + OX <= hi {
-            interior::<S, OX, NV>(a, row, ox, ch);
-            ox += OX;
+        macro_rules! slide {
+            ($k:literal, $st:literal) => {
+                while ox + OX <= hi {
+                    interior_slide::<S, OX, NV, $k, $st>(a, row, ox, ch);
+                    ox += OX;
+                }
+            };
+        }
+        match (k, st) {
+            (3, 1) => slide!(3, 1),
+            (3, 2) => slide!(3, 2),
+            (5, 1) => slide!(5, 1),
+            (5, 2) => slide!(5, 2),
+            _ => {
+                while ox + OX <= hi {
+                    interior::<S, OX, NV>(a, row, ox, ch);
+                    ox += OX;
+                }
+            }
         }
         while ox < hi {
             interior::<S, 1, NV>(a, row, ox, ch);
