@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use split_shared::codec::{Calibration, DEFAULT_SETTING, SUPPORTED_BITS};
+use split_shared::codec::{Calibration, DEFAULT_SETTING, SUPPORTED_BITS, Setting};
 use split_shared::model::{BoundaryInfo, NUM_BOUNDARIES, boundary_table};
 use split_shared::protocol::{MAX_FRAME_BYTES, PROTOCOL_VERSION};
 
@@ -24,7 +24,7 @@ pub struct ServerInfo {
     /// The codec calibration, when the server has one (else only f32 features are accepted).
     pub calibration: Option<CalibrationInfo>,
     /// The codec setting clients should use unless told otherwise.
-    pub default_codec: String,
+    pub default_codec: Setting,
     /// Where the cost table is, when the server has one.
     pub cost_table_url: Option<&'static str>,
     /// The wire protocol version this server speaks.
@@ -76,8 +76,7 @@ impl ServerInfo {
     /// What this server tells clients.
     pub fn of(state: &AppState) -> Self {
         let calibration = state.calibration.as_ref().map(|(c, _)| CalibrationInfo::of(c));
-        let default_codec =
-            if calibration.is_some() { DEFAULT_SETTING.to_string() } else { "f32".into() };
+        let default_codec = if calibration.is_some() { DEFAULT_SETTING } else { Setting::F32 };
         Self {
             calibration,
             default_codec,

@@ -17,6 +17,25 @@
 //! Everything here builds for `wasm32-unknown-unknown` and natively, and reads no environment:
 //! where files live is the tools' and the server's business.
 
+/// `Serialize`/`Deserialize` as the value's name (`Display` / `FromStr`): how boundaries and
+/// codec settings appear in JSON (the cost table, placements handed to JavaScript).
+macro_rules! serde_by_name {
+    ($t:ty, $what:literal) => {
+        impl serde::Serialize for $t {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_str(self)
+            }
+        }
+        impl<'de> serde::Deserialize<'de> for $t {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let name = String::deserialize(d)?;
+                name.parse().map_err(|e| serde::de::Error::custom(format!("{}: {e}", $what)))
+            }
+        }
+    };
+}
+pub(crate) use serde_by_name;
+
 pub mod cache;
 pub mod codec;
 pub mod container;

@@ -124,7 +124,7 @@ pub fn run(a: Args) -> Result<()> {
                     let b = bytes.get(&(k, s))?;
                     let (ok, total) = agree[&(k, s)];
                     Some(CodecCost {
-                        codec: setting.to_string(),
+                        codec: *setting,
                         bytes: b.iter().sum::<f64>() / b.len() as f64,
                         agreement: ok as f64 / total.max(1) as f64,
                     })

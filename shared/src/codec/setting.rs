@@ -48,6 +48,8 @@ impl QuantSetting {
     }
 }
 
+crate::serde_by_name!(Setting, "codec setting");
+
 impl fmt::Display for Setting {
     /// `f32`, or `q<bits>[-r<rank>][-packed]`, e.g. `q4`, `q2-r16`, `q8-packed`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

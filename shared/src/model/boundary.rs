@@ -67,6 +67,8 @@ impl Boundary {
     }
 }
 
+crate::serde_by_name!(Boundary, "boundary");
+
 impl fmt::Display for Boundary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
@@ -99,5 +101,14 @@ mod tests {
         assert!(Boundary::block(16).is_err());
         assert!(Boundary::from_index(21).is_err());
         assert!("block16".parse::<Boundary>().is_err());
+    }
+
+    #[test]
+    fn json_is_the_name() {
+        let b = Boundary::block(5).unwrap();
+        assert_eq!(serde_json::to_string(&b).unwrap(), "\"block5\"");
+        assert_eq!(serde_json::from_str::<Boundary>("\"block5\"").unwrap(), b);
+        let e = serde_json::from_str::<Boundary>("\"block99\"").unwrap_err().to_string();
+        assert!(e.contains("block99"), "{e}");
     }
 }

@@ -5,6 +5,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::codec::Setting;
 use crate::model::Boundary;
 
 /// Where the work runs.
@@ -17,10 +18,10 @@ pub enum Placement {
     CloudOnly,
     /// The edge runs to `boundary` and sends features coded with `codec`.
     Split {
-        /// Boundary name.
-        boundary: String,
-        /// Codec setting name.
-        codec: String,
+        /// Where the edge stops (JSON: its name, `"block5"`).
+        boundary: Boundary,
+        /// How the features are coded (JSON: its name, `"q6"`).
+        codec: Setting,
     },
 }
 
@@ -103,6 +104,8 @@ impl Default for Constraints {
 pub struct Estimate {
     /// The candidate.
     pub placement: Placement,
+    /// Stages on the edge (the candidate's [`Candidate::depth`]).
+    pub depth: usize,
     /// Edge compute, ms.
     pub edge_ms: f64,
     /// Serialization onto the uplink, ms.
@@ -146,6 +149,7 @@ pub fn estimate(c: &Candidate, conditions: &Conditions) -> Estimate {
     };
     Estimate {
         placement: c.placement.clone(),
+        depth: c.depth,
         edge_ms,
         transfer_ms,
         rtt_ms,
@@ -215,7 +219,9 @@ mod tests {
     use super::*;
 
     /// The seed article's worked example: 28 layers, feature size falling and compute rising
-    /// with depth, a cloud 18x faster than the edge, only the 27 inner cuts considered.
+    /// with depth, a cloud 18x faster than the edge, only the 27 inner cuts considered. Its
+    /// layers are not this network's boundaries, so every cut carries the same placement and
+    /// the tests tell them apart by `depth` (the cut after layer `depth`).
     fn seed_example() -> Vec<Candidate> {
         let sizes = [
             1000., 900., 820., 750., 680., 620., 560., 510., 460., 420., 380., 340., 310., 280.,
@@ -227,10 +233,7 @@ mod tests {
         ];
         (1..28)
             .map(|split| Candidate {
-                placement: Placement::Split {
-                    boundary: format!("layer{split}"),
-                    codec: "f32".into(),
-                },
+                placement: Placement::Split { boundary: Boundary::STEM, codec: Setting::F32 },
                 depth: split,
                 edge_ms: compute[..split].iter().sum(),
                 bytes: sizes[split - 1],
@@ -249,10 +252,10 @@ mod tests {
     fn the_seed_example_moves_the_split_deeper_when_bandwidth_falls() {
         let c = seed_example();
         let fast = plan_candidates(&c, &at(50.0), &Constraints::default()).unwrap();
-        assert_eq!(fast[0].placement.to_string(), "layer7/f32");
+        assert_eq!(fast[0].depth, 7);
         assert!((fast[0].total_ms - 20.5111).abs() < 1e-3, "{}", fast[0].total_ms);
         let slow = plan_candidates(&c, &at(8.0), &Constraints::default()).unwrap();
-        assert_eq!(slow[0].placement.to_string(), "layer17/f32");
+        assert_eq!(slow[0].depth, 17);
         assert!((slow[0].total_ms - 51.9722).abs() < 1e-3, "{}", slow[0].total_ms);
     }
 
@@ -276,13 +279,13 @@ mod tests {
         // ...but a privacy floor forbids raw pixels and every cut before it.
         let private = Constraints { privacy_floor: 10, ..Default::default() };
         let p = plan_candidates(&c, &at(50.0), &private).unwrap();
-        assert_eq!(p[0].placement.to_string(), "layer10/f32");
+        assert_eq!(p[0].depth, 10);
         // A memory budget caps the depth; an accuracy floor drops lossy options.
         c[2].agreement = 0.9;
         let k =
             Constraints { privacy_floor: 1, min_agreement: 0.99, max_edge_param_bytes: Some(5) };
         let p = plan_candidates(&c, &at(50.0), &k).unwrap();
-        assert!(p.iter().all(|e| !e.placement.to_string().starts_with("layer3/")));
+        assert!(p.iter().all(|e| e.depth != 3));
         assert_eq!(p.len(), 4, "layers 1, 2, 4, 5");
         let none = Constraints { privacy_floor: 30, ..Default::default() };
         assert_eq!(plan_candidates(&c, &at(50.0), &none), Err(PlanError::NoFeasible));

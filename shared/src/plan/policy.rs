@@ -283,7 +283,10 @@ mod tests {
                 edge_param_bytes: 0,
             },
             Candidate {
-                placement: Placement::Split { boundary: "block5".into(), codec: "q6".into() },
+                placement: Placement::Split {
+                    boundary: Boundary::block(5).unwrap(),
+                    codec: "q6".parse().unwrap(),
+                },
                 depth: usize::from(b.index()),
                 edge_ms: 50.0,
                 bytes: 10_000.0,

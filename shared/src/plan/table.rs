@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::planner::{Candidate, Placement, depth_of};
+use crate::codec::Setting;
 use crate::model::{Boundary, boundary_table};
 
 /// Format version of [`CostTable`]; readers refuse other versions.
@@ -15,8 +16,8 @@ pub const COST_TABLE_VERSION: u32 = 1;
 /// Bytes and accuracy of one codec setting at one boundary.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CodecCost {
-    /// Setting name (`f32`, `q4`, ...).
-    pub codec: String,
+    /// The setting (JSON: its name, `f32`, `q4`, ...).
+    pub codec: Setting,
     /// Mean frame bytes per image.
     pub bytes: f64,
     /// Top-1 agreement with the uncompressed model on the profiling images.
@@ -110,10 +111,7 @@ impl CostTable {
             let Some(cloud_ms) = self.cloud_ms.get(i).copied().flatten() else { continue };
             for c in &self.codecs[i] {
                 out.push(Candidate {
-                    placement: Placement::Split {
-                        boundary: b.name().into(),
-                        codec: c.codec.clone(),
-                    },
+                    placement: Placement::Split { boundary: b, codec: c.codec },
                     depth: depth_of(b),
                     edge_ms,
                     bytes: c.bytes,
