@@ -143,10 +143,14 @@ async function main() {
   const params = new URLSearchParams(location.search);
   const backend = params.get("backend") ?? "auto";
   const wasmBuild = params.get("wasm") ?? undefined; // "webgpu" | "cpu" | "cpu-relaxed": benchmarks
+  // A server started with --token: open the page as …/#token=TOKEN (the fragment never
+  // reaches the server's logs).
+  const token = new URLSearchParams(location.hash.slice(1)).get("token") ?? undefined;
   const labels = { wasm: "Loading the wasm module…", weights: "Downloading weights", calibration: "Downloading the codec calibration", profiling: "Timing this device for the planner…", "warm-up": "Compiling and warming up the model…", ready: "Ready" };
   client = await SplitClient.create({
     backend,
     wasmBuild,
+    token,
     onProgress: (p) => {
       const pct = p.fraction == null || p.stage === "ready" ? "" : ` ${(p.fraction * 100).toFixed(0)}%`;
       $("status-text").textContent = (labels[p.stage] ?? "Ready") + pct;

@@ -75,6 +75,8 @@ export interface Switch {
 /** A placement's predicted latency, broken down. */
 export interface Estimate {
   placement: Placement;
+  /** Stages on the edge. */
+  depth: number;
   edge_ms: number;
   transfer_ms: number;
   rtt_ms: number;
@@ -97,6 +99,9 @@ export interface CreateOptions {
   timeoutMs?: number;
   /** Results remembered by content (default 256; 0: off). */
   cacheEntries?: number;
+  /** The server's bearer token, when it was started with `--token` (sent as the WebSocket
+   * subprotocol `bearer.TOKEN`; browsers cannot set headers on a WebSocket). */
+  token?: string;
   constraints?: Constraints;
   /** Called with each placement change of auto mode. */
   onSwitch?: (s: Switch) => void;

@@ -33,7 +33,8 @@ export class SplitClient {
    * @param {import("./split-client.js").CreateOptions} [options]  see `split-client.d.ts`:
    *   baseUrl, wsUrl, backend ("auto" | "webgpu" | "cpu"), onProgress, timeoutMs, cacheEntries,
    *   constraints (for "auto": privacy_floor, min_agreement, max_edge_param_bytes), onSwitch,
-   *   wasmBuild ("webgpu" | "cpu" | "cpu-relaxed", for benchmarks)
+   *   wasmBuild ("webgpu" | "cpu" | "cpu-relaxed", for benchmarks), token (the server's bearer
+   *   token, when it requires one)
    */
   static async create(options = {}) {
     const base = new URL(options.baseUrl ?? "/", location.href);
@@ -70,12 +71,12 @@ export class SplitClient {
       }
     }
     onProgress({ stage: "ready", fraction: 1 });
-    const client = new SplitClient(base, edge, options.timeoutMs ?? DEFAULT_TIMEOUT_MS, info, planner, options.onSwitch);
+    const client = new SplitClient(base, edge, options.timeoutMs ?? DEFAULT_TIMEOUT_MS, info, planner, options.onSwitch, options.token);
     if (options.wsUrl) client.connection.url = new URL(options.wsUrl);
     return client;
   }
 
-  constructor(base, edge, timeoutMs, info, planner = null, onSwitch = null) {
+  constructor(base, edge, timeoutMs, info, planner = null, onSwitch = null, token = null) {
     this.edge = edge;
     /** Which wasm build was loaded: "webgpu", "cpu" or "cpu-relaxed". */
     this.wasmBuild = wasm.buildKind();
@@ -85,7 +86,7 @@ export class SplitClient {
     this.timeoutMs = timeoutMs;
     const wsUrl = new URL("ws", base);
     wsUrl.protocol = base.protocol === "https:" ? "wss:" : "ws:";
-    this.connection = new Connection(wsUrl, edge);
+    this.connection = new Connection(wsUrl, edge, token);
     this.adaptive = planner ? new Adaptive(this, planner, onSwitch ?? (() => {})) : null;
     /** Edge runs started; the wasm edge computes on this thread, so a reply that arrives
      * meanwhile is only seen when it ends, and a ping timed across one measures the edge. */

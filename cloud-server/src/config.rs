@@ -68,6 +68,52 @@ pub struct Config {
     /// Open WebSockets from one client address (behind a proxy every client has the proxy's).
     #[arg(long, env = "SPLIT_MAX_CONNECTIONS_PER_IP", default_value_t = 32)]
     pub max_connections_per_ip: usize,
+    /// Bytes of camera-stream references one session keeps (a stem keyframe is 392 KiB, a
+    /// block5 one 31 KiB); older streams are forgotten to fit, and their next deltas get
+    /// `keyframe_required`.
+    #[arg(long, env = "SPLIT_STREAM_BYTES_PER_SESSION", default_value_t = 1 << 20)]
+    pub stream_bytes_per_session: usize,
+    /// Bytes of stream references all sessions keep together. A session whose keyframe goes
+    /// over it loses its references (its deltas then get `keyframe_required`, so it streams
+    /// keyframes only until others leave).
+    #[arg(long, env = "SPLIT_STREAM_BYTES_TOTAL", default_value_t = 64 << 20)]
+    pub stream_bytes_total: usize,
+    /// Require this bearer token on `/ws`: native clients send `Authorization: Bearer TOKEN`,
+    /// browsers (which cannot set headers on a WebSocket) offer the subprotocol
+    /// `bearer.TOKEN` beside `split.v1`. 16 to 256 characters of `A-Z a-z 0-9 . _ ~ -`.
+    /// Prefer the environment variable: flags show in `ps`.
+    #[arg(long, env = "SPLIT_TOKEN", hide_env_values = true, value_parser = Token::parse)]
+    pub token: Option<Token>,
+}
+
+/// A bearer token; its `Debug` output hides it so it never reaches a log.
+#[derive(Clone)]
+pub struct Token(String);
+
+impl Token {
+    /// Characters a token may use: those a WebSocket subprotocol name can carry.
+    fn parse(s: &str) -> Result<Token, String> {
+        let ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '~' | '-');
+        if !(16..=256).contains(&s.len()) {
+            return Err(format!("a token has 16 to 256 characters; this one has {}", s.len()));
+        }
+        if !s.chars().all(ok) {
+            return Err("a token may use only A-Z a-z 0-9 . _ ~ -".into());
+        }
+        Ok(Token(s.to_string()))
+    }
+
+    /// Whether `offered` is this token, in time independent of where they differ.
+    pub fn matches(&self, offered: &str) -> bool {
+        use subtle::ConstantTimeEq;
+        self.0.as_bytes().ct_eq(offered.as_bytes()).into()
+    }
+}
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Token(hidden)")
+    }
 }
 
 impl Config {
@@ -100,6 +146,24 @@ impl Config {
     /// The web folder: the flag, else `web/` next to this crate.
     pub fn web_path(&self) -> PathBuf {
         self.web_dir.clone().unwrap_or_else(|| checkout().join("web"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_checked_and_never_printed() {
+        let c = Config::for_tests_with(&["--token", "abcdefghijklmnop-1234"]);
+        let t = c.token.as_ref().expect("token set");
+        assert!(t.matches("abcdefghijklmnop-1234"));
+        assert!(!t.matches("abcdefghijklmnop-1235"));
+        assert!(!t.matches("abcdefghijklmnop-123"));
+        assert!(!format!("{c:?}").contains("abcdefghijklmnop"));
+        let parse = |flags: &[&str]| <Config as clap::Parser>::try_parse_from(flags);
+        assert!(parse(&["cloud-server", "--token", "short"]).is_err());
+        assert!(parse(&["cloud-server", "--token", "has space in it....."]).is_err());
     }
 }
 

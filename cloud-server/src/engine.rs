@@ -53,6 +53,7 @@ pub struct Engine {
     workers: usize,
     recent_us: Arc<AtomicU32>,
     passes: Arc<AtomicU64>,
+    abandoned: Arc<AtomicU64>,
 }
 
 fn micros(since: Instant) -> u32 {
@@ -119,11 +120,18 @@ fn worker(
     max_batch: usize,
     recent_us: Arc<AtomicU32>,
     passes: Arc<AtomicU64>,
+    abandoned: Arc<AtomicU64>,
 ) {
     while let Some(taken) = take_jobs(&jobs, max_batch) {
         // Decode each on its own: a bad image costs its own request only.
         let mut ready: Vec<Ready> = Vec::with_capacity(taken.len());
         for Job { work, enqueued, reply } in taken {
+            // Nobody waits for this answer any more (the client disconnected or gave up):
+            // computing it would only delay the requests behind it.
+            if reply.is_closed() {
+                abandoned.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
             let queue_us = micros(enqueued);
             let start = Instant::now();
             let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| decode(work, &device)))
@@ -201,15 +209,23 @@ impl Engine {
         let rx = Arc::new(Mutex::new(rx));
         let recent_us = Arc::new(AtomicU32::new(0));
         let passes = Arc::new(AtomicU64::new(0));
+        let abandoned = Arc::new(AtomicU64::new(0));
         for i in 0..workers.max(1) {
-            let (model, device, rx, recent, passes) =
-                (model.clone(), device.clone(), rx.clone(), recent_us.clone(), passes.clone());
+            let (model, device, rx) = (model.clone(), device.clone(), rx.clone());
+            let (recent, passes, abandoned) =
+                (recent_us.clone(), passes.clone(), abandoned.clone());
             std::thread::Builder::new()
                 .name(format!("model-worker-{i}"))
-                .spawn(move || worker(model, device, rx, max_batch, recent, passes))
+                .spawn(move || worker(model, device, rx, max_batch, recent, passes, abandoned))
                 .expect("spawning a model worker");
         }
-        Self { queue: tx, capacity: capacity.max(1), workers: workers.max(1), recent_us, passes }
+        let workers = workers.max(1);
+        Self { queue: tx, capacity: capacity.max(1), workers, recent_us, passes, abandoned }
+    }
+
+    /// Queued requests skipped because nobody waited for their answer any more.
+    pub fn abandoned(&self) -> u64 {
+        self.abandoned.load(Ordering::Relaxed)
     }
 
     /// Forward passes run so far (a batch of several requests is one).

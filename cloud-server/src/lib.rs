@@ -6,7 +6,8 @@
 
 //! Files: `config` (flags), `state` (what handlers share, loaded at start-up), `engine` (the model
 //! workers and their queue), `service` (one frame in, one reply out, no transport), `ws` (the
-//! socket loop), `routes` (HTTP), `info` (the `/api/info` contract).
+//! socket loop), `routes` (HTTP), `static_files` (what of the web folder is served), `info` (the
+//! `/api/info` contract).
 
 mod config;
 mod engine;
@@ -17,12 +18,14 @@ mod limits;
 mod routes;
 mod service;
 mod state;
+mod static_files;
 mod ws;
 
-pub use config::{Config, DeviceChoice};
+pub use config::{Config, DeviceChoice, Token};
 pub use engine::{Engine, Outcome, Work};
 pub use error::ServeError;
 pub use info::{CalibrationInfo, ServerInfo};
 pub use routes::config_app;
 pub use service::{Session, answer};
 pub use state::AppState;
+pub use ws::{SUBPROTOCOL, TOKEN_SUBPROTOCOL_PREFIX};

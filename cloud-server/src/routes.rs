@@ -1,5 +1,5 @@
 //! HTTP routes: the WebSocket endpoint, model metadata, the weights, the calibration, the cost
-//! table and the static demo.
+//! table and the static demo (an allow-list: [`crate::static_files`]).
 
 use actix_files::{Files, NamedFile};
 use actix_web::{HttpRequest, HttpResponse, web};
@@ -51,6 +51,11 @@ pub fn config_app(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
             .route(WEIGHTS_URL, web::get().to(weights))
             .route(CALIBRATION_URL, web::get().to(calibration))
             .route(COST_TABLE_URL, web::get().to(cost_table))
-            .service(Files::new("/", web_dir).index_file("index.html").prefer_utf8(true));
+            .service(
+                Files::new("/", &web_dir)
+                    .index_file("index.html")
+                    .prefer_utf8(true)
+                    .path_filter(move |path, _| crate::static_files::servable(&web_dir, path)),
+            );
     }
 }

@@ -3,15 +3,20 @@
 //!
 //! A frame's way through: [`Request::decode`], then for features
 //! [`split_shared::protocol::FeaturesFrame::decode`] (codec, stream state, the shape checked
-//! once), the shared result cache, and the model queue ([`crate::Engine::submit`]).
+//! once), the shared result cache, and the model queue ([`crate::Engine::submit`]). Feature
+//! decoding and content hashing (milliseconds for a large frame) run on tokio's blocking pool,
+//! not on the event loop that serves every other connection of this worker.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use split_shared::cache::ContentKey;
-use split_shared::codec::{DecodeContext, StreamDecoder};
+use split_shared::codec::{Calibration, DecodeContext, StreamDecoder};
 use split_shared::protocol::{Reply, Request, ServerTimings, peek_request_id};
 
 use crate::engine::{Outcome, Work};
 use crate::error::ServeError;
-use crate::state::{AppState, CACHE_ENTRY_COST};
+use crate::state::{AppState, CACHE_ENTRY_COST, StreamBudget};
 
 /// What one connection keeps between its frames.
 #[derive(Debug)]
@@ -21,26 +26,61 @@ pub struct Session {
     /// Its cache scope: results it computed answer only its own repeats, unless the server
     /// shares its cache.
     scope: Option<u64>,
+    /// The server's stream budget, and the bytes of it this session holds.
+    budget: StreamBudget,
+    held: usize,
 }
 
 impl Session {
     /// A new session on `state`'s server.
     pub fn new(state: &AppState) -> Self {
-        let id = state.sessions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Self { streams: StreamDecoder::new(), scope: (!state.shared_cache).then_some(id) }
+        let id = state.sessions.fetch_add(1, Ordering::Relaxed);
+        Self {
+            streams: StreamDecoder::with_budget(state.streams.per_session),
+            scope: (!state.shared_cache).then_some(id),
+            budget: state.streams.clone(),
+            held: 0,
+        }
+    }
+
+    /// Count this session's stream references against the server's total after a decode;
+    /// over the total, the session forgets its own (the one that pushed it over pays).
+    fn account_streams(&mut self) {
+        let now = self.streams.bytes();
+        let held = &self.budget.held;
+        let total = if now >= self.held {
+            held.fetch_add(now - self.held, Ordering::Relaxed) + (now - self.held)
+        } else {
+            held.fetch_sub(self.held - now, Ordering::Relaxed) - (self.held - now)
+        };
+        self.held = now;
+        if total > self.budget.total {
+            log::warn!(
+                "stream references over the server's {} bytes: a session forgets its own",
+                self.budget.total
+            );
+            self.streams.clear();
+            held.fetch_sub(now, Ordering::Relaxed);
+            self.held = 0;
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.budget.held.fetch_sub(self.held, Ordering::Relaxed);
     }
 }
 
 /// Decode a request into work for the model, and the content key its result is cached under:
 /// the activations themselves (whatever codec carried them), or the image bytes.
 fn prepare(
-    state: &AppState,
+    calibration: Option<&Calibration>,
     request: Request,
     streams: &mut StreamDecoder,
 ) -> Result<(ContentKey, Work), ServeError> {
     Ok(match request {
         Request::Features { frame, .. } => {
-            let calibration = state.calibration.as_ref().map(|(c, _)| c.as_ref());
             let ctx = DecodeContext::new(calibration).with_streams(Some(streams));
             let features = frame.decode(ctx)?;
             (features.content_key(), Work::Features(features))
@@ -57,13 +97,38 @@ fn prepare(
     })
 }
 
+/// [`prepare`] on the blocking pool, the session's stream state lent to it meanwhile.
+async fn prepare_off_loop(
+    state: &AppState,
+    request: Request,
+    session: &mut Session,
+) -> Result<(ContentKey, Work), ServeError> {
+    let calibration = state.calibration.as_ref().map(|(c, _)| Arc::clone(c));
+    let fresh = StreamDecoder::with_budget(state.streams.per_session);
+    let mut streams = std::mem::replace(&mut session.streams, fresh);
+    let task = tokio::task::spawn_blocking(move || {
+        let prepared = prepare(calibration.as_deref(), request, &mut streams);
+        (streams, prepared)
+    });
+    let prepared = match task.await {
+        Ok((streams, prepared)) => {
+            session.streams = streams;
+            prepared
+        }
+        // A panic in the decoder: the session goes on without its stream references.
+        Err(e) => Err(ServeError::Internal(format!("decoding failed: {e}"))),
+    };
+    session.account_streams();
+    prepared
+}
+
 async fn serve_request(
     state: &AppState,
     request: Request,
     session: &mut Session,
 ) -> Result<Outcome, ServeError> {
     let start = std::time::Instant::now();
-    let (key, work) = prepare(state, request, &mut session.streams)?;
+    let (key, work) = prepare_off_loop(state, request, session).await?;
     let key = match session.scope {
         Some(scope) => key.scoped(scope),
         None => key,

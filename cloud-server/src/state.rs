@@ -11,7 +11,7 @@ use split_shared::codec::Calibration;
 use split_shared::labels::Prediction;
 use split_shared::model::{Boundary, EfficientNetLite0};
 
-use crate::config::{Config, DeviceChoice};
+use crate::config::{Config, DeviceChoice, Token};
 use crate::engine::Engine;
 
 /// Everything the handlers share.
@@ -35,6 +35,10 @@ pub struct AppState {
     pub shared_cache: bool,
     /// Extra origins allowed to open `/ws` (see [`Config::allow_origins`]).
     pub allow_origins: Arc<Vec<String>>,
+    /// The bearer token `/ws` requires, when the operator set one ([`Config::token`]).
+    pub token: Option<Token>,
+    /// Stream reference bytes: per session, and held by all sessions now against their cap.
+    pub streams: StreamBudget,
     /// Source of session ids (the cache scope of each connection).
     pub sessions: Arc<std::sync::atomic::AtomicU64>,
     /// Open WebSockets, in all and per client address.
@@ -100,6 +104,17 @@ fn device(choice: DeviceChoice) -> Result<(Device, &'static str)> {
     }
 }
 
+/// How many bytes of camera-stream references sessions may hold ([`Config::stream_bytes_total`]).
+#[derive(Clone, Debug)]
+pub struct StreamBudget {
+    /// Each session's own limit.
+    pub per_session: usize,
+    /// All sessions' limit.
+    pub total: usize,
+    /// What all sessions hold now.
+    pub held: Arc<std::sync::atomic::AtomicUsize>,
+}
+
 impl AppState {
     /// Load the weights and start the model workers.
     ///
@@ -125,6 +140,12 @@ impl AppState {
             ))),
             shared_cache: config.shared_cache,
             allow_origins: Arc::new(config.allow_origins.clone()),
+            token: config.token.clone(),
+            streams: StreamBudget {
+                per_session: config.stream_bytes_per_session,
+                total: config.stream_bytes_total,
+                held: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+            },
             sessions: Arc::new(std::sync::atomic::AtomicU64::new(1)),
             connections: crate::limits::ConnectionLimits::new(
                 config.max_connections,

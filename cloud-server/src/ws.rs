@@ -36,6 +36,29 @@ fn origin_allowed(req: &HttpRequest, state: &AppState) -> Result<(), String> {
     }
 }
 
+/// The subprotocol a browser client offers (and the server selects) beside its token.
+pub const SUBPROTOCOL: &str = "split.v1";
+/// Prefix of the subprotocol that carries a browser's bearer token.
+pub const TOKEN_SUBPROTOCOL_PREFIX: &str = "bearer.";
+
+/// Whether the request carries the operator's token, when there is one: `Authorization:
+/// Bearer TOKEN` or a `bearer.TOKEN` subprotocol. Every way of failing answers the same, so a
+/// client learns nothing about a token it guessed wrong.
+fn authorized(req: &HttpRequest, state: &AppState) -> bool {
+    let Some(token) = &state.token else { return true };
+    let headers = req.headers();
+    let bearer = headers
+        .get(actix_web::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let offered = headers
+        .get_all(actix_web::http::header::SEC_WEBSOCKET_PROTOCOL)
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|p| p.trim().strip_prefix(TOKEN_SUBPROTOCOL_PREFIX));
+    bearer.into_iter().chain(offered).any(|t| token.matches(t))
+}
+
 /// The connection's raw bytes as actix-web boxes them.
 type RawStream = std::pin::Pin<
     Box<dyn futures_util::Stream<Item = Result<web::Bytes, actix_web::error::PayloadError>>>,
@@ -51,6 +74,14 @@ pub async fn websocket(
         log::warn!("refused a WebSocket from {:?}: {why}", req.peer_addr());
         return Ok(HttpResponse::Forbidden().body(why));
     }
+    if !authorized(&req, &state) {
+        log::warn!("refused a WebSocket from {:?}: missing or wrong token", req.peer_addr());
+        return Ok(HttpResponse::Unauthorized()
+            .insert_header((actix_web::http::header::WWW_AUTHENTICATE, "Bearer"))
+            .body(
+                "this server requires a token: Authorization: Bearer, or subprotocol bearer.TOKEN",
+            ));
+    }
     let admitted = match state.connections.admit(req.peer_addr().map(|a| a.ip())) {
         Ok(a) => a,
         Err(why) => {
@@ -63,13 +94,40 @@ pub async fn websocket(
     let guarded = FrameGuard::new(body.into_inner(), MAX_FRAME_BYTES);
     let mut raw = actix_web::dev::Payload::Stream { payload: Box::pin(guarded) as RawStream };
     let body = <web::Payload as actix_web::FromRequest>::from_request(&req, &mut raw).await?;
-    let (response, session, stream) = actix_ws::handle(&req, body)?;
+    // A browser that offered `split.v1` (with its token) must see it selected, or it drops the
+    // connection; a client that offered nothing gets no subprotocol.
+    let (response, session, stream) = actix_ws::handle_with_protocols(&req, body, &[SUBPROTOCOL])?;
     let stream = stream
         .max_frame_size(MAX_FRAME_BYTES)
         .aggregate_continuations()
         .max_continuation_size(MAX_FRAME_BYTES);
     rt::spawn(serve_session(session, stream, state.into_inner(), admitted));
     Ok(response)
+}
+
+/// A reply the client does not take within this long (it stopped reading, so the socket's
+/// buffers and the session's outbound queue are full) ends the session.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What reading the socket gave: a message, a framing error, or the end of the connection.
+type Incoming = Option<Result<AggregatedMessage, actix_ws::ProtocolError>>;
+
+/// Send a binary message; false when the session is over (closed, or the client stopped
+/// reading for [`WRITE_TIMEOUT`]).
+async fn send(session: &mut actix_ws::Session, bytes: Vec<u8>) -> bool {
+    match tokio::time::timeout(WRITE_TIMEOUT, session.binary(bytes)).await {
+        Ok(Ok(())) => true,
+        Ok(Err(_)) => false,
+        Err(_) => {
+            log::warn!("dropping a session that stopped reading its replies");
+            false
+        }
+    }
+}
+
+/// Whether a message leaves the session going (anything but a close, an error or the end).
+fn continues(msg: &Incoming) -> bool {
+    matches!(msg, Some(Ok(m)) if !matches!(m, AggregatedMessage::Close(_)))
 }
 
 async fn serve_session(
@@ -83,55 +141,86 @@ async fn serve_session(
     // Stream references live as long as the connection: a reconnect starts with a keyframe.
     let mut client = Session::new(&state);
     let mut tick = tokio::time::interval(HEARTBEAT_INTERVAL);
+    // One message read while a request was being answered, handled next.
+    let mut ahead: Option<Incoming> = None;
     let close = loop {
-        tokio::select! {
-            msg = stream.recv() => {
-                last_seen = Instant::now();
-                match msg {
-                    Some(Ok(AggregatedMessage::Binary(frame))) => {
-                        let reply = answer(&state, &frame, &mut client).await;
-                        if session.binary(reply.to_bytes()).await.is_err() {
-                            return;
-                        }
+        let msg = match ahead.take() {
+            Some(msg) => msg,
+            None => tokio::select! {
+                msg = stream.recv() => msg,
+                _ = tick.tick() => {
+                    if last_seen.elapsed() > CLIENT_TIMEOUT {
+                        break Some(CloseReason { code: CloseCode::Away, description: Some("heartbeat timeout".into()) });
                     }
-                    Some(Ok(AggregatedMessage::Text(_))) => {
-                        let reply = Reply::error(0, ErrorCode::UnsupportedMessage, "this endpoint takes binary frames only");
-                        if session.binary(reply.to_bytes()).await.is_err() {
-                            return;
-                        }
+                    if session.ping(b"").await.is_err() {
+                        return;
                     }
-                    Some(Ok(AggregatedMessage::Ping(bytes))) => {
-                        if session.pong(&bytes).await.is_err() {
-                            return;
-                        }
-                    }
-                    Some(Ok(AggregatedMessage::Pong(_))) => {}
-                    Some(Ok(AggregatedMessage::Close(reason))) => break reason,
-                    Some(Err(e)) => {
-                        // Oversized or malformed WebSocket framing: the stream cannot be resynchronized.
-                        log::debug!("closing session: {e}");
-                        let reason = if is_overflow(&e) {
-                            log::warn!("closing a session that sent a message over {MAX_FRAME_BYTES} bytes");
-                            CloseReason {
-                                code: CloseCode::Size,
-                                description: Some(format!("message too large: the limit is {MAX_FRAME_BYTES} bytes")),
+                    continue;
+                }
+            },
+        };
+        last_seen = Instant::now();
+        match msg {
+            Some(Ok(AggregatedMessage::Binary(frame))) => {
+                // Keep reading while the request is answered: when the client closes or drops
+                // the connection meanwhile, the answer is abandoned (the model skips queued work
+                // nobody waits for); any other message waits for its turn.
+                let work = answer(&state, &frame, &mut client);
+                tokio::pin!(work);
+                let reply = loop {
+                    tokio::select! {
+                        reply = &mut work => break Some(reply),
+                        next = stream.recv(), if ahead.is_none() => {
+                            let going = continues(&next);
+                            ahead = Some(next);
+                            if !going {
+                                break None;
                             }
-                        } else {
-                            CloseReason { code: CloseCode::Protocol, description: Some(e.to_string()) }
-                        };
-                        break Some(reason);
+                        }
                     }
-                    None => return,
-                }
-            }
-            _ = tick.tick() => {
-                if last_seen.elapsed() > CLIENT_TIMEOUT {
-                    break Some(CloseReason { code: CloseCode::Away, description: Some("heartbeat timeout".into()) });
-                }
-                if session.ping(b"").await.is_err() {
+                };
+                if let Some(reply) = reply
+                    && !send(&mut session, reply.to_bytes()).await
+                {
                     return;
                 }
             }
+            Some(Ok(AggregatedMessage::Text(_))) => {
+                let reply = Reply::error(
+                    0,
+                    ErrorCode::UnsupportedMessage,
+                    "this endpoint takes binary frames only",
+                );
+                if !send(&mut session, reply.to_bytes()).await {
+                    return;
+                }
+            }
+            Some(Ok(AggregatedMessage::Ping(bytes))) => {
+                if session.pong(&bytes).await.is_err() {
+                    return;
+                }
+            }
+            Some(Ok(AggregatedMessage::Pong(_))) => {}
+            Some(Ok(AggregatedMessage::Close(reason))) => break reason,
+            Some(Err(e)) => {
+                // Oversized or malformed WebSocket framing: the stream cannot be resynchronized.
+                log::debug!("closing session: {e}");
+                let reason = if is_overflow(&e) {
+                    log::warn!(
+                        "closing a session that sent a message over {MAX_FRAME_BYTES} bytes"
+                    );
+                    CloseReason {
+                        code: CloseCode::Size,
+                        description: Some(format!(
+                            "message too large: the limit is {MAX_FRAME_BYTES} bytes"
+                        )),
+                    }
+                } else {
+                    CloseReason { code: CloseCode::Protocol, description: Some(e.to_string()) }
+                };
+                break Some(reason);
+            }
+            None => return,
         }
     };
     let _ = session.close(close).await;

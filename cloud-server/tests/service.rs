@@ -127,3 +127,39 @@ async fn truncated_jpegs_are_bad_images() {
     let whole = Request::Image { id: 7, payload: jpeg }.to_bytes();
     assert!(matches!(answer(&state, &whole, &mut session).await, Reply::Result { id: 7, .. }));
 }
+
+/// Stream references count against a per-session and a server-wide byte budget: a session
+/// whose keyframe goes over the server's total forgets its references, so its next delta asks
+/// for a keyframe, while the sessions within the budget keep streaming.
+#[actix_web::test]
+async fn stream_references_stay_within_the_servers_budget() {
+    use split_shared::codec::{Calibration, EncodeContext, StreamEncoder};
+    use split_shared::protocol::synthetic_activations;
+    let b = Boundary::block(5).unwrap();
+    let [c, h, w] = b.info().shape;
+    // Room for one block5 reference (one symbol per value) on the whole server.
+    let total = (c * h * w + c * h * w / 2).to_string();
+    let state = state_with(&["--stream-bytes-total", &total]);
+    let calibration = Calibration::load(&Config::for_tests().calibration_path()).unwrap();
+    let frame = |enc: &mut StreamEncoder, seed: u32, id: u64| {
+        let features = synthetic_activations(b, seed);
+        let ctx = EncodeContext::new(Some(&calibration)).with_stream(Some(enc));
+        let frame = FeaturesFrame::encode(&features, "q4".parse().unwrap(), ctx).unwrap();
+        Request::Features { id, frame }.to_bytes()
+    };
+    let (mut first, mut second) = (Session::new(&state), Session::new(&state));
+    let (mut enc1, mut enc2) = (StreamEncoder::new(1, 30, 0), StreamEncoder::new(2, 30, 0));
+    let ok = |r: Reply| assert!(matches!(r, Reply::Result { .. }), "{r:?}");
+    ok(answer(&state, &frame(&mut enc1, 1, 1), &mut first).await); // keyframe, kept
+    ok(answer(&state, &frame(&mut enc2, 2, 2), &mut second).await); // keyframe: over the total
+    ok(answer(&state, &frame(&mut enc1, 3, 3), &mut first).await); // delta: the first streams on
+    match answer(&state, &frame(&mut enc2, 4, 4), &mut second).await {
+        Reply::Error { id: 4, code: ErrorCode::KeyframeRequired, .. } => {}
+        other => panic!("expected keyframe_required, got {other:?}"),
+    }
+    // Once the first session ends, its bytes are free again.
+    drop(first);
+    enc2.force_keyframe();
+    ok(answer(&state, &frame(&mut enc2, 5, 5), &mut second).await);
+    ok(answer(&state, &frame(&mut enc2, 6, 6), &mut second).await);
+}

@@ -24,10 +24,15 @@ const CHELSEA: &[u8] = include_bytes!("../../web/samples/chelsea.png");
 /// ImageNet's cat classes: tabby, tiger cat, Persian, Siamese, Egyptian cat.
 const CATS: std::ops::RangeInclusive<u16> = 281..=285;
 
-fn server_with(flags: &[&str]) -> actix_test::TestServer {
+fn server_and_state(flags: &[&str]) -> (actix_test::TestServer, AppState) {
     let state = AppState::load(&Config::for_tests_with(flags))
         .expect("weights missing: run `cargo xtask setup` (or set SPLIT_WEIGHTS)");
-    actix_test::start(move || App::new().configure(config_app(state.clone())))
+    let served = state.clone();
+    (actix_test::start(move || App::new().configure(config_app(served.clone()))), state)
+}
+
+fn server_with(flags: &[&str]) -> actix_test::TestServer {
+    server_and_state(flags).0
 }
 
 fn server() -> actix_test::TestServer {
@@ -337,6 +342,101 @@ async fn foreign_origins_are_refused() {
     let own = format!("http://{}", srv.addr());
     assert!(ws(Some(own)).await.is_ok(), "the server's own origin");
     assert!(ws(None).await.is_ok(), "a native client sends no Origin");
+}
+
+/// With `--token`, `/ws` needs it — as `Authorization: Bearer` (native) or as the subprotocol
+/// `bearer.TOKEN` beside `split.v1` (browsers), which the server then selects — and a missing
+/// or wrong token gets 401 without a session; the other routes stay open (the page must load
+/// before it can present the token).
+#[actix_web::test]
+async fn a_token_guards_the_websocket() {
+    const TOKEN: &str = "test-token-0123456789";
+    let srv = server_with(&["--token", TOKEN]);
+    let status = |r: Result<_, awc::error::WsClientError>| match r {
+        Ok(_) => 101,
+        Err(awc::error::WsClientError::InvalidResponseStatus(s)) => s.as_u16(),
+        Err(e) => panic!("unexpected handshake error {e:?}"),
+    };
+    let ws = || awc::Client::new().ws(srv.url("/ws"));
+    let no_token = ws().connect().await.map(|(_, s)| s);
+    assert_eq!(status(no_token), 401);
+    let wrong = ws().bearer_auth("test-token-0123456780").connect().await.map(|(_, s)| s);
+    assert_eq!(status(wrong), 401);
+    let short = ws().protocols(["split.v1", "bearer.test-token"]).connect().await.map(|(_, s)| s);
+    assert_eq!(status(short), 401, "a prefix of the token is not the token");
+
+    let (_, mut socket) = ws().bearer_auth(TOKEN).connect().await.expect("header token");
+    let reply = roundtrip(&mut socket, Request::Ping { id: 3, payload: vec![] }.to_bytes()).await;
+    assert!(matches!(reply, Reply::Pong { id: 3, .. }), "{reply:?}");
+
+    let bearer = format!("bearer.{TOKEN}");
+    let (response, _) =
+        ws().protocols(["split.v1", bearer.as_str()]).connect().await.expect("subprotocol token");
+    let selected = response.headers().get("sec-websocket-protocol").map(|v| v.to_str().unwrap());
+    assert_eq!(
+        selected,
+        Some("split.v1"),
+        "a browser drops a socket whose protocol is not selected"
+    );
+
+    let info = awc::Client::new().get(srv.url("/api/info")).send().await.unwrap();
+    assert!(info.status().is_success());
+}
+
+/// Only the site is served from the web folder: the page, the client, the wasm builds and the
+/// samples; the tooling beside them (tests, package.json, node_modules) is not.
+#[actix_web::test]
+async fn only_the_site_is_served() {
+    let srv = server();
+    let status = |path: &'static str| {
+        let url = srv.url(path);
+        async move { awc::Client::new().get(url).send().await.unwrap().status().as_u16() }
+    };
+    for path in
+        ["/", "/index.html", "/split-client.js", "/client/connection.js", "/samples/chelsea.png"]
+    {
+        assert_eq!(status(path).await, 200, "{path}");
+    }
+    for path in
+        ["/package.json", "/tests/e2e.mjs", "/tsconfig.json", "/node_modules/.package-lock.json"]
+    {
+        assert_eq!(status(path).await, 404, "{path}");
+    }
+}
+
+/// A client that disconnects while its request waits in the queue costs no compute: the model
+/// skips work nobody waits for, and the sessions ahead of it are answered as usual.
+#[actix_web::test]
+async fn work_of_a_client_that_left_is_skipped() {
+    let (srv, state) =
+        server_and_state(&["--workers", "1", "--batch", "1", "--cache-entries", "0"]);
+    let image = || Request::Image { id: 1, payload: CHELSEA.to_vec() }.to_bytes();
+    // Many sessions keep the single worker busy (24 images: several hundred ms of work)...
+    const BUSY: u64 = 24;
+    let mut busy = Vec::new();
+    for _ in 0..BUSY {
+        let mut ws = connect(&srv).await;
+        ws.send(Message::Binary(image().into())).await.unwrap();
+        busy.push(ws);
+    }
+    // ...while one more sends a request and leaves once it is queued, before it is reached.
+    let mut leaving = connect(&srv).await;
+    leaving.send(Message::Binary(image().into())).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    leaving.close().await.unwrap();
+    drop(leaving);
+    for ws in &mut busy {
+        match next_frame(ws).await {
+            Frame::Binary(b) => assert!(matches!(Reply::decode(&b), Ok(Reply::Result { .. }))),
+            other => panic!("expected a result, got {other:?}"),
+        }
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while state.engine.abandoned() == 0 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(state.engine.abandoned(), 1, "the leaving client's request was skipped");
+    assert_eq!(state.engine.forward_passes(), BUSY, "only the waiting sessions were computed");
 }
 
 #[actix_web::test]

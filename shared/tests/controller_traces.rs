@@ -11,7 +11,10 @@ fn candidates() -> Vec<Candidate> {
     let split = |b: &str, edge_ms: f64, bytes: f64, cloud_ms: f64, agreement: f64| {
         let boundary: Boundary = b.parse().unwrap();
         Candidate {
-            placement: Placement::Split { boundary: b.parse().unwrap(), codec: "q4".parse().unwrap() },
+            placement: Placement::Split {
+                boundary: b.parse().unwrap(),
+                codec: "q4".parse().unwrap(),
+            },
             depth: usize::from(boundary.index()),
             edge_ms,
             bytes,

@@ -8,10 +8,13 @@ export class Connection {
    * @param {URL} url  the server's WebSocket
    * @param {object} edge  the wasm `EdgeSession`: it decodes replies (learning from them: results
    *   fill its cache, `keyframe_required` resets the stream) and restarts streams on reconnect
+   * @param {string | null} [token]  the server's bearer token, when it requires one: a browser
+   *   cannot set headers on a WebSocket, so it travels as the subprotocol `bearer.TOKEN`
    */
-  constructor(url, edge) {
+  constructor(url, edge, token = null) {
     this.url = url;
     this.edge = edge;
+    this.protocols = token ? ["split.v1", `bearer.${token}`] : [];
     this.socket = null;
     this.connecting = null;
     this.pending = new Map();
@@ -30,7 +33,7 @@ export class Connection {
     if (wait > 0) {
       return Promise.reject(new SplitError("network", `${this.url} was unreachable; next attempt in ${Math.ceil(wait)} ms`));
     }
-    const socket = new WebSocket(this.url);
+    const socket = new WebSocket(this.url, this.protocols);
     socket.binaryType = "arraybuffer";
     this.connecting = new Promise((resolve, reject) => {
       socket.onopen = () => {

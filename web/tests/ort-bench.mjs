@@ -4,7 +4,7 @@
 //
 //   npm install --no-save onnxruntime-web@1.30.0
 //   SPLIT_URL=http://127.0.0.1:8080/ ONNX=~/.cache/splitinfer/onnx/efficientnet-lite0.onnx [JSON_OUT=f.json] node tests/ort-bench.mjs
-import { copyFileSync, existsSync, writeFileSync } from "node:fs";
+import { copyFileSync, cpSync, existsSync, writeFileSync } from "node:fs";
 import { GPU_ARGS, withPage } from "./browser.mjs";
 
 const url = process.env.SPLIT_URL ?? "http://127.0.0.1:8080/";
@@ -13,8 +13,10 @@ const onnx = process.env.ONNX ?? `${process.env.HOME}/.cache/splitinfer/onnx/eff
 if (!existsSync("node_modules/onnxruntime-web/dist/ort.wasm.bundle.min.mjs")) {
   throw new Error("npm install --no-save onnxruntime-web@1.30.0 first");
 }
-// Served by the demo server's static files (web/pkg is a build output, not committed).
+// Served by the demo server's static files (web/pkg is a build output, not committed; the server
+// serves only the site's folders, not node_modules).
 copyFileSync(onnx, "pkg/efficientnet-lite0.onnx");
+cpSync("node_modules/onnxruntime-web/dist", "pkg/ort", { recursive: true });
 
 /** burn's whole network in one build of the CPU module: the page's own profile (median). */
 async function burnMs(build) {
@@ -36,7 +38,7 @@ await withPage(GPU_ARGS.cpu, async (page) => {
   await page.waitForFunction(() => ["ready", "failed"].includes(document.body.dataset.state), null, { timeout: 300_000 });
   const r = await page.evaluate(async (repeats) => {
     const median = (xs) => xs.sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-    const ort = await import("/node_modules/onnxruntime-web/dist/ort.wasm.bundle.min.mjs");
+    const ort = await import("/pkg/ort/ort.wasm.bundle.min.mjs");
     ort.env.wasm.numThreads = 1; // no cross-origin isolation here, and burn's wasm is single-threaded
     const t0 = performance.now();
     const session = await ort.InferenceSession.create("/pkg/efficientnet-lite0.onnx", { executionProviders: ["wasm"] });

@@ -109,16 +109,41 @@ impl StreamEncoder {
     }
 }
 
-/// The decoder's side: references of the streams of one connection.
-#[derive(Debug, Default)]
+/// The decoder's side: references of the streams of one connection, at most [`MAX_STREAMS`]
+/// and at most a byte budget of them (a stem keyframe is 392 KiB of symbols).
+#[derive(Debug)]
 pub struct StreamDecoder {
     streams: VecDeque<(u32, u32, Context, Vec<u8>)>,
+    budget: usize,
+}
+
+impl Default for StreamDecoder {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl StreamDecoder {
-    /// No streams yet.
+    /// No streams yet, no byte budget beyond [`MAX_STREAMS`].
     pub fn new() -> Self {
-        Self::default()
+        Self::with_budget(usize::MAX)
+    }
+
+    /// No streams yet; references kept total at most `bytes`. A keyframe evicts the least
+    /// recently used streams to fit; one larger than the whole budget decodes but is not kept,
+    /// so the deltas after it get [`CodecError::KeyframeRequired`].
+    pub fn with_budget(bytes: usize) -> Self {
+        Self { streams: VecDeque::new(), budget: bytes }
+    }
+
+    /// Bytes of references held.
+    pub fn bytes(&self) -> usize {
+        self.streams.iter().map(|s| s.3.len()).sum()
+    }
+
+    /// Forget every stream (their next deltas get [`CodecError::KeyframeRequired`]).
+    pub fn clear(&mut self) {
+        self.streams.clear();
     }
 
     /// Streams currently tracked.
@@ -149,7 +174,12 @@ impl StreamDecoder {
         let found = self.streams.iter().position(|s| s.0 == pos.stream);
         let entry = found.and_then(|i| self.streams.remove(i));
         if !pos.delta {
-            if self.streams.len() >= MAX_STREAMS {
+            if symbols.len() > self.budget {
+                return Ok(());
+            }
+            while self.streams.len() >= MAX_STREAMS
+                || (!self.streams.is_empty() && self.bytes() + symbols.len() > self.budget)
+            {
                 self.streams.pop_front();
             }
             self.streams.push_back((pos.stream, pos.seq.wrapping_add(1), ctx, symbols.to_vec()));

@@ -342,3 +342,39 @@ fn decoders_track_a_bounded_number_of_streams() {
     }
     assert_eq!(dec.len(), MAX_STREAMS);
 }
+
+#[test]
+fn decoders_keep_streams_within_a_byte_budget() {
+    let cal = calibration();
+    let keyframe = |id: u32, dec: &mut StreamDecoder| {
+        let mut enc = StreamEncoder::new(id, 10, 0);
+        let (p, b) = encode_with(
+            &cal,
+            boundary(),
+            &B5,
+            &activations(1),
+            QuantSetting::bits(4),
+            Some(&mut enc),
+        )
+        .unwrap();
+        decode_with(&cal, boundary(), &B5, &p, &b, Some(dec)).unwrap();
+    };
+    let one = {
+        let mut d = StreamDecoder::new();
+        keyframe(1, &mut d);
+        d.bytes()
+    };
+    assert!(one > 0);
+    // Room for two references: a third evicts the oldest.
+    let mut dec = StreamDecoder::with_budget(2 * one + one / 2);
+    for id in 1..=3 {
+        keyframe(id, &mut dec);
+    }
+    assert_eq!((dec.len(), dec.bytes()), (2, 2 * one));
+    // A budget smaller than one reference keeps none: the frame decodes, its deltas cannot.
+    let mut tiny = StreamDecoder::with_budget(one - 1);
+    keyframe(1, &mut tiny);
+    assert!(tiny.is_empty());
+    dec.clear();
+    assert_eq!(dec.bytes(), 0);
+}
