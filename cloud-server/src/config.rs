@@ -149,6 +149,14 @@ impl Config {
     }
 }
 
+/// The checkout this server runs from: `cargo run` sets `CARGO_MANIFEST_DIR` at run time, which
+/// wins over the compile-time value (checkouts sharing a target directory share compiled units).
+fn checkout() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
+        .join("..")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -165,12 +173,4 @@ mod tests {
         assert!(parse(&["cloud-server", "--token", "short"]).is_err());
         assert!(parse(&["cloud-server", "--token", "has space in it....."]).is_err());
     }
-}
-
-/// The checkout this server runs from: `cargo run` sets `CARGO_MANIFEST_DIR` at run time, which
-/// wins over the compile-time value (checkouts sharing a target directory share compiled units).
-fn checkout() -> PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
-        .join("..")
 }

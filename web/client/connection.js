@@ -58,13 +58,17 @@ export class Connection {
         console.error("undecodable reply", e);
         return;
       }
+      socket.sentIds.delete(reply.id);
       const waiter = this.pending.get(reply.id);
       if (waiter) waiter(reply);
     };
+    // Ids of the requests sent on this socket: when it closes, those fail, and only those (a
+    // request already waiting on the next socket is not this one's).
+    socket.sentIds = new Set();
     socket.onclose = (event) => {
       const error = new SplitError("network", `connection closed (${event.code}${event.reason ? ": " + event.reason : ""})`);
-      for (const waiter of this.pending.values()) waiter(error);
-      this.pending.clear();
+      for (const id of socket.sentIds) this.pending.get(id)?.(error);
+      socket.sentIds.clear();
       if (this.socket === socket) this.socket = null;
     };
     this.socket = socket;
@@ -78,6 +82,7 @@ export class Connection {
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
         this.pending.delete(id);
+        this.socket?.sentIds.delete(id);
         reject(new SplitError("timeout", `no reply to request ${id} within ${Math.round(timeoutMs)} ms`));
       }, timeoutMs);
       const settle = (reply) => {
@@ -89,7 +94,11 @@ export class Connection {
       };
       this.pending.set(id, settle);
       this.open().then(
-        (socket) => { if (this.pending.get(id) === settle) socket.send(frame); },
+        (socket) => {
+          if (this.pending.get(id) !== settle) return;
+          socket.sentIds.add(id);
+          socket.send(frame);
+        },
         (e) => { if (this.pending.get(id) === settle) settle(e); });
     });
   }

@@ -91,6 +91,17 @@ async function errorChecks(page, name) {
         client.connection.retryAt = 0;
         return { unreachable, backingOff };
       })()),
+      ...(await (async () => {
+        // A token travels as the subprotocol `bearer.TOKEN` beside `split.v1`, which the server
+        // must select or Chromium drops the socket (this server has no token: it accepts any).
+        client.connection.close();
+        client.connection.protocols = ["split.v1", "bearer.e2e-token-0123456789"];
+        const top = (await client.classify(chelsea, "cloud")).top[0].class;
+        const protocol = client.connection.socket.protocol;
+        client.connection.close();
+        client.connection.protocols = [];
+        return { tokenProtocol: { top, protocol } };
+      })()),
     };
   }, UNREACHABLE);
   console.table(out);
@@ -101,6 +112,8 @@ async function errorChecks(page, name) {
     assert.ok(out[k].message.length > 0, `${name}/${k}: a message`);
   }
   assert.ok(CATS.has(out.afterwards), `${name}: the client still classifies after failures`);
+  assert.ok(CATS.has(out.tokenProtocol.top), `${name}: classified over a token subprotocol`);
+  assert.equal(out.tokenProtocol.protocol, "split.v1", `${name}: the server selected split.v1`);
   for (const k of ["unreachable", "backingOff"]) {
     assert.ok(out[k].splitError && out[k].code === "network", `${name}/${k}: ${JSON.stringify(out[k])}`);
   }
