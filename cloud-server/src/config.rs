@@ -78,6 +78,17 @@ pub struct Config {
     /// keyframes only until others leave).
     #[arg(long, env = "SPLIT_STREAM_BYTES_TOTAL", default_value_t = 64 << 20)]
     pub stream_bytes_total: usize,
+    /// PEM certificate chain: serve HTTPS and `wss://` (with `--tls-key`).
+    #[arg(long, env = "SPLIT_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of `--tls-cert`.
+    #[arg(long, env = "SPLIT_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Listen without TLS on an address other than loopback. Images and features would cross
+    /// the network in clear text, so this is refused unless asked for: use it behind a
+    /// TLS-terminating proxy, or on a network you trust.
+    #[arg(long, env = "SPLIT_ALLOW_PLAINTEXT")]
+    pub allow_plaintext: bool,
     /// Require this bearer token on `/ws`: native clients send `Authorization: Bearer TOKEN`,
     /// browsers (which cannot set headers on a WebSocket) offer the subprotocol
     /// `bearer.TOKEN` beside `split.v1`. 16 to 256 characters of `A-Z a-z 0-9 . _ ~ -`.
@@ -126,6 +137,23 @@ impl Config {
     pub fn for_tests_with(flags: &[&str]) -> Self {
         let args = ["cloud-server", "--port", "0"].iter().chain(flags);
         <Self as clap::Parser>::parse_from(args)
+    }
+
+    /// Refuse a configuration that would send clients' data in clear text over a network.
+    ///
+    /// # Errors
+    /// A non-loopback `--host` without TLS and without `--allow-plaintext`.
+    pub fn check_transport(&self) -> Result<(), String> {
+        if self.tls_cert.is_none() && !self.allow_plaintext && !crate::tls::is_loopback(&self.host)
+        {
+            return Err(format!(
+                "refusing to serve on {} without TLS: images and features would cross the network \
+                 in clear text. Pass --tls-cert and --tls-key, or --allow-plaintext behind a \
+                 TLS-terminating proxy",
+                self.host
+            ));
+        }
+        Ok(())
     }
 
     /// The weights path: the flag, else [`split_paths::weights_file`].

@@ -6,8 +6,8 @@
 
 //! Files: `config` (flags), `state` (what handlers share, loaded at start-up), `engine` (the model
 //! workers and their queue), `service` (one frame in, one reply out, no transport), `ws` (the
-//! socket loop), `routes` (HTTP), `static_files` (what of the web folder is served), `info` (the
-//! `/api/info` contract).
+//! socket loop), `routes` (HTTP), `static_files` (what of the web folder is served), `tls`
+//! (certificates), `info` (the `/api/info` contract).
 
 mod config;
 mod engine;
@@ -19,6 +19,7 @@ mod routes;
 mod service;
 mod state;
 mod static_files;
+pub mod tls;
 mod ws;
 
 pub use config::{Config, DeviceChoice, Token};

@@ -8,6 +8,11 @@ use cloud_server::{AppState, Config, config_app};
 async fn main() -> anyhow::Result<()> {
     env_logger::init_from_env(env_logger::Env::default().default_filter_or("info"));
     let config = Config::parse();
+    config.check_transport().map_err(anyhow::Error::msg)?;
+    let tls = match (&config.tls_cert, &config.tls_key) {
+        (Some(cert), Some(key)) => Some(cloud_server::tls::server_config(cert, key)?),
+        _ => None,
+    };
     let state = AppState::load(&config)?;
     let addr = (config.host.clone(), config.port);
     let server = HttpServer::new(move || {
@@ -16,11 +21,14 @@ async fn main() -> anyhow::Result<()> {
             // The wasm module is 30 MB raw and 4.6 MB gzipped; browsers ask for gzip.
             .wrap(middleware::Compress::default())
             .configure(config_app(state.clone()))
-    })
-    .bind(addr)?;
+    });
+    let (server, scheme) = match tls {
+        Some(tls) => (server.bind_rustls_0_23(addr, tls)?, "https"),
+        None => (server.bind(addr)?, "http"),
+    };
     for a in server.addrs() {
         // The one line operators and scripts look for.
-        println!("split-inference demo: http://{a}/");
+        println!("split-inference demo: {scheme}://{a}/");
     }
     server.run().await?;
     Ok(())
