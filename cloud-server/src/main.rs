@@ -4,10 +4,21 @@ use actix_web::{App, HttpServer, middleware};
 use clap::Parser;
 use cloud_server::{AppState, Config, config_app};
 
-#[actix_web::main]
-async fn main() -> anyhow::Result<()> {
+/// Errors end the process with one readable line (no backtrace, whatever `RUST_BACKTRACE` says):
+/// an operator's mistake is not a crash.
+fn main() -> std::process::ExitCode {
     env_logger::init_from_env(env_logger::Env::default().default_filter_or("info"));
     let config = Config::parse();
+    match actix_web::rt::System::new().block_on(serve(config)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("cloud-server: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(config: Config) -> anyhow::Result<()> {
     config.check_transport().map_err(anyhow::Error::msg)?;
     let tls = match (&config.tls_cert, &config.tls_key) {
         (Some(cert), Some(key)) => Some(cloud_server::tls::server_config(cert, key)?),

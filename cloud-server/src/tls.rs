@@ -36,7 +36,10 @@ pub fn server_config(cert: &Path, key: &Path) -> Result<rustls::ServerConfig> {
 /// Whether `host` only reaches this machine (clear text is harmless there).
 pub fn is_loopback(host: &str) -> bool {
     host == "localhost"
-        || host.trim_matches(['[', ']']).parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+        || host
+            .trim_matches(['[', ']'])
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 #[cfg(test)]

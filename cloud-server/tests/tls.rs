@@ -49,9 +49,7 @@ fn client_trusting(cert: &rcgen::CertifiedKey) -> awc::Client {
         .with_root_certificates(roots)
         .with_no_client_auth();
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    awc::Client::builder()
-        .connector(awc::Connector::new().rustls_0_23(Arc::new(config)))
-        .finish()
+    awc::Client::builder().connector(awc::Connector::new().rustls_0_23(Arc::new(config))).finish()
 }
 
 #[actix_web::test]
