@@ -4,7 +4,7 @@
 /** Every failure of the client: a stable, machine-readable `code` and a message for developers.
  * Codes: "network", "timeout", "bad_option", "no_cost_table", "webgpu_unavailable",
  * "bad_weights", "bad_calibration", "backend", "internal", or an error code the server sent
- * ("malformed", "shape_mismatch", "bad_image", "busy", "calibration_mismatch",
+ * ("malformed", "shape_mismatch", "bad_image", "busy", "rate_limited", "calibration_mismatch",
  * "keyframe_required", "unsupported_codec", ...). */
 export class SplitError extends Error {
   constructor(code: string, message: string);

@@ -68,6 +68,11 @@ pub struct Config {
     /// Open WebSockets from one client address (behind a proxy every client has the proxy's).
     #[arg(long, env = "SPLIT_MAX_CONNECTIONS_PER_IP", default_value_t = 32)]
     pub max_connections_per_ip: usize,
+    /// Requests per second one client address may send over its WebSockets (a second's worth
+    /// may come at once); beyond it requests get `rate_limited` and the session stays open.
+    /// Behind a proxy every client has the proxy's address. 0: no limit.
+    #[arg(long, env = "SPLIT_RATE_LIMIT", default_value_t = 100)]
+    pub rate_limit: u32,
     /// Bytes of camera-stream references one session keeps (a stem keyframe is 392 KiB, a
     /// block5 one 31 KiB); older streams are forgotten to fit, and their next deltas get
     /// `keyframe_required`.

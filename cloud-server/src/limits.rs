@@ -1,10 +1,13 @@
 //! How many WebSockets may be open: in all, and from one client address. Each open session may
 //! buffer up to one maximum-size message, so these caps bound the memory a crowd of
-//! connections can pin (`max_connections × MAX_FRAME_BYTES` at worst).
+//! connections can pin (`max_connections × MAX_FRAME_BYTES` at worst). And how many requests
+//! one client address may send per second ([`RateLimiter`]), so a few clients cannot fill the
+//! model's queue for everyone.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 /// Open-connection counts, shared by every worker.
 #[derive(Debug)]
@@ -18,7 +21,8 @@ pub struct ConnectionLimits {
 #[derive(Debug)]
 pub struct Admitted {
     limits: Arc<ConnectionLimits>,
-    ip: Option<IpAddr>,
+    /// The client's address, when the transport has one.
+    pub ip: Option<IpAddr>,
 }
 
 impl ConnectionLimits {
@@ -67,9 +71,65 @@ impl Drop for Admitted {
     }
 }
 
+/// A token bucket per client address: `rate` requests per second, up to one second's worth
+/// saved (the burst). Buckets that have filled up again are forgotten, so the table holds only
+/// recently busy addresses.
+#[derive(Debug)]
+pub struct RateLimiter {
+    rate: f64,
+    buckets: Mutex<HashMap<IpAddr, (f64, Instant)>>,
+}
+
+/// Addresses tracked before full buckets are swept out.
+const SWEEP_AT: usize = 4096;
+
+impl RateLimiter {
+    /// `rate` requests per second per address; 0 lets everything through.
+    pub fn new(rate: u32) -> Arc<Self> {
+        Arc::new(Self { rate: f64::from(rate), buckets: Mutex::new(HashMap::new()) })
+    }
+
+    /// Take a token for one request from `ip` at `now`; false when its bucket is empty.
+    pub fn allow(&self, ip: Option<IpAddr>, now: Instant) -> bool {
+        let (Some(ip), true) = (ip, self.rate > 0.0) else { return true };
+        let Ok(mut buckets) = self.buckets.lock() else { return true };
+        let rate = self.rate;
+        let refill = |(tokens, at): (f64, Instant)| {
+            (tokens + now.saturating_duration_since(at).as_secs_f64() * rate).min(rate)
+        };
+        if buckets.len() >= SWEEP_AT {
+            buckets.retain(|_, b| refill(*b) < rate);
+        }
+        let bucket = buckets.entry(ip).or_insert((rate, now));
+        let tokens = refill(*bucket);
+        let allowed = tokens >= 1.0;
+        *bucket = (if allowed { tokens - 1.0 } else { tokens }, now);
+        allowed
+    }
+
+    /// Requests per second per address (0: no limit).
+    pub fn rate(&self) -> f64 {
+        self.rate
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn each_address_gets_its_rate_and_a_second_of_burst() {
+        let limiter = RateLimiter::new(10);
+        let (a, b): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        let t0 = Instant::now();
+        assert_eq!((0..15).filter(|_| limiter.allow(Some(a), t0)).count(), 10, "the burst");
+        assert!(limiter.allow(Some(b), t0), "another address has its own bucket");
+        let later = t0 + Duration::from_millis(500);
+        assert_eq!((0..15).filter(|_| limiter.allow(Some(a), later)).count(), 5, "half a second");
+        assert!(RateLimiter::new(0).allow(Some(a), t0), "0: no limit");
+        assert!(limiter.allow(None, t0), "no address (a test transport): no limit");
+    }
 
     #[test]
     fn places_are_counted_per_address_and_freed_on_drop() {

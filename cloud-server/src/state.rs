@@ -39,6 +39,8 @@ pub struct AppState {
     pub token: Option<Token>,
     /// Stream reference bytes: per session, and held by all sessions now against their cap.
     pub streams: StreamBudget,
+    /// Requests per second per client address ([`Config::rate_limit`]).
+    pub rate: Arc<crate::limits::RateLimiter>,
     /// Source of session ids (the cache scope of each connection).
     pub sessions: Arc<std::sync::atomic::AtomicU64>,
     /// Open WebSockets, in all and per client address.
@@ -141,6 +143,7 @@ impl AppState {
             shared_cache: config.shared_cache,
             allow_origins: Arc::new(config.allow_origins.clone()),
             token: config.token.clone(),
+            rate: crate::limits::RateLimiter::new(config.rate_limit),
             streams: StreamBudget {
                 per_session: config.stream_bytes_per_session,
                 total: config.stream_bytes_total,

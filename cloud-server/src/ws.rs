@@ -135,7 +135,7 @@ async fn serve_session(
     mut stream: actix_ws::AggregatedMessageStream,
     state: std::sync::Arc<AppState>,
     // Held for the session's life: its place among the open connections.
-    _admitted: crate::limits::Admitted,
+    admitted: crate::limits::Admitted,
 ) {
     let mut last_seen = Instant::now();
     // Stream references live as long as the connection: a reconnect starts with a keyframe.
@@ -143,6 +143,7 @@ async fn serve_session(
     let mut tick = tokio::time::interval(HEARTBEAT_INTERVAL);
     // One message read while a request was being answered, handled next.
     let mut ahead: Option<Incoming> = None;
+    let mut rate_warned = false;
     let close = loop {
         let msg = match ahead.take() {
             Some(msg) => msg,
@@ -161,6 +162,18 @@ async fn serve_session(
         };
         last_seen = Instant::now();
         match msg {
+            Some(Ok(AggregatedMessage::Binary(frame))) if !state.rate.allow(admitted.ip, Instant::now()) => {
+                let id = split_shared::protocol::peek_request_id(&frame).unwrap_or(0);
+                let message = format!("over {} requests per second from this address; retry later", state.rate.rate());
+                if !rate_warned {
+                    // Once per session: the log must not become the flood.
+                    log::warn!("rate-limiting requests from {:?}", admitted.ip);
+                    rate_warned = true;
+                }
+                if !send(&mut session, Reply::error(id, ErrorCode::RateLimited, message).to_bytes()).await {
+                    return;
+                }
+            }
             Some(Ok(AggregatedMessage::Binary(frame))) => {
                 // Keep reading while the request is answered: when the client closes or drops
                 // the connection meanwhile, the answer is abandoned (the model skips queued work

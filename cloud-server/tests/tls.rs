@@ -1,43 +1,17 @@
 //! The real binary behind TLS: a certificate made at test time, a `wss://` round trip with a
 //! client that trusts only it, and the refusal to serve clear text beyond loopback.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+mod common;
+
+use std::process::Command;
 use std::sync::Arc;
 
 use awc::ws::{Frame, Message};
 use futures_util::{SinkExt, StreamExt};
+use common::start;
 use split_shared::protocol::{Reply, Request};
 
 const CHELSEA: &[u8] = include_bytes!("../../web/samples/chelsea.png");
-
-/// The server binary, killed on drop.
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Start the binary with `args` on a free port; its URL once it listens.
-fn start(args: &[&str]) -> (Server, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cloud-server"))
-        .args(["--port", "0"])
-        .args(args)
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("starting cloud-server");
-    let stdout = child.stdout.take().unwrap();
-    let server = Server(child);
-    for line in BufReader::new(stdout).lines() {
-        if let Some(url) = line.unwrap().strip_prefix("split-inference demo: ") {
-            return (server, url.to_string());
-        }
-    }
-    panic!("the server exited before listening");
-}
 
 fn client_trusting(cert: &rcgen::CertifiedKey) -> awc::Client {
     let mut roots = rustls::RootCertStore::empty();

@@ -442,6 +442,29 @@ async fn work_of_a_client_that_left_is_skipped() {
     assert_eq!(state.engine.forward_passes(), BUSY, "only the waiting sessions were computed");
 }
 
+/// Over its rate, a client address gets `rate_limited` replies (the session stays open) and is
+/// served again once its bucket refills.
+#[actix_web::test]
+async fn requests_over_the_rate_are_refused_then_served_again() {
+    let srv = server_with(&["--rate-limit", "5"]);
+    let mut ws = connect(&srv).await;
+    let mut limited = 0;
+    for id in 0..10u64 {
+        let ping = Request::Ping { id, payload: vec![] }.to_bytes();
+        match roundtrip(&mut ws, ping).await {
+            Reply::Pong { id: got, .. } => assert_eq!(got, id),
+            reply => {
+                expect_error(reply, id, ErrorCode::RateLimited);
+                limited += 1;
+            }
+        }
+    }
+    assert!((4..=5).contains(&limited), "a burst of 5, then refusals: {limited} refused");
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let ping = Request::Ping { id: 11, payload: vec![] }.to_bytes();
+    assert!(matches!(roundtrip(&mut ws, ping).await, Reply::Pong { id: 11, .. }));
+}
+
 #[actix_web::test]
 async fn head_requests_answer_like_get() {
     let srv = server();

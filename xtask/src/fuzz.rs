@@ -1,8 +1,10 @@
-//! `cargo xtask fuzz [seconds]`: run the libFuzzer target on the frame and codec decoders.
+//! `cargo xtask fuzz [seconds]`: run the libFuzzer targets: `decode_frame` (the frame and codec
+//! decoders) and `decode_image` (the image decoders and preprocessing an upload goes through).
 //!
-//! Seeds the corpus with valid frames of every codec path ([`sample_frames`]), installs
-//! `cargo-fuzz` into the cache if needed, and runs `cargo +nightly fuzz run decode_frame` for the
-//! given time (default 60 s). Needs the nightly toolchain (`rustup toolchain install nightly`).
+//! Seeds the corpora with valid frames of every codec path ([`sample_frames`]) and the sample
+//! photos (whole, as JPEG, and cut short), installs `cargo-fuzz` into the cache if needed, and
+//! runs `cargo +nightly fuzz run TARGET` for the given time each (default 60 s). Needs the
+//! nightly toolchain (`rustup toolchain install nightly`).
 
 use std::process::Command;
 
@@ -12,27 +14,46 @@ use split_shared::protocol::sample_frames;
 
 use crate::{calibrate, paths};
 
-/// The libFuzzer target on the frame and codec decoders (installs cargo-fuzz; needs nightly).
+/// The libFuzzer targets on the decoders (installs cargo-fuzz; needs nightly).
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// How long to fuzz.
+    /// How long to fuzz each target, seconds.
     #[arg(default_value_t = 60)]
     seconds: u64,
+    /// Which target: `decode_frame`, `decode_image`, or `all`.
+    #[arg(long, default_value = "all", value_parser = ["all", "decode_frame", "decode_image"])]
+    target: String,
 }
 
-/// Run the fuzzer.
+/// Write the seed corpora: valid frames of every codec path, and the sample photos as PNG, as
+/// JPEG and cut short.
+fn seed(fuzz_dir: &std::path::Path, calibration: &Calibration) -> Result<()> {
+    let frames = fuzz_dir.join("corpus/decode_frame");
+    std::fs::create_dir_all(&frames)?;
+    let seeds = sample_frames(calibration);
+    for (i, frame) in seeds.iter().enumerate() {
+        std::fs::write(frames.join(format!("seed-{i:04}")), frame)?;
+    }
+    let images = fuzz_dir.join("corpus/decode_image");
+    std::fs::create_dir_all(&images)?;
+    for name in ["chelsea", "coffee", "camera"] {
+        let png = std::fs::read(paths::repo_root().join(format!("web/samples/{name}.png")))?;
+        let small = split_shared::image::preprocess(&png)?;
+        let jpeg = split_shared::image::encode_jpeg(&small, 80)?;
+        std::fs::write(images.join(format!("{name}.png")), &png)?;
+        std::fs::write(images.join(format!("{name}.jpg")), &jpeg)?;
+        std::fs::write(images.join(format!("{name}-cut.jpg")), &jpeg[..jpeg.len() / 2])?;
+    }
+    eprintln!("fuzz: {} seed frames, 9 seed images in {}", seeds.len(), fuzz_dir.display());
+    Ok(())
+}
+
+/// Run the fuzzers.
 pub fn run(a: Args) -> Result<()> {
-    let seconds = a.seconds;
     let calibration_path = calibrate::ensure_calibration()?;
     let calibration = Calibration::load(&calibration_path)?;
     let fuzz_dir = paths::repo_root().join("fuzz");
-    let corpus = fuzz_dir.join("corpus/decode_frame");
-    std::fs::create_dir_all(&corpus)?;
-    let seeds = sample_frames(&calibration);
-    for (i, frame) in seeds.iter().enumerate() {
-        std::fs::write(corpus.join(format!("seed-{i:04}")), frame)?;
-    }
-    eprintln!("fuzz: {} seed frames in {}", seeds.len(), corpus.display());
+    seed(&fuzz_dir, &calibration)?;
     let tools = paths::tools_dir().join("cargo-fuzz");
     let bin = tools.join("bin/cargo-fuzz");
     if !bin.exists() {
@@ -41,24 +62,31 @@ pub fn run(a: Args) -> Result<()> {
             Command::new("cargo").args(["install", "cargo-fuzz", "--root"]).arg(&tools).status()?;
         anyhow::ensure!(ok.success(), "cargo install cargo-fuzz failed");
     }
-    let status = Command::new(&bin)
-        .args([
-            "fuzz",
-            "run",
-            "decode_frame",
-            "--",
-            &format!("-max_total_time={seconds}"),
-            "-max_len=262144",
-        ])
-        .current_dir(&fuzz_dir)
-        .env("RUSTUP_TOOLCHAIN", "nightly")
-        .env("SPLIT_CALIBRATION", &calibration_path)
-        .env_remove("CARGO_TARGET_DIR")
-        .status()
-        .context("running cargo-fuzz (is the nightly toolchain installed?)")?;
-    anyhow::ensure!(
-        status.success(),
-        "the fuzzer found a failure; see fuzz/artifacts/decode_frame"
-    );
+    let targets: &[&str] = match a.target.as_str() {
+        "all" => &["decode_frame", "decode_image"],
+        one => &[one][..],
+    };
+    for target in targets {
+        eprintln!("fuzz: {target} for {} s", a.seconds);
+        let status = Command::new(&bin)
+            .args([
+                "fuzz",
+                "run",
+                target,
+                "--",
+                &format!("-max_total_time={}", a.seconds),
+                "-max_len=262144",
+            ])
+            .current_dir(&fuzz_dir)
+            .env("RUSTUP_TOOLCHAIN", "nightly")
+            .env("SPLIT_CALIBRATION", &calibration_path)
+            .env_remove("CARGO_TARGET_DIR")
+            .status()
+            .context("running cargo-fuzz (is the nightly toolchain installed?)")?;
+        anyhow::ensure!(
+            status.success(),
+            "the fuzzer found a failure; see fuzz/artifacts/{target}"
+        );
+    }
     Ok(())
 }

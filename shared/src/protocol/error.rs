@@ -130,6 +130,8 @@ pub enum ErrorCode {
     KeyframeRequired = 11,
     /// A codec setting the server has no calibration for.
     UnsupportedCodec = 12,
+    /// The client sent more requests than the server's per-client rate allows; retry later.
+    RateLimited = 13,
     /// A code from a newer peer.
     Unknown = 0xffff,
 }
@@ -150,6 +152,7 @@ impl ErrorCode {
             10 => Self::CalibrationMismatch,
             11 => Self::KeyframeRequired,
             12 => Self::UnsupportedCodec,
+            13 => Self::RateLimited,
             _ => Self::Unknown,
         }
     }
@@ -169,6 +172,7 @@ impl ErrorCode {
             Self::CalibrationMismatch => "calibration_mismatch",
             Self::KeyframeRequired => "keyframe_required",
             Self::UnsupportedCodec => "unsupported_codec",
+            Self::RateLimited => "rate_limited",
             Self::Unknown => "unknown",
         }
     }

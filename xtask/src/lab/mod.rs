@@ -266,12 +266,15 @@ fn server_args(extra: &[&str]) -> Vec<String> {
     // The page's WebSocket goes through the link emulator, another port than the page's origin:
     // the lab's own pages are allowed explicitly.
     // The load tests open up to 64 connections from loopback, more than one address may by
-    // default.
+    // default, and send more requests per second than one address may.
     let mut args: Vec<String> = vec![
         "--allow-origin".into(),
         "*".into(),
         "--max-connections-per-ip".into(),
         "1024".into(),
+        // Every load client comes from loopback: one address, far over a person's rate.
+        "--rate-limit".into(),
+        "0".into(),
         "--cache-entries".into(),
         "0".into(),
         "--weights".into(),
