@@ -162,15 +162,22 @@ async fn serve_session(
         };
         last_seen = Instant::now();
         match msg {
-            Some(Ok(AggregatedMessage::Binary(frame))) if !state.rate.allow(admitted.ip, Instant::now()) => {
+            Some(Ok(AggregatedMessage::Binary(frame)))
+                if !state.rate.allow(admitted.ip, Instant::now()) =>
+            {
                 let id = split_shared::protocol::peek_request_id(&frame).unwrap_or(0);
-                let message = format!("over {} requests per second from this address; retry later", state.rate.rate());
+                let message = format!(
+                    "over {} requests per second from this address; retry later",
+                    state.rate.rate()
+                );
                 if !rate_warned {
                     // Once per session: the log must not become the flood.
                     log::warn!("rate-limiting requests from {:?}", admitted.ip);
                     rate_warned = true;
                 }
-                if !send(&mut session, Reply::error(id, ErrorCode::RateLimited, message).to_bytes()).await {
+                if !send(&mut session, Reply::error(id, ErrorCode::RateLimited, message).to_bytes())
+                    .await
+                {
                     return;
                 }
             }

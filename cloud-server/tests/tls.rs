@@ -7,8 +7,8 @@ use std::process::Command;
 use std::sync::Arc;
 
 use awc::ws::{Frame, Message};
-use futures_util::{SinkExt, StreamExt};
 use common::start;
+use futures_util::{SinkExt, StreamExt};
 use split_shared::protocol::{Reply, Request};
 
 const CHELSEA: &[u8] = include_bytes!("../../web/samples/chelsea.png");
