@@ -58,6 +58,16 @@ pub fn test_all() -> Result<()> {
         crate::lab::lab(&crate::lab::Options::quick(out.clone()), "./run.sh lab --quick")?;
     crate::lab::check(&results, &out)?;
     eprintln!("test: lab quick mode passed ({})", out.join("README.md").display());
+    // The decoders an attacker reaches, under libFuzzer for a bounded time (a longer run:
+    // `./run.sh fuzz 600`). libFuzzer needs nightly; without it the step says so and is skipped.
+    if crate::fuzz::nightly_available() {
+        crate::fuzz::quick(20)?;
+        eprintln!("test: fuzzing found nothing in 20 s per target");
+    } else {
+        eprintln!(
+            "test: fuzzing skipped: no nightly toolchain (`rustup toolchain install nightly`)"
+        );
+    }
     eprintln!("test: all passed");
     Ok(())
 }
