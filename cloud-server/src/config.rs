@@ -73,6 +73,10 @@ pub struct Config {
     /// Behind a proxy every client has the proxy's address. 0: no limit.
     #[arg(long, env = "SPLIT_RATE_LIMIT", default_value_t = 100)]
     pub rate_limit: u32,
+    /// Seconds a reply may wait for a client that stopped reading (its socket buffers full)
+    /// before the session is closed.
+    #[arg(long, env = "SPLIT_WRITE_TIMEOUT", default_value_t = 10)]
+    pub write_timeout: u64,
     /// Bytes of camera-stream references one session keeps (a stem keyframe is 392 KiB, a
     /// block5 one 31 KiB); older streams are forgotten to fit, and their next deltas get
     /// `keyframe_required`.

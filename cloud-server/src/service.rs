@@ -29,7 +29,15 @@ pub struct Session {
     /// The server's stream budget, and the bytes of it this session holds.
     budget: StreamBudget,
     held: usize,
+    /// Refusals logged at `info` so far; beyond [`LOGGED_REFUSALS`] they go to `debug`, so a
+    /// client sending garbage cannot flood the log.
+    refusals: u32,
+    /// Whether going over the server's stream budget was logged for this session.
+    budget_warned: bool,
 }
+
+/// Refusals of one session logged at `info`.
+const LOGGED_REFUSALS: u32 = 3;
 
 impl Session {
     /// A new session on `state`'s server.
@@ -40,6 +48,8 @@ impl Session {
             scope: (!state.shared_cache).then_some(id),
             budget: state.streams.clone(),
             held: 0,
+            refusals: 0,
+            budget_warned: false,
         }
     }
 
@@ -55,10 +65,14 @@ impl Session {
         };
         self.held = now;
         if total > self.budget.total {
-            log::warn!(
-                "stream references over the server's {} bytes: a session forgets its own",
-                self.budget.total
-            );
+            if !self.budget_warned {
+                // Once per session: the log must not become the flood.
+                log::warn!(
+                    "stream references over the server's {} bytes: a session forgets its own",
+                    self.budget.total
+                );
+                self.budget_warned = true;
+            }
             self.streams.clear();
             held.fetch_sub(now, Ordering::Relaxed);
             self.held = 0;
@@ -171,7 +185,17 @@ pub async fn answer(state: &AppState, frame: &[u8], session: &mut Session) -> Re
             Reply::error(id, e.code(), e.to_string())
         }
         Err(e) => {
-            log::debug!("request {id} refused: {e}");
+            session.refusals = session.refusals.saturating_add(1);
+            if session.refusals <= LOGGED_REFUSALS {
+                let more = if session.refusals == LOGGED_REFUSALS {
+                    " (this session's further refusals are logged at debug)"
+                } else {
+                    ""
+                };
+                log::info!("request {id} refused ({}): {e}{more}", e.code().name());
+            } else {
+                log::debug!("request {id} refused ({}): {e}", e.code().name());
+            }
             Reply::error(id, e.code(), e.to_string())
         }
     }

@@ -39,6 +39,8 @@ pub struct AppState {
     pub token: Option<Token>,
     /// Stream reference bytes: per session, and held by all sessions now against their cap.
     pub streams: StreamBudget,
+    /// How long a reply may wait for a client that stopped reading ([`Config::write_timeout`]).
+    pub write_timeout: std::time::Duration,
     /// Requests per second per client address ([`Config::rate_limit`]).
     pub rate: Arc<crate::limits::RateLimiter>,
     /// Source of session ids (the cache scope of each connection).
@@ -144,6 +146,7 @@ impl AppState {
             allow_origins: Arc::new(config.allow_origins.clone()),
             token: config.token.clone(),
             rate: crate::limits::RateLimiter::new(config.rate_limit),
+            write_timeout: std::time::Duration::from_secs(config.write_timeout.max(1)),
             streams: StreamBudget {
                 per_session: config.stream_bytes_per_session,
                 total: config.stream_bytes_total,

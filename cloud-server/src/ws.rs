@@ -105,17 +105,14 @@ pub async fn websocket(
     Ok(response)
 }
 
-/// A reply the client does not take within this long (it stopped reading, so the socket's
-/// buffers and the session's outbound queue are full) ends the session.
-const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What reading the socket gave: a message, a framing error, or the end of the connection.
 type Incoming = Option<Result<AggregatedMessage, actix_ws::ProtocolError>>;
 
 /// Send a binary message; false when the session is over (closed, or the client stopped
-/// reading for [`WRITE_TIMEOUT`]).
-async fn send(session: &mut actix_ws::Session, bytes: Vec<u8>) -> bool {
-    match tokio::time::timeout(WRITE_TIMEOUT, session.binary(bytes)).await {
+/// reading for `timeout`: the socket's buffers and the session's outbound queue are full).
+async fn send(session: &mut actix_ws::Session, bytes: Vec<u8>, timeout: Duration) -> bool {
+    match tokio::time::timeout(timeout, session.binary(bytes)).await {
         Ok(Ok(())) => true,
         Ok(Err(_)) => false,
         Err(_) => {
@@ -175,9 +172,8 @@ async fn serve_session(
                     log::warn!("rate-limiting requests from {:?}", admitted.ip);
                     rate_warned = true;
                 }
-                if !send(&mut session, Reply::error(id, ErrorCode::RateLimited, message).to_bytes())
-                    .await
-                {
+                let reply = Reply::error(id, ErrorCode::RateLimited, message);
+                if !send(&mut session, reply.to_bytes(), state.write_timeout).await {
                     return;
                 }
             }
@@ -200,7 +196,7 @@ async fn serve_session(
                     }
                 };
                 if let Some(reply) = reply
-                    && !send(&mut session, reply.to_bytes()).await
+                    && !send(&mut session, reply.to_bytes(), state.write_timeout).await
                 {
                     return;
                 }
@@ -211,7 +207,7 @@ async fn serve_session(
                     ErrorCode::UnsupportedMessage,
                     "this endpoint takes binary frames only",
                 );
-                if !send(&mut session, reply.to_bytes()).await {
+                if !send(&mut session, reply.to_bytes(), state.write_timeout).await {
                     return;
                 }
             }

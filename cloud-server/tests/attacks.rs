@@ -132,5 +132,70 @@ async fn memory_stays_bounded_under_stream_and_huge_frame_floods() {
         baseline / 1024
     );
     assert!(grown_mib <= BOUND_MIB, "peak memory grew {grown_mib} MiB (bound {BOUND_MIB} MiB)");
+    // A bound on being served at all, not a speed goal: the floods must not starve others.
+    let worst = latencies.iter().max().unwrap();
+    assert!(*worst < Duration::from_secs(10), "a well-behaved request waited {worst:?}");
     drop(attackers);
+}
+
+/// A client that sends requests and never reads the replies: once the socket's buffers are
+/// full the server's writes block, and after `--write-timeout` the session is closed and its
+/// place among the open connections is free again.
+#[actix_web::test]
+async fn a_client_that_never_reads_is_dropped() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (_server, url) = common::start(&[
+        "--write-timeout",
+        "1",
+        "--rate-limit",
+        "0",
+        "--max-connections-per-ip",
+        "2",
+    ]);
+    let addr: std::net::SocketAddr =
+        url.trim_start_matches("http://").trim_end_matches('/').parse().unwrap();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap(); // a small window: the server's writes block soon
+    let mut tcp = socket.connect(addr).await.unwrap();
+    let handshake = format!(
+        "GET /ws HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    );
+    tcp.write_all(handshake.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    while !response.ends_with(b"\r\n\r\n") {
+        response.push(tcp.read_u8().await.unwrap());
+    }
+    // Pings as masked binary frames, as fast as the server takes them, never reading a pong.
+    let ping = Request::Ping { id: 1, payload: vec![] }.to_bytes();
+    let mut frame = vec![0x82, 0x80 | ping.len() as u8, 0, 0, 0, 0];
+    frame.extend_from_slice(&ping);
+    let burst: Vec<u8> = frame.iter().copied().cycle().take(frame.len() * 1000).collect();
+    let mut sent = 0usize;
+    while let Ok(Ok(())) =
+        tokio::time::timeout(Duration::from_secs(3), tcp.write_all(&burst)).await
+    {
+        sent += 1000;
+        assert!(sent < 5_000_000, "the server kept reading without being read from");
+    }
+    // The server is now blocked writing; after its write timeout it drops the session. Reading
+    // then drains what it had sent and reaches the end of the stream.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let drained = tokio::time::timeout(Duration::from_secs(30), async {
+        let mut buf = vec![0u8; 1 << 16];
+        loop {
+            match tcp.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    assert!(drained.is_ok(), "the server closed the session of a client that never read");
+    // Its place is free: both places of this address can be taken again.
+    let ws_url = format!("{}ws", url.replacen("http://", "ws://", 1));
+    for _ in 0..2 {
+        assert!(awc::Client::new().ws(ws_url.as_str()).connect().await.is_ok());
+    }
+    eprintln!("never-reading client: {sent} pings sent before the server stopped reading");
 }

@@ -15,8 +15,15 @@ pub use resample::resize_bicubic;
 
 /// The centre crop keeps `size / (size + CROP_PADDING)` of the short side: 224 of 256 at 224.
 pub const CROP_PADDING: usize = 32;
-/// Largest image (in pixels) we agree to decode, so a hostile upload cannot exhaust memory.
-pub const MAX_DECODED_PIXELS: u64 = 40_000_000;
+/// Largest image (in pixels) we agree to decode, so a hostile upload cannot exhaust memory:
+/// 16 MP is 48 MB of RGB. JPEGs are decoded at a reduced scale first (see [`JPEG_MIN_SHORT_SIDE`]),
+/// so a 40 MP photo decodes to under 1 MP; the cap binds PNGs, whose decoders cannot scale.
+pub const MAX_DECODED_PIXELS: u64 = 16_000_000;
+/// A JPEG whose short side is at least twice this is decoded at 1/2, 1/4 or 1/8 scale (its
+/// DCT blocks reduced while decoding: no full-size pixels are ever made), keeping the short
+/// side at least this long: twice the 256-pixel short side the 224 crop comes from, so the
+/// bicubic resize still averages over 2 × 2 decoded pixels or more.
+pub const JPEG_MIN_SHORT_SIDE: usize = 512;
 
 /// An 8-bit RGB image, row-major, channels interleaved (`HWC`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -79,7 +86,17 @@ fn decode_jpeg(bytes: &[u8]) -> Option<Result<RgbImage>> {
         return Some(Err(Error::ImageDecode(e.to_string())));
     }
     let info = decoder.info()?;
-    let (w, h) = (usize::from(info.width), usize::from(info.height));
+    let (full_w, full_h) = (usize::from(info.width), usize::from(info.height));
+    let short = full_w.min(full_h).max(1);
+    let (w, h) = if short >= 2 * JPEG_MIN_SHORT_SIDE {
+        let at = |side: usize| (side * JPEG_MIN_SHORT_SIDE).div_ceil(short).min(65535) as u16;
+        match decoder.scale(at(full_w), at(full_h)) {
+            Ok((w, h)) => (usize::from(w), usize::from(h)),
+            Err(e) => return Some(Err(Error::ImageDecode(e.to_string()))),
+        }
+    } else {
+        (full_w, full_h)
+    };
     if (w * h) as u64 > MAX_DECODED_PIXELS {
         return Some(Err(Error::ImageDecode(format!(
             "{w}x{h} is larger than {MAX_DECODED_PIXELS} pixels"
@@ -219,6 +236,28 @@ mod tests {
     fn decode_rejects_garbage() {
         assert!(matches!(decode(b"definitely not an image"), Err(Error::ImageDecode(_))));
         assert!(matches!(decode(&[0xff, 0xd8, 0xff, 0xe0, 0, 0]), Err(Error::ImageDecode(_))));
+    }
+
+    #[test]
+    fn large_jpegs_decode_at_a_reduced_scale_to_the_same_input() {
+        // A smooth 2400x1600 scene: decoded at 1/2 scale (short side 800 >= 512, 400 is not).
+        let (w, h) = (2400, 1600);
+        let pixels = (0..w * h)
+            .flat_map(|i| {
+                let (x, y) = ((i % w) as f32, (i / w) as f32);
+                [(x / 10.0).sin() * 100.0 + 128.0, y / 7.0, (x + y) / 16.0].map(|v| v as u8)
+            })
+            .collect();
+        let img = RgbImage::new(w, h, pixels).unwrap();
+        let jpeg = encode_jpeg(&img, 92).unwrap();
+        let decoded = decode(&jpeg).unwrap();
+        assert_eq!((decoded.width, decoded.height), (1200, 800));
+        // The network's input differs little from the one a full-size decode would give.
+        let full = center_crop_resize(&img, INPUT_SIZE);
+        let scaled = preprocess(&jpeg).unwrap();
+        let diff: f64 = full.pixels.iter().zip(&scaled.pixels).map(|(a, b)| f64::from(a.abs_diff(*b))).sum();
+        let mean = diff / full.pixels.len() as f64;
+        assert!(mean < 3.0, "mean difference {mean} grey levels");
     }
 
     #[test]
