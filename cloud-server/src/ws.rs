@@ -105,7 +105,6 @@ pub async fn websocket(
     Ok(response)
 }
 
-
 /// What reading the socket gave: a message, a framing error, or the end of the connection.
 type Incoming = Option<Result<AggregatedMessage, actix_ws::ProtocolError>>;
 

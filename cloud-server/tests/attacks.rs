@@ -172,8 +172,7 @@ async fn a_client_that_never_reads_is_dropped() {
     frame.extend_from_slice(&ping);
     let burst: Vec<u8> = frame.iter().copied().cycle().take(frame.len() * 1000).collect();
     let mut sent = 0usize;
-    while let Ok(Ok(())) =
-        tokio::time::timeout(Duration::from_secs(3), tcp.write_all(&burst)).await
+    while let Ok(Ok(())) = tokio::time::timeout(Duration::from_secs(3), tcp.write_all(&burst)).await
     {
         sent += 1000;
         assert!(sent < 5_000_000, "the server kept reading without being read from");

@@ -255,7 +255,8 @@ mod tests {
         // The network's input differs little from the one a full-size decode would give.
         let full = center_crop_resize(&img, INPUT_SIZE);
         let scaled = preprocess(&jpeg).unwrap();
-        let diff: f64 = full.pixels.iter().zip(&scaled.pixels).map(|(a, b)| f64::from(a.abs_diff(*b))).sum();
+        let diff: f64 =
+            full.pixels.iter().zip(&scaled.pixels).map(|(a, b)| f64::from(a.abs_diff(*b))).sum();
         let mean = diff / full.pixels.len() as f64;
         assert!(mean < 3.0, "mean difference {mean} grey levels");
     }
