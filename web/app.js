@@ -5,18 +5,40 @@ const $ = (id) => document.getElementById(id);
 let client = null;
 let image = null; // { bytes: Uint8Array, name }
 
+/** Take the last answer out of view: it belongs to another image or came before an error. */
+function clearResult() {
+  $("result").hidden = true;
+  $("top").replaceChildren();
+  delete $("result").dataset.result;
+  delete $("result").dataset.top1;
+}
+
 function showError(e) {
+  clearResult();
   $("error").hidden = false;
   $("error").textContent = `${e.code ? `[${e.code}] ` : ""}${e.message ?? e}`;
+  // Beside the controls, and scrolled to: an error below the fold goes unseen.
+  $("error").scrollIntoView({ block: "nearest" });
   document.body.dataset.state = client ? "ready" : "failed";
 }
 
 function setImage(bytes, name) {
   image = { bytes, name };
+  clearResult();
+  $("error").hidden = true;
   const url = URL.createObjectURL(new Blob([bytes]));
   $("preview").src = url;
+  $("preview").alt = `the photo to classify: ${name}`;
   $("classify").disabled = !client;
   document.body.dataset.image = name;
+}
+
+function clearImage() {
+  image = null;
+  $("preview").removeAttribute("src");
+  $("preview").alt = "";
+  $("classify").disabled = true;
+  delete document.body.dataset.image;
 }
 
 async function loadSample(name) {
@@ -26,6 +48,8 @@ async function loadSample(name) {
 
 async function loadFile(file) {
   if (!/^image\/(jpeg|png)$/.test(file.type)) {
+    // The refused file must not leave the previous one selected as if it were it.
+    clearImage();
     showError(new Error(`${file.name} is ${file.type || "of unknown type"}; choose a JPEG or PNG`));
     return;
   }
@@ -54,29 +78,44 @@ function drawPlanner() {
   const f = x.forecast;
   $("planner").hidden = false;
   const name = (p) => !p ? "—" : p.mode === "split" ? `split after ${p.boundary}, ${p.codec}` : p.mode.replace("_", " ");
+  // A value that is not a finite number (the server down, nothing measured) shows as a dash, and
+  // a default the planner starts from is not presented as a measurement.
+  const num = (v, digits = 0) => Number.isFinite(v) ? v.toFixed(digits) : "—";
+  const seen = f.measured ?? {};
+  const guess = (known, text) => known ? text : `${text} (default, not measured yet)`;
+  const mbit = (v) => num(v * 8 / 1000, 1);
   $("p-current").textContent = name(x.current);
-  $("p-rtt").textContent = `${f.now.rtt_ms.toFixed(0)} → ${f.predicted.rtt_ms.toFixed(0)} ms${f.link_up ? "" : " (link down)"}`;
-  $("p-uplink").textContent = `${(f.now.uplink_bytes_per_ms * 8 / 1000).toFixed(1)} → ${(f.predicted.uplink_bytes_per_ms * 8 / 1000).toFixed(1)} Mbit/s`;
-  $("p-queue").textContent = `${f.now.queue_ms.toFixed(0)} ms`;
-  $("p-edge").textContent = `${f.now.edge_factor.toFixed(2)}×`;
+  $("p-rtt").textContent = guess(seen.rtt, `${num(f.now.rtt_ms)} → ${num(f.predicted.rtt_ms)} ms`) + (f.link_up ? "" : " (link down)");
+  $("p-uplink").textContent = guess(seen.uplink, `${mbit(f.now.uplink_bytes_per_ms)} → ${mbit(f.predicted.uplink_bytes_per_ms)} Mbit/s`);
+  $("p-queue").textContent = guess(seen.queue, `${num(f.now.queue_ms)} ms`);
+  $("p-edge").textContent = guess(seen.edge_factor, `${num(f.now.edge_factor, 2)}×`);
   if (x.predicted) {
-    const measured = lastAuto ? `${lastAuto.totalMs.toFixed(0)} ms` : "—";
-    $("p-latency").textContent = `${x.predicted.total_ms.toFixed(0)} ms / ${measured}`;
+    const measured = lastAuto ? `${num(lastAuto.totalMs)} ms` : "not measured yet";
+    $("p-latency").textContent = `${num(x.predicted.total_ms)} ms / ${measured}`;
   }
   $("p-switches").replaceChildren(...x.switches.slice(-8).map((s) => {
     const li = document.createElement("li");
     li.textContent = `${(s.at_ms / 1000).toFixed(1)} s: ${name(s.from)} → ${name(s.to.placement)} (${s.reason})`;
     return li;
   }));
-  history.push([f.now.rtt_ms, f.now.uplink_bytes_per_ms]);
+  // Only measured values go on the chart (one point a second, the last minute).
+  history.push([seen.rtt ? f.now.rtt_ms : NaN, seen.uplink ? f.now.uplink_bytes_per_ms * 8 / 1000 : NaN]);
   if (history.length > 60) history.shift();
+  const top = (i) => Math.max(...history.map((h) => h[i]).filter(Number.isFinite), 1e-9);
   const line = (i, color) => {
-    const max = Math.max(...history.map((h) => h[i]), 1e-9);
-    const pts = history.map((h, k) => `${(k * 5).toFixed(0)},${(58 - 56 * h[i] / max).toFixed(1)}`).join(" ");
+    const max = top(i);
+    const pts = history.map((h, k) => Number.isFinite(h[i]) ? `${30 + k * 4},${(70 - 56 * h[i] / max).toFixed(1)}` : null)
+      .filter(Boolean).join(" ");
     return `<polyline fill="none" stroke="${color}" stroke-width="1.5" points="${pts}"/>`;
   };
+  // Axes: time along the bottom (the last 60 s), each series scaled to its own maximum.
   $("p-chart").innerHTML = line(0, "#c0392b") + line(1, "#2471a3") +
-    `<text x="2" y="10" font-size="8" fill="#c0392b">RTT</text><text x="30" y="10" font-size="8" fill="#2471a3">uplink</text>`;
+    `<line x1="30" y1="70" x2="270" y2="70" stroke="#999"/><line x1="30" y1="14" x2="30" y2="70" stroke="#999"/>` +
+    `<text x="30" y="79" font-size="7" fill="#555">−60 s</text><text x="258" y="79" font-size="7" fill="#555">now</text>` +
+    (history.some((h) => h.some(Number.isFinite))
+      ? `<text x="34" y="10" font-size="7" fill="#c0392b">RTT (top ${num(top(0))} ms)</text>` +
+        `<text x="150" y="10" font-size="7" fill="#2471a3">uplink (top ${num(top(1), 1)} Mbit/s)</text>`
+      : `<text x="34" y="10" font-size="7" fill="#555">no measurements yet: choose auto, or wait for a ping</text>`);
 }
 let lastAuto = null;
 
@@ -108,6 +147,8 @@ async function classify() {
   if (!image) return;
   $("error").hidden = true;
   $("classify").disabled = true;
+  $("busy").hidden = false;
+  $("status-text").textContent = "Classifying…";
   document.body.dataset.state = "busy";
   try {
     const r = await client.classify(image.bytes, $("split").value, { codec: $("codec").value });
@@ -135,7 +176,9 @@ async function classify() {
   } catch (e) {
     showError(e);
   } finally {
-    $("classify").disabled = false;
+    $("classify").disabled = !image;
+    $("busy").hidden = true;
+    $("status-text").textContent = "Ready";
   }
 }
 
@@ -172,6 +215,13 @@ async function start() {
   $("samples").addEventListener("click", (e) => e.target.dataset.sample && loadSample(e.target.dataset.sample).catch(showError));
   $("file").addEventListener("change", (e) => e.target.files[0] && loadFile(e.target.files[0]));
   const zone = $("dropzone");
+  // Keyboard and pointer both reach the file chooser: the drop zone takes Enter and Space, the
+  // link inside it is a real button.
+  const choose = () => $("file").click();
+  $("choose").addEventListener("click", (e) => { e.stopPropagation(); choose(); });
+  zone.addEventListener("keydown", (e) => {
+    if (e.target === zone && (e.key === "Enter" || e.key === " ")) { e.preventDefault(); choose(); }
+  });
   zone.addEventListener("dragover", (e) => { e.preventDefault(); zone.classList.add("over"); });
   zone.addEventListener("dragleave", () => zone.classList.remove("over"));
   zone.addEventListener("drop", (e) => {

@@ -145,7 +145,13 @@ export interface ClassifyResult {
 
 /** What auto mode's planner shows to explain its choice. */
 export interface Explanation {
-  forecast: { now: Conditions; predicted: Conditions; link_up: boolean };
+  forecast: {
+    now: Conditions;
+    predicted: Conditions;
+    link_up: boolean;
+    /** Which of `now`'s values were observed; the others are defaults, not measurements. */
+    measured: { rtt: boolean; uplink: boolean; queue: boolean; edge_factor: boolean };
+  };
   current: Placement | null;
   predicted: Estimate | null;
   ranked: Estimate[];

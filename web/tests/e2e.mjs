@@ -195,6 +195,60 @@ async function loadChecks(page, name) {
   assert.ok(loaded.rows.every((r) => CATS.has(r.top1)), `${name}: every answer stays right under load`);
 }
 
+/** The page as people use it: stale answers cleared, refused files not left selected, the
+ * keyboard path to a photo and a classification, results announced, and a phone's screen. */
+async function pageChecks(page, name) {
+  const step = (label, promise) => promise.catch((e) => { throw new Error(`${name}: page check "${label}": ${e.message}`); });
+  // A new photo takes the previous answer out of view.
+  assert.equal(await page.evaluate(() => document.querySelector("#result").hidden), false, `${name}: a result shown`);
+  await page.click('button[data-sample="coffee"]');
+  await step("coffee selected", page.waitForFunction(() => document.body.dataset.image === "coffee"));
+  const stale = await page.evaluate(() => ({ hidden: document.querySelector("#result").hidden, items: document.querySelectorAll("#top li").length }));
+  assert.deepEqual(stale, { hidden: true, items: 0 }, `${name}: the previous photo's answer is cleared`);
+  // A refused file is not left selected as if it were the previous one.
+  await page.setInputFiles("#file", { name: "photo.webp", mimeType: "image/webp", buffer: Buffer.from("RIFF0000WEBP") });
+  const refused = await page.evaluate(() => ({ error: !document.querySelector("#error").hidden, image: document.body.dataset.image ?? null,
+    disabled: document.querySelector("#classify").disabled }));
+  assert.deepEqual(refused, { error: true, image: null, disabled: true }, `${name}: a WebP is refused and nothing stays selected`);
+  // Keyboard only: the drop zone opens the file chooser on Enter, Classify runs on Enter.
+  // (Whether Chromium then shows its chooser depends on its user-activation bookkeeping, which
+  // flakes headless; what the page controls is that Enter and Space reach the file input.)
+  await page.evaluate(() => {
+    window.fileInputClicks = 0;
+    document.querySelector("#file").addEventListener("click", (e) => { window.fileInputClicks++; e.preventDefault(); });
+  });
+  await page.focus("#dropzone");
+  await page.keyboard.press("Enter");
+  await page.keyboard.press(" ");
+  assert.equal(await page.evaluate(() => window.fileInputClicks), 2, `${name}: Enter and Space on the drop zone open the file chooser`);
+  await page.setInputFiles("#file", new URL("../samples/chelsea.png", import.meta.url).pathname);
+  await step("chosen file selected", page.waitForFunction(() => document.body.dataset.image === "chelsea.png"));
+  assert.equal(await page.evaluate(() => document.querySelector("#error").hidden), true, `${name}: the error goes with a new photo`);
+  await page.selectOption("#split", "block5");
+  await page.focus("#classify");
+  await page.keyboard.press("Enter");
+  await step("keyboard classification", page.waitForFunction(() => document.querySelector("#result").dataset.result || !document.querySelector("#error").hidden, null, { timeout: STEP_TIMEOUT_MS }));
+  const failed = await page.evaluate(() => document.querySelector("#error").hidden ? null : document.querySelector("#error").textContent);
+  assert.equal(failed, null, `${name}: keyboard classification failed`);
+  const announced = await page.evaluate(() => ({ live: document.querySelector("#result").getAttribute("aria-live"),
+    top1: Number(document.querySelector("#result").dataset.top1), busy: document.querySelector("#busy").hidden,
+    status: document.querySelector("#status-text").textContent }));
+  assert.equal(announced.live, "polite", `${name}: results in a live region`);
+  assert.ok(CATS.has(announced.top1), `${name}: keyboard classification is a cat: ${announced.top1}`);
+  assert.deepEqual([announced.busy, announced.status], [true, "Ready"], `${name}: not busy once answered`);
+  // A phone: no sideways scrolling, touch targets at least 44 px tall.
+  await page.setViewportSize({ width: 390, height: 844 });
+  const phone = await page.evaluate(() => ({
+    overflow: document.documentElement.scrollWidth - window.innerWidth,
+    small: [...document.querySelectorAll("button:not(.link), select")]
+      .filter((e) => e.offsetParent !== null && e.getBoundingClientRect().height < 44).map((e) => e.id || e.textContent),
+  }));
+  assert.equal(phone.overflow, 0, `${name}: the page scrolls sideways on a phone by ${phone.overflow} px`);
+  assert.deepEqual(phone.small, [], `${name}: touch targets under 44 px`);
+  await page.setViewportSize({ width: 1280, height: 800 });
+  console.log(`e2e: ${name}: page checks passed (stale answers, refused files, keyboard, live region, phone)`);
+}
+
 async function runPass({ name, args, query = "", expectBackend, expectBuild, codecs }) {
   const errors = [];
   return withPage(args, async (page) => {
@@ -235,6 +289,7 @@ async function runPass({ name, args, query = "", expectBackend, expectBuild, cod
     if (codecs) await codecChecks(page, name);
     if (codecs) await errorChecks(page, name);
     if (codecs) await loadChecks(page, name);
+    if (codecs) await pageChecks(page, name);
     // Expected: the warning of the CPU fallback, and Chromium's report of the unreachable
     // server `errorChecks` points the client at.
     const unexpected = errors.filter((e) => !/WebGPU unavailable/.test(e) && !e.includes(UNREACHABLE));

@@ -14,7 +14,7 @@ pub mod sim;
 mod table;
 
 pub use controller::{Controller, ControllerConfig, Decision, Switch};
-pub use monitor::{Forecast, NetworkMonitor};
+pub use monitor::{Forecast, Measured, NetworkMonitor};
 pub use planner::{
     Candidate, Conditions, Constraints, Estimate, Placement, PlanError, estimate, plan,
     plan_candidates,

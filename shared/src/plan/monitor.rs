@@ -90,6 +90,22 @@ pub struct Forecast {
     pub predicted: Conditions,
     /// Whether the link is up (no failure since the last success).
     pub link_up: bool,
+    /// Which of `now`'s values come from observations; the others are defaults
+    /// ([`Conditions::default`]) that a page should not show as measured.
+    pub measured: Measured,
+}
+
+/// Whether each condition has been observed yet.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Measured {
+    /// Round trip (pings, replies).
+    pub rtt: bool,
+    /// Uplink throughput (transfers large enough to time).
+    pub uplink: bool,
+    /// Server queue wait (replies and pongs report it).
+    pub queue: bool,
+    /// This device's edge speed against the profile.
+    pub edge_factor: bool,
 }
 
 /// Network and server-load estimator fed by real transfers, pings and replies.
@@ -162,7 +178,13 @@ impl NetworkMonitor {
         let link_up = self.down_since.is_none();
         let down =
             |c: Conditions| if link_up { c } else { Conditions { uplink_bytes_per_ms: 0.0, ..c } };
-        Forecast { now: down(now), predicted: down(predicted), link_up }
+        let measured = Measured {
+            rtt: self.rtt.ewma.is_some(),
+            uplink: self.uplink.ewma.is_some(),
+            queue: self.queue.ewma.is_some(),
+            edge_factor: self.edge_factor.is_some(),
+        };
+        Forecast { now: down(now), predicted: down(predicted), link_up, measured }
     }
 }
 
@@ -178,7 +200,9 @@ mod tests {
             m.observe_upload(t, 1000.0 - 20.0 * f64::from(i), 1.0);
             m.observe_rtt(t, 40.0);
         }
+        assert_eq!(NetworkMonitor::new().forecast(0.0).measured, Measured::default());
         let f = m.forecast(10_000.0);
+        assert!(f.measured.rtt && f.measured.uplink && !f.measured.queue);
         assert!((f.now.rtt_ms - 40.0).abs() < 1e-9);
         assert!(f.predicted.uplink_bytes_per_ms < f.now.uplink_bytes_per_ms - 150.0, "{f:?}");
         assert!(f.link_up);
