@@ -163,3 +163,37 @@ async fn stream_references_stay_within_the_servers_budget() {
     ok(answer(&state, &frame(&mut enc2, 5, 5), &mut second).await);
     ok(answer(&state, &frame(&mut enc2, 6, 6), &mut second).await);
 }
+
+/// A PNG whose header declares 40 MP is refused from the header (PNG cannot be decoded at a
+/// reduced scale, so it would cost its full size), before any pixel is decoded.
+#[actix_web::test]
+async fn a_40_megapixel_png_is_refused_from_its_header() {
+    fn crc32(bytes: &[u8]) -> u32 {
+        let mut crc = !0u32;
+        for &b in bytes {
+            crc ^= u32::from(b);
+            for _ in 0..8 {
+                crc = if crc & 1 != 0 { (crc >> 1) ^ 0xedb8_8320 } else { crc >> 1 };
+            }
+        }
+        !crc
+    }
+    use image::ImageEncoder;
+    // A real 1x1 PNG, its IHDR rewritten to 8000x5000 (the CRC with it).
+    let mut png = Vec::new();
+    image::codecs::png::PngEncoder::new(&mut png)
+        .write_image(&[9, 9, 9], 1, 1, image::ExtendedColorType::Rgb8)
+        .unwrap();
+    png[16..20].copy_from_slice(&8000u32.to_be_bytes());
+    png[20..24].copy_from_slice(&5000u32.to_be_bytes());
+    let crc = crc32(&png[12..29]);
+    png[29..33].copy_from_slice(&crc.to_be_bytes());
+    let state = state();
+    let request = Request::Image { id: 9, payload: png }.to_bytes();
+    match answer(&state, &request, &mut Session::new(&state)).await {
+        Reply::Error { id: 9, code: ErrorCode::BadImage, message } => {
+            assert!(message.contains("8000x5000") && message.contains("larger than"), "{message}")
+        }
+        other => panic!("expected bad_image, got {other:?}"),
+    }
+}
