@@ -27,6 +27,13 @@ fn habits() -> Result<()> {
 
 /// `cargo xtask test`: weights, wasm build, Rust tests, then the headless-browser tests.
 pub fn test_all() -> Result<()> {
+    let (freed, sessions) = crate::prune::prune_target(&crate::cmd::target_dir());
+    if freed > 0 || sessions > 0 {
+        eprintln!(
+            "test: pruned {} MiB of stale test binaries and {sessions} incremental sessions",
+            freed >> 20
+        );
+    }
     habits()?;
     let weights = setup::ensure_weights()?;
     let calibration = crate::calibrate::ensure_calibration()?;

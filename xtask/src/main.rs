@@ -29,6 +29,7 @@ mod ops_profile;
 mod paths;
 mod plan_sim;
 mod profile;
+mod prune;
 mod server;
 mod setup;
 mod stream_eval;
