@@ -51,19 +51,12 @@ async fn classify_chelsea(ws: &mut Socket, id: u64) -> (u16, Duration) {
 
 /// A client announcing a 1 GiB binary message and streaming its first MiB.
 async fn announce_a_gigabyte(addr: &str) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncWriteExt;
     let Ok(mut tcp) = tokio::net::TcpStream::connect(addr).await else { return };
-    let handshake = format!(
-        "GET /ws HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
-    );
-    let _ = tcp.write_all(handshake.as_bytes()).await;
-    let mut response = [0u8; 1024];
-    let _ = tcp.read(&mut response).await;
-    let mut header = vec![0x82, 0x80 | 127];
-    header.extend_from_slice(&(1u64 << 30).to_be_bytes());
-    header.extend_from_slice(&[1, 2, 3, 4]);
-    let _ = tcp.write_all(&header).await;
+    if common::upgrade(&mut tcp, addr).await.is_err() {
+        return;
+    }
+    let _ = tcp.write_all(&common::gigabyte_frame_header()).await;
     let _ = tokio::time::timeout(Duration::from_secs(5), tcp.write_all(&vec![7u8; 1 << 20])).await;
 }
 
@@ -157,15 +150,7 @@ async fn a_client_that_never_reads_is_dropped() {
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.set_recv_buffer_size(4096).unwrap(); // a small window: the server's writes block soon
     let mut tcp = socket.connect(addr).await.unwrap();
-    let handshake = format!(
-        "GET /ws HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
-    );
-    tcp.write_all(handshake.as_bytes()).await.unwrap();
-    let mut response = Vec::new();
-    while !response.ends_with(b"\r\n\r\n") {
-        response.push(tcp.read_u8().await.unwrap());
-    }
+    common::upgrade(&mut tcp, &addr.to_string()).await.unwrap();
     // Pings as masked binary frames, as fast as the server takes them, never reading a pong.
     let ping = Request::Ping { id: 1, payload: vec![] }.to_bytes();
     let mut frame = vec![0x82, 0x80 | ping.len() as u8, 0, 0, 0, 0];

@@ -1,5 +1,7 @@
 //! The real server over a real WebSocket: split frames, cloud-only images, malformed input.
 
+mod common;
+
 use std::time::Duration;
 
 use actix_codec::Framed;
@@ -481,22 +483,10 @@ async fn a_huge_announced_frame_is_refused_before_it_arrives() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let srv = server();
     let mut tcp = tokio::net::TcpStream::connect(srv.addr()).await.unwrap();
-    let handshake = format!(
-        "GET /ws HTTP/1.1\r\nHost: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
-        srv.addr()
-    );
-    tcp.write_all(handshake.as_bytes()).await.unwrap();
-    let mut response = Vec::new();
-    while !response.ends_with(b"\r\n\r\n") {
-        response.push(tcp.read_u8().await.unwrap());
-    }
+    let response = common::upgrade(&mut tcp, &srv.addr().to_string()).await.unwrap();
     assert!(response.starts_with(b"HTTP/1.1 101"), "{}", String::from_utf8_lossy(&response));
     // A binary frame declaring 1 GiB, masked as a client must, then the first 4 MiB of it.
-    let mut header = vec![0x82, 0x80 | 127];
-    header.extend_from_slice(&(1u64 << 30).to_be_bytes());
-    header.extend_from_slice(&[1, 2, 3, 4]);
-    tcp.write_all(&header).await.unwrap();
+    tcp.write_all(&common::gigabyte_frame_header()).await.unwrap();
     let streamed = tcp.write_all(&vec![0u8; 4 << 20]).await;
     // The server answers with a close frame (opcode 8) carrying 1009, then stops reading. Its
     // heartbeat ping may come first: server frames are unmasked and control frames short, so

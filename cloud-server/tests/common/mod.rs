@@ -1,5 +1,9 @@
-//! The real server binary for the tests that need its process: its `main`, its flags, its
-//! memory as the kernel counts it.
+//! The real server binary for the tests that need its process (its `main`, its flags, its
+//! memory as the kernel counts it), and a raw WebSocket handshake for the tests that must write
+//! frames no client library would.
+
+// Each test binary that includes this module uses a part of it.
+#![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -16,7 +20,6 @@ impl Drop for Server {
 
 impl Server {
     /// A field of `/proc/PID/status` in KiB (`VmRSS`, `VmHWM`).
-    #[allow(dead_code)] // not every test binary that includes this module reads memory
     pub fn status_kib(&self, field: &str) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.0.id())).unwrap();
         let line = status.lines().find(|l| l.starts_with(field)).expect("field in status");
@@ -40,4 +43,27 @@ pub fn start(args: &[&str]) -> (Server, String) {
         }
     }
     panic!("the server exited before listening");
+}
+
+/// Upgrade `tcp` to a WebSocket on `/ws` of `host` by hand; the server's response head.
+pub async fn upgrade(tcp: &mut tokio::net::TcpStream, host: &str) -> std::io::Result<Vec<u8>> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let handshake = format!(
+        "GET /ws HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    );
+    tcp.write_all(handshake.as_bytes()).await?;
+    let mut response = Vec::new();
+    while !response.ends_with(b"\r\n\r\n") {
+        response.push(tcp.read_u8().await?);
+    }
+    Ok(response)
+}
+
+/// The header of a masked binary frame announcing 1 GiB, as a client sends it.
+pub fn gigabyte_frame_header() -> Vec<u8> {
+    let mut header = vec![0x82, 0x80 | 127];
+    header.extend_from_slice(&(1u64 << 30).to_be_bytes());
+    header.extend_from_slice(&[1, 2, 3, 4]);
+    header
 }

@@ -323,22 +323,21 @@ fn lost_reordered_and_orphan_deltas_ask_for_a_keyframe() {
     decode_with(&cal, boundary(), &B5, &p, &b, Some(&mut dec)).unwrap();
 }
 
+/// The first (key) frame of stream `id` at `bits`, decoded into `dec`.
+fn decode_keyframe(cal: &Calibration, id: u32, bits: u8, dec: &mut StreamDecoder) {
+    let mut enc = StreamEncoder::new(id, 10, 0);
+    let x = activations(1);
+    let (p, b) =
+        encode_with(cal, boundary(), &B5, &x, QuantSetting::bits(bits), Some(&mut enc)).unwrap();
+    decode_with(cal, boundary(), &B5, &p, &b, Some(dec)).unwrap();
+}
+
 #[test]
 fn decoders_track_a_bounded_number_of_streams() {
     let cal = calibration();
     let mut dec = StreamDecoder::new();
     for id in 1..=(MAX_STREAMS as u32 + 3) {
-        let mut enc = StreamEncoder::new(id, 10, 0);
-        let (p, b) = encode_with(
-            &cal,
-            boundary(),
-            &B5,
-            &activations(1),
-            QuantSetting::bits(2),
-            Some(&mut enc),
-        )
-        .unwrap();
-        decode_with(&cal, boundary(), &B5, &p, &b, Some(&mut dec)).unwrap();
+        decode_keyframe(&cal, id, 2, &mut dec);
     }
     assert_eq!(dec.len(), MAX_STREAMS);
 }
@@ -346,19 +345,7 @@ fn decoders_track_a_bounded_number_of_streams() {
 #[test]
 fn decoders_keep_streams_within_a_byte_budget() {
     let cal = calibration();
-    let keyframe = |id: u32, dec: &mut StreamDecoder| {
-        let mut enc = StreamEncoder::new(id, 10, 0);
-        let (p, b) = encode_with(
-            &cal,
-            boundary(),
-            &B5,
-            &activations(1),
-            QuantSetting::bits(4),
-            Some(&mut enc),
-        )
-        .unwrap();
-        decode_with(&cal, boundary(), &B5, &p, &b, Some(dec)).unwrap();
-    };
+    let keyframe = |id: u32, dec: &mut StreamDecoder| decode_keyframe(&cal, id, 4, dec);
     let one = {
         let mut d = StreamDecoder::new();
         keyframe(1, &mut d);
