@@ -23,7 +23,7 @@ pub fn burn_ops(repeats: usize) -> BTreeMap<String, f64> {
     let random4 = |shape: [usize; 4]| Tensor::<4>::random(shape, Distribution::Default, &device);
     let random2 = |shape: [usize; 2]| Tensor::<2>::random(shape, Distribution::Default, &device);
     let panels = |c_in: usize, c_out: usize| {
-        let dims = fused::pointwise_weight_dims(c_in, c_out);
+        let dims = fused::pointwise_weight_dims(c_in, c_out, &device);
         Tensor::<3>::random(dims, Distribution::Default, &device)
     };
     let random1 = |n: usize| Tensor::<1>::random([n], Distribution::Default, &device);

@@ -19,7 +19,7 @@
 use burn::backend::{Backend, DispatchDevice, Flex, backend_extension, tensor::FloatTensor};
 use burn::tensor::module::conv2d;
 use burn::tensor::ops::ConvOptions;
-use burn::tensor::{Tensor, TensorData};
+use burn::tensor::{Device, Tensor, TensorData};
 use split_kernels::{Activation, ConvShape, Isa, PointwiseShape};
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -92,6 +92,8 @@ mod flex_impl {
         let c_out = panels * pw;
         let pixels = dims[..dims.len() - 1].iter().product();
         let s = PointwiseShape { pixels, c_in, c_out };
+        // Weights loaded for another device (one panel) would be read in the wrong order.
+        assert_eq!(pw, s.panel_width(), "1x1 weight not in the kernels' panel layout");
         let res = residual.as_ref().map(values);
         let out = split_kernels::pointwise_new(
             Isa::detect(),
@@ -178,8 +180,12 @@ pub fn set_composed_only(on: bool) {
 
 /// Whether `x` lives on a device with fused kernels.
 fn fused(x: &Tensor<4>) -> bool {
-    matches!(x.device().as_dispatch(), DispatchDevice::Flex(_))
-        && !COMPOSED_ONLY.load(Ordering::Relaxed)
+    has_kernels(&x.device()) && !COMPOSED_ONLY.load(Ordering::Relaxed)
+}
+
+/// Whether the fused kernels run on `device` (`flex`); elsewhere the composed ops do.
+pub fn has_kernels(device: &Device) -> bool {
+    matches!(device.as_dispatch(), DispatchDevice::Flex(_))
 }
 
 /// TF-SAME padding pairs `((top, bottom), (left, right))` for a kxk/s conv on `h × w`.
@@ -196,9 +202,13 @@ pub fn pointwise_shape(c_in: usize, c_out: usize) -> PointwiseShape {
     PointwiseShape { pixels: 1, c_in, c_out }
 }
 
-/// Dimensions of a 1x1 weight in panels: `[c_out / pw, c_in, pw]`.
-pub fn pointwise_weight_dims(c_in: usize, c_out: usize) -> [usize; 3] {
-    let pw = pointwise_shape(c_in, c_out).panel_width();
+/// Dimensions of a 1x1 weight in panels, `[c_out / pw, c_in, pw]`, for the kernels on `device`.
+///
+/// The kernels read panels of [`split_kernels::PANEL`] output channels; the composed ops of
+/// other devices want `[c_in, c_out]`, which is one panel (`pw = c_out`): stored that way there,
+/// their matmul reshapes it for free instead of transposing panels back on every call.
+pub fn pointwise_weight_dims(c_in: usize, c_out: usize, device: &Device) -> [usize; 3] {
+    let pw = if has_kernels(device) { pointwise_shape(c_in, c_out).panel_width() } else { c_out };
     [c_out / pw, c_in, pw]
 }
 
@@ -230,7 +240,11 @@ pub fn pointwise(
     let [n, h, w, c_in] = x.dims();
     let [panels, _, pw] = weight.dims();
     let c_out = panels * pw;
-    let weight = weight.swap_dims(0, 1).reshape([c_in, c_out]); // panels back to [c_in, c_out]
+    let weight = if panels == 1 {
+        weight.reshape([c_in, c_out]) // loaded for this device: already [c_in, c_out]
+    } else {
+        weight.swap_dims(0, 1).reshape([c_in, c_out]) // the kernels' panels, back to [c_in, c_out]
+    };
     let y = x.reshape([n * h * w, c_in]).matmul(weight) + bias.unsqueeze::<2>(); // [nhw, c_out]
     let y = if relu6 { y.clamp(0.0, 6.0) } else { y };
     let y = y.reshape([n, h, w, c_out]);

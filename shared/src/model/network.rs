@@ -13,6 +13,7 @@ use super::boundary::Boundary;
 use super::fused;
 use super::{ModelError, Result, check_shape};
 use crate::container::TensorFile;
+use split_kernels::PointwiseShape;
 
 /// Largest batch a caller may run or send in one frame.
 pub const MAX_BATCH: usize = 4;
@@ -103,14 +104,16 @@ impl Loader<'_> {
     /// PyTorch `[c_out, c_in, 1, 1]` to panels `[c_out / pw, c_in, pw]`.
     fn pointwise(&self, name: &str, c_in: usize, c_out: usize) -> Result<Pointwise> {
         let w = self.weights.tensor(&format!("{name}.weight"), &[c_out, c_in, 1, 1])?;
-        let shape = fused::pointwise_shape(c_in, c_out);
+        let dims = fused::pointwise_weight_dims(c_in, c_out, self.device);
+        let panels = PointwiseShape { pixels: 1, c_in, c_out };
         let mut t = vec![0.0; c_in * c_out];
         for o in 0..c_out {
             for i in 0..c_in {
-                t[shape.weight_index(i, o)] = w[o * c_in + i];
+                let at = if dims[0] == 1 { i * c_out + o } else { panels.weight_index(i, o) };
+                t[at] = w[o * c_in + i];
             }
         }
-        let weight = self.tensor(t, fused::pointwise_weight_dims(c_in, c_out));
+        let weight = self.tensor(t, dims);
         Ok(Pointwise { weight, bias: self.bias(name, c_out)? })
     }
 
