@@ -47,7 +47,7 @@ fn composed_pointwise_reads_one_panel_and_panels_alike() {
     let (c_in, c_out) = (24, 40);
     let x = Tensor::<4>::random([1, 5, 3, c_in], Distribution::Default, &device);
     let plain = Tensor::<2>::random([c_in, c_out], Distribution::Default, &device);
-    let plain: Vec<f32> = plain.into_data().to_vec().unwrap();
+    let plain = plain.into_data().try_to_vec::<f32>().unwrap();
     let bias = Tensor::<1>::random([c_out], Distribution::Default, &device);
     let shape = PointwiseShape { pixels: 1, c_in, c_out };
     let [panels, _, pw] = fused::pointwise_weight_dims(c_in, c_out, &device);
