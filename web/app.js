@@ -59,22 +59,23 @@ async function loadFile(file) {
 function fillSplits() {
   const select = $("split");
   const add = (value, label) => select.add(new Option(label, value));
-  if (client.planner) add("auto", "auto — adaptive (planner picks split and codec)");
+  if (client.hasPlanner) add("auto", "auto — adaptive (planner picks split and codec)");
   add("edge", "edge only (everything in the browser)");
   add("cloud", "cloud only (upload the image)");
-  for (const b of SplitClient.boundaries()) {
+  for (const b of client.boundaries()) {
     if (b.name === "logits") continue;
     const kb = (b.bytesF32 / 1024).toFixed(0);
     add(b.name, `after ${b.name} — send [${b.shape.join("×")}] f32, ${kb} KiB; ${(b.cumulativeMacs / 1e6).toFixed(0)}M MACs on the edge`);
   }
-  select.value = client.planner ? "auto" : "block11";
+  select.value = client.hasPlanner ? "auto" : "block11";
 }
 
-// The planner panel: refreshed every second from planner.explain() (a plain object).
+// The planner panel: refreshed every second from the client's `explain()` (a plain object,
+// from the worker the client runs in).
 const history = [];
-function drawPlanner() {
-  if (!client?.planner) return;
-  const x = client.planner.explain(client.timeoutMs);
+async function drawPlanner() {
+  if (!client?.hasPlanner) return;
+  const x = await client.explain();
   const f = x.forecast;
   $("planner").hidden = false;
   const name = (p) => !p ? "—" : p.mode === "split" ? `split after ${p.boundary}, ${p.codec}` : p.mode.replace("_", " ");
@@ -160,7 +161,7 @@ async function classify() {
     const modes = { split: `split after ${r.split}`, cache: "answered from the browser's cache", edge: "edge only", cloud: "cloud only" };
     $("r-mode").textContent = (r.auto ? "auto: " : "") + (modes[r.mode] ?? r.mode) + (r.fallback ? ` (fallback: ${r.fallback})` : "");
     if (r.auto) lastAuto = r;
-    drawPlanner();
+    drawPlanner().catch(() => {});
     $("r-codec").textContent = r.mode === "split" ? r.codec : r.mode === "cloud" ? "image upload" : "—";
     $("r-load").textContent = r.load ? `${r.load.queued} queued, ${r.load.workers} worker(s), ${ms(r.load.recentMs)} recent compute${r.serverCached ? "; served from cache" : ""}` : "—";
     $("r-backend").textContent = r.backend;
@@ -186,6 +187,8 @@ async function main() {
   const params = new URLSearchParams(location.search);
   const backend = params.get("backend") ?? "auto";
   const wasmBuild = params.get("wasm") ?? undefined; // "webgpu" | "cpu" | "cpu-relaxed": benchmarks
+  // The client runs in a Web Worker; `?worker=0` keeps it on the page's thread (to compare).
+  const worker = params.has("worker") ? params.get("worker") !== "0" : undefined;
   // A server started with --token: open the page as …/#token=TOKEN (the fragment never
   // reaches the server's logs).
   const token = new URLSearchParams(location.hash.slice(1)).get("token") ?? undefined;
@@ -193,6 +196,7 @@ async function main() {
   client = await SplitClient.create({
     backend,
     wasmBuild,
+    worker,
     token,
     onProgress: (p) => {
       const pct = p.fraction == null || p.stage === "ready" ? "" : ` ${(p.fraction * 100).toFixed(0)}%`;
@@ -203,9 +207,11 @@ async function main() {
   });
   // Exposed for the browser tests and for experimenting from the console.
   window.splitClient = client;
-  $("backend").textContent = client.backend === "cpu" ? `cpu (${client.wasmBuild} wasm)` : client.backend;
+  $("backend").textContent = (client.backend === "cpu" ? `cpu (${client.wasmBuild} wasm)` : client.backend)
+    + (client.inWorker ? ", in a worker" : ", on the page's thread");
   document.body.dataset.backend = client.backend;
   document.body.dataset.wasmBuild = client.wasmBuild;
+  document.body.dataset.worker = String(client.inWorker);
   $("classify").disabled = !image;
   document.body.dataset.state = "ready";
 }
@@ -234,7 +240,15 @@ async function start() {
     await main();
     fillSplits();
     fillCodecs();
-    if (client.planner) setInterval(drawPlanner, 1000);
+    if (client.hasPlanner) {
+      // One refresh at a time: a worker busy with an edge run answers late.
+      let drawing = false;
+      setInterval(() => {
+        if (drawing) return;
+        drawing = true;
+        drawPlanner().catch(() => {}).finally(() => { drawing = false; });
+      }, 1000);
+    }
   } catch (e) {
     showError(e);
   }

@@ -107,6 +107,9 @@ export interface CreateOptions {
   onSwitch?: (s: Switch) => void;
   /** Force one build of the module (benchmarks). */
   wasmBuild?: "webgpu" | "cpu" | "cpu-relaxed";
+  /** Run the client (module, weights, edge compute, connection) in a Web Worker, so the page
+   * never waits on an edge run. Default: true on a page that can start one. */
+  worker?: boolean;
 }
 
 export interface ClassifyOptions {
@@ -180,8 +183,13 @@ export interface AdaptivePlanner {
 export class SplitClient {
   /** Load the wasm module and the weights, pick WebGPU or the CPU, and prepare the connection. */
   static create(options?: CreateOptions): Promise<SplitClient>;
-  /** The model's boundaries; available once a client was created. */
+  /** The model's boundaries, on the thread that loaded the module (a `worker: false` client
+   * was created); the instance method works everywhere. */
   static boundaries(): BoundaryInfo[];
+  /** The model's boundaries. */
+  boundaries(): BoundaryInfo[];
+  /** Whether the client runs in a Web Worker. */
+  readonly inWorker: boolean;
   /** Where the edge half runs. */
   readonly backend: "webgpu" | "cpu";
   /** Which wasm build was loaded. */
@@ -189,15 +197,24 @@ export class SplitClient {
   /** The codec used when `classify` is not given one. */
   defaultCodec: string;
   timeoutMs: number;
-  /** The adaptive planner, when the server publishes a cost table. */
-  readonly planner: AdaptivePlanner | null;
+  /** Whether `split: "auto"` is available (the server publishes a cost table). */
+  readonly hasPlanner: boolean;
+  /** The adaptive planner itself, on a client on this thread (`worker: false`) whose server
+   * publishes a cost table; absent from a client in a worker: use `explain()`. */
+  readonly planner?: AdaptivePlanner | null;
+  /** Auto mode's view of the link, the server and its choice; null without a planner. */
+  explain(): Promise<Explanation | null>;
+  /** Results remembered by content (0 turns the cache off). */
+  setCacheEntries(entries: number): Promise<void>;
+  /** Time the edge on this device: cumulative median ms from the input to each boundary. */
+  profileEdge(repeats?: number): Promise<{ names: string[]; ms: number[] }>;
   /** Every placement change of auto mode. */
   readonly switches: Switch[];
   /** Classify an encoded image (JPEG or PNG bytes): split is "edge", "cloud", "auto" or a
    * boundary name such as "block5". */
   classify(image: Uint8Array, split?: string, options?: ClassifyOptions): Promise<ClassifyResult>;
   /** Open the WebSocket now (it opens on the first request otherwise). */
-  connect(): Promise<WebSocket>;
+  connect(): Promise<unknown>;
   /** A ping with `probeBytes` of padding: null when unanswered within `timeoutMs`; `skewed`
    * when an edge run overlapped it. */
   ping(probeBytes?: number, timeoutMs?: number): Promise<{ ms: number; load: ServerLoad; skewed: boolean } | null>;
@@ -206,4 +223,7 @@ export class SplitClient {
     Promise<{ bytes: number; encodeMs: number; decodeMs: number }>;
   /** Close the connection and stop probing. */
   close(): void;
+  /** A client in a worker: stop the worker (weights, connection and all); later calls fail
+   * with code "worker". */
+  terminate?(): void;
 }

@@ -13,11 +13,16 @@
 // server error code such as "shape_mismatch") and a message meant for a developer; types are in
 // `split-client.d.ts`.
 //
+// On a page the client runs in a Web Worker by default (`worker: false` keeps it on the calling
+// thread): the same API, every call a message, and the page never waits on an edge run.
+//
 // Parts: `client/wasm.js` (which build to load, the wasm seam), `client/connection.js` (the
-// WebSocket), `client/adaptive.js` (`split: "auto"`), and this file (creation and `classify`).
+// WebSocket), `client/adaptive.js` (`split: "auto"`), `client/worker.js` and `client/remote.js`
+// (the worker and the page's handle on it), and this file (creation and `classify`).
 
 import { Adaptive } from "./client/adaptive.js";
 import { Connection } from "./client/connection.js";
+import { RemoteSplitClient } from "./client/remote.js";
 import { SplitError, fetchWithProgress, loadWasm, wasm, wasmCall } from "./client/wasm.js";
 
 export { SplitError };
@@ -34,9 +39,11 @@ export class SplitClient {
    *   baseUrl, wsUrl, backend ("auto" | "webgpu" | "cpu"), onProgress, timeoutMs, cacheEntries,
    *   constraints (for "auto": privacy_floor, min_agreement, max_edge_param_bytes), onSwitch,
    *   wasmBuild ("webgpu" | "cpu" | "cpu-relaxed", for benchmarks), token (the server's bearer
-   *   token, when it requires one)
+   *   token, when it requires one), worker (default: true on a page that can start one)
    */
   static async create(options = {}) {
+    const worker = options.worker ?? (typeof window !== "undefined" && typeof Worker !== "undefined");
+    if (worker) return RemoteSplitClient.create(options);
     const base = new URL(options.baseUrl ?? "/", location.href);
     const onProgress = options.onProgress ?? (() => {});
     onProgress({ stage: "wasm", fraction: null });
@@ -98,6 +105,42 @@ export class SplitClient {
   /** "webgpu" or "cpu": where the edge half runs. */
   get backend() {
     return this.edge.backend;
+  }
+
+  /** Whether the client runs in a Web Worker (never, for this class: see `RemoteSplitClient`). */
+  get inWorker() {
+    return false;
+  }
+
+  /** Whether `split: "auto"` is available (the server publishes a cost table). */
+  get hasPlanner() {
+    return this.adaptive != null;
+  }
+
+  /** What a page needs to know of the client, as plain data (what the worker sends back). */
+  describe() {
+    return { backend: this.backend, wasmBuild: this.wasmBuild, info: this.info, hasPlanner: this.hasPlanner,
+             defaultCodec: this.defaultCodec, timeoutMs: this.timeoutMs, boundaries: this.boundaries() };
+  }
+
+  /** The model's boundaries (name, shape, MACs). */
+  boundaries() {
+    return wasm.boundaries();
+  }
+
+  /** Auto mode's view of the link, the server and its choice (a plain object), or null. */
+  async explain() {
+    return this.adaptive ? this.adaptive.planner.explain(this.timeoutMs) : null;
+  }
+
+  /** Results remembered by content (0 turns the cache off). */
+  async setCacheEntries(n) {
+    this.edge.setCacheEntries(n);
+  }
+
+  /** Time the edge on this device: `{ names, ms }`, cumulative ms at each boundary. */
+  profileEdge(repeats = 1) {
+    return wasmCall(() => this.edge.profileEdge(repeats));
   }
 
   /** The adaptive planner (`split: "auto"`), when the server publishes a cost table. */

@@ -65,7 +65,7 @@ async function codecChecks(page, name) {
  * code the client documents, and the client keeps working afterwards. */
 async function errorChecks(page, name) {
   const out = await page.evaluate(async (UNREACHABLE) => {
-    const { SplitError } = await import("/split-client.js");
+    const { SplitClient, SplitError } = await import("/split-client.js");
     const client = window.splitClient;
     const chelsea = new Uint8Array(await (await fetch("samples/chelsea.png")).arrayBuffer());
     const attempt = async (f) => {
@@ -79,9 +79,16 @@ async function errorChecks(page, name) {
       unknownCodec: await attempt(() => client.classify(chelsea, "block5", { codec: "q4-zzz" })),
       unsupportedBits: await attempt(() => client.classify(chelsea, "block5", { codec: "q5" })),
       afterwards: (await client.classify(chelsea, "block5", { codec: "q4" })).top[0].class,
+      // The page's client runs in a worker; the connection's insides are reached on a client
+      // on this thread.
+      ...(await (async () => {
+        window.local = await SplitClient.create({ backend: "cpu", worker: false, cacheEntries: 0 });
+        return { localInWorker: window.local.inWorker, pageInWorker: client.inWorker };
+      })()),
       ...(await (async () => {
         // A server that cannot be reached: the first request tries and fails, the next fails at
         // once (backoff) instead of trying again.
+        const client = window.local;
         const saved = client.connection.url;
         client.connection.close();
         client.connection.url = new URL(UNREACHABLE);
@@ -94,12 +101,14 @@ async function errorChecks(page, name) {
       ...(await (async () => {
         // A token travels as the subprotocol `bearer.TOKEN` beside `split.v1`, which the server
         // must select or Chromium drops the socket (this server has no token: it accepts any).
+        const client = window.local;
         client.connection.close();
         client.connection.protocols = ["split.v1", "bearer.e2e-token-0123456789"];
         const top = (await client.classify(chelsea, "cloud")).top[0].class;
         const protocol = client.connection.socket.protocol;
         client.connection.close();
         client.connection.protocols = [];
+        client.close();
         return { tokenProtocol: { top, protocol } };
       })()),
     };
@@ -112,6 +121,7 @@ async function errorChecks(page, name) {
     assert.ok(out[k].message.length > 0, `${name}/${k}: a message`);
   }
   assert.ok(CATS.has(out.afterwards), `${name}: the client still classifies after failures`);
+  assert.deepEqual([out.pageInWorker, out.localInWorker], [true, false], `${name}: the page's client in a worker, worker: false on the page's thread`);
   assert.ok(CATS.has(out.tokenProtocol.top), `${name}: classified over a token subprotocol`);
   assert.equal(out.tokenProtocol.protocol, "split.v1", `${name}: the server selected split.v1`);
   for (const k of ["unreachable", "backingOff"]) {
@@ -158,7 +168,7 @@ async function startLoad(context, clients, depth) {
 async function loadChecks(page, name) {
   const idle = await page.evaluate(async () => {
     const c = window.splitClient;
-    c.edge.setCacheEntries(0);
+    await c.setCacheEntries(0);
     window.chelsea = new Uint8Array(await (await fetch("samples/chelsea.png")).arrayBuffer());
     const rows = [];
     for (let i = 0; i < 4; i++) {
@@ -254,6 +264,13 @@ async function runPass({ name, args, query = "", expectBackend, expectBuild, cod
   return withPage(args, async (page) => {
     page.on("pageerror", (e) => errors.push(e.message));
     page.on("console", (m) => m.type() === "error" && errors.push(m.text()));
+    // Every task over 50 ms on the page's thread, from the first script on.
+    await page.addInitScript(() => {
+      window.longTasks = [];
+      new PerformanceObserver((list) => {
+        for (const e of list.getEntries()) window.longTasks.push({ at: e.startTime, ms: e.duration });
+      }).observe({ type: "longtask", buffered: true });
+    });
     await page.goto(new URL(query, url).href);
     await page.waitForFunction(() => ["ready", "failed"].includes(document.body.dataset.state), null, { timeout: STEP_TIMEOUT_MS });
     const state = await page.evaluate(() => document.body.dataset.state);
@@ -264,6 +281,7 @@ async function runPass({ name, args, query = "", expectBackend, expectBuild, cod
     const build = await page.evaluate(() => document.body.dataset.wasmBuild);
     assert.equal(build, expectBuild, `${name}: wasm build`);
 
+    const readyAt = await page.evaluate(() => performance.now());
     await page.click('button[data-sample="chelsea"]');
     await page.waitForFunction(() => document.body.dataset.image === "chelsea");
     const rows = [];
@@ -281,6 +299,12 @@ async function runPass({ name, args, query = "", expectBackend, expectBuild, cod
         edgeMs: r.edgeMs.toFixed(1), bytesSent: r.bytesSent, serverMs: r.serverMs.toFixed(1), roundTripMs: r.roundTripMs.toFixed(1) });
     }
     console.table(rows);
+    // The edge runs in the client's worker: the page's thread stays free while it computes.
+    const tasks = await page.evaluate(() => window.longTasks);
+    const loading = tasks.filter((t) => t.at < readyAt).map((t) => Math.round(t.ms));
+    const classifying = tasks.filter((t) => t.at >= readyAt).map((t) => Math.round(t.ms));
+    console.log(`e2e: ${name}: long tasks on the page's thread: loading [${loading}] ms, classifying [${classifying}] ms`);
+    assert.deepEqual(classifying, [], `${name}: the page blocked over 50 ms while classifying`);
     for (const r of rows) assert.ok(CATS.has(r.top1), `${name}/${r.split}: top-1 ${r.top1} (${r.name}) is not a cat`);
     assert.equal(new Set(rows.map((r) => r.top1)).size, 1, `${name}: top-1 differs across modes`);
     assert.equal(rows.find((r) => r.split === "edge").bytesSent, 0, "edge-only sends nothing");

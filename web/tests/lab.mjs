@@ -86,7 +86,10 @@ async function preparePageImages(page) {
 /** A new client on `wsUrl` (the previous one closed); the device timing sees the throttle. */
 const newClient = (page, wsUrl) => page.evaluate(async (wsUrl) => {
   const { SplitClient } = await import("/split-client.js");
-  if (window.client) window.client.close();
+  if (window.client) {
+    window.client.close();
+    window.client.terminate?.(); // its worker, weights and all
+  }
   window.client = await SplitClient.create({ backend: "cpu", wsUrl: wsUrl ?? undefined, cacheEntries: 0 });
 }, wsUrl);
 

@@ -24,7 +24,7 @@ async function burnMs(build) {
     await page.goto(new URL(`index.html?backend=cpu&wasm=${build}`, url).href);
     await page.waitForFunction(() => ["ready", "failed"].includes(document.body.dataset.state), null, { timeout: 300_000 });
     return page.evaluate(async (repeats) => {
-      const p = await window.splitClient.edge.profileEdge(repeats);
+      const p = await window.splitClient.profileEdge(repeats);
       return { ms: p.ms[p.ms.length - 1], build: window.splitClient.wasmBuild };
     }, REPEATS);
   });

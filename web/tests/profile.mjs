@@ -17,7 +17,7 @@ for (const [name, backend, args] of [["browser-wasm-cpu", "cpu", GPU_ARGS.cpu], 
     await page.waitForFunction(() => ["ready", "failed"].includes(document.body.dataset.state), null, { timeout: 300_000 });
     const p = await page.evaluate(async ({ repeats }) => {
       const client = window.splitClient;
-      const r = await client.edge.profileEdge(repeats);
+      const r = await client.profileEdge(repeats);
       return { backend: client.backend, ms: r.ms, ua: navigator.userAgent };
     }, { repeats: REPEATS });
     if (p.backend !== backend) throw new Error(`${name}: got backend ${p.backend}`);

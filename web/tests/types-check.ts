@@ -13,6 +13,8 @@ async function embed(bytes: Uint8Array): Promise<string> {
     const auto = await client.classify(bytes, "auto");
     const where: Placement | undefined = auto.placement;
     if (where?.mode === "split") console.log(where.boundary, where.codec);
+    const why = await client.explain();
+    if (client.inWorker && why) console.log(why.forecast.link_up, client.boundaries().length);
     return `${r.top[0].name} ${r.totalMs.toFixed(1)} ms on ${client.backend} (${client.wasmBuild})`;
   } catch (e) {
     if (e instanceof SplitError) return `${e.code}: ${e.message}`;

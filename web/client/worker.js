@@ -1,0 +1,46 @@
+// The client's worker: a whole `SplitClient` (wasm module, weights, edge compute, WebSocket,
+// auto mode's planner and probes) off the page's thread, so a classification never freezes the
+// page. `remote.js` is the other end. Messages:
+//
+//   in:  { id, method, args }                 a call on the client (`create` first)
+//   out: { id, result } | { id, error }       its answer; errors as { code, message }
+//        { event: "progress" | "switch", value }   `onProgress` / `onSwitch` as they happen
+
+import { SplitClient, SplitError } from "../split-client.js";
+
+let client = null;
+
+/** What the page may call; each returns something structured-cloneable. */
+const methods = {
+  async create(options) {
+    if (client) throw new SplitError("bad_option", "this worker already has a client");
+    client = await SplitClient.create({
+      ...options,
+      worker: false,
+      onProgress: (value) => postMessage({ event: "progress", value }),
+      onSwitch: (value) => postMessage({ event: "switch", value }),
+    });
+    return client.describe();
+  },
+  classify: (image, split, options) => client.classify(image, split, options),
+  ping: (probeBytes, timeoutMs) => client.ping(probeBytes, timeoutMs),
+  benchCodec: (image, split, codec, repeats) => client.benchCodec(image, split, codec, repeats),
+  profileEdge: (repeats) => client.profileEdge(repeats),
+  explain: () => client.explain(),
+  setCacheEntries: (n) => client.setCacheEntries(n),
+  setTimeoutMs: (ms) => { client.timeoutMs = ms; },
+  setDefaultCodec: (codec) => { client.defaultCodec = codec; },
+  connect: async () => { await client.connect(); },
+  close: () => client.close(),
+};
+
+onmessage = async ({ data: { id, method, args } }) => {
+  try {
+    const f = methods[method];
+    if (!f) throw new SplitError("bad_option", `no client method ${method}`);
+    if (!client && method !== "create") throw new SplitError("bad_option", "the client is not created yet");
+    postMessage({ id, result: await f(...args) });
+  } catch (e) {
+    postMessage({ id, error: { code: e?.code ?? "internal", message: e?.message ?? String(e) } });
+  }
+};
