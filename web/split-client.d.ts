@@ -106,7 +106,7 @@ export interface CreateOptions {
   /** Called with each placement change of auto mode. */
   onSwitch?: (s: Switch) => void;
   /** Force one build of the module (benchmarks). */
-  wasmBuild?: "webgpu" | "cpu" | "cpu-relaxed";
+  wasmBuild?: "webgpu" | "cpu" | "cpu-relaxed" | "cpu-threads";
   /** Run the client (module, weights, edge compute, connection) in a Web Worker, so the page
    * never waits on an edge run. Default: true on a page that can start one. */
   worker?: boolean;
@@ -193,7 +193,7 @@ export class SplitClient {
   /** Where the edge half runs. */
   readonly backend: "webgpu" | "cpu";
   /** Which wasm build was loaded. */
-  readonly wasmBuild: "webgpu" | "cpu" | "cpu-relaxed";
+  readonly wasmBuild: "webgpu" | "cpu" | "cpu-relaxed" | "cpu-threads";
   /** The codec used when `classify` is not given one. */
   defaultCodec: string;
   timeoutMs: number;

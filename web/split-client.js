@@ -38,7 +38,7 @@ export class SplitClient {
    * @param {import("./split-client.js").CreateOptions} [options]  see `split-client.d.ts`:
    *   baseUrl, wsUrl, backend ("auto" | "webgpu" | "cpu"), onProgress, timeoutMs, cacheEntries,
    *   constraints (for "auto": privacy_floor, min_agreement, max_edge_param_bytes), onSwitch,
-   *   wasmBuild ("webgpu" | "cpu" | "cpu-relaxed", for benchmarks), token (the server's bearer
+   *   wasmBuild ("webgpu" | "cpu" | "cpu-relaxed" | "cpu-threads", for benchmarks), token (the server's bearer
    *   token, when it requires one), worker (default: true on a page that can start one)
    */
   static async create(options = {}) {
@@ -85,7 +85,7 @@ export class SplitClient {
 
   constructor(base, edge, timeoutMs, info, planner = null, onSwitch = null, token = null) {
     this.edge = edge;
-    /** Which wasm build was loaded: "webgpu", "cpu" or "cpu-relaxed". */
+    /** Which wasm build was loaded: "webgpu", "cpu", "cpu-relaxed" or "cpu-threads". */
     this.wasmBuild = wasm.buildKind();
     this.info = info;
     /** Codec used when `classify` is not given one: the server's recommendation. */

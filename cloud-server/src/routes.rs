@@ -2,6 +2,7 @@
 //! table and the static demo (an allow-list: [`crate::static_files`]).
 
 use actix_files::{Files, NamedFile};
+use actix_web::middleware::DefaultHeaders;
 use actix_web::{HttpRequest, HttpResponse, web};
 
 use crate::info::{CALIBRATION_URL, COST_TABLE_URL, ServerInfo, WEIGHTS_URL};
@@ -38,6 +39,14 @@ async fn weights(req: HttpRequest, state: web::Data<AppState>) -> actix_web::Res
     Ok(NamedFile::open_async(state.weights_path.as_path()).await?.into_response(&req))
 }
 
+/// `Cross-Origin-Opener-Policy: same-origin` and `Cross-Origin-Embedder-Policy: require-corp`:
+/// what a browser needs before it gives a page (and its workers) shared memory.
+fn cross_origin_isolated() -> DefaultHeaders {
+    DefaultHeaders::new()
+        .add(("Cross-Origin-Opener-Policy", "same-origin"))
+        .add(("Cross-Origin-Embedder-Policy", "require-corp"))
+}
+
 /// Register every route on `cfg`; shared by `main` and the tests.
 pub fn config_app(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
     move |cfg| {
@@ -52,10 +61,14 @@ pub fn config_app(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
             .route(CALIBRATION_URL, web::get().to(calibration))
             .route(COST_TABLE_URL, web::get().to(cost_table))
             .service(
-                Files::new("/", &web_dir)
-                    .index_file("index.html")
-                    .prefer_utf8(true)
-                    .path_filter(move |path, _| crate::static_files::servable(&web_dir, path)),
+                // The page is cross-origin isolated, which lets its client start the threaded
+                // edge build (SharedArrayBuffer): everything it loads is same-origin.
+                web::scope("").wrap(cross_origin_isolated()).service(
+                    Files::new("/", &web_dir)
+                        .index_file("index.html")
+                        .prefer_utf8(true)
+                        .path_filter(move |path, _| crate::static_files::servable(&web_dir, path)),
+                ),
             );
     }
 }

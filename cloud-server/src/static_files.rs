@@ -16,6 +16,7 @@ pub const SERVED: &[&str] = &[
     "pkg",
     "pkg-cpu",
     "pkg-cpu-relaxed",
+    "pkg-cpu-threads",
     "samples",
 ];
 

@@ -407,6 +407,12 @@ async fn only_the_site_is_served() {
     ] {
         assert_eq!(status(path).await, 404, "{path}");
     }
+    // The site is cross-origin isolated, so its client may start the threaded build.
+    let page = awc::Client::new().get(srv.url("/")).send().await.unwrap();
+    let header =
+        |name: &str| page.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    assert_eq!(header("cross-origin-opener-policy").as_deref(), Some("same-origin"));
+    assert_eq!(header("cross-origin-embedder-policy").as_deref(), Some("require-corp"));
 }
 
 /// A client that disconnects while its request waits in the queue costs no compute: the model

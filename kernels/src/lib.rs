@@ -29,6 +29,8 @@ mod threads;
 
 pub use alloc::{conv_nchw_to_nhwc_new, depthwise_new, pointwise_new};
 pub use shape::{Activation, ConvShape, PANEL, PointwiseShape};
+#[cfg(all(feature = "threads", target_family = "wasm"))]
+pub use threads::use_worker_pool;
 pub use threads::{max_threads, set_max_threads};
 
 /// An instruction set the kernels are compiled for.

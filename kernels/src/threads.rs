@@ -1,4 +1,5 @@
-//! Splitting one kernel call across threads (native builds with the `threads` feature).
+//! Splitting one kernel call across threads (builds with the `threads` feature: native, and the
+//! browser module built for Web Worker threads).
 //!
 //! Each part computes a disjoint range of the output (pixel rows for 1x1 convs, output rows for
 //! depthwise and the stem), so parts share nothing they write. Small calls stay on the calling
@@ -19,39 +20,88 @@ pub fn set_max_threads(n: usize) {
     MAX_THREADS.store(n, Ordering::Relaxed);
 }
 
-/// The helpers that run every part but the first: one fewer than the machine's threads, since
-/// the calling thread computes part 0 itself rather than sleeping while the pool works.
-#[cfg(feature = "threads")]
-struct Helpers {
-    pool: rayon::ThreadPool,
-    /// Threads a call may use in all: the helpers and the caller.
-    threads: usize,
+/// The helper threads beside the caller. Natively a pool of the crate's own, one thread fewer
+/// than the machine's (the calling thread computes part 0 itself rather than sleeping while the
+/// pool works).
+#[cfg(all(feature = "threads", not(target_family = "wasm")))]
+mod pool {
+    struct Helpers {
+        pool: rayon::ThreadPool,
+        /// Threads a call may use in all: the helpers and the caller.
+        threads: usize,
+    }
+
+    fn helpers() -> &'static Helpers {
+        static HELPERS: std::sync::OnceLock<Helpers> = std::sync::OnceLock::new();
+        HELPERS.get_or_init(|| {
+            let threads = std::env::var("RAYON_NUM_THREADS")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .filter(|&n: &usize| n > 0)
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+            // A pool needs a thread even on one core, where it stays idle: no call splits there.
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads.saturating_sub(1).max(1))
+                .thread_name(|i| format!("split-kernels-{i}"))
+                .build()
+                .expect("a thread pool of at least one thread");
+            Helpers { pool, threads }
+        })
+    }
+
+    /// Threads a call may use: the helpers and the caller.
+    pub(super) fn threads() -> usize {
+        helpers().threads
+    }
+
+    /// Helper threads that can take parts.
+    pub(super) fn helpers_available() -> usize {
+        helpers().pool.current_num_threads()
+    }
+
+    pub(super) fn spawn(work: impl FnOnce() + Send + 'static) {
+        helpers().pool.spawn(work);
+    }
 }
 
-#[cfg(feature = "threads")]
-fn helpers() -> &'static Helpers {
-    static HELPERS: std::sync::OnceLock<Helpers> = std::sync::OnceLock::new();
-    HELPERS.get_or_init(|| {
-        let threads = std::env::var("RAYON_NUM_THREADS")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .filter(|&n: &usize| n > 0)
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-        // A pool needs a thread even on one core, where it stays idle: no call splits there.
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads.saturating_sub(1).max(1))
-            .thread_name(|i| format!("split-kernels-{i}"))
-            .build()
-            .expect("a thread pool of at least one thread");
-        Helpers { pool, threads }
-    })
+/// In a browser threads are Web Workers sharing the module's memory, which only JavaScript can
+/// start: `wasm-edge` starts them as rayon's global pool and then calls [`use_worker_pool`].
+/// Until then every call runs on the caller.
+#[cfg(all(feature = "threads", target_family = "wasm"))]
+mod pool {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    static HELPERS: AtomicUsize = AtomicUsize::new(0);
+
+    pub(crate) fn use_worker_pool(helpers: usize) {
+        HELPERS.store(helpers, Ordering::Relaxed);
+    }
+
+    pub(super) fn threads() -> usize {
+        HELPERS.load(Ordering::Relaxed) + 1
+    }
+
+    pub(super) fn helpers_available() -> usize {
+        HELPERS.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn spawn(work: impl FnOnce() + Send + 'static) {
+        rayon::spawn(work);
+    }
+}
+
+/// Let kernel calls use rayon's global pool of `helpers` Web Workers (which the caller has
+/// started: `wasm_bindgen_rayon::init_thread_pool`) beside the calling thread.
+#[cfg(all(feature = "threads", target_family = "wasm"))]
+pub fn use_worker_pool(helpers: usize) {
+    pool::use_worker_pool(helpers);
 }
 
 /// The threads a call may use now.
 pub fn max_threads() -> usize {
     #[cfg(feature = "threads")]
     {
-        let all = helpers().threads;
+        let all = pool::threads();
         match MAX_THREADS.load(Ordering::Relaxed) {
             0 => all,
             n => n.min(all),
@@ -142,10 +192,9 @@ mod shared_parts {
             panicked: AtomicBool::new(false),
             f,
         });
-        let pool = &super::helpers().pool;
-        for _ in 1..parts.min(pool.current_num_threads() + 1) {
+        for _ in 1..parts.min(super::pool::helpers_available() + 1) {
             let shared = Arc::clone(&shared);
-            pool.spawn(move || shared.work());
+            super::pool::spawn(move || shared.work());
         }
         shared.work();
         let mut spins = 0u32;

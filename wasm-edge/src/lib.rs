@@ -83,17 +83,32 @@ async fn webgpu_device() -> Result<Device, String> {
     Err("this module was built without WebGPU (the CPU-only build; load web/pkg for WebGPU)".into())
 }
 
-/// Which build this is: `"webgpu"` (WebGPU and CPU), `"cpu"` (simd128) or `"cpu-relaxed"`
-/// (simd128 + relaxed SIMD's fused multiply-add).
+/// Which build this is: `"webgpu"` (WebGPU and CPU), `"cpu"` (simd128), `"cpu-relaxed"`
+/// (simd128 + relaxed SIMD's fused multiply-add) or `"cpu-threads"` (relaxed SIMD and Web
+/// Worker threads).
 #[wasm_bindgen(js_name = buildKind)]
 pub fn build_kind() -> String {
     if cfg!(feature = "webgpu") {
         "webgpu".into()
+    } else if cfg!(feature = "threads") {
+        "cpu-threads".into()
     } else if cfg!(target_feature = "relaxed-simd") {
         "cpu-relaxed".into()
     } else {
         "cpu".into()
     }
+}
+
+/// Start `helpers` Web Workers sharing this module's memory (resolves once they run); the
+/// threaded build only. Call it once, from a worker (the page's thread may not block), before
+/// [`EdgeSession::create`]: the kernels then split large calls across the caller and them.
+#[cfg(feature = "threads")]
+#[wasm_bindgen(js_name = startThreads)]
+pub async fn start_threads(helpers: usize) -> Result<(), JsValue> {
+    let helpers = helpers.max(1);
+    wasm_bindgen_futures::JsFuture::from(wasm_bindgen_rayon::init_thread_pool(helpers)).await?;
+    split_kernels::use_worker_pool(helpers);
+    Ok(())
 }
 
 #[wasm_bindgen]

@@ -27,21 +27,41 @@ async function hasWebGpuAdapter() {
 }
 
 /**
+ * Helper threads the threaded build may start here: none unless this is a worker (a page's
+ * thread may not block on the others) of a cross-origin isolated page (shared memory) on a
+ * machine with more than one core; at most three (the kernels' calls gain little beyond four
+ * threads).
+ */
+function threadHelpers() {
+  const inWorker = typeof window === "undefined" && typeof WorkerGlobalScope !== "undefined";
+  if (!inWorker || !globalThis.crossOriginIsolated) return 0;
+  return Math.max(0, Math.min((navigator.hardwareConcurrency ?? 1) - 1, 3));
+}
+
+/**
  * Load the smallest build that can do what was asked: the WebGPU build (`pkg/`, which also has
  * the CPU backend) only when WebGPU may be used and the browser has it; otherwise the CPU-only
  * build, with relaxed SIMD's fused multiply-add where the engine has it (`pkg-cpu-relaxed/`,
- * Chromium) or plain SIMD (`pkg-cpu/`).
+ * Chromium) or plain SIMD (`pkg-cpu/`), and with Web Worker threads on top of relaxed SIMD
+ * where threads may start (`pkg-cpu-threads/`).
  */
-const BUILD_DIRS = { webgpu: "pkg", cpu: "pkg-cpu", "cpu-relaxed": "pkg-cpu-relaxed" };
+const BUILD_DIRS = { webgpu: "pkg", cpu: "pkg-cpu", "cpu-relaxed": "pkg-cpu-relaxed", "cpu-threads": "pkg-cpu-threads" };
 
 export async function loadWasm(backend, build) {
   if (build != null && !BUILD_DIRS[build]) {
     throw new SplitError("bad_option", `unknown wasm build ${build}; use ${Object.keys(BUILD_DIRS).join(", ")}`);
   }
+  const helpers = threadHelpers();
+  if (build === "cpu-threads" && helpers === 0) {
+    throw new SplitError("bad_option", "the cpu-threads build needs a worker of a cross-origin isolated page on more than one core");
+  }
   const gpu = backend !== "cpu" && (await hasWebGpuAdapter());
-  const dir = BUILD_DIRS[build] ?? (gpu ? "pkg" : hasRelaxedSimd() ? "pkg-cpu-relaxed" : "pkg-cpu");
+  const relaxed = hasRelaxedSimd();
+  const dir = BUILD_DIRS[build]
+    ?? (gpu ? "pkg" : relaxed && helpers > 0 ? "pkg-cpu-threads" : relaxed ? "pkg-cpu-relaxed" : "pkg-cpu");
   const module = await import(new URL(`../${dir}/wasm_edge.js`, import.meta.url).href);
   await module.default();
+  if (dir === "pkg-cpu-threads") await module.startThreads(helpers);
   wasm = module;
   return module;
 }

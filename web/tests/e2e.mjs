@@ -1,7 +1,7 @@
 // Browser end-to-end test: headless Chromium opens the page served by the real server and
 // classifies `chelsea` edge-only, cloud-only and at two splits (features compressed with the
-// default codec), once with WebGPU, once on the CPU fallback and once on the CPU build without
-// relaxed SIMD. The CPU fallback pass also runs every
+// default codec), once with WebGPU, once on the CPU fallback (threads and relaxed SIMD), once on
+// the single-threaded relaxed-SIMD build and once on the CPU build without relaxed SIMD. The CPU fallback pass also runs every
 // codec path of the wasm build against the server, the content cache and a stream.
 // Run by `cargo xtask test`, which starts the server and sets SPLIT_URL.
 import assert from "node:assert/strict";
@@ -324,7 +324,10 @@ async function runPass({ name, args, query = "", expectBackend, expectBuild, cod
 
 const passes = [
   { name: "webgpu", args: GPU_ARGS.webgpu, expectBackend: "webgpu", expectBuild: "webgpu" },
-  { name: "cpu-fallback", args: GPU_ARGS.cpu, expectBackend: "cpu", expectBuild: "cpu-relaxed", codecs: true },
+  // Without WebGPU, on a cross-origin isolated page and two cores: relaxed SIMD and threads.
+  { name: "cpu-fallback", args: GPU_ARGS.cpu, expectBackend: "cpu", expectBuild: "cpu-threads", codecs: true },
+  // What a page that is not cross-origin isolated gets in Chromium, forced here.
+  { name: "cpu-relaxed", args: GPU_ARGS.cpu, query: "?wasm=cpu-relaxed", expectBackend: "cpu", expectBuild: "cpu-relaxed" },
   // The build for engines without relaxed SIMD (Firefox, Safari), forced here.
   { name: "cpu-simd128", args: GPU_ARGS.cpu, query: "?wasm=cpu", expectBackend: "cpu", expectBuild: "cpu" },
 ];

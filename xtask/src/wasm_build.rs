@@ -1,4 +1,4 @@
-//! Building the wasm edge module: three variants into `web/pkg*`, bindings by wasm-bindgen at
+//! Building the wasm edge module: four variants into `web/pkg*`, bindings by wasm-bindgen at
 //! the version in Cargo.lock, optimised by npm's binaryen.
 
 use std::path::{Path, PathBuf};
@@ -58,19 +58,78 @@ struct Variant {
     /// Target features for this build, when not just `.cargo/config.toml`'s `+simd128`; such a
     /// build gets its own target directory so the builds do not overwrite each other's units.
     target_features: Option<&'static str>,
+    /// Web Worker threads: shared memory, and the standard library rebuilt with atomics (which
+    /// only a nightly compiler does: [`THREADS_TOOLCHAIN`]).
+    threads: bool,
 }
 
 /// WebGPU + CPU for browsers with WebGPU; CPU-only (no cubecl/wgpu: a fraction of the size)
-/// for the rest; the same with relaxed SIMD's fused multiply-add for engines that validate it.
-const VARIANTS: [Variant; 3] = [
-    Variant { dir: "pkg", features: "webgpu", target_features: None },
-    Variant { dir: "pkg-cpu", features: "", target_features: None },
+/// for the rest; the same with relaxed SIMD's fused multiply-add for engines that validate it,
+/// and that again with Web Worker threads for pages that are cross-origin isolated.
+const VARIANTS: [Variant; 4] = [
+    Variant { dir: "pkg", features: "webgpu", target_features: None, threads: false },
+    Variant { dir: "pkg-cpu", features: "", target_features: None, threads: false },
     Variant {
         dir: "pkg-cpu-relaxed",
         features: "",
         target_features: Some("+simd128,+relaxed-simd"),
+        threads: false,
+    },
+    Variant {
+        dir: "pkg-cpu-threads",
+        features: "threads",
+        target_features: Some("+atomics,+bulk-memory,+mutable-globals,+simd128,+relaxed-simd"),
+        threads: true,
     },
 ];
+
+/// The nightly the threaded build is made with, pinned so that a fresh machine builds what
+/// was tested (`-Z build-std` has no stable equivalent).
+pub const THREADS_TOOLCHAIN: &str = "nightly-2026-05-20";
+
+/// Linker arguments of a threaded module: memory imported and shared between the workers
+/// (at most 1 GiB: a shared memory needs a maximum), and the thread-local storage symbols
+/// wasm-bindgen initialises in each worker.
+const THREADS_LINK_ARGS: [&str; 7] = [
+    "--shared-memory",
+    "--max-memory=1073741824",
+    "--import-memory",
+    "--export=__wasm_init_tls",
+    "--export=__tls_size",
+    "--export=__tls_align",
+    "--export=__tls_base",
+];
+
+/// Install the pinned nightly with the standard library's sources, once.
+fn ensure_threads_toolchain() -> Result<()> {
+    let out = Command::new("rustup").args(["toolchain", "list"]).output()?;
+    let installed =
+        String::from_utf8_lossy(&out.stdout).lines().any(|l| l.starts_with(THREADS_TOOLCHAIN));
+    if !installed {
+        eprintln!("web: installing {THREADS_TOOLCHAIN} for the threaded build (once)");
+    }
+    // Also adds rust-src to a toolchain installed without it; a no-op otherwise.
+    run(Command::new("rustup").args([
+        "toolchain",
+        "install",
+        THREADS_TOOLCHAIN,
+        "--profile",
+        "minimal",
+        "--component",
+        "rust-src",
+    ]))
+}
+
+/// `cargo +nightly` through rustup, free of the environment the stable cargo running this
+/// task set for its children.
+fn nightly_cargo() -> Command {
+    let mut c = Command::new("cargo");
+    c.arg(format!("+{THREADS_TOOLCHAIN}")).current_dir(paths::repo_root());
+    for var in ["CARGO", "RUSTC", "RUSTDOC", "RUSTUP_TOOLCHAIN", "RUSTC_WRAPPER"] {
+        c.env_remove(var);
+    }
+    c
+}
 
 /// binaryen's optimizer from npm (Debian's v108 produces modules that fail to instantiate).
 fn wasm_opt() -> Result<PathBuf> {
@@ -105,18 +164,31 @@ pub fn build() -> Result<()> {
     let opt = wasm_opt()?;
     let mut sizes = Vec::new();
     for v in &VARIANTS {
-        let mut cmd = cargo();
-        cmd.args(["build", "--package", "wasm-edge", "--profile", "wasm", "--target", WASM_TARGET]);
+        let mut cmd = if v.threads {
+            ensure_threads_toolchain()?;
+            let mut c = nightly_cargo();
+            c.args(["build", "-Z", "build-std=panic_abort,std"]);
+            c
+        } else {
+            let mut c = cargo();
+            c.arg("build");
+            c
+        };
+        cmd.args(["--package", "wasm-edge", "--profile", "wasm", "--target", WASM_TARGET]);
         if !v.features.is_empty() {
             cmd.args(["--features", v.features]);
         }
         let mut target = target_dir();
         if let Some(features) = v.target_features {
             target = target.join(v.dir);
-            cmd.env("CARGO_TARGET_DIR", &target).env(
-                "CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS",
-                format!("-C target-feature={features}"),
-            );
+            let mut flags = format!("-C target-feature={features}");
+            if v.threads {
+                for arg in THREADS_LINK_ARGS {
+                    flags.push_str(&format!(" -C link-arg={arg}"));
+                }
+            }
+            cmd.env("CARGO_TARGET_DIR", &target)
+                .env("CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS", flags);
         }
         run(&mut cmd)?;
         let wasm = target.join(WASM_TARGET).join("wasm/wasm_edge.wasm");
@@ -151,6 +223,9 @@ pub fn build() -> Result<()> {
         }
         if v.target_features.is_some_and(|f| f.contains("relaxed-simd")) {
             o.arg("--enable-relaxed-simd");
+        }
+        if v.threads {
+            o.arg("--enable-threads");
         }
         run(&mut o)?;
         std::fs::write(&stamp, &source)?;
