@@ -27,6 +27,13 @@ function setImage(bytes, name) {
   clearResult();
   $("error").hidden = true;
   const url = URL.createObjectURL(new Blob([bytes]));
+  $("note").hidden = true;
+  // The model sees 224×224: a much smaller photo is enlarged first, and answers get worse.
+  $("preview").onload = () => {
+    const { naturalWidth: w, naturalHeight: h } = $("preview");
+    $("note").hidden = Math.min(w, h) >= 112;
+    $("note").textContent = `This photo is ${w}×${h} pixels; the model looks at 224×224, so expect a rougher answer.`;
+  };
   $("preview").src = url;
   $("preview").alt = `the photo to classify: ${name}`;
   $("classify").disabled = !client;
@@ -37,6 +44,7 @@ function clearImage() {
   image = null;
   $("preview").removeAttribute("src");
   $("preview").alt = "";
+  $("note").hidden = true;
   $("classify").disabled = true;
   delete document.body.dataset.image;
 }
@@ -47,10 +55,10 @@ async function loadSample(name) {
 }
 
 async function loadFile(file) {
-  if (!/^image\/(jpeg|png)$/.test(file.type)) {
+  if (!/^image\/(jpeg|png|webp|avif|gif)$/.test(file.type)) {
     // The refused file must not leave the previous one selected as if it were it.
     clearImage();
-    showError(new Error(`${file.name} is ${file.type || "of unknown type"}; choose a JPEG or PNG`));
+    showError(new Error(`${file.name} is ${file.type || "of unknown type"}; choose a JPEG, PNG, WebP or AVIF photo`));
     return;
   }
   setImage(new Uint8Array(await file.arrayBuffer()), file.name);
@@ -199,7 +207,10 @@ async function main() {
     worker,
     token,
     onProgress: (p) => {
-      const pct = p.fraction == null || p.stage === "ready" ? "" : ` ${(p.fraction * 100).toFixed(0)}%`;
+      const mb = (n) => (n / 1e6).toFixed(1);
+      const pct = p.fraction == null || p.stage === "ready" ? ""
+        : p.cached ? " (from this browser's cache)"
+        : ` ${(p.fraction * 100).toFixed(0)}%${p.total ? ` of ${mb(p.total)} MB` : ""}`;
       $("status-text").textContent = (labels[p.stage] ?? "Ready") + pct;
       if (p.fraction == null) $("progress").removeAttribute("value");
       else $("progress").value = p.fraction;

@@ -61,6 +61,8 @@ export interface Progress {
   fraction: number | null;
   loaded?: number;
   total?: number;
+  /** Weights or calibration: read from Cache Storage, nothing downloaded. */
+  cached?: boolean;
 }
 
 /** A logged change of placement in auto mode. */

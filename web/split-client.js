@@ -23,7 +23,9 @@
 import { Adaptive } from "./client/adaptive.js";
 import { Connection } from "./client/connection.js";
 import { RemoteSplitClient } from "./client/remote.js";
-import { SplitError, fetchWithProgress, loadWasm, wasm, wasmCall } from "./client/wasm.js";
+import {
+  SplitError, browserDecodedPng, fetchCached, fetchWithProgress, loadWasm, modelInputJpeg, wasm, wasmCall,
+} from "./client/wasm.js";
 
 export { SplitError };
 
@@ -51,9 +53,13 @@ export class SplitClient {
     const infoResponse = await fetch(new URL("api/info", base));
     if (!infoResponse.ok) throw new SplitError("network", `GET api/info failed: ${infoResponse.status}`);
     const info = await infoResponse.json();
-    const weights = await fetchWithProgress(new URL(info.weights_url.replace(/^\//, ""), base), "weights", onProgress);
+    // Kept in Cache Storage under the files' checksums: a revisit downloads neither.
+    const download = (path, id, stage, bytes) => id
+      ? fetchCached(new URL(path.replace(/^\//, ""), base), id, stage, onProgress, bytes)
+      : fetchWithProgress(new URL(path.replace(/^\//, ""), base), stage, onProgress, bytes); // an older server
+    const weights = await download(info.weights_url, info.weights_id, "weights", info.weights_bytes);
     const calibration = info.calibration
-      ? await fetchWithProgress(new URL(info.calibration.url.replace(/^\//, ""), base), "calibration", onProgress)
+      ? await download(info.calibration.url, info.calibration.id, "calibration", info.calibration.bytes)
       : null;
     onProgress({ stage: "warm-up", fraction: null });
     const edge = await wasmCall(() => wasm.EdgeSession.create(weights, options.backend ?? "auto"));
@@ -179,6 +185,7 @@ export class SplitClient {
     }
     const codec = options.codec ?? this.defaultCodec;
     const started = performance.now();
+    ({ image, options } = await this.prepare(image, split, options));
     for (let attempt = 0; ; attempt++) {
       const id = this.nextId++;
       let frame;
@@ -201,6 +208,9 @@ export class SplitClient {
                    roundTripMs: 0, totalMs: edgeMs, load: null };
         }
         frame = out.frame;
+      }
+      if (frame.length > this.info.max_frame_bytes) {
+        throw new SplitError("too_large", `a ${frame.length}-byte frame is over the server's limit of ${this.info.max_frame_bytes} bytes`);
       }
       const sent = performance.now();
       let reply;
@@ -229,6 +239,22 @@ export class SplitClient {
         load: reply.load,
       };
     }
+  }
+
+  /**
+   * The bytes the edge and the server decode: JPEG and PNG as they are; another format this
+   * browser decodes (WebP, AVIF, GIF, BMP) as a PNG of it; and for a cloud upload over the
+   * server's frame limit (a 20 MB camera JPEG), the 224x224 model input instead of the photo.
+   */
+  async prepare(image, split, options) {
+    const jpeg = image[0] === 0xff && image[1] === 0xd8;
+    const png = image[0] === 0x89 && image[1] === 0x50 && image[2] === 0x4e && image[3] === 0x47;
+    if (!jpeg && !png) image = await browserDecodedPng(image);
+    const limit = this.info.max_frame_bytes - 64; // the frame's header
+    if (split === "cloud" && !options.modelInput && image.length > limit) {
+      return { image: await modelInputJpeg(image), options: { ...options, modelInput: true } };
+    }
+    return { image, options };
   }
 
   /** Send a ping with `probeBytes` of padding; resolves to { ms, load, skewed } (null when

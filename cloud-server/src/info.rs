@@ -37,6 +37,12 @@ pub struct ServerInfo {
     pub device: &'static str,
     /// Where the weights are.
     pub weights_url: &'static str,
+    /// The weights file's size: clients show download progress with it (the response may be
+    /// compressed, without a length).
+    pub weights_bytes: u64,
+    /// The weights file's checksum (hex): what a client caches the file under, so a revisit
+    /// downloads nothing until the server's weights change.
+    pub weights_id: String,
     /// Every boundary with its shape, MACs and parameter bytes.
     pub boundaries: &'static [BoundaryInfo; NUM_BOUNDARIES],
 }
@@ -46,8 +52,10 @@ pub struct ServerInfo {
 pub struct CalibrationInfo {
     /// Where to fetch it.
     pub url: &'static str,
-    /// Its id (hex), which every coded frame carries.
+    /// Its id (hex), which every coded frame carries; also what clients cache it under.
     pub id: String,
+    /// Its size in bytes (for progress).
+    pub bytes: u64,
     /// Images it was fitted on.
     pub images: u32,
     /// Boundaries it has tables for.
@@ -58,12 +66,41 @@ pub struct CalibrationInfo {
     pub max_rank: BTreeMap<&'static str, usize>,
 }
 
+/// A served file's size and the checksum its container ends with (8 bytes, little-endian).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileIdentity {
+    /// Size in bytes.
+    pub bytes: u64,
+    /// The checksum, 16 hex digits.
+    pub id: String,
+}
+
+impl FileIdentity {
+    /// Read `path`'s size and trailing checksum.
+    ///
+    /// # Errors
+    /// When the file cannot be read or is shorter than a checksum.
+    pub fn of(path: &std::path::Path) -> std::io::Result<Self> {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut file = std::fs::File::open(path)?;
+        let bytes = file.metadata()?.len();
+        if bytes < 8 {
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "no checksum"));
+        }
+        file.seek(SeekFrom::End(-8))?;
+        let mut tail = [0u8; 8];
+        file.read_exact(&mut tail)?;
+        Ok(Self { bytes, id: format!("{:016x}", u64::from_le_bytes(tail)) })
+    }
+}
+
 impl CalibrationInfo {
-    fn of(c: &Calibration) -> Self {
+    fn of(c: &Calibration, path: &std::path::Path) -> Self {
         let rank = |b| c.at(b).and_then(|t| t.pca.as_ref()).map_or(0, |p| p.projection.max_rank);
         Self {
             url: CALIBRATION_URL,
             id: format!("{:016x}", c.id()),
+            bytes: std::fs::metadata(path).map_or(0, |m| m.len()),
             images: c.images(),
             boundaries: c.boundaries().map(|b| b.name()).collect(),
             bits: SUPPORTED_BITS,
@@ -75,7 +112,7 @@ impl CalibrationInfo {
 impl ServerInfo {
     /// What this server tells clients.
     pub fn of(state: &AppState) -> Self {
-        let calibration = state.calibration.as_ref().map(|(c, _)| CalibrationInfo::of(c));
+        let calibration = state.calibration.as_ref().map(|(c, path)| CalibrationInfo::of(c, path));
         let default_codec = if calibration.is_some() { DEFAULT_SETTING } else { Setting::F32 };
         Self {
             calibration,
@@ -86,6 +123,8 @@ impl ServerInfo {
             model: "efficientnet-lite0",
             device: state.device_name,
             weights_url: WEIGHTS_URL,
+            weights_bytes: state.weights_file.bytes,
+            weights_id: state.weights_file.id.clone(),
             boundaries: boundary_table(),
         }
     }

@@ -21,6 +21,8 @@ pub struct AppState {
     pub engine: Engine,
     /// Path of the weights file served to browsers.
     pub weights_path: Arc<PathBuf>,
+    /// Its size and checksum, for `/api/info`.
+    pub weights_file: Arc<crate::info::FileIdentity>,
     /// Folder of the demo page.
     pub web_dir: Arc<PathBuf>,
     /// Name of the device the cloud half runs on.
@@ -128,12 +130,15 @@ impl AppState {
         let weights_path = config.weights_path();
         let (device, device_name) = device(config.device)?;
         let model = EfficientNetLite0::load(&weights_path, &device)?;
+        let weights_file = crate::info::FileIdentity::of(&weights_path)
+            .with_context(|| format!("reading {}", weights_path.display()))?;
         log::info!("model loaded from {} on {device_name}", weights_path.display());
         let calibration = load_calibration(config.calibration_path())?;
         let cost_table = load_cost_table(config.cost_table_path())?;
         Ok(Self {
             engine: Engine::start(model, device, config.workers, config.queue, config.batch.into()),
             weights_path: Arc::new(weights_path),
+            weights_file: Arc::new(weights_file),
             web_dir: Arc::new(config.web_path()),
             device_name,
             calibration,

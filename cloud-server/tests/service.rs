@@ -61,10 +61,19 @@ async fn info_names_what_the_client_reads() {
         "model",
         "device",
         "weights_url",
+        "weights_bytes",
+        "weights_id",
         "boundaries",
     ] {
         assert!(info.get(field).is_some(), "/api/info lacks {field}: {info}");
     }
+    // The size is the file's, and the id its container's checksum: what clients cache it by.
+    let path = cloud_server::Config::for_tests().weights_path();
+    assert_eq!(info["weights_bytes"].as_u64(), Some(std::fs::metadata(&path).unwrap().len()));
+    let bytes = std::fs::read(&path).unwrap();
+    let tail = u64::from_le_bytes(bytes[bytes.len() - 8..].try_into().unwrap());
+    assert_eq!(info["weights_id"].as_str(), Some(format!("{tail:016x}").as_str()));
+    assert!(info["calibration"]["bytes"].as_u64().is_some_and(|n| n > 0));
     assert_eq!(info["boundaries"].as_array().map(Vec::len), Some(21));
 }
 

@@ -91,12 +91,18 @@ export async function wasmCall(f) {
   }
 }
 
-export async function fetchWithProgress(url, stage, onProgress) {
+/**
+ * `url`'s bytes, with `onProgress({ stage, loaded, total, fraction })` as they arrive. `size` is
+ * the decoded size when the caller knows it: a compressed response has no length, or the
+ * length of its compressed bytes, which is not what the reader counts.
+ */
+export async function fetchWithProgress(url, stage, onProgress, size = 0) {
   const response = await fetch(url);
   if (!response.ok) {
     throw new SplitError("network", `GET ${url} failed: ${response.status} ${response.statusText}`);
   }
-  const total = Number(response.headers.get("content-length")) || 0;
+  const encoded = (response.headers.get("content-encoding") ?? "identity") !== "identity";
+  const total = size || (encoded ? 0 : Number(response.headers.get("content-length")) || 0);
   const reader = response.body.getReader();
   const chunks = [];
   let loaded = 0;
@@ -114,6 +120,65 @@ export async function fetchWithProgress(url, stage, onProgress) {
     offset += c.length;
   }
   return bytes;
+}
+
+/** The Cache Storage bucket of the client's downloads (weights, calibration). */
+const CACHE_NAME = "split-inference";
+
+async function openCache() {
+  try {
+    return typeof caches === "undefined" ? null : await caches.open(CACHE_NAME);
+  } catch {
+    return null; // not a secure context, or storage refused (private mode)
+  }
+}
+
+/**
+ * `url`'s bytes at `version` (the file's checksum, from /api/info): read from Cache Storage when
+ * this version is there, else downloaded with progress and stored, replacing older versions of
+ * the same file, so a revisit downloads nothing until the server's file changes. Where Cache
+ * Storage is missing or full, a plain download. Progress says `cached: true` for a cached copy.
+ */
+export async function fetchCached(url, version, stage, onProgress, size = 0) {
+  const key = new URL(url);
+  key.searchParams.set("v", version);
+  const cache = await openCache();
+  const hit = cache ? await cache.match(key.href).catch(() => null) : null;
+  if (hit) {
+    const bytes = new Uint8Array(await hit.arrayBuffer());
+    onProgress({ stage, loaded: bytes.length, total: bytes.length, fraction: 1, cached: true });
+    return bytes;
+  }
+  const bytes = await fetchWithProgress(key, stage, onProgress, size);
+  if (cache) {
+    try {
+      for (const old of await cache.keys()) {
+        if (new URL(old.url).pathname === key.pathname) await cache.delete(old);
+      }
+      await cache.put(key.href, new Response(bytes, { headers: { "content-type": "application/octet-stream" } }));
+    } catch {
+      // Over quota: the next visit downloads again.
+    }
+  }
+  return bytes;
+}
+
+/**
+ * A PNG of an image in a format only the browser decodes (WebP, AVIF, GIF, BMP), upright by its
+ * EXIF orientation as the browser shows it; `bad_image` when the browser cannot decode it either.
+ */
+export async function browserDecodedPng(image) {
+  let bitmap;
+  try {
+    if (typeof createImageBitmap === "undefined" || typeof OffscreenCanvas === "undefined") throw new Error("no decoder");
+    bitmap = await createImageBitmap(new Blob([image]));
+  } catch {
+    throw new SplitError("bad_image", "not an image: the client reads JPEG and PNG, and what this browser decodes (WebP, AVIF, GIF)");
+  }
+  const canvas = new OffscreenCanvas(bitmap.width, bitmap.height);
+  canvas.getContext("2d").drawImage(bitmap, 0, 0);
+  bitmap.close();
+  return new Uint8Array(await (await canvas.convertToBlob({ type: "image/png" })).arrayBuffer());
 }
 
 /**

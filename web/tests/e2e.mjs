@@ -216,10 +216,10 @@ async function pageChecks(page, name) {
   const stale = await page.evaluate(() => ({ hidden: document.querySelector("#result").hidden, items: document.querySelectorAll("#top li").length }));
   assert.deepEqual(stale, { hidden: true, items: 0 }, `${name}: the previous photo's answer is cleared`);
   // A refused file is not left selected as if it were the previous one.
-  await page.setInputFiles("#file", { name: "photo.webp", mimeType: "image/webp", buffer: Buffer.from("RIFF0000WEBP") });
+  await page.setInputFiles("#file", { name: "notes.pdf", mimeType: "application/pdf", buffer: Buffer.from("%PDF-1.7") });
   const refused = await page.evaluate(() => ({ error: !document.querySelector("#error").hidden, image: document.body.dataset.image ?? null,
     disabled: document.querySelector("#classify").disabled }));
-  assert.deepEqual(refused, { error: true, image: null, disabled: true }, `${name}: a WebP is refused and nothing stays selected`);
+  assert.deepEqual(refused, { error: true, image: null, disabled: true }, `${name}: a PDF is refused and nothing stays selected`);
   // Keyboard only: the drop zone opens the file chooser on Enter, Classify runs on Enter.
   // (Whether Chromium then shows its chooser depends on its user-activation bookkeeping, which
   // flakes headless; what the page controls is that Enter and Space reach the file input.)
@@ -257,6 +257,85 @@ async function pageChecks(page, name) {
   assert.deepEqual(phone.small, [], `${name}: touch targets under 44 px`);
   await page.setViewportSize({ width: 1280, height: 800 });
   console.log(`e2e: ${name}: page checks passed (stale answers, refused files, keyboard, live region, phone)`);
+}
+
+/** Photos as they come: an EXIF-rotated JPEG classifies as the upright photo does in every mode
+ * (and unlike the same pixels without EXIF), a WebP the browser decodes is classified, and a
+ * cloud upload over the server's frame limit goes as the model input instead of failing. */
+async function imageChecks(page, name) {
+  const out = await page.evaluate(async () => {
+    const client = window.splitClient;
+    const png = new Uint8Array(await (await fetch("samples/chelsea.png")).arrayBuffer());
+    const bitmap = await createImageBitmap(new Blob([png]));
+    const encode = async (type, turned) => {
+      const [w, h] = turned ? [bitmap.height, bitmap.width] : [bitmap.width, bitmap.height];
+      const canvas = new OffscreenCanvas(w, h);
+      const ctx = canvas.getContext("2d");
+      if (turned) { ctx.translate(0, h); ctx.rotate(-Math.PI / 2); } // a quarter turn counter-clockwise
+      ctx.drawImage(bitmap, 0, 0);
+      return new Uint8Array(await (await canvas.convertToBlob({ type, quality: 0.95 })).arrayBuffer());
+    };
+    // EXIF 6, "turn 90° clockwise to view", as a phone writes a portrait: an APP1 segment with a
+    // little-endian TIFF header and one entry (tag 0x0112, one SHORT), right after the SOI.
+    const withExif = (jpeg, orientation) => {
+      const payload = [0x45, 0x78, 0x69, 0x66, 0, 0, 0x49, 0x49, 0x2a, 0, 8, 0, 0, 0, 1, 0, 0x12, 0x01, 3, 0, 1, 0, 0, 0,
+                       orientation, 0, 0, 0, 0, 0, 0, 0];
+      const len = payload.length + 2;
+      return new Uint8Array([0xff, 0xd8, 0xff, 0xe1, len >> 8, len & 0xff, ...payload, ...jpeg.subarray(2)]);
+    };
+    const upright = await encode("image/jpeg", false);
+    const sideways = await encode("image/jpeg", true);
+    const rotated = withExif(sideways, 6);
+    const rows = [];
+    for (const split of ["edge", "block5", "cloud", "auto"]) {
+      const top = async (img) => (await client.classify(img, split, {})).top;
+      rows.push({ split, upright: await top(upright), rotated: await top(rotated), sideways: await top(sideways) });
+    }
+    const webp = await client.classify(await encode("image/webp", false), "block11", {});
+    // A 4000x3000 photo of noise at JPEG quality 1: over the 8 MiB frame limit.
+    const big = new OffscreenCanvas(4000, 3000);
+    const data = new ImageData(4000, 3000);
+    for (let i = 0; i < data.data.length; i++) data.data[i] = i % 4 === 3 ? 255 : (Math.random() * 256) | 0;
+    big.getContext("2d").putImageData(data, 0, 0);
+    const bigJpeg = new Uint8Array(await (await big.convertToBlob({ type: "image/jpeg", quality: 1 })).arrayBuffer());
+    const large = await client.classify(bigJpeg, "cloud", {});
+    return { rows, webp: { mode: webp.mode, top1: webp.top[0].class }, large: { bytes: bigJpeg.length, sent: large.bytesSent, mode: large.mode } };
+  });
+  // Distance of a result from the upright photo's: over the upright top-5, the probability mass moved.
+  const distance = (a, b) => b.reduce((d, p) => d + Math.abs(p.prob - (a.find((q) => q.class === p.class)?.prob ?? 0)), 0);
+  const table = out.rows.map((r) => ({ split: r.split, upright: r.upright[0].class, rotated: r.rotated[0].class, sideways: r.sideways[0].class,
+    "rotated vs upright": distance(r.rotated, r.upright).toFixed(3), "sideways vs upright": distance(r.sideways, r.upright).toFixed(3) }));
+  console.table(table);
+  for (const r of out.rows) {
+    assert.ok(CATS.has(r.rotated[0].class), `${name}/${r.split}: the EXIF-rotated photo is a cat: ${r.rotated[0].class}`);
+    assert.ok(distance(r.rotated, r.upright) < distance(r.sideways, r.upright) / 2,
+      `${name}/${r.split}: the EXIF-rotated photo is classified as the upright one, not as its sideways pixels`);
+  }
+  assert.equal(new Set(out.rows.map((r) => r.rotated[0].class)).size, 1, `${name}: every mode agrees on the rotated photo`);
+  assert.ok(out.webp.mode === "split" && CATS.has(out.webp.top1), `${name}: a WebP is classified: ${JSON.stringify(out.webp)}`);
+  assert.ok(out.large.bytes > 8 << 20, `${name}: the large photo is over the frame limit (${out.large.bytes} bytes)`);
+  assert.ok(out.large.mode === "cloud" && out.large.sent < 200_000, `${name}: a photo over the frame limit goes as the model input: ${JSON.stringify(out.large)}`);
+}
+
+/** Weights and calibration come from Cache Storage on a second visit: nothing downloaded. A
+ * visit after the cache was emptied downloads both again (so the count can tell). */
+async function cacheChecks(page, name) {
+  const visit = async () => {
+    const fetched = [];
+    const onRequest = (r) => { if (/\/(weights|calibration)\//.test(r.url())) fetched.push(new URL(r.url()).pathname); };
+    page.context().on("request", onRequest);
+    await page.reload();
+    await page.waitForFunction(() => ["ready", "failed"].includes(document.body.dataset.state), null, { timeout: STEP_TIMEOUT_MS });
+    page.context().off("request", onRequest);
+    assert.equal(await page.evaluate(() => document.body.dataset.state), "ready", `${name}: the page loads again`);
+    return fetched.sort();
+  };
+  await page.evaluate(() => caches.delete("split-inference"));
+  const cold = await visit();
+  const warm = await visit();
+  console.log(`e2e: ${name}: downloads on a visit with an empty cache [${cold}], on the next [${warm}]`);
+  assert.deepEqual(cold, ["/calibration/efficientnet-lite0.splc", "/weights/efficientnet-lite0.splw"], `${name}: an empty cache downloads both`);
+  assert.deepEqual(warm, [], `${name}: a second visit downloads no weights or calibration`);
 }
 
 async function runPass({ name, args, query = "", expectBackend, expectBuild, codecs }) {
@@ -314,6 +393,8 @@ async function runPass({ name, args, query = "", expectBackend, expectBuild, cod
     if (codecs) await errorChecks(page, name);
     if (codecs) await loadChecks(page, name);
     if (codecs) await pageChecks(page, name);
+    if (codecs) await imageChecks(page, name);
+    if (codecs) await cacheChecks(page, name);
     // Expected: the warning of the CPU fallback, and Chromium's report of the unreachable
     // server `errorChecks` points the client at.
     const unexpected = errors.filter((e) => !/WebGPU unavailable/.test(e) && !e.includes(UNREACHABLE));
