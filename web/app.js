@@ -1,4 +1,5 @@
 // The demo page: wires the DOM to SplitClient. All inference logic lives in split-client.js.
+import { LiveCamera } from "./camera.js";
 import { SplitClient } from "./split-client.js";
 
 const $ = (id) => document.getElementById(id);
@@ -191,6 +192,44 @@ async function classify() {
   }
 }
 
+// The live camera: frames classified continuously with the chosen split and codec.
+let camera = null;
+async function toggleCamera() {
+  if (camera) {
+    camera.stop();
+    camera = null;
+    $("camera").setAttribute("aria-pressed", "false");
+    $("camera").textContent = "Camera";
+    $("live").hidden = true;
+    return;
+  }
+  $("error").hidden = true;
+  const live = $("live");
+  camera = new LiveCamera(client, $("video"), () => ({ split: $("split").value, codec: $("codec").value }), (r, stats) => {
+    if (stats.error) {
+      showError(stats.error);
+      return toggleCamera();
+    }
+    const top = r.top[0];
+    $("live-top").textContent = `${top.name} (${top.class}) — ${(top.prob * 100).toFixed(1)}%`;
+    $("live-stats").textContent = `${stats.frames} frames, ${stats.fps.toFixed(1)} frames/s, `
+      + `${(stats.bytesPerSecond / 1024).toFixed(1)} KiB/s sent (last frame ${stats.lastBytes.toLocaleString()} bytes, ${r.mode})`;
+    live.dataset.frames = String(stats.frames);
+    live.dataset.top1 = String(top.class);
+    live.dataset.lastBytes = String(stats.lastBytes);
+  });
+  try {
+    live.hidden = false;
+    await camera.start();
+    $("camera").setAttribute("aria-pressed", "true");
+    $("camera").textContent = "Stop camera";
+  } catch (e) {
+    camera = null;
+    live.hidden = true;
+    showError(e);
+  }
+}
+
 async function main() {
   const params = new URLSearchParams(location.search);
   const backend = params.get("backend") ?? "auto";
@@ -224,6 +263,7 @@ async function main() {
   document.body.dataset.wasmBuild = client.wasmBuild;
   document.body.dataset.worker = String(client.inWorker);
   $("classify").disabled = !image;
+  $("camera").disabled = false;
   document.body.dataset.state = "ready";
 }
 
@@ -247,6 +287,7 @@ async function start() {
     if (e.dataTransfer.files[0]) loadFile(e.dataTransfer.files[0]);
   });
   $("classify").addEventListener("click", classify);
+  $("camera").addEventListener("click", () => toggleCamera().catch(showError));
   try {
     await main();
     fillSplits();

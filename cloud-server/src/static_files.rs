@@ -9,6 +9,7 @@ use std::path::Path;
 pub const SERVED: &[&str] = &[
     "index.html",
     "app.js",
+    "camera.js",
     "style.css",
     "split-client.js",
     "split-client.d.ts",
