@@ -79,6 +79,62 @@ function fillSplits() {
   select.value = client.hasPlanner ? "auto" : "block11";
 }
 
+// The network as a bar of its stages with the cut drawn: what runs here, what on the server,
+// and what crosses the network at the cut.
+function drawNetwork() {
+  const bounds = client.boundaries();
+  const split = $("split").value;
+  const placement = split === "auto" ? lastAuto?.placement : null;
+  const cutName = split === "edge" ? "logits" : split === "cloud" ? "input"
+    : split === "auto" ? (placement ? { edge_only: "logits", cloud_only: "input" }[placement.mode] ?? placement.boundary : null)
+    : split;
+  const cut = cutName ? bounds.findIndex((b) => b.name === cutName) : -1;
+  const total = bounds.at(-1).cumulativeMacs;
+  const stages = bounds.slice(1).map((b, i) => {
+    const el = document.createElement("span");
+    const macs = b.cumulativeMacs - bounds[i].cumulativeMacs;
+    el.className = `stage ${cut >= 0 && i + 1 <= cut ? "edge" : "cloud"}${i + 1 === cut ? " cut" : ""}`;
+    el.style.flexGrow = String(Math.max(macs, total / 400));
+    el.title = `${bounds[i].name} → ${b.name}: ${(macs / 1e6).toFixed(1)}M MACs, output [${b.shape.join("×")}]`;
+    return el;
+  });
+  $("network").replaceChildren(...stages);
+  const mmacs = (n) => `${(n / 1e6).toFixed(0)}M MACs`;
+  let caption;
+  if (cut < 0) {
+    caption = "auto: the planner picks the cut for each request (classify to see its choice)";
+  } else {
+    const b = bounds[cut];
+    const here = `this browser: ${mmacs(b.cumulativeMacs)}`;
+    const there = `server: ${mmacs(total - b.cumulativeMacs)}`;
+    const sent = cutName === "logits" ? "nothing sent"
+      : cutName === "input" ? "sends the photo"
+      : `sends [${b.shape.join("×")}] at ${b.name}: ${(b.bytesF32 / 1024).toFixed(0)} KiB as f32, less with the codec`;
+    caption = `${split === "auto" ? "auto chose: " : ""}${here} · ${sent} · ${there}`;
+  }
+  $("network-caption").textContent = caption;
+  $("network").setAttribute("aria-label", caption);
+  $("network-figure").hidden = false;
+}
+
+// One request's time: edge compute (encoding included), the network both ways, the server.
+function drawWaterfall(r) {
+  const network = Math.max(0, r.roundTripMs - r.serverMs);
+  const parts = [["edge", r.edgeMs, "edge compute"], ["network", network, "network"], ["server", r.serverMs, "server"]]
+    .filter(([, ms]) => ms > 0.05);
+  const total = parts.reduce((t, [, ms]) => t + ms, 0) || 1;
+  $("waterfall").replaceChildren(...parts.map(([kind, ms, label]) => {
+    const el = document.createElement("span");
+    el.className = kind;
+    el.style.flexGrow = String(ms / total);
+    el.title = `${label}: ${ms.toFixed(1)} ms`;
+    return el;
+  }));
+  const legend = parts.map(([, ms, label]) => `${label} ${ms.toFixed(1)} ms`).join(" · ");
+  $("waterfall-legend").textContent = `${legend} (total ${r.totalMs.toFixed(1)} ms)`;
+  $("waterfall").setAttribute("aria-label", $("waterfall-legend").textContent);
+}
+
 // The planner panel: refreshed every second from the client's `explain()` (a plain object,
 // from the worker the client runs in).
 const history = [];
@@ -165,12 +221,18 @@ async function classify() {
     $("top").replaceChildren(...r.top.map((p) => {
       const li = document.createElement("li");
       li.textContent = `${p.name} (${p.class}) — ${(p.prob * 100).toFixed(1)}%`;
+      const bar = document.createElement("span");
+      bar.className = "bar";
+      bar.style.width = `${(p.prob * 100).toFixed(1)}%`;
+      li.append(bar);
       return li;
     }));
     const modes = { split: `split after ${r.split}`, cache: "answered from the browser's cache", edge: "edge only", cloud: "cloud only" };
     $("r-mode").textContent = (r.auto ? "auto: " : "") + (modes[r.mode] ?? r.mode) + (r.fallback ? ` (fallback: ${r.fallback})` : "");
     if (r.auto) lastAuto = r;
     drawPlanner().catch(() => {});
+    drawNetwork();
+    drawWaterfall(r);
     $("r-codec").textContent = r.mode === "split" ? r.codec : r.mode === "cloud" ? "image upload" : "—";
     $("r-load").textContent = r.load ? `${r.load.queued} queued, ${r.load.workers} worker(s), ${ms(r.load.recentMs)} recent compute${r.serverCached ? "; served from cache" : ""}` : "—";
     $("r-backend").textContent = r.backend;
@@ -292,6 +354,8 @@ async function start() {
     await main();
     fillSplits();
     fillCodecs();
+    drawNetwork();
+    $("split").addEventListener("change", drawNetwork);
     if (client.hasPlanner) {
       // One refresh at a time: a worker busy with an edge run answers late.
       let drawing = false;

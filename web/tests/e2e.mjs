@@ -246,6 +246,19 @@ async function pageChecks(page, name) {
   assert.equal(announced.live, "polite", `${name}: results in a live region`);
   assert.ok(CATS.has(announced.top1), `${name}: keyboard classification is a cat: ${announced.top1}`);
   assert.deepEqual([announced.busy, announced.status], [true, "Ready"], `${name}: not busy once answered`);
+  // The page explains the cut and the time: block5 is boundary 7 (input, stem, block0..block5),
+  // so 7 of the 20 stages run here; the waterfall shows edge, network and server.
+  const explained = await page.evaluate(() => ({
+    edgeStages: document.querySelectorAll("#network .stage.edge").length,
+    stages: document.querySelectorAll("#network .stage").length,
+    caption: document.querySelector("#network-caption").textContent,
+    parts: [...document.querySelectorAll("#waterfall span")].map((e) => e.className),
+    bars: document.querySelectorAll("#top .bar").length,
+  }));
+  assert.deepEqual([explained.edgeStages, explained.stages], [7, 20], `${name}: the network bar cuts after block5: ${JSON.stringify(explained)}`);
+  assert.match(explained.caption, /block5/, `${name}: the caption names the cut`);
+  assert.deepEqual(explained.parts, ["edge", "network", "server"], `${name}: the waterfall of a split request`);
+  assert.equal(explained.bars, 5, `${name}: five confidence bars`);
   // A phone: no sideways scrolling, touch targets at least 44 px tall.
   await page.setViewportSize({ width: 390, height: 844 });
   const phone = await page.evaluate(() => ({
