@@ -19,6 +19,7 @@ pub const SERVED: &[&str] = &[
     "pkg-cpu-relaxed",
     "pkg-cpu-threads",
     "samples",
+    "examples",
 ];
 
 /// Whether `path` (relative to `root`, as actix-files resolved it) may be served: the index

@@ -467,6 +467,16 @@ for (const pass of passes.filter((p) => !only || p.name === only)) {
   console.log(`e2e: ${pass.name} pass`);
   all.push(...(await runPass(pass)));
 }
+// The minimal embedding example (only the client package, no demo code) classifies chelsea.
+if (!only) {
+  const embedded = await withPage(GPU_ARGS.cpu, async (page) => {
+    await page.goto(new URL("examples/embed.html", url).href);
+    await page.waitForFunction(() => document.body.dataset.top1 || document.body.dataset.failed, null, { timeout: STEP_TIMEOUT_MS });
+    return { top1: Number(await page.evaluate(() => document.body.dataset.top1)), text: await page.textContent("#out") };
+  });
+  console.log(`e2e: embedding example: ${embedded.text}`);
+  assert.equal(embedded.top1, 282, `the embedding example classifies chelsea as a tiger cat: ${embedded.text}`);
+}
 const top1s = new Set(all.map((r) => r.top1));
 assert.equal(top1s.size, 1, "top-1 must agree between the WebGPU and CPU passes");
 console.log(`e2e: passed (${all.length} classifications, top-1 ${[...top1s][0]})`);

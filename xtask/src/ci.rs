@@ -46,6 +46,7 @@ pub fn test_all() -> Result<()> {
     ensure_browser_tools(&web)?;
     // The client's TypeScript declarations against the way the README embeds it.
     run(Command::new(web.join("node_modules/.bin/tsc")).args(["-p", "."]).current_dir(&web))?;
+    check_package(&web)?;
     let server = start_server(&[
         "--weights".into(),
         weights.display().to_string(),
@@ -76,5 +77,43 @@ pub fn test_all() -> Result<()> {
         );
     }
     eprintln!("test: all passed");
+    Ok(())
+}
+
+/// What `npm pack` would put in the client package (`web/package.json`): the client, its
+/// worker and types, and every wasm build with its bindings (worker helpers included); not the
+/// demo or the tests.
+fn check_package(web: &std::path::Path) -> Result<()> {
+    let out = Command::new("npm")
+        .args(["pack", "--dry-run", "--json", "--ignore-scripts"])
+        .current_dir(web)
+        .output()?;
+    anyhow::ensure!(out.status.success(), "npm pack: {}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let files: Vec<&str> = report[0]["files"]
+        .as_array()
+        .map(|f| f.iter().filter_map(|e| e["path"].as_str()).collect())
+        .unwrap_or_default();
+    for needed in [
+        "split-client.js",
+        "split-client.d.ts",
+        "client/worker.js",
+        "client/remote.js",
+        "pkg/wasm_edge_bg.wasm",
+        "pkg-cpu/wasm_edge.js",
+        "pkg-cpu-relaxed/wasm_edge_bg.wasm",
+        "pkg-cpu-threads/wasm_edge_bg.wasm",
+    ] {
+        anyhow::ensure!(files.contains(&needed), "the client package lacks {needed}: {files:?}");
+    }
+    let threads_helper = files.iter().any(|f| f.starts_with("pkg-cpu-threads/snippets/"));
+    anyhow::ensure!(threads_helper, "the client package lacks the threaded build's worker helpers");
+    for demo in ["app.js", "index.html", "tests/e2e.mjs", "examples/embed.html"] {
+        anyhow::ensure!(!files.contains(&demo), "the client package ships {demo}");
+    }
+    // Build stamps and what the benchmarks copy next to the WebGPU build stay out.
+    let stray = files.iter().find(|f| f.ends_with(".built-from") || f.ends_with(".onnx"));
+    anyhow::ensure!(stray.is_none(), "the client package ships {stray:?}");
+    eprintln!("test: the client package holds {} files", files.len());
     Ok(())
 }
