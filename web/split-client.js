@@ -31,6 +31,9 @@ export { SplitError };
 
 /** How long a request waits for the server's reply (including connecting), unless told. */
 const DEFAULT_TIMEOUT_MS = 30_000;
+/** What a frame adds to its payload at most (`MAX_FRAME_BYTES - MAX_PAYLOAD_BYTES` in
+ * shared/src/protocol). */
+const FRAME_HEADER_BYTES = 64;
 /** A ping's timeout when no planner sets one. */
 const PING_TIMEOUT_MS = 2_000;
 
@@ -54,9 +57,10 @@ export class SplitClient {
     if (!infoResponse.ok) throw new SplitError("network", `GET api/info failed: ${infoResponse.status}`);
     const info = await infoResponse.json();
     // Kept in Cache Storage under the files' checksums: a revisit downloads neither.
-    const download = (path, id, stage, bytes) => id
-      ? fetchCached(new URL(path.replace(/^\//, ""), base), id, stage, onProgress, bytes)
-      : fetchWithProgress(new URL(path.replace(/^\//, ""), base), stage, onProgress, bytes); // an older server
+    const download = (path, id, stage, bytes) => {
+      const url = new URL(path.replace(/^\//, ""), base);
+      return id ? fetchCached(url, id, stage, onProgress, bytes) : fetchWithProgress(url, stage, onProgress, bytes); // an older server
+    };
     const weights = await download(info.weights_url, info.weights_id, "weights", info.weights_bytes);
     const calibration = info.calibration
       ? await download(info.calibration.url, info.calibration.id, "calibration", info.calibration.bytes)
@@ -250,7 +254,7 @@ export class SplitClient {
     const jpeg = image[0] === 0xff && image[1] === 0xd8;
     const png = image[0] === 0x89 && image[1] === 0x50 && image[2] === 0x4e && image[3] === 0x47;
     if (!jpeg && !png) image = await browserDecodedPng(image);
-    const limit = this.info.max_frame_bytes - 64; // the frame's header
+    const limit = this.info.max_frame_bytes - FRAME_HEADER_BYTES;
     if (split === "cloud" && !options.modelInput && image.length > limit) {
       return { image: await modelInputJpeg(image), options: { ...options, modelInput: true } };
     }

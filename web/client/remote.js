@@ -50,10 +50,14 @@ export class RemoteSplitClient {
     // A worker that cannot start (its script failed to load) or died: every waiting call fails.
     worker.onerror = (event) => {
       event.preventDefault?.();
-      const error = new SplitError("worker", `the client's worker failed: ${event.message ?? "unknown error"}`);
-      for (const call of this.pending.values()) call.reject(error);
-      this.pending.clear();
+      this.failPending(new SplitError("worker", `the client's worker failed: ${event.message ?? "unknown error"}`));
     };
+  }
+
+  /** Reject every call still waiting for the worker with `error`. */
+  failPending(error) {
+    for (const call of this.pending.values()) call.reject(error);
+    this.pending.clear();
   }
 
   /** Call `method` in the worker. */
@@ -143,8 +147,6 @@ export class RemoteSplitClient {
   /** Stop the worker: the weights and the connection go with it; calls fail afterwards. */
   terminate() {
     this.worker.terminate();
-    const error = new SplitError("worker", "the client was terminated");
-    for (const call of this.pending.values()) call.reject(error);
-    this.pending.clear();
+    this.failPending(new SplitError("worker", "the client was terminated"));
   }
 }

@@ -100,15 +100,18 @@ const THREADS_LINK_ARGS: [&str; 7] = [
     "--export=__tls_base",
 ];
 
-/// Install the pinned nightly with the standard library's sources, once.
+/// Install the pinned nightly with the standard library's sources, once: later builds only
+/// ask rustup what is installed (no download, no network).
 fn ensure_threads_toolchain() -> Result<()> {
-    let out = Command::new("rustup").args(["toolchain", "list"]).output()?;
-    let installed =
-        String::from_utf8_lossy(&out.stdout).lines().any(|l| l.starts_with(THREADS_TOOLCHAIN));
-    if !installed {
-        eprintln!("web: installing {THREADS_TOOLCHAIN} for the threaded build (once)");
+    let out = Command::new("rustup")
+        .args(["component", "list", "--installed", "--toolchain", THREADS_TOOLCHAIN])
+        .output()?;
+    // Fails when the toolchain is missing; lists `rust-src` when its sources are there too.
+    if out.status.success() && String::from_utf8_lossy(&out.stdout).lines().any(|l| l == "rust-src")
+    {
+        return Ok(());
     }
-    // Also adds rust-src to a toolchain installed without it; a no-op otherwise.
+    eprintln!("web: installing {THREADS_TOOLCHAIN} with rust-src for the threaded build (once)");
     run(Command::new("rustup").args([
         "toolchain",
         "install",

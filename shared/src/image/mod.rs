@@ -157,16 +157,14 @@ pub fn decode(bytes: &[u8]) -> Result<RgbImage> {
     if reader.format().is_none() {
         return Err(Error::ImageDecode("not a JPEG or PNG image".into()));
     }
-    let (w, h) = reader.into_dimensions().map_err(|e| Error::ImageDecode(e.to_string()))?;
+    // The header alone says how large the image is, before any pixel is decoded.
+    let mut decoder = reader.into_decoder().map_err(|e| Error::ImageDecode(e.to_string()))?;
+    let (w, h) = decoder.dimensions();
     if u64::from(w) * u64::from(h) > MAX_DECODED_PIXELS {
         return Err(Error::ImageDecode(format!(
             "{w}x{h} is larger than {MAX_DECODED_PIXELS} pixels"
         )));
     }
-    let reader = ::image::ImageReader::new(std::io::Cursor::new(bytes))
-        .with_guessed_format()
-        .map_err(|e| Error::ImageDecode(e.to_string()))?;
-    let mut decoder = reader.into_decoder().map_err(|e| Error::ImageDecode(e.to_string()))?;
     let orientation = decoder.orientation().unwrap_or(Orientation::NoTransforms);
     let mut img = ::image::DynamicImage::from_decoder(decoder)
         .map_err(|e| Error::ImageDecode(e.to_string()))?;

@@ -13,7 +13,6 @@ use super::boundary::Boundary;
 use super::fused;
 use super::{ModelError, Result, check_shape};
 use crate::container::TensorFile;
-use split_kernels::PointwiseShape;
 
 /// Largest batch a caller may run or send in one frame.
 pub const MAX_BATCH: usize = 4;
@@ -105,7 +104,7 @@ impl Loader<'_> {
     fn pointwise(&self, name: &str, c_in: usize, c_out: usize) -> Result<Pointwise> {
         let w = self.weights.tensor(&format!("{name}.weight"), &[c_out, c_in, 1, 1])?;
         let dims = fused::pointwise_weight_dims(c_in, c_out, self.device);
-        let panels = PointwiseShape { pixels: 1, c_in, c_out };
+        let panels = fused::pointwise_shape(c_in, c_out);
         let mut t = vec![0.0; c_in * c_out];
         for o in 0..c_out {
             for i in 0..c_in {
