@@ -1,7 +1,7 @@
 //! Owned outputs without a zero-fill: the SIMD kernels write every output value exactly once,
 //! so clearing the buffer first would be one more pass over memory per layer for nothing.
 
-use crate::{Activation, ConvShape, Isa, PointwiseShape};
+use crate::{Activation, ConvShape, Isa, MbConvParams, MbConvShape, PointwiseShape};
 
 /// A `len`-float vector filled by `fill`, which must write every element of the slice it gets.
 ///
@@ -70,5 +70,20 @@ pub fn conv_nchw_to_nhwc_new(
 ) -> Vec<f32> {
     filled(s.output_len(), !simd(isa, s.c_out), |out| {
         crate::conv_nchw_to_nhwc(isa, s, x, weight, bias, act, out)
+    })
+}
+
+/// [`crate::mbconv`] into a new vector.
+pub fn mbconv_new(
+    isa: Isa,
+    s: MbConvShape,
+    x: &[f32],
+    p: &MbConvParams,
+    residual: bool,
+) -> Vec<f32> {
+    // The block's last step is the 1x1 projection: its kernel or its reference decides.
+    let project = PointwiseShape { pixels: 1, c_in: s.c_mid, c_out: s.c_out };
+    filled(s.output_len(), !simd(isa, project.panel_width()), |out| {
+        crate::mbconv(isa, s, x, p, residual, out)
     })
 }

@@ -26,6 +26,12 @@ pub(crate) struct Args {
     /// The output rows this call computes, counted over the batch (`n * out_height + oy`); the
     /// rest belong to other threads.
     pub rows: std::ops::Range<usize>,
+    /// The image row `x` starts at: 0 for whole images, a band's first row when the input is a
+    /// band of one image's rows (batch 1; see `crate::mbconv`). Only the rows the computed
+    /// outputs read need be present.
+    pub x_row0: usize,
+    /// The output row (over the batch) `out` starts at: 0, or a band's first row.
+    pub out_row0: usize,
 }
 
 // SAFETY: the pointers are only read, except `out`, and the parallel parts of one call write
@@ -34,9 +40,10 @@ unsafe impl Sync for Args {}
 
 /// Per output row: the image row of tap 0 and the valid tap rows.
 struct Row {
-    /// Input pointer at (row of tap 0, column 0) of this image.
+    /// Input pointer at the first row present of this image (row `x_row0`, column 0).
     x: *const f32,
-    /// `iy0 = oy * stride - pad_top` (may be negative).
+    /// The row of tap 0 counted from `x`: `oy * stride - pad_top - x_row0` (may be negative;
+    /// the rows of `ky_lo..ky_hi` are present).
     iy0: isize,
     ky_lo: usize,
     ky_hi: usize,
@@ -267,13 +274,14 @@ pub(crate) unsafe fn run<S: Simd, const OX: usize, const NV: usize>(a: &Args) {
         {
             let iy0 = (oy * s.stride) as isize - pt;
             let row = Row {
-                // SAFETY: image `n` starts inside `x`; `out` row inside the output.
+                // SAFETY: image `n` starts inside `x` (`n` is 0 for a band); the output row is
+                // inside `out` (the caller guarantees both for `a.rows`).
                 x: unsafe { a.x.add(n * s.height * s.width * s.c_in) },
-                iy0,
+                iy0: iy0 - a.x_row0 as isize,
                 ky_lo: (-iy0).max(0) as usize,
                 ky_hi: (s.height as isize - iy0).clamp(0, s.kernel as isize) as usize,
                 // SAFETY: as above.
-                out: unsafe { a.out.add((n * oh + oy) * ow * s.c_in) },
+                out: unsafe { a.out.add((r - a.out_row0) * ow * s.c_in) },
             };
             let mut v0 = 0;
             while v0 < vectors {

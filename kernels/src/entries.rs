@@ -5,7 +5,7 @@
 #![allow(unsafe_op_in_unsafe_fn)] // each body is one call whose contract is the function's own
 
 use crate::simd::Portable;
-use crate::{depthwise, pointwise, stem};
+use crate::{depthwise, mbconv, pointwise, stem};
 
 /// Tile sizes: pointwise `MR × NV`, depthwise `OX × NV`, stem `NV`.
 macro_rules! entry_set {
@@ -31,6 +31,12 @@ macro_rules! entry_set {
             pub(crate) unsafe fn stem_entry(a: &stem::Args) {
                 stem::run::<$simd, $sox, $snv>(a)
             }
+            /// # Safety
+            /// As above.
+            $(#[target_feature(enable = $feat)])?
+            pub(crate) unsafe fn mbconv_entry(a: &mbconv::Args) {
+                mbconv::run::<$simd, $mr, $pnv, $ox, $dnv>(a)
+            }
         }
     };
 }
@@ -54,6 +60,12 @@ pub(crate) mod stem_entry {
     pub(crate) use super::portable_set::stem_entry as portable;
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     pub(crate) use super::wasm_set::stem_entry as simd128;
+}
+/// Per kernel, the portable entry.
+pub(crate) mod mbconv_entry {
+    pub(crate) use super::portable_set::mbconv_entry as portable;
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    pub(crate) use super::wasm_set::mbconv_entry as simd128;
 }
 
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
@@ -82,5 +94,10 @@ pub(crate) mod x86 {
     pub(crate) mod stem_entry {
         pub(crate) use super::v3::stem_entry as avx2;
         pub(crate) use super::v4::stem_entry as avx512;
+    }
+    /// Per kernel, the x86 entries.
+    pub(crate) mod mbconv_entry {
+        pub(crate) use super::v3::mbconv_entry as avx2;
+        pub(crate) use super::v4::mbconv_entry as avx512;
     }
 }

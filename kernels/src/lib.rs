@@ -6,7 +6,9 @@
 //!
 //! - [`pointwise`]: 1x1 conv + bias + ReLU6 (or linear) + residual add, a register-tiled GEMM;
 //! - [`depthwise`]: kxk depthwise, stride 1 or 2, TF-SAME padding in the index ranges, + bias + ReLU6;
-//! - [`conv_nchw_to_nhwc`]: the stem, reading the NCHW input and writing NHWC.
+//! - [`conv_nchw_to_nhwc`]: the stem, reading the NCHW input and writing NHWC;
+//! - [`mbconv`]: a whole MBConv block in bands of rows, so an early block's large expanded
+//!   activation stays in cache between its three convolutions.
 //!
 //! Each is written once over a small vector trait and compiled for AVX-512 (x86-64-v4: the same
 //! 8-lane code with 32 registers and larger tiles), AVX2+FMA (x86-64-v3), WebAssembly simd128,
@@ -20,6 +22,7 @@
 
 mod alloc;
 mod depthwise;
+mod mbconv;
 mod pointwise;
 pub mod reference;
 mod shape;
@@ -27,7 +30,8 @@ mod simd;
 mod stem;
 mod threads;
 
-pub use alloc::{conv_nchw_to_nhwc_new, depthwise_new, pointwise_new};
+pub use alloc::{conv_nchw_to_nhwc_new, depthwise_new, mbconv_new, pointwise_new};
+pub use mbconv::{BAND_BYTES, BAND_MIN_BYTES, Conv, MbConvParams, MbConvShape, mbconv};
 pub use shape::{Activation, ConvShape, PANEL, PointwiseShape};
 #[cfg(all(feature = "threads", target_family = "wasm"))]
 pub use threads::use_worker_pool;
@@ -226,6 +230,8 @@ pub fn depthwise(
         out: out.as_mut_ptr(),
         pad_left: s.pad_before().1,
         rows: 0..0,
+        x_row0: 0,
+        out_row0: 0,
     };
     check_isa(isa);
     // Parts of whole output rows: every channel of a pixel stays in one part, so each part
@@ -287,7 +293,7 @@ pub fn conv_nchw_to_nhwc(
 }
 
 /// Refuse an instruction set this machine does not run, before any kernel is entered.
-fn check_isa(isa: Isa) {
+pub(crate) fn check_isa(isa: Isa) {
     static AVAILABLE: std::sync::OnceLock<Vec<Isa>> = std::sync::OnceLock::new();
     let available = AVAILABLE.get_or_init(Isa::available);
     assert!(available.contains(&isa), "{isa:?} kernels do not run on this machine");
@@ -298,16 +304,16 @@ macro_rules! dispatch {
     ($isa:expr, $entry:ident, $args:expr) => {
         match $isa {
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => entries::x86::$entry::avx512($args),
+            Isa::Avx512 => $crate::entries::x86::$entry::avx512($args),
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => entries::x86::$entry::avx2($args),
+            Isa::Avx2 => $crate::entries::x86::$entry::avx2($args),
             #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-            Isa::Simd128 => entries::$entry::simd128($args),
-            Isa::Portable => entries::$entry::portable($args),
+            Isa::Simd128 => $crate::entries::$entry::simd128($args),
+            Isa::Portable => $crate::entries::$entry::portable($args),
             other => panic!("{other:?} kernels are not compiled for this target"),
         }
     };
 }
-use dispatch;
+pub(crate) use dispatch;
 
 mod entries;

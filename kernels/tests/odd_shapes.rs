@@ -6,7 +6,7 @@
 //! in `split-shared` (`tests/kernels_network.rs`), which knows the architecture.
 
 use split_kernels::reference::{self, assert_close, test_values as values};
-use split_kernels::{Activation, ConvShape, Isa, PointwiseShape};
+use split_kernels::{Activation, Conv, ConvShape, Isa, MbConvParams, MbConvShape, PointwiseShape};
 
 #[test]
 fn pointwise_tails_equal_reference() {
@@ -142,5 +142,51 @@ fn owned_outputs_equal_reference() {
     for isa in Isa::available() {
         let got = split_kernels::pointwise_new(isa, p, &x, &w, &b, Activation::Linear, None);
         assert_close(&got, &want, &format!("{isa:?} owned pointwise"));
+    }
+}
+
+#[test]
+fn mbconv_bands_equal_the_three_reference_calls() {
+    // (batch, h, w, c_in, c_mid, c_out, k, stride, residual): all but the last two have an
+    // expanded activation over `BAND_MIN_BYTES`, so they run in bands — stride 1 and 2, k 3
+    // and 5, odd sizes (a last band shorter than the others), no expansion, bands of one row
+    // (wide rows), batch 2 (parts and bands that meet an image's end) — and the last two are
+    // small enough to run as three calls.
+    let shapes = [
+        (1, 40, 40, 16, 96, 24, 3, 2, false),
+        (2, 41, 29, 24, 144, 24, 3, 1, true),
+        (1, 33, 31, 24, 144, 40, 5, 2, false),
+        (1, 30, 30, 40, 240, 40, 5, 1, true),
+        (1, 64, 64, 32, 32, 16, 3, 1, false),
+        (1, 5, 200, 8, 256, 8, 5, 1, true),
+        (1, 7, 7, 192, 1152, 192, 5, 1, true),
+        (2, 9, 9, 16, 48, 24, 3, 2, false),
+    ];
+    for (batch, height, width, c_in, c_mid, c_out, kernel, stride, residual) in shapes {
+        let s = MbConvShape { batch, height, width, c_in, c_mid, c_out, kernel, stride };
+        let expand_w: Vec<f32> =
+            values(c_in * c_mid, 11).iter().map(|v| v / (c_in as f32).sqrt()).collect();
+        let project_w: Vec<f32> =
+            values(c_mid * c_out, 12).iter().map(|v| v / (c_mid as f32).sqrt()).collect();
+        let (expand_b, dw_w, dw_b, project_b) = (
+            values(c_mid, 13),
+            values(kernel * kernel * c_mid, 14),
+            values(c_mid, 15),
+            values(c_out, 16),
+        );
+        let p = MbConvParams {
+            expand: (c_mid != c_in).then_some(Conv { weight: &expand_w, bias: &expand_b }),
+            depthwise: Conv { weight: &dw_w, bias: &dw_b },
+            project: Conv { weight: &project_w, bias: &project_b },
+        };
+        let x = values(s.input_len(), 17);
+        let mut want = vec![0.0; s.output_len()];
+        split_kernels::mbconv(Isa::Reference, s, &x, &p, residual, &mut want);
+        for isa in Isa::available() {
+            let mut got = vec![f32::NAN; s.output_len()];
+            split_kernels::mbconv(isa, s, &x, &p, residual, &mut got);
+            assert!(got.iter().all(|v| v.is_finite()), "{isa:?} {s:?}: a value unwritten");
+            assert_close(&got, &want, &format!("{isa:?} {s:?} residual={residual}"));
+        }
     }
 }

@@ -3,7 +3,7 @@
 //! set this machine runs. Odd shapes are tested in `split-kernels` itself.
 
 use split_kernels::reference::{self, assert_close, test_values as values};
-use split_kernels::{Activation, ConvShape, Isa, PointwiseShape};
+use split_kernels::{Activation, Conv, ConvShape, Isa, MbConvParams, MbConvShape, PointwiseShape};
 use split_shared::model::{HEAD_CHANNELS, INPUT_SIZE, MAX_BATCH, blocks};
 
 /// The network's convolutions in order: (pointwise shapes, depthwise shapes) per batch size.
@@ -69,6 +69,48 @@ fn every_network_shape_equals_reference() {
         for isa in Isa::available().into_iter().skip(1) {
             let got = split_kernels::conv_nchw_to_nhwc_new(isa, s, &x, &w, &b, Activation::Relu6);
             assert_close(&got, &want, &format!("{isa:?} stem {s:?}"));
+        }
+    }
+}
+
+/// Every block as one call ([`split_kernels::mbconv`]: in bands of rows for blocks 0–5) equals
+/// the scalar reference's three convolutions.
+#[test]
+fn every_block_in_one_call_equals_reference() {
+    for batch in [1, MAX_BATCH] {
+        let mut hw = INPUT_SIZE / 2;
+        for (i, b) in blocks().iter().enumerate() {
+            let seed = 1000 * (i as u64 + 1);
+            let (c_in, c_mid, c_out) = (b.c_in, b.hidden(), b.c_out);
+            let s = MbConvShape {
+                batch,
+                height: hw,
+                width: hw,
+                c_in,
+                c_mid,
+                c_out,
+                kernel: b.kernel,
+                stride: b.stride,
+            };
+            let scaled = |n: usize, fan_in: usize, seed: u64| -> Vec<f32> {
+                values(n, seed).iter().map(|v| v / (fan_in as f32).sqrt()).collect()
+            };
+            let (ew, eb) = (scaled(c_in * c_mid, c_in, seed), values(c_mid, seed + 1));
+            let (dw, db) = (values(b.kernel * b.kernel * c_mid, seed + 2), values(c_mid, seed + 3));
+            let (pw, pb) = (scaled(c_mid * c_out, c_mid, seed + 4), values(c_out, seed + 5));
+            let p = MbConvParams {
+                expand: (b.expand != 1).then_some(Conv { weight: &ew, bias: &eb }),
+                depthwise: Conv { weight: &dw, bias: &db },
+                project: Conv { weight: &pw, bias: &pb },
+            };
+            let x = values(s.input_len(), seed + 6);
+            let mut want = vec![0.0; s.output_len()];
+            split_kernels::mbconv(Isa::Reference, s, &x, &p, b.residual(), &mut want);
+            for isa in Isa::available().into_iter().skip(1) {
+                let got = split_kernels::mbconv_new(isa, s, &x, &p, b.residual());
+                assert_close(&got, &want, &format!("{isa:?} block {i} {s:?}"));
+            }
+            hw = hw.div_ceil(b.stride);
         }
     }
 }

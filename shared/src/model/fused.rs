@@ -20,7 +20,7 @@ use burn::backend::{Backend, DispatchDevice, Flex, backend_extension, tensor::Fl
 use burn::tensor::module::conv2d;
 use burn::tensor::ops::ConvOptions;
 use burn::tensor::{Device, Tensor, TensorData};
-use split_kernels::{Activation, ConvShape, Isa, PointwiseShape};
+use split_kernels::{Activation, Conv, ConvShape, Isa, MbConvParams, MbConvShape, PointwiseShape};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Fused convolutions for the backends that have kernels for them.
@@ -48,6 +48,34 @@ pub trait FusedConvBackend: Backend {
         bias: FloatTensor<Self>,
         kernel: usize,
         stride: usize,
+    ) -> FloatTensor<Self>;
+    /// A whole MBConv block: 1x1 expansion + ReLU6, depthwise kxk + ReLU6, linear 1x1
+    /// projection (+ `x` when `residual`). Weights as in the three operations above.
+    #[allow(clippy::too_many_arguments)]
+    fn fused_mbconv(
+        x: FloatTensor<Self>,
+        expand_weight: FloatTensor<Self>,
+        expand_bias: FloatTensor<Self>,
+        depthwise_weight: FloatTensor<Self>,
+        depthwise_bias: FloatTensor<Self>,
+        project_weight: FloatTensor<Self>,
+        project_bias: FloatTensor<Self>,
+        kernel: usize,
+        stride: usize,
+        residual: bool,
+    ) -> FloatTensor<Self>;
+    /// [`Self::fused_mbconv`] for a block without expansion (the extension point takes no
+    /// optional tensors).
+    #[allow(clippy::too_many_arguments)]
+    fn fused_dw_project(
+        x: FloatTensor<Self>,
+        depthwise_weight: FloatTensor<Self>,
+        depthwise_bias: FloatTensor<Self>,
+        project_weight: FloatTensor<Self>,
+        project_bias: FloatTensor<Self>,
+        kernel: usize,
+        stride: usize,
+        residual: bool,
     ) -> FloatTensor<Self>;
     /// The stem: NCHW `x: [n, c_in, h, w]` to NHWC, + bias + ReLU6, TF-SAME.
     fn fused_stem(
@@ -130,6 +158,45 @@ mod flex_impl {
         tensor(out, vec![s.batch, oh, ow, s.c_out])
     }
 
+    /// Output channels of a 1x1 weight in panels `[c_out / pw, c_in, pw]`.
+    fn pointwise_out(w: &FlexTensor) -> usize {
+        w.shape()[0] * w.shape()[2]
+    }
+
+    /// One MBConv block through [`split_kernels::mbconv`].
+    fn mbconv(
+        x: FlexTensor,
+        expand: Option<[FlexTensor; 2]>,
+        [dw_w, dw_b, project_w, project_b]: [FlexTensor; 4],
+        [kernel, stride]: [usize; 2],
+        residual: bool,
+    ) -> FlexTensor {
+        let d = x.shape().to_vec();
+        let c_mid = expand.as_ref().map_or(d[3], |[w, _]| pointwise_out(w));
+        let c_out = pointwise_out(&project_w);
+        let s = MbConvShape {
+            batch: d[0],
+            height: d[1],
+            width: d[2],
+            c_in: d[3],
+            c_mid,
+            c_out,
+            kernel,
+            stride,
+        };
+        let expand = expand.as_ref().map(|[w, b]| [values(w), values(b)]);
+        let (dw_w, dw_b, pj_w, pj_b) =
+            (values(&dw_w), values(&dw_b), values(&project_w), values(&project_b));
+        let p = MbConvParams {
+            expand: expand.as_ref().map(|[weight, bias]| Conv { weight, bias }),
+            depthwise: Conv { weight: &dw_w, bias: &dw_b },
+            project: Conv { weight: &pj_w, bias: &pj_b },
+        };
+        let out = split_kernels::mbconv_new(Isa::detect(), s, &values(&x), &p, residual);
+        let (oh, ow) = s.depthwise(1).out_hw();
+        tensor(out, vec![s.batch, oh, ow, c_out])
+    }
+
     impl FusedConvBackend for Flex {
         fn fused_pointwise(x: FlexTensor, w: FlexTensor, b: FlexTensor, relu6: bool) -> FlexTensor {
             let act = if relu6 { Activation::Relu6 } else { Activation::Linear };
@@ -154,6 +221,35 @@ mod flex_impl {
         ) -> FlexTensor {
             let c = x.shape()[3];
             conv(split_kernels::depthwise_new, x, w, b, c, [kernel, stride], false)
+        }
+
+        fn fused_mbconv(
+            x: FlexTensor,
+            expand_w: FlexTensor,
+            expand_b: FlexTensor,
+            dw_w: FlexTensor,
+            dw_b: FlexTensor,
+            project_w: FlexTensor,
+            project_b: FlexTensor,
+            kernel: usize,
+            stride: usize,
+            residual: bool,
+        ) -> FlexTensor {
+            let block = [dw_w, dw_b, project_w, project_b];
+            mbconv(x, Some([expand_w, expand_b]), block, [kernel, stride], residual)
+        }
+
+        fn fused_dw_project(
+            x: FlexTensor,
+            dw_w: FlexTensor,
+            dw_b: FlexTensor,
+            project_w: FlexTensor,
+            project_b: FlexTensor,
+            kernel: usize,
+            stride: usize,
+            residual: bool,
+        ) -> FlexTensor {
+            mbconv(x, None, [dw_w, dw_b, project_w, project_b], [kernel, stride], residual)
         }
 
         fn fused_stem(
@@ -281,6 +377,60 @@ pub fn depthwise(
     let options = ConvOptions::new_with_padding([stride, stride], padding, [1, 1], c);
     let y = conv2d(x.permute([0, 3, 1, 2]), weight, Some(bias), options); // [n, c, h', w']
     y.clamp(0.0, 6.0).permute([0, 2, 3, 1])
+}
+
+/// A 1x1 convolution's parameters: weight in panels ([`pointwise_weight_dims`]) and bias.
+pub type PointwiseParams = (Tensor<3>, Tensor<1>);
+
+/// An MBConv block over NHWC: `project(depthwise(expand(x))) (+ x)`.
+///
+/// On `flex` one kernel call runs the block in bands of output rows, so an early block's
+/// expanded activation stays in cache ([`split_kernels::mbconv`]); elsewhere it is the three
+/// operations above in turn.
+///
+/// # Shapes
+/// `x: [n, h, w, c_in]`; `expand` `c_in → c_mid` (absent: `c_mid = c_in`), depthwise weight
+/// `[k * k, c_mid]`, `project` `c_mid → c_out`; returns `[n, h / s, w / s, c_out]`. `residual`
+/// needs stride 1 and `c_out = c_in`.
+pub fn mbconv(
+    x: Tensor<4>,
+    expand: Option<PointwiseParams>,
+    (dw_weight, dw_bias): (Tensor<2>, Tensor<1>),
+    (project_weight, project_bias): PointwiseParams,
+    [kernel, stride]: [usize; 2],
+    residual: bool,
+) -> Tensor<4> {
+    if fused(&x) {
+        type Ext = burn::backend::Dispatch;
+        let x = x.into_dispatch();
+        let (dw_w, dw_b) = (dw_weight.into_dispatch(), dw_bias.into_dispatch());
+        let (pj_w, pj_b) = (project_weight.into_dispatch(), project_bias.into_dispatch());
+        let out = match expand {
+            Some((ew, eb)) => <Ext as FusedConvBackend>::fused_mbconv(
+                x,
+                ew.into_dispatch(),
+                eb.into_dispatch(),
+                dw_w,
+                dw_b,
+                pj_w,
+                pj_b,
+                kernel,
+                stride,
+                residual,
+            ),
+            None => <Ext as FusedConvBackend>::fused_dw_project(
+                x, dw_w, dw_b, pj_w, pj_b, kernel, stride, residual,
+            ),
+        };
+        return Tensor::from_dispatch(out);
+    }
+    let input = residual.then(|| x.clone());
+    let x = match expand {
+        Some((w, b)) => pointwise(x, w, b, true, None), // [n, h, w, c_mid]
+        None => x,
+    };
+    let x = depthwise(x, dw_weight, dw_bias, kernel, stride); // [n, h / s, w / s, c_mid]
+    pointwise(x, project_weight, project_bias, false, input) // [n, h / s, w / s, c_out]
 }
 
 /// The stem: NCHW input to NHWC output, + bias + ReLU6, TF-SAME padding.

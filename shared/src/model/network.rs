@@ -61,14 +61,16 @@ pub struct MbConv {
 
 impl MbConv {
     fn forward(&self, x: Tensor<4>) -> Tensor<4> {
-        let input = self.residual.then(|| x.clone());
-        let x = match &self.expand {
-            Some(conv) => conv.forward(x, true, None), // [n, h, w, c_in * e]
-            None => x,
-        };
+        let params = |p: &Pointwise| (p.weight.val(), p.bias.val());
         let dw = &self.depthwise;
-        let x = fused::depthwise(x, dw.weight.val(), dw.bias.val(), dw.kernel, dw.stride); // [n, h / s, w / s, c_in * e]
-        self.project.forward(x, false, input) // [n, h / s, w / s, c_out], linear (+ input)
+        fused::mbconv(
+            x,
+            self.expand.as_ref().map(params),
+            (dw.weight.val(), dw.bias.val()),
+            params(&self.project),
+            [dw.kernel, dw.stride],
+            self.residual,
+        ) // [n, h / s, w / s, c_out]
     }
 }
 
