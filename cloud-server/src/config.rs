@@ -50,6 +50,15 @@ pub struct Config {
     /// request alone. At most the model's batch limit, 4.
     #[arg(long, env = "SPLIT_BATCH", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=4))]
     pub batch: u16,
+    /// `/readyz` answers 503 (a load balancer sends new clients elsewhere) while this many
+    /// requests or more wait for a worker. Default: half of `--queue`.
+    #[arg(long, env = "SPLIT_READY_QUEUE")]
+    pub ready_queue: Option<usize>,
+    /// Seconds a shutdown (SIGTERM, Ctrl-C) waits for requests in flight; each session is
+    /// closed with 1012 "service restart" (clients reconnect, to another replica behind a
+    /// balancer) once its current request is answered.
+    #[arg(long, env = "SPLIT_SHUTDOWN_TIMEOUT", default_value_t = 10)]
+    pub shutdown_timeout: u64,
     /// Share cached results between sessions. Off by default: a shared cache answers a repeat
     /// of another session's content at once, which tells the second client what the first one
     /// classified. Turn it on only when every client is the same party.

@@ -3,7 +3,7 @@
 //! `busy` reply instead of unbounded memory.
 
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -16,6 +16,7 @@ use split_shared::protocol::{ServerLoad, ServerTimings};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::ServeError;
+use crate::metrics::Metrics;
 
 /// A served request.
 #[derive(Clone, Debug, PartialEq)]
@@ -54,6 +55,27 @@ pub struct Engine {
     recent_us: Arc<AtomicU32>,
     passes: Arc<AtomicU64>,
     abandoned: Arc<AtomicU64>,
+    /// Worker threads running now (each leaves only when the queue closes, or by a panic
+    /// outside a request).
+    alive: Arc<AtomicUsize>,
+}
+
+/// Counts a worker thread among the living while it runs, however it ends.
+struct Alive(Arc<AtomicUsize>);
+
+impl Drop for Alive {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// What the workers share besides the queue.
+struct Shared {
+    max_batch: usize,
+    recent_us: Arc<AtomicU32>,
+    passes: Arc<AtomicU64>,
+    abandoned: Arc<AtomicU64>,
+    metrics: Arc<Metrics>,
 }
 
 fn micros(since: Instant) -> u32 {
@@ -117,12 +139,11 @@ fn worker(
     model: EfficientNetLite0,
     device: Device,
     jobs: Arc<Mutex<mpsc::Receiver<Job>>>,
-    max_batch: usize,
-    recent_us: Arc<AtomicU32>,
-    passes: Arc<AtomicU64>,
-    abandoned: Arc<AtomicU64>,
+    shared: Arc<Shared>,
+    _alive: Alive,
 ) {
-    while let Some(taken) = take_jobs(&jobs, max_batch) {
+    let Shared { max_batch, recent_us, passes, abandoned, metrics } = &*shared;
+    while let Some(taken) = take_jobs(&jobs, *max_batch) {
         // Decode each on its own: a bad image costs its own request only.
         let mut ready: Vec<Ready> = Vec::with_capacity(taken.len());
         for Job { work, enqueued, reply } in taken {
@@ -158,6 +179,7 @@ fn worker(
                     });
             let compute_us = micros(start);
             passes.fetch_add(1, Ordering::Relaxed);
+            metrics.forward_pass(group.len(), f64::from(compute_us) * 1e-6);
             match result {
                 Ok(logits) => {
                     // Moving average over roughly the last eight passes.
@@ -196,31 +218,61 @@ fn worker(
 impl Engine {
     /// Start `workers` threads, each with its own handle on `model`, behind a queue of
     /// `capacity`. A worker that finds several requests waiting runs up to `max_batch` of them
-    /// (those starting at the same boundary) as one forward pass; 1 turns batching off.
+    /// (those starting at the same boundary) as one forward pass; 1 turns batching off. Each
+    /// pass and its size are counted in `metrics`.
     pub fn start(
         model: EfficientNetLite0,
         device: Device,
         workers: usize,
         capacity: usize,
         max_batch: usize,
+        metrics: Arc<Metrics>,
     ) -> Self {
-        let max_batch = max_batch.clamp(1, MAX_BATCH);
         let (tx, rx) = mpsc::channel(capacity.max(1));
         let rx = Arc::new(Mutex::new(rx));
-        let recent_us = Arc::new(AtomicU32::new(0));
-        let passes = Arc::new(AtomicU64::new(0));
-        let abandoned = Arc::new(AtomicU64::new(0));
-        for i in 0..workers.max(1) {
-            let (model, device, rx) = (model.clone(), device.clone(), rx.clone());
-            let (recent, passes, abandoned) =
-                (recent_us.clone(), passes.clone(), abandoned.clone());
+        let shared = Arc::new(Shared {
+            max_batch: max_batch.clamp(1, MAX_BATCH),
+            recent_us: Arc::new(AtomicU32::new(0)),
+            passes: Arc::new(AtomicU64::new(0)),
+            abandoned: Arc::new(AtomicU64::new(0)),
+            metrics,
+        });
+        let workers = workers.max(1);
+        let alive = Arc::new(AtomicUsize::new(0));
+        for i in 0..workers {
+            let (model, device, rx, shared) =
+                (model.clone(), device.clone(), rx.clone(), shared.clone());
+            alive.fetch_add(1, Ordering::Relaxed);
+            let guard = Alive(alive.clone());
             std::thread::Builder::new()
                 .name(format!("model-worker-{i}"))
-                .spawn(move || worker(model, device, rx, max_batch, recent, passes, abandoned))
+                .spawn(move || worker(model, device, rx, shared, guard))
                 .expect("spawning a model worker");
         }
-        let workers = workers.max(1);
-        Self { queue: tx, capacity: capacity.max(1), workers, recent_us, passes, abandoned }
+        Self {
+            queue: tx,
+            capacity: capacity.max(1),
+            workers,
+            recent_us: shared.recent_us.clone(),
+            passes: shared.passes.clone(),
+            abandoned: shared.abandoned.clone(),
+            alive,
+        }
+    }
+
+    /// Worker threads running now; fewer than [`Self::workers`] means one died.
+    pub fn workers_alive(&self) -> usize {
+        self.alive.load(Ordering::Relaxed)
+    }
+
+    /// Worker threads started.
+    pub fn workers(&self) -> usize {
+        self.workers
+    }
+
+    /// Requests waiting for a worker now.
+    pub fn queued(&self) -> usize {
+        self.capacity.saturating_sub(self.queue.capacity())
     }
 
     /// Queued requests skipped because nobody waited for their answer any more.
@@ -235,7 +287,7 @@ impl Engine {
 
     /// The load reported in replies: queue depth, workers, recent compute time.
     pub fn load(&self) -> ServerLoad {
-        let queued = self.capacity.saturating_sub(self.queue.capacity());
+        let queued = self.queued();
         ServerLoad {
             queued: queued.min(usize::from(u16::MAX)) as u16,
             workers: self.workers.min(usize::from(u16::MAX)) as u16,

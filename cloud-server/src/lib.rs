@@ -7,7 +7,7 @@
 //! Files: `config` (flags), `state` (what handlers share, loaded at start-up), `engine` (the model
 //! workers and their queue), `service` (one frame in, one reply out, no transport), `ws` (the
 //! socket loop), `routes` (HTTP), `static_files` (what of the web folder is served), `tls`
-//! (certificates), `info` (the `/api/info` contract).
+//! (certificates), `info` (the `/api/info` contract), `metrics` (what `/metrics` counts).
 
 mod config;
 mod engine;
@@ -15,6 +15,7 @@ mod error;
 mod frame_guard;
 mod info;
 mod limits;
+mod metrics;
 mod routes;
 mod service;
 mod state;
@@ -26,6 +27,7 @@ pub use config::{Config, DeviceChoice, Token};
 pub use engine::{Engine, Outcome, Work};
 pub use error::ServeError;
 pub use info::{CalibrationInfo, ServerInfo};
+pub use metrics::Metrics;
 pub use routes::config_app;
 pub use service::{Session, answer};
 pub use state::AppState;

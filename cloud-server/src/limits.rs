@@ -53,6 +53,11 @@ impl ConnectionLimits {
         open.0 += 1;
         Ok(Admitted { limits: Arc::clone(self), ip })
     }
+
+    /// Connections open now.
+    pub fn open(&self) -> usize {
+        self.open.lock().map_or(0, |open| open.0)
+    }
 }
 
 impl Drop for Admitted {

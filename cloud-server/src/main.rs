@@ -32,13 +32,17 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     };
     let state = AppState::load(&config)?;
     let addr = (config.host.clone(), config.port);
+    let app_state = state.clone();
     let server = HttpServer::new(move || {
         App::new()
             .wrap(middleware::Logger::new("%r %s %b %Dms"))
             // The wasm module is 30 MB raw and 4.6 MB gzipped; browsers ask for gzip.
             .wrap(middleware::Compress::default())
-            .configure(config_app(state.clone()))
-    });
+            .configure(config_app(app_state.clone()))
+    })
+    // Signals are handled below, so sessions learn of the shutdown before the listener stops.
+    .disable_signals()
+    .shutdown_timeout(config.shutdown_timeout);
     let (server, scheme) = match tls {
         Some(tls) => (server.bind_rustls_0_23(addr, tls)?, "https"),
         None => (server.bind(addr)?, "http"),
@@ -47,6 +51,35 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         // The one line operators and scripts look for.
         println!("split-inference demo: {scheme}://{a}/");
     }
-    server.run().await?;
+    let server = server.run();
+    let handle = server.handle();
+    actix_web::rt::spawn(async move {
+        shutdown_signal().await;
+        log::info!(
+            "shutting down: closing sessions after their current request (at most {} s)",
+            config.shutdown_timeout
+        );
+        state.begin_drain();
+        // Stop accepting, then wait for open connections (each closes once its request is
+        // answered) up to `--shutdown-timeout`.
+        handle.stop(true).await;
+    });
+    server.await?;
+    log::info!("stopped");
     Ok(())
+}
+
+/// SIGTERM (what orchestrators and `kill` send) or Ctrl-C.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate()).expect("installing a SIGTERM handler");
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
 }

@@ -1,5 +1,6 @@
 //! HTTP routes: the WebSocket endpoint, model metadata, the weights, the calibration, the cost
-//! table and the static demo (an allow-list: [`crate::static_files`]).
+//! table, health (`/livez`, `/readyz`), `/metrics`, and the static demo (an allow-list:
+//! [`crate::static_files`]).
 
 use actix_files::{Files, NamedFile};
 use actix_web::middleware::DefaultHeaders;
@@ -8,8 +9,29 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use crate::info::{CALIBRATION_URL, COST_TABLE_URL, ServerInfo, WEIGHTS_URL};
 use crate::state::AppState;
 
-async fn healthz() -> HttpResponse {
-    HttpResponse::Ok().body("ok")
+/// `/livez` (and `/healthz`, its older name): the process answers HTTP. A load balancer or
+/// an orchestrator restarts a server that fails it.
+async fn livez() -> HttpResponse {
+    HttpResponse::Ok().content_type("text/plain; charset=utf-8").body("ok")
+}
+
+/// `/readyz`: whether to send this server new clients — the model loaded (it is, or the server
+/// would not have started), every worker alive, the queue below `--ready-queue`, not shutting
+/// down. 503 with the reason otherwise; clients already connected are still served.
+async fn readyz(state: web::Data<AppState>) -> HttpResponse {
+    match state.not_ready() {
+        None => HttpResponse::Ok().content_type("text/plain; charset=utf-8").body("ready"),
+        Some(why) => HttpResponse::ServiceUnavailable()
+            .content_type("text/plain; charset=utf-8")
+            .body(format!("not ready: {why}")),
+    }
+}
+
+/// `/metrics`: counters, histograms and gauges in the OpenMetrics text format.
+async fn metrics(state: web::Data<AppState>) -> HttpResponse {
+    let page =
+        state.metrics.render(state.engine.queued(), state.connections.open(), state.draining());
+    HttpResponse::Ok().content_type(crate::metrics::CONTENT_TYPE).body(page)
 }
 
 async fn info(state: web::Data<AppState>) -> HttpResponse {
@@ -55,8 +77,14 @@ pub fn config_app(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
             .route("/ws", web::get().to(crate::ws::websocket))
             .route("/api/info", web::get().to(info))
             .route("/api/info", web::head().to(info))
-            .route("/healthz", web::get().to(healthz))
-            .route("/healthz", web::head().to(healthz))
+            .route("/livez", web::get().to(livez))
+            .route("/livez", web::head().to(livez))
+            .route("/healthz", web::get().to(livez))
+            .route("/healthz", web::head().to(livez))
+            .route("/readyz", web::get().to(readyz))
+            .route("/readyz", web::head().to(readyz))
+            .route("/metrics", web::get().to(metrics))
+            .route("/metrics", web::head().to(metrics))
             .route(WEIGHTS_URL, web::get().to(weights))
             .route(CALIBRATION_URL, web::get().to(calibration))
             .route(COST_TABLE_URL, web::get().to(cost_table))

@@ -164,6 +164,7 @@ async fn serve_request(
 /// Answer one binary frame of `session`; never fails: every problem becomes an error reply.
 pub async fn answer(state: &AppState, frame: &[u8], session: &mut Session) -> Reply {
     let id = peek_request_id(frame).unwrap_or(0);
+    let start = std::time::Instant::now();
     let request = match Request::decode(frame) {
         Ok(Request::Ping { payload, .. }) => {
             let received = payload.len() as u32;
@@ -172,7 +173,14 @@ pub async fn answer(state: &AppState, frame: &[u8], session: &mut Session) -> Re
         Ok(r) => Ok(r),
         Err(e) => Err(ServeError::from(e)),
     };
-    match async { serve_request(state, request?, session).await }.await {
+    let served = async { serve_request(state, request?, session).await }.await;
+    match &served {
+        Ok(o) => {
+            state.metrics.answered(o.from.name(), start.elapsed().as_secs_f64(), o.timings.cached)
+        }
+        Err(e) => state.metrics.refused(e.code().name()),
+    }
+    match served {
         Ok(o) => Reply::Result {
             id,
             from: o.from,

@@ -13,6 +13,7 @@ use split_shared::model::{Boundary, EfficientNetLite0};
 
 use crate::config::{Config, DeviceChoice, Token};
 use crate::engine::Engine;
+use crate::metrics::Metrics;
 
 /// Everything the handlers share.
 #[derive(Clone)]
@@ -49,6 +50,12 @@ pub struct AppState {
     pub sessions: Arc<std::sync::atomic::AtomicU64>,
     /// Open WebSockets, in all and per client address.
     pub connections: Arc<crate::limits::ConnectionLimits>,
+    /// What `/metrics` reports.
+    pub metrics: Arc<Metrics>,
+    /// Queue depth from which `/readyz` says not ready ([`Config::ready_queue`]).
+    pub ready_queue: usize,
+    /// Set once when the server starts shutting down: sessions close, `/readyz` fails.
+    pub drain: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 /// Answers by content key: the boundary served from and the top-5.
@@ -135,8 +142,10 @@ impl AppState {
         log::info!("model loaded from {} on {device_name}", weights_path.display());
         let calibration = load_calibration(config.calibration_path())?;
         let cost_table = load_cost_table(config.cost_table_path())?;
+        let metrics = Arc::new(Metrics::new());
+        let (workers, queue, batch) = (config.workers, config.queue, config.batch.into());
         Ok(Self {
-            engine: Engine::start(model, device, config.workers, config.queue, config.batch.into()),
+            engine: Engine::start(model, device, workers, queue, batch, metrics.clone()),
             weights_path: Arc::new(weights_path),
             weights_file: Arc::new(weights_file),
             web_dir: Arc::new(config.web_path()),
@@ -162,6 +171,36 @@ impl AppState {
                 config.max_connections,
                 config.max_connections_per_ip,
             ),
+            metrics,
+            ready_queue: config.ready_queue.unwrap_or(queue / 2).max(1),
+            drain: Arc::new(tokio::sync::watch::channel(false).0),
         })
+    }
+
+    /// Start shutting down: every session closes (1012) after its current request, and
+    /// `/readyz` answers 503 from now on.
+    pub fn begin_drain(&self) {
+        self.drain.send_replace(true);
+    }
+
+    /// Whether [`Self::begin_drain`] was called.
+    pub fn draining(&self) -> bool {
+        *self.drain.borrow()
+    }
+
+    /// Why the server should not get new clients now, if it should not: shutting down, a
+    /// model worker gone, or the queue at [`Self::ready_queue`].
+    pub fn not_ready(&self) -> Option<String> {
+        let (alive, workers) = (self.engine.workers_alive(), self.engine.workers());
+        let queued = self.engine.queued();
+        if self.draining() {
+            Some("shutting down".into())
+        } else if alive < workers {
+            Some(format!("{} of {workers} model workers stopped", workers - alive))
+        } else if queued >= self.ready_queue {
+            Some(format!("{queued} requests queued (ready below {})", self.ready_queue))
+        } else {
+            None
+        }
     }
 }

@@ -72,9 +72,16 @@ pub async fn websocket(
 ) -> actix_web::Result<HttpResponse> {
     if let Err(why) = origin_allowed(&req, &state) {
         log::warn!("refused a WebSocket from {:?}: {why}", req.peer_addr());
+        state.metrics.refused("origin");
         return Ok(HttpResponse::Forbidden().body(why));
     }
+    if state.draining() {
+        state.metrics.refused("draining");
+        return Ok(HttpResponse::ServiceUnavailable()
+            .body("this server is shutting down; connect again (to another replica)"));
+    }
     if !authorized(&req, &state) {
+        state.metrics.refused("unauthorized");
         log::warn!("refused a WebSocket from {:?}: missing or wrong token", req.peer_addr());
         return Ok(HttpResponse::Unauthorized()
             .insert_header((actix_web::http::header::WWW_AUTHENTICATE, "Bearer"))
@@ -86,6 +93,7 @@ pub async fn websocket(
         Ok(a) => a,
         Err(why) => {
             log::warn!("refused a WebSocket from {:?}: {why}", req.peer_addr());
+            state.metrics.refused("connections");
             return Ok(HttpResponse::ServiceUnavailable().body(why));
         }
     };
@@ -109,9 +117,11 @@ pub async fn websocket(
 type Incoming = Option<Result<AggregatedMessage, actix_ws::ProtocolError>>;
 
 /// Send a binary message; false when the session is over (closed, or the client stopped
-/// reading for `timeout`: the socket's buffers and the session's outbound queue are full).
-async fn send(session: &mut actix_ws::Session, bytes: Vec<u8>, timeout: Duration) -> bool {
-    match tokio::time::timeout(timeout, session.binary(bytes)).await {
+/// reading for the write timeout: the socket's buffers and the session's outbound queue are
+/// full).
+async fn send(session: &mut actix_ws::Session, bytes: Vec<u8>, state: &AppState) -> bool {
+    state.metrics.sent(bytes.len());
+    match tokio::time::timeout(state.write_timeout, session.binary(bytes)).await {
         Ok(Ok(())) => true,
         Ok(Err(_)) => false,
         Err(_) => {
@@ -140,11 +150,20 @@ async fn serve_session(
     // One message read while a request was being answered, handled next.
     let mut ahead: Option<Incoming> = None;
     let mut rate_warned = false;
+    state.metrics.session_opened();
+    // Shutting down: close between requests with 1012, which clients take as "reconnect now".
+    let mut drain = state.drain.subscribe();
+    let restart = || CloseReason {
+        code: CloseCode::Restart,
+        description: Some("server shutting down: reconnect".into()),
+    };
     let close = loop {
         let msg = match ahead.take() {
             Some(msg) => msg,
+            None if *drain.borrow_and_update() => break Some(restart()),
             None => tokio::select! {
                 msg = stream.recv() => msg,
+                Ok(()) = drain.changed() => continue,
                 _ = tick.tick() => {
                     if last_seen.elapsed() > CLIENT_TIMEOUT {
                         break Some(CloseReason { code: CloseCode::Away, description: Some("heartbeat timeout".into()) });
@@ -161,6 +180,8 @@ async fn serve_session(
             Some(Ok(AggregatedMessage::Binary(frame)))
                 if !state.rate.allow(admitted.ip, Instant::now()) =>
             {
+                state.metrics.received(frame.len());
+                state.metrics.refused("rate_limited");
                 let id = split_shared::protocol::peek_request_id(&frame).unwrap_or(0);
                 let message = format!(
                     "over {} requests per second from this address; retry later",
@@ -172,11 +193,12 @@ async fn serve_session(
                     rate_warned = true;
                 }
                 let reply = Reply::error(id, ErrorCode::RateLimited, message);
-                if !send(&mut session, reply.to_bytes(), state.write_timeout).await {
+                if !send(&mut session, reply.to_bytes(), &state).await {
                     return;
                 }
             }
             Some(Ok(AggregatedMessage::Binary(frame))) => {
+                state.metrics.received(frame.len());
                 // Keep reading while the request is answered: when the client closes or drops
                 // the connection meanwhile, the answer is abandoned (the model skips queued work
                 // nobody waits for); any other message waits for its turn.
@@ -195,18 +217,19 @@ async fn serve_session(
                     }
                 };
                 if let Some(reply) = reply
-                    && !send(&mut session, reply.to_bytes(), state.write_timeout).await
+                    && !send(&mut session, reply.to_bytes(), &state).await
                 {
                     return;
                 }
             }
             Some(Ok(AggregatedMessage::Text(_))) => {
+                state.metrics.refused("unsupported_message");
                 let reply = Reply::error(
                     0,
                     ErrorCode::UnsupportedMessage,
                     "this endpoint takes binary frames only",
                 );
-                if !send(&mut session, reply.to_bytes(), state.write_timeout).await {
+                if !send(&mut session, reply.to_bytes(), &state).await {
                     return;
                 }
             }
@@ -221,6 +244,7 @@ async fn serve_session(
                 // Oversized or malformed WebSocket framing: the stream cannot be resynchronized.
                 log::debug!("closing session: {e}");
                 let reason = if is_overflow(&e) {
+                    state.metrics.refused("too_large");
                     log::warn!(
                         "closing a session that sent a message over {MAX_FRAME_BYTES} bytes"
                     );

@@ -12,7 +12,7 @@ async fn a_full_queue_answers_busy_and_serves_the_rest() {
     let model = EfficientNetLite0::load(&Config::for_tests().weights_path(), &device)
         .unwrap_or_else(|e| panic!("{e}"));
     // One worker, room for one waiting request: of eight sent at once, at most two can be taken.
-    let engine = Engine::start(model, device, 1, 1, 1);
+    let engine = Engine::start(model, device, 1, 1, 1, Default::default());
     let requests = (0..8).map(|_| engine.submit(Work::Image(CHELSEA.to_vec())));
     let results = futures_util::future::join_all(requests).await;
     let busy = results.iter().filter(|r| matches!(r, Err(ServeError::Busy(1)))).count();
@@ -34,8 +34,8 @@ async fn waiting_requests_are_batched_with_the_same_answers() {
         .unwrap_or_else(|e| panic!("{e}"));
     let coffee = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../web/samples/coffee.png"))
         .expect("coffee sample");
-    let single = Engine::start(model.clone(), device.clone(), 1, 16, 1);
-    let batched = Engine::start(model, device, 1, 16, 4);
+    let single = Engine::start(model.clone(), device.clone(), 1, 16, 1, Default::default());
+    let batched = Engine::start(model, device, 1, 16, 4, Default::default());
     let works = || {
         vec![
             Work::Image(CHELSEA.to_vec()),

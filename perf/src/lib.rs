@@ -73,6 +73,10 @@ pub struct LoadReport {
     pub server_compute_ms: f64,
     /// Top-1 classes seen (to check answers stay right under load).
     pub top1: Vec<u16>,
+    /// Connections opened again after the server closed or lost one (each request is then
+    /// sent again, as the browser client does).
+    #[serde(default)]
+    pub reconnects: usize,
 }
 
 /// One line of `loadgen --json`: a run at one client count. The lab reads these back with the
@@ -106,37 +110,101 @@ pub fn quantile(sorted: &[f64], q: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * q).round() as usize]
 }
 
-async fn client(config: &LoadConfig, index: usize) -> Result<Vec<(f64, Reply)>> {
-    let (_, mut ws) = awc::Client::new()
-        .ws(config.url.as_str())
+type Socket = actix_codec::Framed<awc::BoxedSocket, awc::ws::Codec>;
+
+async fn connect(url: &str) -> Result<Socket> {
+    let (_, ws) = awc::Client::new()
+        .ws(url)
         .max_frame_size(split_shared::protocol::MAX_FRAME_BYTES + 1024)
         .connect()
         .await
-        .map_err(|e| anyhow::anyhow!("connecting to {}: {e}", config.url))?;
+        .map_err(|e| anyhow::anyhow!("connecting to {url}: {e}"))?;
+    Ok(ws)
+}
+
+/// Why a request got no reply on its connection.
+enum Lost {
+    /// The connection ended (closed, reset, or a close frame: a server shutting down sends
+    /// 1012): reconnect and send it again.
+    Connection(anyhow::Error),
+    /// No reply within the timeout, or a reply that does not decode: give up on it.
+    Request(anyhow::Error),
+}
+
+async fn exchange(ws: &mut Socket, frame: &[u8], timeout: Duration) -> Result<Reply, Lost> {
+    ws.send(Message::Binary(frame.to_vec().into()))
+        .await
+        .map_err(|e| Lost::Connection(anyhow::anyhow!("sending: {e}")))?;
+    let reply = tokio::time::timeout(timeout, async {
+        loop {
+            match ws.next().await {
+                Some(Ok(Frame::Binary(b))) => {
+                    return Reply::decode(&b).map_err(|e| Lost::Request(e.into()));
+                }
+                Some(Ok(Frame::Ping(_) | Frame::Pong(_))) => continue,
+                Some(Ok(Frame::Close(reason))) => {
+                    return Err(Lost::Connection(anyhow::anyhow!("closed: {reason:?}")));
+                }
+                Some(Ok(other)) => {
+                    return Err(Lost::Request(anyhow::anyhow!("unexpected frame {other:?}")));
+                }
+                Some(Err(e)) => return Err(Lost::Connection(anyhow::anyhow!("websocket: {e}"))),
+                None => return Err(Lost::Connection(anyhow::anyhow!("connection closed"))),
+            }
+        }
+    })
+    .await;
+    reply.unwrap_or_else(|_| Err(Lost::Request(anyhow::anyhow!("request timed out"))))
+}
+
+/// Connections one client may open again for one request, as a browser client reconnects
+/// when its server goes away (to another replica behind a balancer).
+const RECONNECTS_PER_REQUEST: u32 = 5;
+
+async fn client(config: &LoadConfig, index: usize) -> Result<(Vec<(f64, Reply)>, usize)> {
+    let mut ws = Some(connect(&config.url).await?);
     let mut out = Vec::with_capacity(config.requests);
+    let mut reconnects = 0;
     let mut frame = config.frame.clone();
     for r in 0..config.requests {
         let id = (index * config.requests + r + 1) as u64;
         frame[8..16].copy_from_slice(&id.to_le_bytes());
         let sent = Instant::now();
-        ws.send(Message::Binary(frame.clone().into())).await?;
-        let reply = tokio::time::timeout(config.timeout, async {
-            loop {
-                match ws.next().await {
-                    Some(Ok(Frame::Binary(b))) => return Ok(Reply::decode(&b)?),
-                    Some(Ok(Frame::Ping(_) | Frame::Pong(_))) => continue,
-                    Some(Ok(other)) => bail!("unexpected frame {other:?}"),
-                    Some(Err(e)) => bail!("websocket: {e}"),
-                    None => bail!("connection closed"),
+        let mut attempt = 0;
+        let reply = loop {
+            let socket = match ws.as_mut() {
+                Some(s) => s,
+                None => {
+                    tokio::time::sleep(Duration::from_millis(50 << attempt.min(4))).await;
+                    reconnects += 1;
+                    match connect(&config.url).await {
+                        Ok(s) => ws.insert(s),
+                        Err(_) if attempt < RECONNECTS_PER_REQUEST => {
+                            attempt += 1;
+                            continue;
+                        }
+                        Err(e) => return Err(e),
+                    }
                 }
+            };
+            match exchange(socket, &frame, config.timeout).await {
+                Ok(reply) => break reply,
+                Err(Lost::Connection(e)) => {
+                    ws = None;
+                    if attempt >= RECONNECTS_PER_REQUEST {
+                        return Err(e.context(format!("request {id}: connection lost")));
+                    }
+                    attempt += 1;
+                }
+                Err(Lost::Request(e)) => return Err(e.context(format!("request {id}"))),
             }
-        })
-        .await
-        .context("request timed out")??;
+        };
         out.push((sent.elapsed().as_secs_f64() * 1e3, reply));
     }
-    let _ = ws.close().await;
-    Ok(out)
+    if let Some(mut ws) = ws {
+        let _ = ws.close().await;
+    }
+    Ok((out, reconnects))
 }
 
 /// Run `config.clients` connections concurrently on the current actix runtime.
@@ -154,7 +222,8 @@ pub async fn run(config: &LoadConfig) -> Result<LoadReport> {
     let mut first_error = None;
     for r in results {
         match r {
-            Ok(replies) => {
+            Ok((replies, reconnects)) => {
+                report.reconnects += reconnects;
                 for (ms, reply) in replies {
                     match reply {
                         Reply::Result { top, timings, .. } => {

@@ -3,6 +3,10 @@
 
 import { SplitError } from "./wasm.js";
 
+/** The close code a server sends when it shuts down gracefully ("service restart"): it has
+ * answered what it could, and the client should reconnect now rather than back off. */
+const SERVICE_RESTART = 1012;
+
 export class Connection {
   /**
    * @param {URL} url  the server's WebSocket
@@ -18,6 +22,9 @@ export class Connection {
     this.socket = null;
     this.connecting = null;
     this.pending = new Map();
+    /** Frames of the requests waiting for a reply, by id: sent again on a new connection when
+     * the server closes with 1012 (it is restarting or draining behind a load balancer). */
+    this.frames = new Map();
     /** After a failed attempt, no new one before `retryAt` (ms, `performance.now()`): the wait
      * doubles from 0.5 s to 8 s while the server stays unreachable, and requests meanwhile fail
      * at once (auto mode then runs them locally without waiting for a connect to fail). */
@@ -66,10 +73,19 @@ export class Connection {
     // request already waiting on the next socket is not this one's).
     socket.sentIds = new Set();
     socket.onclose = (event) => {
-      const error = new SplitError("network", `connection closed (${event.code}${event.reason ? ": " + event.reason : ""})`);
-      for (const id of socket.sentIds) this.pending.get(id)?.(error);
-      socket.sentIds.clear();
       if (this.socket === socket) this.socket = null;
+      const ids = [...socket.sentIds];
+      socket.sentIds.clear();
+      if (event.code === SERVICE_RESTART) {
+        // The server answered what it had and is going away: reconnect at once (a balancer
+        // picks another replica) and send what is still unanswered there.
+        this.retryAt = 0;
+        this.backoffMs = 0;
+        for (const id of ids) this.send(id);
+        return;
+      }
+      const error = new SplitError("network", `connection closed (${event.code}${event.reason ? ": " + event.reason : ""})`);
+      for (const id of ids) this.pending.get(id)?.(error);
     };
     this.socket = socket;
     return this.connecting;
@@ -82,25 +98,34 @@ export class Connection {
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
         this.pending.delete(id);
+        this.frames.delete(id);
         this.socket?.sentIds.delete(id);
         reject(new SplitError("timeout", `no reply to request ${id} within ${Math.round(timeoutMs)} ms`));
       }, timeoutMs);
       const settle = (reply) => {
         clearTimeout(timer);
         this.pending.delete(id);
+        this.frames.delete(id);
         if (reply instanceof Error) reject(reply);
         else if (reply.kind === "error") reject(new SplitError(reply.code, reply.message));
         else resolve(reply);
       };
       this.pending.set(id, settle);
-      this.open().then(
-        (socket) => {
-          if (this.pending.get(id) !== settle) return;
-          socket.sentIds.add(id);
-          socket.send(frame);
-        },
-        (e) => { if (this.pending.get(id) === settle) settle(e); });
+      this.frames.set(id, frame);
+      this.send(id);
     });
+  }
+
+  /** Send request `id`'s frame on the open (or next) connection, unless it was settled. */
+  send(id) {
+    this.open().then(
+      (socket) => {
+        const frame = this.frames.get(id);
+        if (frame === undefined) return;
+        socket.sentIds.add(id);
+        socket.send(frame);
+      },
+      (e) => this.pending.get(id)?.(e));
   }
 
   close() {

@@ -59,6 +59,14 @@ pub fn test_all() -> Result<()> {
     ])?;
     run(Command::new("node").arg("tests/e2e.mjs").current_dir(&web).env("SPLIT_URL", &server.url))?;
     drop(server);
+    crate::cluster::check_manifests()?;
+    // Scale-out: replicas behind HAProxy, one killed under load, nothing lost.
+    crate::cluster::check(&[
+        "--weights".into(),
+        weights.display().to_string(),
+        "--calibration".into(),
+        calibration.display().to_string(),
+    ])?;
     // The performance lab's quick mode, so the harness cannot rot (checks behaviour, not speed).
     let out = std::env::temp_dir().join("splitinfer-lab-quick");
     let _ = std::fs::remove_dir_all(&out);

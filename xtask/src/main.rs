@@ -6,6 +6,7 @@
 //! - `web`: build the wasm edge module into `web/pkg` (WebGPU), `web/pkg-cpu`,
 //!   `web/pkg-cpu-relaxed` and `web/pkg-cpu-threads` (CPU only);
 //! - `demo`: setup + web, then start the server and print the URL;
+//! - `cluster`: as `demo`, with several server replicas behind HAProxy;
 //! - `test`: setup + web, then every test, the headless-browser ones included;
 //! - `eval`: accuracy and agreement of split inference over a folder of images;
 //! - `profile`: measure the planner's cost table (`profiles/cost-table.json`);
@@ -18,6 +19,7 @@
 mod browser;
 mod calibrate;
 mod ci;
+mod cluster;
 mod cmd;
 mod convert;
 mod eval;
@@ -70,6 +72,9 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         server_args: Vec<String>,
     },
+    /// As `demo`, with several server replicas behind HAProxy (installed if missing); arguments
+    /// after `--` go to every replica.
+    Cluster(cluster::Args),
     /// Format, clippy and wasm32 checks, setup + web, then every test, the headless-browser
     /// ones and the lab's quick mode included.
     Test,
@@ -95,6 +100,7 @@ fn main() -> Result<()> {
         Task::Calibrate(a) => calibrate::run(a),
         Task::Web => wasm_build::build(),
         Task::Demo { server_args } => server::demo(&server_args),
+        Task::Cluster(a) => cluster::run(a),
         Task::Test => ci::test_all(),
         Task::Eval(a) => eval::run(a),
         Task::StreamEval(a) => stream_eval::run(a),

@@ -1,0 +1,196 @@
+//! What operators and load balancers see: `/livez`, `/readyz`, `/metrics`, and a graceful
+//! shutdown that answers the request in flight and tells clients to reconnect.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use actix_web::App;
+use awc::ws::{CloseCode, Frame, Message};
+use cloud_server::{AppState, Config, Work, config_app};
+use futures_util::{SinkExt, StreamExt};
+use split_shared::protocol::{Reply, Request};
+
+const CHELSEA: &[u8] = include_bytes!("../../web/samples/chelsea.png");
+
+fn server_and_state(flags: &[&str]) -> (actix_test::TestServer, AppState) {
+    let state = AppState::load(&Config::for_tests_with(flags))
+        .expect("weights missing: run `cargo xtask setup` (or set SPLIT_WEIGHTS)");
+    let served = state.clone();
+    (actix_test::start(move || App::new().configure(config_app(served.clone()))), state)
+}
+
+/// `/metrics` parsed by an independent Prometheus text parser: sample name and labels
+/// (`name{a="b"}`, labels sorted) to value.
+async fn scrape(srv: &actix_test::TestServer) -> HashMap<String, f64> {
+    let mut response = awc::Client::new().get(srv.url("/metrics")).send().await.unwrap();
+    assert!(response.status().is_success());
+    let content_type = response.headers().get("content-type").unwrap().to_str().unwrap();
+    assert!(content_type.starts_with("application/openmetrics-text"), "{content_type}");
+    let body = String::from_utf8(response.body().await.unwrap().to_vec()).unwrap();
+    assert!(body.ends_with("# EOF\n"), "an OpenMetrics page ends with # EOF");
+    let lines = body.lines().map(|l| Ok(l.to_owned()));
+    let scrape = prometheus_parse::Scrape::parse(lines).expect("the page parses");
+    scrape
+        .samples
+        .into_iter()
+        .map(|s| {
+            let mut labels: Vec<String> =
+                s.labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
+            labels.sort();
+            let key = if labels.is_empty() {
+                s.metric
+            } else {
+                format!("{}{{{}}}", s.metric, labels.join(","))
+            };
+            let value = match s.value {
+                prometheus_parse::Value::Counter(v)
+                | prometheus_parse::Value::Gauge(v)
+                | prometheus_parse::Value::Untyped(v) => v,
+                prometheus_parse::Value::Histogram(_) | prometheus_parse::Value::Summary(_) => {
+                    f64::NAN
+                }
+            };
+            (key, value)
+        })
+        .collect()
+}
+
+async fn status(srv: &actix_test::TestServer, method: &str, path: &str) -> (u16, String) {
+    let client = awc::Client::new();
+    let request =
+        if method == "HEAD" { client.head(srv.url(path)) } else { client.get(srv.url(path)) };
+    let mut response = request.send().await.unwrap();
+    let body = response.body().await.unwrap();
+    (response.status().as_u16(), String::from_utf8_lossy(&body).into_owned())
+}
+
+#[actix_web::test]
+async fn health_routes_answer_get_and_head() {
+    let (srv, _state) = server_and_state(&[]);
+    for path in ["/livez", "/healthz", "/readyz", "/metrics"] {
+        let (get, body) = status(&srv, "GET", path).await;
+        assert_eq!(get, 200, "GET {path}: {body}");
+        let (head, empty) = status(&srv, "HEAD", path).await;
+        assert_eq!((head, empty.as_str()), (200, ""), "HEAD {path}");
+    }
+    assert_eq!(status(&srv, "GET", "/readyz").await.1, "ready");
+}
+
+/// The counters count what crossed the socket: one image, one feature frame that does not
+/// decode, bytes both ways, one session, one forward pass.
+#[actix_web::test]
+async fn metrics_count_what_was_sent() {
+    let (srv, _state) = server_and_state(&["--cache-entries", "16"]);
+    let before = scrape(&srv).await;
+    assert_eq!(before.get("split_sessions_total"), Some(&0.0), "{before:?}");
+    let (_, mut ws) = awc::Client::new().ws(srv.url("/ws")).connect().await.unwrap();
+    let image = Request::Image { id: 1, payload: CHELSEA.to_vec() }.to_bytes();
+    let garbage = vec![0xde, 0xad, 0xbe, 0xef];
+    let mut received = 0;
+    for frame in [image.clone(), image.clone(), garbage.clone()] {
+        ws.send(Message::Binary(frame.into())).await.unwrap();
+        loop {
+            match tokio::time::timeout(Duration::from_secs(60), ws.next()).await {
+                Ok(Some(Ok(Frame::Binary(b)))) => {
+                    received += b.len();
+                    Reply::decode(&b).unwrap();
+                    break;
+                }
+                Ok(Some(Ok(Frame::Ping(_) | Frame::Pong(_)))) => continue,
+                other => panic!("expected a reply, got {other:?}"),
+            }
+        }
+    }
+    let after = scrape(&srv).await;
+    let get = |k: &str| after.get(k).copied().unwrap_or_else(|| panic!("no {k} in {after:?}"));
+    assert_eq!(get("split_requests_total{from=\"input\"}"), 2.0);
+    assert_eq!(get("split_cache_hits_total"), 1.0, "the repeat came from the cache");
+    assert_eq!(get("split_cache_misses_total"), 1.0);
+    assert_eq!(get("split_refusals_total{reason=\"malformed\"}"), 1.0);
+    assert_eq!(get("split_forward_passes_total{batch=\"1\"}"), 1.0);
+    assert_eq!(get("split_sessions_total"), 1.0);
+    assert_eq!(get("split_connections"), 1.0);
+    assert_eq!(get("split_received_bytes_total"), (2 * image.len() + garbage.len()) as f64);
+    assert_eq!(get("split_sent_bytes_total"), received as f64);
+    assert_eq!(get("split_request_duration_seconds_count{from=\"input\"}"), 2.0);
+    assert_eq!(get("split_draining"), 0.0);
+}
+
+/// `/readyz` says 503 while the queue is at `--ready-queue`, and ready again once it drains.
+#[actix_web::test]
+async fn readiness_flips_while_the_workers_are_saturated() {
+    let (srv, state) = server_and_state(&[
+        "--workers",
+        "1",
+        "--batch",
+        "1",
+        "--queue",
+        "32",
+        "--ready-queue",
+        "4",
+    ]);
+    assert_eq!(status(&srv, "GET", "/readyz").await.0, 200);
+    // Twelve whole images for one worker: a few hundred milliseconds of queue.
+    let jobs: Vec<_> = (0..12)
+        .map(|_| {
+            let engine = state.engine.clone();
+            actix_web::rt::spawn(async move { engine.submit(Work::Image(CHELSEA.to_vec())).await })
+        })
+        .collect();
+    let mut saw_busy = None;
+    for _ in 0..200 {
+        let (code, body) = status(&srv, "GET", "/readyz").await;
+        if code == 503 {
+            saw_busy = Some(body);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let body = saw_busy.expect("/readyz never said 503 while 12 requests waited for one worker");
+    assert!(body.contains("queued"), "{body}");
+    for job in jobs {
+        job.await.unwrap().expect("every queued request is still answered");
+    }
+    assert_eq!(status(&srv, "GET", "/readyz").await, (200, "ready".to_string()));
+}
+
+/// SIGTERM: the request in flight is answered, then the session is closed with 1012 (service
+/// restart: clients reconnect at once), and the process exits 0.
+#[actix_web::test]
+async fn sigterm_answers_in_flight_then_closes_with_restart() {
+    let (mut server, url) = common::start(&["--rate-limit", "0", "--cache-entries", "0"]);
+    let ws_url = format!("{}ws", url.replacen("http", "ws", 1));
+    let (_, mut ws) = awc::Client::new().ws(ws_url.as_str()).connect().await.unwrap();
+    let image = Request::Image { id: 7, payload: CHELSEA.to_vec() }.to_bytes();
+    ws.send(Message::Binary(image.into())).await.unwrap();
+    // The request is on its way; terminate the server now.
+    let pid = server.0.id().to_string();
+    let killed = std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(killed.success());
+    let mut answered = false;
+    let close = loop {
+        match tokio::time::timeout(Duration::from_secs(30), ws.next()).await {
+            Ok(Some(Ok(Frame::Binary(b)))) => {
+                assert!(matches!(Reply::decode(&b), Ok(Reply::Result { id: 7, .. })));
+                answered = true;
+            }
+            Ok(Some(Ok(Frame::Close(reason)))) => break reason,
+            Ok(Some(Ok(_))) => continue,
+            other => panic!("expected the answer and a close frame, got {other:?}"),
+        }
+    };
+    assert!(answered, "the request in flight was answered before the close");
+    let close = close.expect("a close reason");
+    assert_eq!(close.code, CloseCode::Restart, "{close:?}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let exit = loop {
+        if let Some(exit) = server.0.try_wait().unwrap() {
+            break exit;
+        }
+        assert!(std::time::Instant::now() < deadline, "the server did not exit after SIGTERM");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(exit.success(), "{exit:?}");
+}
