@@ -35,7 +35,14 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let app_state = state.clone();
     let server = HttpServer::new(move || {
         App::new()
-            .wrap(middleware::Logger::new("%r %s %b %Dms"))
+            .wrap(
+                middleware::Logger::new("%r %s %b %Dms")
+                    // A balancer probes every replica twice a second: keep that out of the log.
+                    .exclude("/livez")
+                    .exclude("/healthz")
+                    .exclude("/readyz")
+                    .exclude("/metrics"),
+            )
             // The wasm module is 30 MB raw and 4.6 MB gzipped; browsers ask for gzip.
             .wrap(middleware::Compress::default())
             .configure(config_app(app_state.clone()))

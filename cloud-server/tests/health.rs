@@ -163,25 +163,33 @@ async fn sigterm_answers_in_flight_then_closes_with_restart() {
     let (mut server, url) = common::start(&["--rate-limit", "0", "--cache-entries", "0"]);
     let ws_url = format!("{}ws", url.replacen("http", "ws", 1));
     let (_, mut ws) = awc::Client::new().ws(ws_url.as_str()).connect().await.unwrap();
-    let image = Request::Image { id: 7, payload: CHELSEA.to_vec() }.to_bytes();
-    ws.send(Message::Binary(image.into())).await.unwrap();
-    // The request is on its way; terminate the server now.
-    let pid = server.0.id().to_string();
-    let killed = std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-    assert!(killed.success());
-    let mut answered = false;
+    // Two requests back to back: once the first is answered, the second is in the server's
+    // hands (read while the first was computed) and in flight when the signal comes.
+    for id in [7, 8] {
+        let image = Request::Image { id, payload: CHELSEA.to_vec() }.to_bytes();
+        ws.send(Message::Binary(image.into())).await.unwrap();
+    }
+    let mut answered = Vec::new();
     let close = loop {
         match tokio::time::timeout(Duration::from_secs(30), ws.next()).await {
             Ok(Some(Ok(Frame::Binary(b)))) => {
-                assert!(matches!(Reply::decode(&b), Ok(Reply::Result { id: 7, .. })));
-                answered = true;
+                let Ok(Reply::Result { id, .. }) = Reply::decode(&b) else {
+                    panic!("expected a result, got {:?}", Reply::decode(&b));
+                };
+                answered.push(id);
+                if id == 7 {
+                    let pid = server.0.id().to_string();
+                    let killed =
+                        std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+                    assert!(killed.success());
+                }
             }
             Ok(Some(Ok(Frame::Close(reason)))) => break reason,
             Ok(Some(Ok(_))) => continue,
-            other => panic!("expected the answer and a close frame, got {other:?}"),
+            other => panic!("expected the answers and a close frame, got {other:?}"),
         }
     };
-    assert!(answered, "the request in flight was answered before the close");
+    assert_eq!(answered, [7, 8], "the request in flight was answered before the close");
     let close = close.expect("a close reason");
     assert_eq!(close.code, CloseCode::Restart, "{close:?}");
     let deadline = std::time::Instant::now() + Duration::from_secs(15);

@@ -17,7 +17,7 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use awc::ws::{Frame, Message};
 use futures_util::{SinkExt, StreamExt};
 use split_shared::protocol::Reply;
