@@ -33,7 +33,10 @@ impl AdaptivePlanner {
         let candidates = table.candidates(profile).ok_or_else(|| {
             crate::js::error("bad_cost_table", format!("no edge profile {profile:?}"))
         })?;
-        Ok(Self { table, profile: profile.into(), policy: AdaptivePolicy::new(candidates) })
+        let mut policy = AdaptivePolicy::new(candidates);
+        // Every page needs its own coin: clients of one busy server must not switch in step.
+        policy.set_seed((js_sys::Math::random() * 9_007_199_254_740_992.0) as u64);
+        Ok(Self { table, profile: profile.into(), policy })
     }
 
     /// The edge profile in use.

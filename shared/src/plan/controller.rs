@@ -21,6 +21,21 @@ pub struct ControllerConfig {
     pub jump_factor: f64,
     /// How far ahead to plan, ms.
     pub horizon_ms: f64,
+    /// Chance per re-plan that a *load-driven* switch is made (one the server's queue alone
+    /// called for: at the queue the current placement was chosen under it would not be worth
+    /// it). Every client of a busy server sees the same queue; if all moved at once they would
+    /// empty it, all come back, and fill it again. Moving a fraction each period lets the queue
+    /// answer before the rest decide, so the mix settles. 1 turns this off.
+    pub load_switch_probability: f64,
+    /// Each dwell is `min_dwell_ms` times a random factor in `1 ± dwell_jitter`, so clients that
+    /// switched together do not re-plan in step.
+    pub dwell_jitter: f64,
+    /// Price of the server's compute under load: when ranking placements, cloud time counts
+    /// `1 + queue / queue_price_ms` times. The wait a client sees is what its request costs it;
+    /// what it costs the others is the extra wait its cloud time adds to theirs, which grows
+    /// with the queue. Pricing it in, the crowd keeps the server near a short queue, each
+    /// client giving it the part of the network its own edge runs slowest (0: off).
+    pub queue_price_ms: f64,
 }
 
 impl Default for ControllerConfig {
@@ -31,7 +46,27 @@ impl Default for ControllerConfig {
             min_dwell_ms: 6_000.0,
             jump_factor: 3.0,
             horizon_ms: 5_000.0,
+            load_switch_probability: 0.3,
+            dwell_jitter: 0.5,
+            queue_price_ms: 5.0,
         }
+    }
+}
+
+/// A small deterministic generator (xorshift64*): the controller's coin flips, seeded per
+/// client so a simulation replays exactly.
+#[derive(Clone, Debug)]
+struct Coin(u64);
+
+impl Coin {
+    /// A uniform value in `[0, 1)`.
+    fn next(&mut self) -> f64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
     }
 }
 
@@ -66,6 +101,11 @@ pub struct Controller {
     since_ms: f64,
     last_plan_ms: f64,
     planned_for: Option<Conditions>,
+    /// The server queue the current placement was chosen under, ms.
+    queue_at_switch_ms: f64,
+    /// This placement's dwell (`min_dwell_ms` with jitter), ms.
+    dwell_ms: f64,
+    coin: Coin,
     log: Vec<Switch>,
 }
 
@@ -96,12 +136,21 @@ fn jumped(a: &Conditions, b: &Conditions, factor: f64) -> Option<String> {
 impl Controller {
     /// A controller with no placement yet; the first tick picks one.
     pub fn new(config: ControllerConfig) -> Self {
+        Self::with_seed(config, 0x9E37_79B9_7F4A_7C15)
+    }
+
+    /// [`Self::new`] with its own random seed: each client of a server should have one.
+    pub fn with_seed(config: ControllerConfig, seed: u64) -> Self {
         Self {
             config,
             current: None,
             since_ms: 0.0,
             last_plan_ms: f64::NEG_INFINITY,
             planned_for: None,
+            queue_at_switch_ms: 0.0,
+            dwell_ms: config.min_dwell_ms,
+            // xorshift needs a non-zero state.
+            coin: Coin(seed | 1),
             log: Vec::new(),
         }
     }
@@ -140,7 +189,8 @@ impl Controller {
             return Decision::Keep;
         }
         // After a step, the trend still averages the old regime: plan on what is measured now.
-        let conditions = if jump.is_some() || outage { forecast.now } else { forecast.predicted };
+        let measured = if jump.is_some() || outage { forecast.now } else { forecast.predicted };
+        let conditions = self.priced(&measured);
         self.last_plan_ms = now_ms;
         self.planned_for = Some(forecast.now);
         let Ok(ranked) = plan_candidates(candidates, &conditions, constraints) else {
@@ -154,7 +204,7 @@ impl Controller {
             Some(c) => {
                 let now_cost = ranked.iter().find(|e| e.placement == *c).map(|e| e.total_ms);
                 let gain = now_cost.map(|n| (n - best.total_ms) / n);
-                let dwelt = now_ms - self.since_ms >= self.config.min_dwell_ms;
+                let dwelt = now_ms - self.since_ms >= self.dwell_ms;
                 match (now_cost, gain) {
                     (None, _) => Some("the current placement is no longer allowed".to_string()),
                     (Some(n), _) if outage && !n.is_finite() => {
@@ -162,7 +212,17 @@ impl Controller {
                     }
                     (Some(n), Some(g))
                         if g >= self.config.min_gain
-                            && (dwelt || jump.is_some() || !n.is_finite()) =>
+                            && (dwelt || jump.is_some() || !n.is_finite())
+                            && (jump.is_some()
+                                || !n.is_finite()
+                                || !self.load_driven(
+                                    candidates,
+                                    &measured,
+                                    c,
+                                    &best,
+                                    constraints,
+                                )
+                                || self.coin.next() < self.config.load_switch_probability) =>
                     {
                         let why = jump.clone().map_or_else(String::new, |j| format!("{j}; "));
                         Some(format!(
@@ -178,12 +238,57 @@ impl Controller {
         match reason {
             None => Decision::Keep,
             Some(reason) => {
-                let switch = Switch { at_ms: now_ms, from: current, to: best, reason };
+                // Logged with the latency it predicts, not its price.
+                let to = candidates
+                    .iter()
+                    .find(|c| c.placement == best.placement)
+                    .map_or(best, |c| estimate(c, &measured));
+                let switch = Switch { at_ms: now_ms, from: current, to, reason };
                 self.current = Some(switch.to.placement.clone());
                 self.since_ms = now_ms;
+                self.queue_at_switch_ms = measured.queue_ms;
+                let jitter = self.config.dwell_jitter.clamp(0.0, 1.0);
+                self.dwell_ms =
+                    self.config.min_dwell_ms * (1.0 + jitter * (2.0 * self.coin.next() - 1.0));
                 self.log.push(switch.clone());
                 Decision::Switch(switch)
             }
+        }
+    }
+
+    /// `conditions` with the server's compute priced by its queue ([`ControllerConfig::queue_price_ms`]).
+    fn priced(&self, conditions: &Conditions) -> Conditions {
+        let price = if self.config.queue_price_ms > 0.0 {
+            1.0 + conditions.queue_ms.max(0.0) / self.config.queue_price_ms
+        } else {
+            1.0
+        };
+        Conditions { cloud_factor: conditions.cloud_factor * price, ..*conditions }
+    }
+
+    /// Whether moving from `current` to `best` is the server queue's doing: at the queue the
+    /// current placement was chosen under, `best` would not gain enough to switch.
+    fn load_driven(
+        &self,
+        candidates: &[Candidate],
+        conditions: &Conditions,
+        current: &Placement,
+        best: &Estimate,
+        constraints: &Constraints,
+    ) -> bool {
+        if conditions.queue_ms == self.queue_at_switch_ms {
+            return false;
+        }
+        let before = self.priced(&Conditions { queue_ms: self.queue_at_switch_ms, ..*conditions });
+        let cost = |p: &Placement| {
+            candidates
+                .iter()
+                .find(|c| c.placement == *p && super::planner::allowed(c, constraints))
+                .map(|c| estimate(c, &before).total_ms)
+        };
+        match (cost(current), cost(&best.placement)) {
+            (Some(now), Some(then)) if now.is_finite() => (now - then) / now < self.config.min_gain,
+            _ => false,
         }
     }
 

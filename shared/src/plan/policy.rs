@@ -96,6 +96,8 @@ pub struct AdaptivePolicy {
     probe: ProbeConfig,
     monitor: NetworkMonitor,
     controller: Controller,
+    /// The controller's random seed (its load-driven coin flips and dwell jitter).
+    seed: u64,
     base_rtt_ms: Option<f64>,
     last_bare_ping_ms: Option<f64>,
     last_sent_ms: f64,
@@ -113,6 +115,7 @@ impl AdaptivePolicy {
             probe: ProbeConfig::default(),
             monitor: NetworkMonitor::new(),
             controller: Controller::new(config),
+            seed: 0x9E37_79B9_7F4A_7C15,
             base_rtt_ms: None,
             last_bare_ping_ms: None,
             last_sent_ms: f64::NEG_INFINITY,
@@ -123,7 +126,14 @@ impl AdaptivePolicy {
     /// Replace the controller's tuning (the placement history starts again).
     pub fn set_config(&mut self, config: ControllerConfig) {
         self.config = config;
-        self.controller = Controller::new(config);
+        self.controller = Controller::with_seed(config, self.seed);
+    }
+
+    /// Seed the controller's coin (the placement history starts again). Clients of one server
+    /// need different seeds, or their load-driven switches stay in step.
+    pub fn set_seed(&mut self, seed: u64) {
+        self.seed = seed;
+        self.controller = Controller::with_seed(self.config, seed);
     }
 
     /// Replace the probing rules.

@@ -182,3 +182,162 @@ pub fn standard_traces() -> Vec<Trace> {
         },
     ]
 }
+
+/// One client of the shared server in [`simulate_shared`].
+#[derive(Clone, Copy, Debug)]
+pub struct SharedClient {
+    /// Its edge speed relative to the cost table's profile (2.0 = twice as slow).
+    pub edge_factor: f64,
+    /// Its link: RTT ms and uplink bytes per ms.
+    pub rtt_ms: f64,
+    /// Uplink, bytes per ms.
+    pub uplink_bytes_per_ms: f64,
+}
+
+/// Many clients on one server, sampled over time.
+#[derive(Clone, Debug, Serialize)]
+pub struct SharedResult {
+    /// Every second: time ms, clients whose placement sends work to the server, server queue
+    /// wait ms.
+    pub timeline: Vec<(f64, usize, f64)>,
+    /// Latency of every request, ms, with the time it was made.
+    pub latencies: Vec<(f64, f64)>,
+    /// Placement changes per client (the first plan not counted).
+    pub switches: Vec<usize>,
+    /// Requests sent to the server per second, over the whole run.
+    pub server_rps: f64,
+}
+
+impl SharedResult {
+    /// The `q`-quantile of the latencies of requests made at or after `from_ms`.
+    pub fn latency_quantile(&self, from_ms: f64, q: f64) -> f64 {
+        let mut v: Vec<f64> =
+            self.latencies.iter().filter(|(t, _)| *t >= from_ms).map(|(_, l)| *l).collect();
+        v.sort_by(f64::total_cmp);
+        if v.is_empty() {
+            return f64::NAN;
+        }
+        v[((v.len() - 1) as f64 * q).round() as usize]
+    }
+
+    /// Fewest and most clients sending work to the server at the samples from `from_ms`.
+    pub fn remote_range(&self, from_ms: f64) -> (usize, usize) {
+        let remote = self.timeline.iter().filter(|s| s.0 >= from_ms).map(|s| s.1);
+        (remote.clone().min().unwrap_or(0), remote.max().unwrap_or(0))
+    }
+}
+
+/// `clients` sharing one server of `workers` model workers, each sending a request every
+/// `interval_ms` (a camera, an album) for `duration_ms`, each with its own
+/// [`AdaptivePolicy`] (seeded by its index) — or all pinned to `fixed`.
+///
+/// The server is a fluid queue: a request adds its cloud compute to the backlog and waits for
+/// the backlog ahead of it divided among the workers; the workers take `workers` ms of work per
+/// ms. A client learns the wait the way the browser does — from its replies (when they arrive,
+/// a latency later) and from its pings while it runs locally.
+pub fn simulate_shared(
+    clients: &[SharedClient],
+    candidates: &[Candidate],
+    config: ControllerConfig,
+    workers: usize,
+    interval_ms: f64,
+    duration_ms: f64,
+    fixed: Option<&Placement>,
+) -> SharedResult {
+    const DT: f64 = 10.0;
+    let workers = workers.max(1) as f64;
+    let mut policies: Vec<AdaptivePolicy> = clients
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let mut p = AdaptivePolicy::new(candidates.to_vec());
+            p.set_config(config);
+            p.set_seed(0x5EED_0000 + i as u64 * 0x9E37_79B9);
+            p.set_edge_factor(c.edge_factor);
+            if let Some(f) = fixed {
+                p.set_placement(0.0, f.clone());
+            }
+            p
+        })
+        .collect();
+    // Observations in flight back to each client: (arrives at, what).
+    let mut inbox: Vec<Vec<(f64, RequestObservation)>> = vec![Vec::new(); clients.len()];
+    // Stagger the clients' first requests over one interval.
+    let mut next: Vec<f64> =
+        (0..clients.len()).map(|i| interval_ms * i as f64 / clients.len() as f64).collect();
+    let (mut backlog_ms, mut served, mut t) = (0.0f64, 0usize, 0.0);
+    let mut result = SharedResult {
+        timeline: Vec::new(),
+        latencies: Vec::new(),
+        switches: Vec::new(),
+        server_rps: 0.0,
+    };
+    let mut next_sample = 0.0;
+    while t < duration_ms {
+        let wait_ms = backlog_ms / workers;
+        for (i, (policy, client)) in policies.iter_mut().zip(clients).enumerate() {
+            let arrived: Vec<RequestObservation> = {
+                let (now, later): (Vec<_>, Vec<_>) =
+                    inbox[i].drain(..).partition(|(at, _)| *at <= t);
+                inbox[i] = later;
+                now.into_iter().map(|(_, o)| o).collect()
+            };
+            for o in arrived {
+                policy.observe_request(t, o);
+            }
+            if policy.probe_due(t) {
+                let padding = policy.start_probe(t);
+                for probe_bytes in [0, padding] {
+                    policy.observe_ping(
+                        t,
+                        PingObservation {
+                            probe_bytes,
+                            ms: client.rtt_ms + f64::from(probe_bytes) / client.uplink_bytes_per_ms,
+                            queue_wait_ms: wait_ms,
+                            skewed: false,
+                        },
+                    );
+                }
+            }
+            if fixed.is_none() {
+                let _ = policy.tick(t);
+            }
+            if t < next[i] {
+                continue;
+            }
+            next[i] += interval_ms;
+            let chosen = policy.current();
+            let c = candidates.iter().find(|c| c.placement == chosen).expect("a candidate");
+            let edge_ms = c.edge_ms * client.edge_factor;
+            if chosen == Placement::EdgeOnly {
+                result.latencies.push((t, edge_ms));
+                continue;
+            }
+            let transfer = c.bytes / client.uplink_bytes_per_ms;
+            let server_ms = wait_ms + c.cloud_ms;
+            backlog_ms += c.cloud_ms;
+            served += 1;
+            let latency = edge_ms + client.rtt_ms + transfer + server_ms;
+            result.latencies.push((t, latency));
+            inbox[i].push((
+                t + latency,
+                RequestObservation {
+                    bytes_sent: c.bytes,
+                    round_trip_ms: client.rtt_ms + transfer + server_ms,
+                    server_ms,
+                    queue_wait_ms: Some(wait_ms),
+                },
+            ));
+        }
+        backlog_ms = (backlog_ms - workers * DT).max(0.0);
+        if t >= next_sample {
+            let remote = policies.iter().filter(|p| p.current() != Placement::EdgeOnly).count();
+            result.timeline.push((t, remote, backlog_ms / workers));
+            next_sample += 1_000.0;
+        }
+        t += DT;
+    }
+    result.switches = policies.iter().map(|p| p.switches().len().saturating_sub(1)).collect();
+    result.server_rps = served as f64 / (duration_ms / 1e3);
+    result
+}
