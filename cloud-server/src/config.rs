@@ -50,6 +50,11 @@ pub struct Config {
     /// request alone. At most the model's batch limit, 4.
     #[arg(long, env = "SPLIT_BATCH", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=4))]
     pub batch: u16,
+    /// Microseconds a model worker waits, after taking a request, for more from the same
+    /// boundary to run in the same pass (Triton's `max_queue_delay`). 0: only what is already
+    /// waiting is batched.
+    #[arg(long, env = "SPLIT_BATCH_DELAY_US", default_value_t = 0)]
+    pub batch_delay_us: u64,
     /// `/readyz` answers 503 (a load balancer sends new clients elsewhere) while this many
     /// requests or more wait for a worker. Default: half of `--queue`.
     #[arg(long, env = "SPLIT_READY_QUEUE")]

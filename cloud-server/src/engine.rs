@@ -5,7 +5,7 @@
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use burn::tensor::{Device, Tensor};
 use split_shared::labels::{Prediction, TOP_K, top_k};
@@ -72,6 +72,7 @@ impl Drop for Alive {
 /// What the workers share besides the queue.
 struct Shared {
     max_batch: usize,
+    batch_delay: Duration,
     recent_us: Arc<AtomicU32>,
     passes: Arc<AtomicU64>,
     abandoned: Arc<AtomicU64>,
@@ -122,13 +123,20 @@ fn forward_batch(
     Ok(values.chunks(NUM_CLASSES).map(<[f32]>::to_vec).collect())
 }
 
-/// Take the next job (waiting for it), then whatever else is already queued, up to `max`.
-fn take_jobs(jobs: &Mutex<mpsc::Receiver<Job>>, max: usize) -> Option<Vec<Job>> {
+/// Take the next job (waiting for it), then whatever else is queued, up to `max`, waiting at
+/// most `delay` after the first for more to arrive (Triton's `max_queue_delay`): a batch of
+/// several costs less per image than the same images one by one, so a short wait can pay when
+/// requests arrive spread out.
+fn take_jobs(jobs: &Mutex<mpsc::Receiver<Job>>, max: usize, delay: Duration) -> Option<Vec<Job>> {
     let mut rx = jobs.lock().ok()?;
     let mut out = vec![rx.blocking_recv()?];
+    let deadline = Instant::now() + delay;
     while out.len() < max {
         match rx.try_recv() {
             Ok(job) => out.push(job),
+            Err(mpsc::error::TryRecvError::Empty) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_micros(50));
+            }
             Err(_) => break,
         }
     }
@@ -142,8 +150,8 @@ fn worker(
     shared: Arc<Shared>,
     _alive: Alive,
 ) {
-    let Shared { max_batch, recent_us, passes, abandoned, metrics } = &*shared;
-    while let Some(taken) = take_jobs(&jobs, *max_batch) {
+    let Shared { max_batch, batch_delay, recent_us, passes, abandoned, metrics } = &*shared;
+    while let Some(taken) = take_jobs(&jobs, *max_batch, *batch_delay) {
         // Decode each on its own: a bad image costs its own request only.
         let mut ready: Vec<Ready> = Vec::with_capacity(taken.len());
         for Job { work, enqueued, reply } in taken {
@@ -228,10 +236,25 @@ impl Engine {
         max_batch: usize,
         metrics: Arc<Metrics>,
     ) -> Self {
+        Self::start_with_delay(model, device, workers, capacity, max_batch, Duration::ZERO, metrics)
+    }
+
+    /// [`Self::start`], a worker waiting up to `batch_delay` after a request for others to
+    /// batch with it (`--batch-delay-us`).
+    pub fn start_with_delay(
+        model: EfficientNetLite0,
+        device: Device,
+        workers: usize,
+        capacity: usize,
+        max_batch: usize,
+        batch_delay: Duration,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         let (tx, rx) = mpsc::channel(capacity.max(1));
         let rx = Arc::new(Mutex::new(rx));
         let shared = Arc::new(Shared {
             max_batch: max_batch.clamp(1, MAX_BATCH),
+            batch_delay,
             recent_us: Arc::new(AtomicU32::new(0)),
             passes: Arc::new(AtomicU64::new(0)),
             abandoned: Arc::new(AtomicU64::new(0)),

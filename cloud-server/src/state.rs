@@ -145,7 +145,15 @@ impl AppState {
         let metrics = Arc::new(Metrics::new());
         let (workers, queue, batch) = (config.workers, config.queue, config.batch.into());
         Ok(Self {
-            engine: Engine::start(model, device, workers, queue, batch, metrics.clone()),
+            engine: Engine::start_with_delay(
+                model,
+                device,
+                workers,
+                queue,
+                batch,
+                std::time::Duration::from_micros(config.batch_delay_us),
+                metrics.clone(),
+            ),
             weights_path: Arc::new(weights_path),
             weights_file: Arc::new(weights_file),
             web_dir: Arc::new(config.web_path()),

@@ -69,3 +69,27 @@ async fn waiting_requests_are_batched_with_the_same_answers() {
     assert_eq!(single.forward_passes(), 4);
     assert!(batched.forward_passes() < 4, "{} passes", batched.forward_passes());
 }
+
+/// With a batch delay, a worker that takes a request waits for others to join it: four
+/// requests arriving a few milliseconds apart run as one pass, where without the delay the
+/// first runs alone.
+#[actix_web::test]
+async fn a_batch_delay_gathers_requests_that_arrive_apart() {
+    let device = Device::flex();
+    let model = EfficientNetLite0::load(&Config::for_tests().weights_path(), &device)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let delay = std::time::Duration::from_millis(300);
+    let engine = Engine::start_with_delay(model, device, 1, 16, 4, delay, Default::default());
+    let mut waiting = Vec::new();
+    for _ in 0..4 {
+        let engine = engine.clone();
+        waiting.push(actix_web::rt::spawn(async move {
+            engine.submit(Work::Image(CHELSEA.to_vec())).await
+        }));
+        actix_web::rt::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    for w in waiting {
+        assert_eq!(w.await.unwrap().unwrap().top[0].class, 282);
+    }
+    assert_eq!(engine.forward_passes(), 1, "the four requests shared one pass");
+}
