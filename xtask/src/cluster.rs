@@ -31,10 +31,10 @@ pub struct Args {
     /// Port the balancer listens on (loopback).
     #[arg(long, default_value_t = 8080)]
     port: u16,
-    /// Pin replica i to core i mod cores (taskset), one model worker thread each.
+    /// Pin replica i (all its threads) to core i mod cores (taskset).
     #[arg(long)]
     pin: bool,
-    /// Flags for every replica (`./run.sh cluster -- --help` lists them).
+    /// Flags for every replica (`./run.sh demo -- --help` lists them).
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     server_args: Vec<String>,
 }
