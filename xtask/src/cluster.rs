@@ -199,14 +199,16 @@ pub fn run(a: Args) -> Result<()> {
     bail!("HAProxy exited ({status})")
 }
 
-/// The test command's check: two replicas behind HAProxy under 8 native clients, one replica
-/// killed (SIGKILL) mid-run. Every request must still be answered (the clients on the dead
-/// replica reconnect through the balancer and send again).
+/// The test command's check: three replicas behind HAProxy. Under 8 native clients one replica
+/// is killed (SIGKILL) mid-run: every request must still be answered (the clients on the dead
+/// replica reconnect through the balancer and send again). Then a page in Chromium sends
+/// requests while the replica holding its session is shut down (SIGTERM: 1012): every one must
+/// come back right (`web/tests/reconnect.mjs`).
 pub fn check(extra: &[String]) -> Result<()> {
     let port = free_port()?;
     let mut args = extra.to_vec();
     args.extend(["--cache-entries".into(), "0".into()]);
-    let cluster = start(2, port, false, &args)?;
+    let cluster = start(3, port, false, &args)?;
     let ws = format!("ws://127.0.0.1:{port}/ws");
     let (clients, requests) = (8, 30);
     let mut loadgen = Command::new(crate::cmd::target_dir().join("debug/loadgen"))
@@ -236,10 +238,25 @@ pub fn check(extra: &[String]) -> Result<()> {
     );
     ensure!(r.reconnects > 0, "no client reconnected: was the killed replica serving?");
     ensure!(r.top1.iter().all(|&c| (281..=285).contains(&c)), "wrong answers: {:?}", r.top1);
-    // The survivor served the rest; the balancer still answers.
+    // The browser across a graceful shutdown of the replica its session is on.
+    let survivors = cluster.replicas[1..]
+        .iter()
+        .map(|s| Ok(format!("{}@{}", s.pid(), port_of(&s.url)?)))
+        .collect::<Result<Vec<_>>>()?
+        .join(",");
+    let web = crate::paths::repo_root().join("web");
+    crate::cmd::run(
+        Command::new("node")
+            .arg("tests/reconnect.mjs")
+            .current_dir(&web)
+            .env("SPLIT_URL", &cluster.url)
+            .env("SPLIT_REPLICAS", survivors),
+    )?;
+    // One replica is left; the balancer still answers through it.
     ensure!(http_status(port, "/readyz")? == 200, "the balancer lost its last replica");
     eprintln!(
-        "test: cluster check passed: {} requests through HAProxy, one of 2 replicas killed, {} reconnects",
+        "test: cluster check passed: {} requests through HAProxy with one of 3 replicas killed \
+         ({} reconnects), and a page's requests across another's shutdown",
         r.ok, r.reconnects
     );
     Ok(())
