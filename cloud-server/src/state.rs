@@ -38,6 +38,8 @@ pub struct AppState {
     pub shared_cache: bool,
     /// Extra origins allowed to open `/ws` (see [`Config::allow_origins`]).
     pub allow_origins: Arc<Vec<String>>,
+    /// Proxies whose `X-Forwarded-For` names the client ([`Config::trusted_proxies`]).
+    pub trusted_proxies: Arc<Vec<std::net::IpAddr>>,
     /// The bearer token `/ws` requires, when the operator set one ([`Config::token`]).
     pub token: Option<Token>,
     /// Stream reference bytes: per session, and held by all sessions now against their cap.
@@ -166,6 +168,7 @@ impl AppState {
             ))),
             shared_cache: config.shared_cache,
             allow_origins: Arc::new(config.allow_origins.clone()),
+            trusted_proxies: Arc::new(config.trusted_proxies.clone()),
             token: config.token.clone(),
             rate: crate::limits::RateLimiter::new(config.rate_limit),
             write_timeout: std::time::Duration::from_secs(config.write_timeout.max(1)),

@@ -59,6 +59,23 @@ fn authorized(req: &HttpRequest, state: &AppState) -> bool {
     bearer.into_iter().chain(offered).any(|t| token.matches(t))
 }
 
+/// The client's address: the peer's, or — when the peer is a trusted proxy — the last address
+/// in `X-Forwarded-For`, the one that proxy saw (earlier entries are whatever the client sent).
+fn client_ip(req: &HttpRequest, state: &AppState) -> Option<std::net::IpAddr> {
+    let peer = req.peer_addr()?.ip();
+    if !state.trusted_proxies.contains(&peer) {
+        return Some(peer);
+    }
+    let forwarded = req
+        .headers()
+        .get_all("x-forwarded-for")
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .last()
+        .and_then(|a| a.trim().parse().ok());
+    Some(forwarded.unwrap_or(peer))
+}
+
 /// The connection's raw bytes as actix-web boxes them.
 type RawStream = std::pin::Pin<
     Box<dyn futures_util::Stream<Item = Result<web::Bytes, actix_web::error::PayloadError>>>,
@@ -89,7 +106,7 @@ pub async fn websocket(
                 "this server requires a token: Authorization: Bearer, or subprotocol bearer.TOKEN",
             ));
     }
-    let admitted = match state.connections.admit(req.peer_addr().map(|a| a.ip())) {
+    let admitted = match state.connections.admit(client_ip(&req, &state)) {
         Ok(a) => a,
         Err(why) => {
             log::warn!("refused a WebSocket from {:?}: {why}", req.peer_addr());

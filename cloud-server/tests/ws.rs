@@ -542,3 +542,21 @@ async fn connections_are_capped_per_address() {
     let reply = roundtrip(&mut third, features_frame(8, Boundary::block(11).unwrap())).await;
     assert!(matches!(reply, Reply::Result { id: 8, .. }), "{reply:?}");
 }
+
+/// Behind a trusted proxy the per-address cap counts the addresses it forwards; from anyone
+/// else `X-Forwarded-For` is ignored, so a client cannot pick its own address.
+#[actix_web::test]
+async fn forwarded_addresses_count_only_from_a_trusted_proxy() {
+    let forwarded = |srv: &actix_test::TestServer, ip: &'static str| {
+        awc::Client::new().ws(srv.url("/ws")).set_header("x-forwarded-for", ip).connect()
+    };
+    let behind = server_with(&["--max-connections-per-ip", "1", "--trusted-proxy", "127.0.0.1"]);
+    let _a = forwarded(&behind, "203.0.113.7").await.expect("first client");
+    let _b = forwarded(&behind, "198.51.100.1, 203.0.113.9").await.expect("another client");
+    let again = forwarded(&behind, "203.0.113.7").await.err().expect("the first client's second");
+    assert!(format!("{again:?}").contains("503"), "{again:?}");
+    let open = server_with(&["--max-connections-per-ip", "1"]);
+    let _c = forwarded(&open, "203.0.113.7").await.expect("first client");
+    let spoofed = forwarded(&open, "198.51.100.1").await.err().expect("same address, new header");
+    assert!(format!("{spoofed:?}").contains("503"), "{spoofed:?}");
+}

@@ -19,8 +19,9 @@ use anyhow::{Context, Result, bail, ensure};
 use crate::server::{Server, start_server};
 
 /// Flags every replica gets behind the balancer: every client reaches a replica from the
-/// balancer's address, so per-address limits would count all of them as one client.
-const BEHIND_PROXY: [&str; 4] = ["--rate-limit", "0", "--max-connections-per-ip", "1024"];
+/// balancer's address, which adds `X-Forwarded-For` (`option forwardfor`); trusting it there
+/// keeps the per-address limits per client.
+const BEHIND_PROXY: [&str; 2] = ["--trusted-proxy", "127.0.0.1"];
 
 /// `./run.sh cluster`.
 #[derive(clap::Args, Debug)]
@@ -97,6 +98,8 @@ defaults
     # A replica that refuses a connection (dead, restarting): try another.
     retries 3
     option redispatch
+    # The client's address for the replicas' per-address limits (they trust it from here).
+    option forwardfor
 
 frontend split
     bind 127.0.0.1:{port}
@@ -207,7 +210,9 @@ pub fn run(a: Args) -> Result<()> {
 pub fn check(extra: &[String]) -> Result<()> {
     let port = free_port()?;
     let mut args = extra.to_vec();
-    args.extend(["--cache-entries".into(), "0".into()]);
+    // Every request computes; the load generator's clients share one address, and this checks
+    // fail-over, not the rate limit.
+    args.extend(["--cache-entries", "0", "--rate-limit", "0"].map(String::from));
     let cluster = start(3, port, false, &args)?;
     let ws = format!("ws://127.0.0.1:{port}/ws");
     let (clients, requests) = (8, 30);
