@@ -52,9 +52,7 @@ pub struct Engine {
     queue: mpsc::Sender<Job>,
     capacity: usize,
     workers: usize,
-    recent_us: Arc<AtomicU32>,
-    passes: Arc<AtomicU64>,
-    abandoned: Arc<AtomicU64>,
+    shared: Arc<Shared>,
     /// Worker threads running now (each leaves only when the queue closes, or by a panic
     /// outside a request).
     alive: Arc<AtomicUsize>,
@@ -73,9 +71,9 @@ impl Drop for Alive {
 struct Shared {
     max_batch: usize,
     batch_delay: Duration,
-    recent_us: Arc<AtomicU32>,
-    passes: Arc<AtomicU64>,
-    abandoned: Arc<AtomicU64>,
+    recent_us: AtomicU32,
+    passes: AtomicU64,
+    abandoned: AtomicU64,
     metrics: Arc<Metrics>,
 }
 
@@ -255,9 +253,9 @@ impl Engine {
         let shared = Arc::new(Shared {
             max_batch: max_batch.clamp(1, MAX_BATCH),
             batch_delay,
-            recent_us: Arc::new(AtomicU32::new(0)),
-            passes: Arc::new(AtomicU64::new(0)),
-            abandoned: Arc::new(AtomicU64::new(0)),
+            recent_us: AtomicU32::new(0),
+            passes: AtomicU64::new(0),
+            abandoned: AtomicU64::new(0),
             metrics,
         });
         let workers = workers.max(1);
@@ -272,15 +270,7 @@ impl Engine {
                 .spawn(move || worker(model, device, rx, shared, guard))
                 .expect("spawning a model worker");
         }
-        Self {
-            queue: tx,
-            capacity: capacity.max(1),
-            workers,
-            recent_us: shared.recent_us.clone(),
-            passes: shared.passes.clone(),
-            abandoned: shared.abandoned.clone(),
-            alive,
-        }
+        Self { queue: tx, capacity: capacity.max(1), workers, shared, alive }
     }
 
     /// Worker threads running now; fewer than [`Self::workers`] means one died.
@@ -300,12 +290,12 @@ impl Engine {
 
     /// Queued requests skipped because nobody waited for their answer any more.
     pub fn abandoned(&self) -> u64 {
-        self.abandoned.load(Ordering::Relaxed)
+        self.shared.abandoned.load(Ordering::Relaxed)
     }
 
     /// Forward passes run so far (a batch of several requests is one).
     pub fn forward_passes(&self) -> u64 {
-        self.passes.load(Ordering::Relaxed)
+        self.shared.passes.load(Ordering::Relaxed)
     }
 
     /// The load reported in replies: queue depth, workers, recent compute time.
@@ -314,7 +304,7 @@ impl Engine {
         ServerLoad {
             queued: queued.min(usize::from(u16::MAX)) as u16,
             workers: self.workers.min(usize::from(u16::MAX)) as u16,
-            recent_us: self.recent_us.load(Ordering::Relaxed),
+            recent_us: self.shared.recent_us.load(Ordering::Relaxed),
         }
     }
 

@@ -6,20 +6,12 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use actix_web::App;
 use awc::ws::{CloseCode, Frame, Message};
-use cloud_server::{AppState, Config, Work, config_app};
+use cloud_server::Work;
 use futures_util::{SinkExt, StreamExt};
 use split_shared::protocol::{Reply, Request};
 
 const CHELSEA: &[u8] = include_bytes!("../../web/samples/chelsea.png");
-
-fn server_and_state(flags: &[&str]) -> (actix_test::TestServer, AppState) {
-    let state = AppState::load(&Config::for_tests_with(flags))
-        .expect("weights missing: run `cargo xtask setup` (or set SPLIT_WEIGHTS)");
-    let served = state.clone();
-    (actix_test::start(move || App::new().configure(config_app(served.clone()))), state)
-}
 
 /// `/metrics` parsed by an independent Prometheus text parser: sample name and labels
 /// (`name{a="b"}`, labels sorted) to value.
@@ -68,7 +60,7 @@ async fn status(srv: &actix_test::TestServer, method: &str, path: &str) -> (u16,
 
 #[actix_web::test]
 async fn health_routes_answer_get_and_head() {
-    let (srv, _state) = server_and_state(&[]);
+    let (srv, _state) = common::server_and_state(&[]);
     for path in ["/livez", "/healthz", "/readyz", "/metrics"] {
         let (get, body) = status(&srv, "GET", path).await;
         assert_eq!(get, 200, "GET {path}: {body}");
@@ -82,7 +74,7 @@ async fn health_routes_answer_get_and_head() {
 /// decode, bytes both ways, one session, one forward pass.
 #[actix_web::test]
 async fn metrics_count_what_was_sent() {
-    let (srv, _state) = server_and_state(&["--cache-entries", "16"]);
+    let (srv, _state) = common::server_and_state(&["--cache-entries", "16"]);
     let before = scrape(&srv).await;
     assert_eq!(before.get("split_sessions_total"), Some(&0.0), "{before:?}");
     let (_, mut ws) = awc::Client::new().ws(srv.url("/ws")).connect().await.unwrap();
@@ -121,7 +113,7 @@ async fn metrics_count_what_was_sent() {
 /// `/readyz` says 503 while the queue is at `--ready-queue`, and ready again once it drains.
 #[actix_web::test]
 async fn readiness_flips_while_the_workers_are_saturated() {
-    let (srv, state) = server_and_state(&[
+    let (srv, state) = common::server_and_state(&[
         "--workers",
         "1",
         "--batch",

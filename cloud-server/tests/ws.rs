@@ -5,11 +5,10 @@ mod common;
 use std::time::Duration;
 
 use actix_codec::Framed;
-use actix_web::App;
 use awc::BoxedSocket;
 use awc::ws::{Codec, Frame, Message};
 use burn::tensor::Device;
-use cloud_server::{AppState, Config, config_app};
+use cloud_server::Config;
 use futures_util::{SinkExt, StreamExt};
 use std::sync::OnceLock;
 
@@ -26,15 +25,8 @@ const CHELSEA: &[u8] = include_bytes!("../../web/samples/chelsea.png");
 /// ImageNet's cat classes: tabby, tiger cat, Persian, Siamese, Egyptian cat.
 const CATS: std::ops::RangeInclusive<u16> = 281..=285;
 
-fn server_and_state(flags: &[&str]) -> (actix_test::TestServer, AppState) {
-    let state = AppState::load(&Config::for_tests_with(flags))
-        .expect("weights missing: run `cargo xtask setup` (or set SPLIT_WEIGHTS)");
-    let served = state.clone();
-    (actix_test::start(move || App::new().configure(config_app(served.clone()))), state)
-}
-
 fn server_with(flags: &[&str]) -> actix_test::TestServer {
-    server_and_state(flags).0
+    common::server_and_state(flags).0
 }
 
 fn server() -> actix_test::TestServer {
@@ -420,7 +412,7 @@ async fn only_the_site_is_served() {
 #[actix_web::test]
 async fn work_of_a_client_that_left_is_skipped() {
     let (srv, state) =
-        server_and_state(&["--workers", "1", "--batch", "1", "--cache-entries", "0"]);
+        common::server_and_state(&["--workers", "1", "--batch", "1", "--cache-entries", "0"]);
     let image = || Request::Image { id: 1, payload: CHELSEA.to_vec() }.to_bytes();
     // Many sessions keep the single worker busy (24 images: several hundred ms of work)...
     const BUSY: u64 = 24;

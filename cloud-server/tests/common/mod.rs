@@ -67,3 +67,14 @@ pub fn gigabyte_frame_header() -> Vec<u8> {
     header.extend_from_slice(&[1, 2, 3, 4]);
     header
 }
+
+/// The app in-process on a test server, with the state it shares (flags as an operator
+/// passes them).
+pub fn server_and_state(flags: &[&str]) -> (actix_test::TestServer, cloud_server::AppState) {
+    use cloud_server::{AppState, Config, config_app};
+    let state = AppState::load(&Config::for_tests_with(flags))
+        .expect("weights missing: run `cargo xtask setup` (or set SPLIT_WEIGHTS)");
+    let served = state.clone();
+    let app = move || actix_web::App::new().configure(config_app(served.clone()));
+    (actix_test::start(app), state)
+}
