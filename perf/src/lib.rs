@@ -22,6 +22,7 @@ use awc::ws::{Frame, Message};
 use futures_util::{SinkExt, StreamExt};
 use split_shared::protocol::Reply;
 
+pub mod crowd;
 pub mod netem;
 mod workload;
 
@@ -110,9 +111,9 @@ pub fn quantile(sorted: &[f64], q: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * q).round() as usize]
 }
 
-type Socket = actix_codec::Framed<awc::BoxedSocket, awc::ws::Codec>;
+pub(crate) type Socket = actix_codec::Framed<awc::BoxedSocket, awc::ws::Codec>;
 
-async fn connect(url: &str) -> Result<Socket> {
+pub(crate) async fn connect(url: &str) -> Result<Socket> {
     let (_, ws) = awc::Client::new()
         .ws(url)
         .max_frame_size(split_shared::protocol::MAX_FRAME_BYTES + 1024)

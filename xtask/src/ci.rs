@@ -74,6 +74,15 @@ pub fn test_all() -> Result<()> {
         crate::lab::lab(&crate::lab::Options::quick(out.clone()), "./run.sh lab --quick")?;
     crate::lab::check(&results, &out)?;
     eprintln!("test: lab quick mode passed ({})", out.join("README.md").display());
+    // Many users at once: the multi-client lab's quick mode (native crowd and a Chromium page,
+    // one server and two replicas behind HAProxy).
+    let out = std::env::temp_dir().join("splitinfer-lab-clients-quick");
+    let _ = std::fs::remove_dir_all(&out);
+    let opts = crate::lab::crowd::CrowdOptions::quick();
+    let results =
+        crate::lab::crowd::lab(&opts, &out, "./run.sh lab --clients 4 --pages 1 --quick")?;
+    crate::lab::crowd::check(&results, &out)?;
+    eprintln!("test: multi-client lab quick mode passed ({})", out.join("README.md").display());
     // The decoders an attacker reaches, under libFuzzer for a bounded time (a longer run:
     // `./run.sh fuzz 600`). libFuzzer needs nightly; without it the step says so and is skipped.
     if crate::fuzz::nightly_available() {

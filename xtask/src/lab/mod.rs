@@ -17,6 +17,7 @@
 //! `--quick` is one profile, one short trace and a few requests: the test
 //! suite runs it so the harness cannot rot, and checks what it measured (no timing asserted).
 
+pub mod crowd;
 pub mod netns;
 pub mod report;
 pub mod stats;
@@ -138,7 +139,7 @@ pub struct Results {
     pub cold_start: Option<serde_json::Value>,
 }
 
-fn output(program: &str, args: &[&str]) -> String {
+pub(crate) fn output(program: &str, args: &[&str]) -> String {
     Command::new(program)
         .args(args)
         .output()
@@ -147,7 +148,7 @@ fn output(program: &str, args: &[&str]) -> String {
         .unwrap_or_default()
 }
 
-fn machine(browser: &str) -> Machine {
+pub(crate) fn machine(browser: &str) -> Machine {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
     let field = |text: &str, key: &str| {
@@ -262,7 +263,7 @@ fn ws_url(server: &Server) -> String {
     format!("{}ws", server.url.replacen("http://", "ws://", 1))
 }
 
-fn server_args(extra: &[&str]) -> Vec<String> {
+pub(crate) fn server_args(extra: &[&str]) -> Vec<String> {
     // The page's WebSocket goes through the link emulator, another port than the page's origin:
     // the lab's own pages are allowed explicitly.
     // The load tests open up to 64 connections from loopback, more than one address may by
@@ -331,7 +332,7 @@ fn node(script: &str, server: &Server, envs: &[(&str, String)]) -> Result<()> {
     Ok(())
 }
 
-fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
+pub(crate) fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
     serde_json::from_slice(
         &std::fs::read(path).with_context(|| format!("reading {}", path.display()))?,
     )
@@ -536,10 +537,65 @@ pub struct Args {
     /// Only rewrite the report (tables and charts) from a run's `data.json`.
     #[arg(long)]
     from_data: Option<PathBuf>,
+    /// The multi-client lab instead: this many native browser-like clients at once (with
+    /// `--pages` real Chromium pages), every mode, against one server and against three
+    /// replicas behind HAProxy; report in `reports/lab-clients/<N>-clients` unless `--out` is
+    /// given.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=256))]
+    clients: Option<u16>,
+    /// Chromium pages (4x CPU throttle) joining the native clients (`--clients`).
+    #[arg(long, default_value_t = 2, requires = "clients")]
+    pages: usize,
+    /// Seconds per mode in the multi-client lab, the first third left out as settling.
+    #[arg(long, default_value_t = 45.0, requires = "clients")]
+    duration_s: f64,
+    /// Modes of the multi-client lab: edge, cloud, auto, <boundary>:<codec>.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "edge,cloud,block5:q6,block11:q6,auto",
+        requires = "clients"
+    )]
+    modes: Vec<String>,
+    /// Server setups of the multi-client lab: replicas behind HAProxy (1: the server alone).
+    #[arg(long, value_delimiter = ',', default_value = "1,3", requires = "clients")]
+    replicas: Vec<usize>,
 }
 
 /// `cargo xtask lab ...`: build what the lab needs, run it, write the report.
 pub fn run(a: Args) -> Result<()> {
+    if let Some(clients) = a.clients {
+        let quick = crowd::CrowdOptions::quick();
+        let crowd_opts = crowd::CrowdOptions {
+            clients: usize::from(clients),
+            pages: a.pages,
+            duration_s: if a.quick { quick.duration_s } else { a.duration_s },
+            settle_s: if a.quick { quick.settle_s } else { a.duration_s / 3.0 },
+            interval_ms: quick.interval_ms,
+            modes: a.modes,
+            replicas: if a.quick { quick.replicas } else { a.replicas },
+        };
+        let out = match a.out {
+            Some(o) => o,
+            None if a.quick => std::env::temp_dir().join("splitinfer-lab-clients-quick"),
+            None => crowd::default_out(usize::from(clients)),
+        };
+        if crowd_opts.pages > 0 {
+            crate::wasm_build::build()?;
+            crate::browser::ensure_browser_tools(&paths::repo_root().join("web"))?;
+        }
+        crate::setup::ensure_weights()?;
+        crate::calibrate::ensure_calibration()?;
+        crate::cmd::build_workspace()?;
+        let args: Vec<String> = std::env::args().skip(2).collect();
+        let command = format!("./run.sh lab {}", args.join(" ")).trim_end().to_string();
+        let results = crowd::lab(&crowd_opts, &out, &command)?;
+        if a.quick {
+            crowd::check(&results, &out)?;
+        }
+        eprintln!("lab: report in {}", out.join("README.md").display());
+        return Ok(());
+    }
     let out_given = a.out.is_some();
     let mut opts = Options {
         quick: a.quick,
