@@ -75,13 +75,13 @@ pub struct Config {
     /// on their machine or intranet.
     #[arg(long = "allow-origin", env = "SPLIT_ALLOW_ORIGINS", value_delimiter = ',')]
     pub allow_origins: Vec<String>,
-    /// Addresses of the reverse proxies or load balancers in front of this server. For a
-    /// connection from one of them the client's address is the last one in `X-Forwarded-For`
+    /// Addresses (or CIDR networks, `10.244.0.0/16`) of the reverse proxies or load balancers in
+    /// front of this server. For a connection from one of them the client's address is the last one in `X-Forwarded-For`
     /// (the address the proxy saw), so the per-address limits count clients, not the proxy.
     /// From any other address the header is ignored: never list an address clients can
     /// connect from directly, or they could pick their own.
     #[arg(long = "trusted-proxy", env = "SPLIT_TRUSTED_PROXIES", value_delimiter = ',')]
-    pub trusted_proxies: Vec<std::net::IpAddr>,
+    pub trusted_proxies: Vec<crate::ipnet::IpNet>,
     /// Open WebSockets in all; each may buffer one message of up to 8 MiB, so this bounds the
     /// memory a crowd of connections can pin. Further ones get 503.
     #[arg(long, env = "SPLIT_MAX_CONNECTIONS", default_value_t = 256)]

@@ -14,6 +14,7 @@ mod engine;
 mod error;
 mod frame_guard;
 mod info;
+pub mod ipnet;
 mod limits;
 mod metrics;
 mod routes;

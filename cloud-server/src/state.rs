@@ -39,7 +39,7 @@ pub struct AppState {
     /// Extra origins allowed to open `/ws` (see [`Config::allow_origins`]).
     pub allow_origins: Arc<Vec<String>>,
     /// Proxies whose `X-Forwarded-For` names the client ([`Config::trusted_proxies`]).
-    pub trusted_proxies: Arc<Vec<std::net::IpAddr>>,
+    pub trusted_proxies: Arc<Vec<crate::ipnet::IpNet>>,
     /// The bearer token `/ws` requires, when the operator set one ([`Config::token`]).
     pub token: Option<Token>,
     /// Stream reference bytes: per session, and held by all sessions now against their cap.

@@ -63,7 +63,7 @@ fn authorized(req: &HttpRequest, state: &AppState) -> bool {
 /// in `X-Forwarded-For`, the one that proxy saw (earlier entries are whatever the client sent).
 fn client_ip(req: &HttpRequest, state: &AppState) -> Option<std::net::IpAddr> {
     let peer = req.peer_addr()?.ip();
-    if !state.trusted_proxies.contains(&peer) {
+    if !state.trusted_proxies.iter().any(|net| net.contains(peer)) {
         return Some(peer);
     }
     let forwarded = req

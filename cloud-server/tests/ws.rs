@@ -547,6 +547,10 @@ async fn forwarded_addresses_count_only_from_a_trusted_proxy() {
     let _b = forwarded(&behind, "198.51.100.1, 203.0.113.9").await.expect("another client");
     let again = forwarded(&behind, "203.0.113.7").await.err().expect("the first client's second");
     assert!(format!("{again:?}").contains("503"), "{again:?}");
+    // A network of proxies (an ingress controller's pods) works the same way.
+    let ingress = server_with(&["--max-connections-per-ip", "1", "--trusted-proxy", "127.0.0.0/8"]);
+    let _d = forwarded(&ingress, "203.0.113.7").await.expect("first client");
+    let _e = forwarded(&ingress, "203.0.113.8").await.expect("another client");
     let open = server_with(&["--max-connections-per-ip", "1"]);
     let _c = forwarded(&open, "203.0.113.7").await.expect("first client");
     let spoofed = forwarded(&open, "198.51.100.1").await.err().expect("same address, new header");

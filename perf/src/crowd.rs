@@ -237,6 +237,48 @@ pub struct CrowdReport {
     pub remote_clients: (usize, usize),
     /// Top-1 classes of server answers (all the same photo: they must agree).
     pub top1: Vec<u16>,
+    /// The clients in four groups by device speed, fastest first: who sends work to the server.
+    #[serde(default)]
+    pub by_speed: Vec<SpeedGroup>,
+}
+
+/// A quarter of the crowd by device speed.
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct SpeedGroup {
+    /// Slowdowns against the profile, fastest and slowest in the group.
+    pub edge_factor: (f64, f64),
+    /// Share of the group's requests sent to the server.
+    #[serde(deserialize_with = "crate::null_as_nan")]
+    pub remote_share: f64,
+    /// The group's 95th percentile latency, ms.
+    #[serde(deserialize_with = "crate::null_as_nan")]
+    pub p95_ms: f64,
+}
+
+/// The window's samples in four groups of clients by speed (clients are numbered fastest
+/// first, as [`spread`] makes them).
+fn by_speed(factors: &[f64], window: &[&Sample]) -> Vec<SpeedGroup> {
+    let n = factors.len();
+    let groups = n.min(4);
+    (0..groups)
+        .map(|g| {
+            let (lo, hi) = (g * n / groups, (g + 1) * n / groups);
+            let mine: Vec<&&Sample> =
+                window.iter().filter(|s| (lo..hi).contains(&s.client)).collect();
+            let mut latencies: Vec<f64> = mine
+                .iter()
+                .filter(|s| s.outcome != Outcome::Failed)
+                .map(|s| s.latency_ms)
+                .collect();
+            latencies.sort_by(f64::total_cmp);
+            SpeedGroup {
+                edge_factor: (factors[lo], factors[hi - 1]),
+                remote_share: mine.iter().filter(|s| s.bytes > 0).count() as f64
+                    / mine.len().max(1) as f64,
+                p95_ms: quantile(&latencies, 0.95),
+            }
+        })
+        .collect()
 }
 
 async fn await_reply(ws: &mut Socket, id: u64, wait: Duration) -> Result<Reply> {
@@ -505,6 +547,7 @@ pub fn summarize(cfg: &CrowdConfig, samples: &[Sample], from_ms: f64) -> CrowdRe
             remote_counts.max().unwrap_or(0),
         ),
         top1: window.iter().filter_map(|s| s.top1).collect(),
+        by_speed: by_speed(&cfg.edge_factors, &window),
     }
 }
 
@@ -568,5 +611,8 @@ mod tests {
         assert_eq!(r.remote_clients, (1, 2));
         assert_eq!(r.placements[0], ("block5/q6".to_string(), 3));
         assert_eq!(r.top1, vec![282, 282]);
+        assert_eq!(r.by_speed.len(), 2);
+        assert_eq!(r.by_speed[0].remote_share, 1.0, "client 0 sent all three");
+        assert_eq!(r.by_speed[1].remote_share, 0.5, "client 1 ran one locally, sent one");
     }
 }

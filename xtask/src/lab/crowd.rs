@@ -354,6 +354,26 @@ pub fn report(r: &CrowdResults) -> String {
             ));
         }
         s.push('\n');
+        if let Some(auto) = r.rows.iter().find(|x| x.replicas == replicas && x.native.mode == "auto")
+        {
+            let groups: Vec<String> = auto
+                .native
+                .by_speed
+                .iter()
+                .map(|g| {
+                    format!(
+                        "{:.1}–{:.1}× slower: {:.0}% to the server, P95 {} ms",
+                        g.edge_factor.0,
+                        g.edge_factor.1,
+                        100.0 * g.remote_share,
+                        f(g.p95_ms, 0)
+                    )
+                })
+                .collect();
+            if !groups.is_empty() {
+                s.push_str(&format!("auto by device speed: {}.\n\n", groups.join("; ")));
+            }
+        }
     }
     s.push_str(&design_table(r));
     s.push_str(
