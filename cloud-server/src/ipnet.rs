@@ -31,7 +31,8 @@ impl FromStr for IpNet {
     type Err = IpNetError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let (addr, prefix) = s.trim().split_once('/').map_or((s.trim(), None), |(a, p)| (a, Some(p)));
+        let (addr, prefix) =
+            s.trim().split_once('/').map_or((s.trim(), None), |(a, p)| (a, Some(p)));
         let addr: IpAddr = addr.parse().map_err(|_| IpNetError::Address(addr.to_string()))?;
         let addr = addr.to_canonical();
         let max = if addr.is_ipv4() { 32 } else { 128 };

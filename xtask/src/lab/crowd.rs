@@ -354,7 +354,8 @@ pub fn report(r: &CrowdResults) -> String {
             ));
         }
         s.push('\n');
-        if let Some(auto) = r.rows.iter().find(|x| x.replicas == replicas && x.native.mode == "auto")
+        if let Some(auto) =
+            r.rows.iter().find(|x| x.replicas == replicas && x.native.mode == "auto")
         {
             let groups: Vec<String> = auto
                 .native

@@ -543,8 +543,10 @@ pub struct Args {
     /// given.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=256))]
     clients: Option<u16>,
-    /// Chromium pages (4x CPU throttle) joining the native clients (`--clients`).
-    #[arg(long, default_value_t = 2, requires = "clients")]
+    /// Chromium pages (4x CPU throttle, real wasm compute) joining the native clients
+    /// (`--clients`). Chromium throttles by keeping a core busy (about 950 ms of CPU a second per
+    /// page, idle): on a machine that also runs the server, each page takes a core from it.
+    #[arg(long, default_value_t = 0, requires = "clients")]
     pages: usize,
     /// Seconds per mode in the multi-client lab, the first third left out as settling.
     #[arg(long, default_value_t = 45.0, requires = "clients")]
