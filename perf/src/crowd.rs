@@ -27,7 +27,7 @@ use futures_util::{SinkExt, StreamExt};
 use split_shared::codec::{Calibration, EncodeContext, Setting};
 use split_shared::model::{Boundary, EfficientNetLite0, Features};
 use split_shared::plan::{
-    AdaptivePolicy, Candidate, PingObservation, Placement, RequestObservation,
+    AdaptivePolicy, Candidate, ControllerConfig, PingObservation, Placement, RequestObservation,
 };
 use split_shared::protocol::{FeaturesFrame, Reply, Request};
 
@@ -150,6 +150,9 @@ pub struct CrowdConfig {
     /// Longest wait for a reply before a request counts as failed (fixed modes) or runs
     /// locally (auto, which waits its policy's deadline, at most this).
     pub timeout: Duration,
+    /// The adaptive controller's tuning (auto); the browser's default unless an experiment
+    /// changes it.
+    pub controller: ControllerConfig,
 }
 
 /// How a request was answered.
@@ -346,6 +349,7 @@ fn ms(d: Duration) -> f64 {
 async fn client(cfg: &CrowdConfig, index: usize, start: Instant) -> (Vec<Sample>, usize) {
     let factor = cfg.edge_factors[index];
     let mut policy = AdaptivePolicy::new(cfg.candidates.clone());
+    policy.set_config(cfg.controller);
     policy.set_seed(0xC20_D000 + index as u64 * 0x9E37_79B9);
     policy.set_edge_factor(factor);
     if let Mode::Fixed(p) = &cfg.mode {
@@ -586,6 +590,7 @@ mod tests {
             interval: Duration::from_millis(100),
             duration: Duration::from_secs(4),
             timeout: Duration::from_secs(1),
+            controller: ControllerConfig::default(),
         };
         let sample = |t_ms: f64, client, outcome, latency_ms, bytes| Sample {
             t_ms,

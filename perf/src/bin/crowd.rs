@@ -7,18 +7,21 @@ use anyhow::{Context, Result, bail};
 use split_perf::crowd::{self, CrowdConfig, Frames, Mode};
 use split_perf::netem::{Proxy, schedule};
 use split_perf::process_cpu_ms;
-use split_shared::plan::{CostTable, Placement};
+use split_shared::plan::{ControllerConfig, CostTable, Placement};
 
 const USAGE: &str =
     "usage: crowd [--url ws://HOST:PORT/ws] [--clients N] [--modes edge,cloud,block5:q6,auto]
              [--duration-s S] [--settle-s S] [--interval-ms MS] [--link 4g|none|...]
              [--edge-profile browser-wasm-cpu] [--edge-factor LO-HI] [--cost-table FILE]
              [--image FILE] [--server-pid PID[,PID...]] [--start-at UNIX_MS] [--gap-s S] [--json]
+             [--queue-price-ms MS] [--load-switch-probability P] [--jump-factor F]
 Browser-like clients (simulated device compute, real frames, each client on its own emulated
 link) against a running server, one mode after another. Start the server with
 --cache-entries 0 --rate-limit 0, or repeats are answered from its cache and refused.
 --start-at: the first mode starts at this Unix time (ms), mode i at start + i x (duration + gap),
-so that browser pages running the same schedule (web/tests/crowd-pages.mjs) join each mode.";
+so that browser pages running the same schedule (web/tests/crowd-pages.mjs) join each mode.
+--queue-price-ms, --load-switch-probability, --jump-factor: try another tuning of auto's
+controller (ControllerConfig in shared/src/plan/controller.rs; the browser's default otherwise).";
 
 struct Args {
     url: String,
@@ -35,6 +38,7 @@ struct Args {
     server_pids: Vec<u32>,
     start_at_ms: Option<u64>,
     gap: Duration,
+    controller: ControllerConfig,
     json: bool,
 }
 
@@ -58,6 +62,7 @@ fn parse() -> Result<Option<Args>> {
         server_pids: Vec::new(),
         start_at_ms: None,
         gap: Duration::from_secs(2),
+        controller: ControllerConfig::default(),
         json: false,
     };
     let mut args = std::env::args().skip(1);
@@ -84,6 +89,11 @@ fn parse() -> Result<Option<Args>> {
             }
             "--start-at" => a.start_at_ms = Some(value()?.parse()?),
             "--gap-s" => a.gap = Duration::from_secs_f64(value()?.parse()?),
+            "--queue-price-ms" => a.controller.queue_price_ms = value()?.parse()?,
+            "--load-switch-probability" => {
+                a.controller.load_switch_probability = value()?.parse()?;
+            }
+            "--jump-factor" => a.controller.jump_factor = value()?.parse()?,
             "--json" => a.json = true,
             "--help" | "-h" => {
                 println!("{USAGE}");
@@ -171,6 +181,7 @@ async fn main() -> Result<()> {
             interval: a.interval,
             duration: a.duration,
             timeout: Duration::from_secs(30),
+            controller: a.controller,
         };
         let cpu0 = server_cpu_ms(&a.server_pids)?;
         let (report, samples) = crowd::run(&cfg, a.settle).await;
