@@ -292,6 +292,21 @@ async function toggleCamera() {
   }
 }
 
+/** The WebSocket's state beside the backend (it opens on the first request that needs it). */
+function showConnection(c) {
+  const text = {
+    idle: "not connected yet",
+    connecting: "connecting…",
+    open: "connected",
+    reconnecting: "restarting; reconnecting…",
+    // Attempts are made on demand (the next request, after a backoff), not on a timer.
+    unreachable: "unreachable; tried again on a later request (auto answers on this device)",
+    closed: `disconnected${c.code ? ` (${c.code}${c.reason ? `: ${c.reason}` : ""})` : ""}`,
+  }[c.state] ?? c.state;
+  $("connection").textContent = text;
+  document.body.dataset.connection = c.state;
+}
+
 async function main() {
   const params = new URLSearchParams(location.search);
   const backend = params.get("backend") ?? "auto";
@@ -307,6 +322,7 @@ async function main() {
     wasmBuild,
     worker,
     token,
+    onConnection: showConnection,
     onProgress: (p) => {
       const mb = (n) => (n / 1e6).toFixed(1);
       const pct = p.fraction == null || p.stage === "ready" ? ""

@@ -89,6 +89,19 @@ export interface Estimate {
   agreement: number;
 }
 
+/** The WebSocket to the server. It opens on the first request that needs the server. */
+export interface ConnectionState {
+  /** "idle": never opened; "reconnecting": the server restarts (close 1012) and unanswered
+   * requests go again on a new connection; "unreachable": the last attempt failed, the next
+   * one waits `retryInMs` (requests meanwhile fail at once; "auto" runs them locally). */
+  state: "idle" | "connecting" | "open" | "reconnecting" | "unreachable" | "closed";
+  /** "unreachable": how long until the next attempt, ms (0.5 s doubling to 8 s). */
+  retryInMs?: number;
+  /** "closed": the WebSocket close code and reason. */
+  code?: number;
+  reason?: string;
+}
+
 export interface CreateOptions {
   /** Where the server is (default: this page's origin). */
   baseUrl?: string;
@@ -107,6 +120,8 @@ export interface CreateOptions {
   constraints?: Constraints;
   /** Called with each placement change of auto mode. */
   onSwitch?: (s: Switch) => void;
+  /** Called as the WebSocket to the server changes state. */
+  onConnection?: (s: ConnectionState) => void;
   /** Force one build of the module (benchmarks). */
   wasmBuild?: "webgpu" | "cpu" | "cpu-relaxed" | "cpu-threads";
   /** Run the client (module, weights, edge compute, connection) in a Web Worker, so the page
@@ -212,6 +227,8 @@ export class SplitClient {
   profileEdge(repeats?: number): Promise<{ names: string[]; ms: number[] }>;
   /** Every placement change of auto mode. */
   readonly switches: Switch[];
+  /** The WebSocket's state now (as last reported, for a client in a worker). */
+  readonly connectionState: ConnectionState;
   /** Classify an encoded image (JPEG or PNG bytes): split is "edge", "cloud", "auto" or a
    * boundary name such as "block5". */
   classify(image: Uint8Array, split?: string, options?: ClassifyOptions): Promise<ClassifyResult>;

@@ -44,7 +44,8 @@ export class SplitClient {
    *   baseUrl, wsUrl, backend ("auto" | "webgpu" | "cpu"), onProgress, timeoutMs, cacheEntries,
    *   constraints (for "auto": privacy_floor, min_agreement, max_edge_param_bytes), onSwitch,
    *   wasmBuild ("webgpu" | "cpu" | "cpu-relaxed" | "cpu-threads", for benchmarks), token (the server's bearer
-   *   token, when it requires one), worker (default: true on a page that can start one)
+   *   token, when it requires one), onConnection (the WebSocket's state as it changes), worker
+   *   (default: true on a page that can start one)
    */
   static async create(options = {}) {
     const worker = options.worker ?? (typeof window !== "undefined" && typeof Worker !== "undefined");
@@ -90,6 +91,7 @@ export class SplitClient {
     onProgress({ stage: "ready", fraction: 1 });
     const client = new SplitClient(base, edge, options.timeoutMs ?? DEFAULT_TIMEOUT_MS, info, planner, options.onSwitch, options.token);
     if (options.wsUrl) client.connection.url = new URL(options.wsUrl);
+    if (options.onConnection) client.connection.onStatus = options.onConnection;
     return client;
   }
 
@@ -166,6 +168,12 @@ export class SplitClient {
   /** The model's boundaries (name, shape, MACs); available once a client was created. */
   static boundaries() {
     return wasm.boundaries();
+  }
+
+  /** The WebSocket's state: `{ state: "idle" | "connecting" | "open" | "reconnecting" |
+   * "unreachable" | "closed", retryInMs?, code?, reason? }`. */
+  get connectionState() {
+    return this.connection.status;
   }
 
   /** Open the WebSocket if it is not open. */

@@ -30,6 +30,23 @@ export class Connection {
      * at once (auto mode then runs them locally without waiting for a connect to fail). */
     this.retryAt = 0;
     this.backoffMs = 0;
+    /** `{ state, ... }`: "idle" (never opened), "connecting", "open", "reconnecting" (the server
+     * is restarting: sending again elsewhere), "unreachable" (with `retryInMs`) or "closed"
+     * (with the close `code` and `reason`). */
+    this.status = { state: "idle" };
+    /** Called with every new `status`. */
+    this.onStatus = () => {};
+  }
+
+  /** Record and announce a new status (repeats of the same state are not announced). */
+  setStatus(status) {
+    if (status.state === this.status.state && status.state !== "unreachable") return;
+    this.status = status;
+    try {
+      this.onStatus(status);
+    } catch (e) {
+      console.error("onConnection callback failed", e);
+    }
   }
 
   /** Open the WebSocket if it is not open; concurrent callers share one attempt. */
@@ -42,9 +59,11 @@ export class Connection {
     }
     const socket = new WebSocket(this.url, this.protocols);
     socket.binaryType = "arraybuffer";
+    if (this.status.state !== "reconnecting") this.setStatus({ state: "connecting" });
     this.connecting = new Promise((resolve, reject) => {
       socket.onopen = () => {
         this.backoffMs = 0;
+        this.setStatus({ state: "open" });
         // Stream references do not survive a connection: start again from a keyframe.
         this.edge.forceKeyframe();
         resolve(socket);
@@ -52,6 +71,7 @@ export class Connection {
       socket.onerror = () => {
         this.backoffMs = Math.min(8_000, Math.max(500, 2 * this.backoffMs));
         this.retryAt = performance.now() + this.backoffMs;
+        this.setStatus({ state: "unreachable", retryInMs: this.backoffMs });
         reject(new SplitError("network", `cannot connect to ${this.url}`));
       };
     }).finally(() => {
@@ -73,7 +93,9 @@ export class Connection {
     // request already waiting on the next socket is not this one's).
     socket.sentIds = new Set();
     socket.onclose = (event) => {
-      if (this.socket === socket) this.socket = null;
+      // A socket already replaced (closed by the caller, then a new one opened) reports nothing.
+      const current = this.socket === socket;
+      if (current) this.socket = null;
       const ids = [...socket.sentIds];
       socket.sentIds.clear();
       if (event.code === SERVICE_RESTART) {
@@ -81,8 +103,13 @@ export class Connection {
         // picks another replica) and send what is still unanswered there.
         this.retryAt = 0;
         this.backoffMs = 0;
+        if (current) this.setStatus({ state: "reconnecting" });
         for (const id of ids) this.send(id);
         return;
+      }
+      // A socket that never opened already reported "unreachable".
+      if (current && this.status.state !== "unreachable") {
+        this.setStatus({ state: "closed", code: event.code, reason: event.reason });
       }
       const error = new SplitError("network", `connection closed (${event.code}${event.reason ? ": " + event.reason : ""})`);
       for (const id of ids) this.pending.get(id)?.(error);

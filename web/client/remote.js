@@ -13,7 +13,7 @@ export class RemoteSplitClient {
   static async create(options = {}) {
     const worker = new Worker(new URL("./worker.js", import.meta.url), { type: "module", name: "split-client" });
     const remote = new RemoteSplitClient(worker, options);
-    const { onProgress, onSwitch, ...rest } = options;
+    const { onProgress, onSwitch, onConnection, ...rest } = options;
     const base = new URL(options.baseUrl ?? "/", location.href);
     const forward = { ...rest, baseUrl: base.href };
     if (options.wsUrl) forward.wsUrl = new URL(options.wsUrl, base).href;
@@ -31,12 +31,19 @@ export class RemoteSplitClient {
     this.pending = new Map();
     this.nextId = 1;
     this.state = {};
+    /** The worker's WebSocket state, as it last reported it. */
+    this.connectionState = { state: "idle" };
     /** Every placement change of the adaptive mode, as the worker reports them. */
     this.switches = [];
     const onProgress = options.onProgress ?? (() => {});
     const onSwitch = options.onSwitch ?? (() => {});
+    const onConnection = options.onConnection ?? (() => {});
     worker.onmessage = ({ data }) => {
       if (data.event === "progress") return onProgress(data.value);
+      if (data.event === "connection") {
+        this.connectionState = data.value;
+        return onConnection(data.value);
+      }
       if (data.event === "switch") {
         this.switches.push(data.value);
         return onSwitch(data.value);

@@ -4,7 +4,8 @@
 //
 //   in:  { id, method, args }                 a call on the client (`create` first)
 //   out: { id, result } | { id, error }       its answer; errors as { code, message }
-//        { event: "progress" | "switch", value }   `onProgress` / `onSwitch` as they happen
+//        { event: "progress" | "switch" | "connection", value }
+//                                            `onProgress` / `onSwitch` / `onConnection` as they happen
 
 import { SplitClient, SplitError } from "../split-client.js";
 
@@ -19,6 +20,7 @@ const methods = {
       worker: false,
       onProgress: (value) => postMessage({ event: "progress", value }),
       onSwitch: (value) => postMessage({ event: "switch", value }),
+      onConnection: (value) => postMessage({ event: "connection", value }),
     });
     return client.describe();
   },

@@ -79,6 +79,8 @@ async function errorChecks(page, name) {
       unknownCodec: await attempt(() => client.classify(chelsea, "block5", { codec: "q4-zzz" })),
       unsupportedBits: await attempt(() => client.classify(chelsea, "block5", { codec: "q5" })),
       afterwards: (await client.classify(chelsea, "block5", { codec: "q4" })).top[0].class,
+      // The worker's client reported its WebSocket's state to the page, which shows it.
+      connection: { client: client.connectionState.state, page: document.body.dataset.connection, text: document.getElementById("connection").textContent },
       // The page's client runs in a worker; the connection's insides are reached on a client
       // on this thread.
       ...(await (async () => {
@@ -92,11 +94,14 @@ async function errorChecks(page, name) {
         const saved = client.connection.url;
         client.connection.close();
         client.connection.url = new URL(UNREACHABLE);
+        const states = [];
+        client.connection.onStatus = (status) => states.push(status);
         const unreachable = await attempt(() => client.classify(chelsea, "cloud"));
         const backingOff = await attempt(() => client.classify(chelsea, "cloud"));
+        client.connection.onStatus = () => {};
         client.connection.url = saved;
         client.connection.retryAt = 0;
-        return { unreachable, backingOff };
+        return { unreachable, backingOff, unreachableStates: states };
       })()),
       ...(await (async () => {
         // A token travels as the subprotocol `bearer.TOKEN` beside `split.v1`, which the server
@@ -128,6 +133,9 @@ async function errorChecks(page, name) {
     assert.ok(out[k].splitError && out[k].code === "network", `${name}/${k}: ${JSON.stringify(out[k])}`);
   }
   assert.match(out.backingOff.message, /next attempt in/, `${name}: a second request does not reconnect at once`);
+  assert.deepEqual(out.unreachableStates.map((st) => st.state), ["connecting", "unreachable"], `${name}: connection states ${JSON.stringify(out.unreachableStates)}`);
+  assert.ok(out.unreachableStates[1].retryInMs >= 500, `${name}: the next attempt's wait is reported`);
+  assert.deepEqual(out.connection, { client: "open", page: "open", text: "connected" }, `${name}: the connection state reaches the page`);
 }
 
 /** Real load on the server from a second page: `clients` WebSockets, each keeping `depth`

@@ -45,7 +45,11 @@ await withPage(GPU_ARGS.cpu, async (page) => {
   const counts = await Promise.all(replicas.map((r) => connections(r.port)));
   const holder = replicas[counts.findIndex((c) => c >= 1)];
   if (!holder) throw new Error(`no replica holds the page's session: ${counts}`);
-  await page.evaluate(() => { window.firstSocket = window.client.connection.socket; });
+  await page.evaluate(() => {
+    window.firstSocket = window.client.connection.socket;
+    window.states = [];
+    window.client.connection.onStatus = (status) => window.states.push(status.state);
+  });
   // Requests in flight, then the signal.
   const running = page.evaluate(async ({ rounds, n }) => {
     for (let i = 0; i < rounds; i++) await window.round(n);
@@ -53,9 +57,10 @@ await withPage(GPU_ARGS.cpu, async (page) => {
   await new Promise((r) => setTimeout(r, 30));
   process.kill(holder.pid, "SIGTERM");
   await running;
-  const { results, reconnected } = await page.evaluate(() => ({
+  const { results, reconnected, states } = await page.evaluate(() => ({
     results: window.results,
     reconnected: window.client.connection.socket !== window.firstSocket,
+    states: window.states,
   }));
   const expected = IN_FLIGHT * (ROUNDS + 1);
   const wrong = results.filter((c) => c !== 282);
@@ -63,5 +68,9 @@ await withPage(GPU_ARGS.cpu, async (page) => {
     throw new Error(`${results.length} of ${expected} answered, wrong or failed: ${JSON.stringify(wrong)}`);
   }
   if (!reconnected) throw new Error("the client never reconnected: did the replica close its session?");
+  // What the page's connection indicator went through: the restart, then open again.
+  if (states[0] !== "reconnecting" || states.at(-1) !== "open") {
+    throw new Error(`connection states across the restart: ${JSON.stringify(states)}`);
+  }
   console.log(`reconnect: ${expected} requests answered across a replica's SIGTERM (pid ${holder.pid}), the page reconnected through the balancer`);
 });
