@@ -284,7 +284,10 @@ fn by_speed(factors: &[f64], window: &[&Sample]) -> Vec<SpeedGroup> {
         .collect()
 }
 
-async fn await_reply(ws: &mut Socket, id: u64, wait: Duration) -> Result<Reply> {
+/// The reply to `id` within `wait`: `Ok(None)` when the wait ran out on a working connection
+/// (a late reply is skipped when it comes), `Err` when the connection failed or sent something
+/// that is not a reply.
+async fn await_reply(ws: &mut Socket, id: u64, wait: Duration) -> Result<Option<Reply>> {
     let reply = tokio::time::timeout(wait, async {
         loop {
             match ws.next().await {
@@ -304,7 +307,7 @@ async fn await_reply(ws: &mut Socket, id: u64, wait: Duration) -> Result<Reply> 
         }
     })
     .await;
-    reply.unwrap_or_else(|_| bail!("no reply within {} ms", wait.as_millis()))
+    reply.map_or(Ok(None), |r| r.map(Some))
 }
 
 /// One client's connection, opened when first needed and again after it fails.
@@ -314,24 +317,25 @@ struct Link<'a> {
 }
 
 impl Link<'_> {
-    /// Send `frame` and wait up to `wait` for the reply to `id`. A failed or timed-out
-    /// exchange drops the connection only when the connection itself failed.
+    /// Send `frame` and wait up to `wait` for the reply to `id`. A request that runs out of time
+    /// keeps the connection; a failed connection is dropped and opened again next time.
     async fn exchange(&mut self, frame: &[u8], id: u64, wait: Duration) -> Result<Reply> {
         if self.ws.is_none() {
             self.ws = Some(connect(self.url).await?);
         }
         let ws = self.ws.as_mut().expect("connected");
-        let sent = ws.send(Message::Binary(frame.to_vec().into())).await;
-        let result = match sent {
+        let reply = match ws.send(Message::Binary(frame.to_vec().into())).await {
             Ok(()) => await_reply(ws, id, wait).await,
             Err(e) => Err(anyhow::anyhow!("sending: {e}")),
         };
-        if let Err(e) = &result
-            && !e.to_string().starts_with("no reply within")
-        {
-            self.ws = None;
+        match reply {
+            Ok(Some(reply)) => Ok(reply),
+            Ok(None) => bail!("no reply to {id} within {} ms", wait.as_millis()),
+            Err(e) => {
+                self.ws = None;
+                Err(e)
+            }
         }
-        result
     }
 }
 
