@@ -443,8 +443,8 @@ async fn client(cfg: &CrowdConfig, index: usize, start: Instant) -> (Vec<Sample>
     if let Some(mut ws) = link.ws.take() {
         let _ = ws.close().await;
     }
-    let switches = policy.switches().len().saturating_sub(1);
-    (samples, if cfg.mode == Mode::Auto { switches } else { 0 })
+    // The first plan is not a switch (a fixed mode's pinned placement is not logged at all).
+    (samples, policy.switches().len().saturating_sub(1))
 }
 
 /// A bare ping, then the uplink probe the policy asks for, as the browser client probes.

@@ -1,4 +1,5 @@
 // Launching Debian's Chromium headless the way this machine needs it, for tests and benchmarks.
+import { spawn } from "node:child_process";
 import { chromium } from "playwright-core";
 import { mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -45,4 +46,28 @@ export function browserCpuMs(exclude = []) {
   let total = 0;
   for (const [pid, p] of procs) if (!exclude.includes(p.comm) && isBelow(pid)) total += p.ms;
   return total;
+}
+
+/** Start the link emulator (perf/src/bin/netem.rs, `$NETEM_BIN` or the cargo target's) in front
+ * of `upstream` (host:port) for a profile or trace, its time axis scaled by `scale`; resolves
+ * once it listens to `{ child, addr, clock }`, where `clock` resolves to the Unix ms at which
+ * the first connection started the link's clock. Each connection through it gets its own link. */
+export function startNetem(upstream, link, scale = 1) {
+  const env = process.env;
+  const bin = env.NETEM_BIN ?? `${env.CARGO_TARGET_DIR ?? `${env.HOME}/.cache/splitinfer/target`}/debug/netem`;
+  const child = spawn(bin, ["--upstream", upstream, "--link", link, "--scale", String(scale)],
+    { stdio: ["ignore", "pipe", "inherit"] });
+  let clockStarted;
+  const clock = new Promise((resolve) => { clockStarted = resolve; });
+  return new Promise((resolve, reject) => {
+    child.on("error", reject);
+    child.on("exit", (code) => reject(new Error(`netem exited (${code})`)));
+    child.stdout.on("data", (d) => {
+      const text = d.toString();
+      const listening = /listening on (\S+)/.exec(text);
+      const started = /clock started at (\d+)/.exec(text);
+      if (started) clockStarted(Number(started[1]));
+      if (listening) resolve({ child, addr: listening[1], clock });
+    });
+  });
 }

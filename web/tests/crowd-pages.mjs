@@ -9,10 +9,9 @@
 //
 //   SPLIT_URL=http://127.0.0.1:8080/ OUT=pages.json PAGES=2 MODES=edge,cloud,block5:q6,auto
 //     [START_AT=<unix ms>] DURATION=40 GAP=2 INTERVAL=250 [THROTTLE=4] [LINK=4g] node tests/crowd-pages.mjs
-import { spawn } from "node:child_process";
 import { writeFileSync } from "node:fs";
 import { createInterface } from "node:readline";
-import { GPU_ARGS, withPage } from "./browser.mjs";
+import { GPU_ARGS, startNetem, withPage } from "./browser.mjs";
 
 const env = process.env;
 const url = new URL(env.SPLIT_URL ?? "http://127.0.0.1:8080/");
@@ -23,6 +22,7 @@ const GAP_MS = Number(env.GAP ?? 2) * 1000;
 const INTERVAL_MS = Number(env.INTERVAL ?? 250);
 const THROTTLE = Number(env.THROTTLE ?? 4);
 const LINK = env.LINK ?? "4g";
+const log = (...a) => console.error("crowd-pages:", ...a);
 
 /** The schedule's start: START_AT, or a line on stdin after "ready" on stdout. */
 async function startTime() {
@@ -34,21 +34,6 @@ async function startTime() {
     return Number(line.trim());
   }
   throw new Error("no start time on stdin");
-}
-const NETEM = env.NETEM_BIN ?? `${env.CARGO_TARGET_DIR ?? `${env.HOME}/.cache/splitinfer/target`}/debug/netem`;
-const log = (...a) => console.error("crowd-pages:", ...a);
-
-/** The link emulator (each connection through it gets its own link); resolves once it listens. */
-function startLink() {
-  const child = spawn(NETEM, ["--upstream", url.host, "--link", LINK], { stdio: ["ignore", "pipe", "inherit"] });
-  return new Promise((resolve, reject) => {
-    child.on("error", reject);
-    child.on("exit", (code) => reject(new Error(`netem exited (${code})`)));
-    child.stdout.on("data", (d) => {
-      const m = /listening on (\S+)/.exec(d.toString());
-      if (m) resolve({ child, addr: m[1] });
-    });
-  });
 }
 
 /** A tab with its CPU throttled and a client on the emulated link. */
@@ -95,7 +80,7 @@ const runMode = (page, mode, at) => page.evaluate(async ({ mode, at, durationMs,
   return out;
 }, { mode, at, durationMs: DURATION_MS, intervalMs: INTERVAL_MS });
 
-const { child, addr } = await startLink();
+const { child, addr } = await startNetem(url.host, LINK);
 const report = { pages: PAGES, throttle: THROTTLE, link: LINK, interval_ms: INTERVAL_MS, chromium: null, modes: [] };
 try {
   await withPage(GPU_ARGS.cpu, async (first) => {

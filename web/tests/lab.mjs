@@ -18,9 +18,8 @@
 //     [REQUESTS=10] [REPEATS=3] [THROTTLE=4] [TRACES=degrading,outage] [TRACE_MODES=...]
 //     [TRACE_SCALE=1] node tests/lab.mjs
 // (server started with --cache-entries 0; `cargo build -p split-perf` builds netem)
-import { spawn } from "node:child_process";
 import { writeFileSync } from "node:fs";
-import { GPU_ARGS, browserCpuMs as allBrowserCpuMs, withPage } from "./browser.mjs";
+import { GPU_ARGS, browserCpuMs as allBrowserCpuMs, startNetem, withPage } from "./browser.mjs";
 
 const browserCpuMs = () => allBrowserCpuMs(["netem"]);
 
@@ -35,28 +34,10 @@ const REQUESTS = Number(env.REQUESTS ?? 10);
 const REPEATS = Number(env.REPEATS ?? 3);
 const THROTTLE = Number(env.THROTTLE ?? 4);
 const TRACE_SCALE = Number(env.TRACE_SCALE ?? 1);
-const NETEM = env.NETEM_BIN ?? `${env.CARGO_TARGET_DIR ?? `${env.HOME}/.cache/splitinfer/target`}/debug/netem`;
 const log = (...a) => console.error("lab:", ...a);
 
-/** Start the emulator for a profile or trace; resolves once it listens. `clock` resolves to the
- * Unix ms at which the first connection started the link's clock. */
-function startLink(link) {
-  const child = spawn(NETEM, ["--upstream", url.host, "--link", link, "--scale", String(TRACE_SCALE)],
-    { stdio: ["ignore", "pipe", "inherit"] });
-  let clockStarted;
-  const clock = new Promise((resolve) => { clockStarted = resolve; });
-  return new Promise((resolve, reject) => {
-    child.on("error", reject);
-    child.on("exit", (code) => reject(new Error(`netem exited (${code})`)));
-    child.stdout.on("data", (d) => {
-      const text = d.toString();
-      const listening = /listening on (\S+)/.exec(text);
-      const started = /clock started at (\d+)/.exec(text);
-      if (started) clockStarted(Number(started[1]));
-      if (listening) resolve({ child, addr: listening[1], clock });
-    });
-  });
-}
+/** The emulator for a profile or trace, at the lab's trace scale. */
+const startLink = (link) => startNetem(url.host, link, TRACE_SCALE);
 
 /** A page with the CPU throttled before anything runs, holding the photo and its JPEG. */
 async function preparePage(page) {

@@ -1,6 +1,6 @@
 //! `./run.sh lab --clients N [--pages P]`: many users at once. A crowd of N browser-like native
 //! clients (`crowd`, perf/src/crowd.rs: simulated device compute, real frames, each on its own
-//! emulated 4G link) plus P real pages in headless Chromium with 4x CPU throttling
+//! emulated link, [`LINK`]) plus P real pages in headless Chromium with 4x CPU throttling
 //! (`web/tests/crowd-pages.mjs`), every mode in turn, first against one server, then against
 //! three replicas behind HAProxy; the report sets the design table's rows beside the figures.
 
@@ -109,6 +109,9 @@ pub struct CrowdResults {
 /// laptops; the pages' 4x throttle sits in the middle).
 pub const EDGE_FACTORS: (f64, f64) = (2.0, 6.0);
 
+/// Every client's link, the crowd's and the pages' alike (a `perf/src/netem.rs` profile).
+pub const LINK: &str = "4g";
+
 fn unix_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
@@ -167,6 +170,7 @@ fn run_setup(
             .env("MODES", opts.modes.join(","))
             .env("DURATION", opts.duration_s.to_string())
             .env("INTERVAL", opts.interval_ms.to_string())
+            .env("LINK", LINK)
             .env("NETEM_BIN", target_dir().join("debug/netem"))
             .env_remove("START_AT")
             .stdin(Stdio::piped())
@@ -198,6 +202,7 @@ fn run_setup(
         .args(["--settle-s", &opts.settle_s.to_string()])
         .args(["--interval-ms", &opts.interval_ms.to_string()])
         .args(["--edge-factor", &format!("{}-{}", EDGE_FACTORS.0, EDGE_FACTORS.1)])
+        .args(["--link", LINK])
         .args(["--start-at", &start_at.to_string(), "--server-pid", &pid_list])
         .arg("--image")
         .arg(&image)
@@ -292,12 +297,13 @@ fn mb(bytes: u64) -> String {
 /// The report: per setup a table of modes, then the design table beside the figures.
 pub fn report(r: &CrowdResults) -> String {
     let o = &r.options;
+    let link = split_perf::netem::profile(LINK).expect("LINK is one of the emulator's profiles");
     let mut s = format!(
         "# Many users on one server\n\n`{}` — {} — {} ({} cores), commit {}\n\n\
          {} native clients (perf/src/crowd.rs: each a device {}–{}× slower than the cost table's \
          Chromium CPU profile, its compute simulated by that time, real frames over its own \
-         emulated 4G link: 50 ms RTT, 5 Mbit/s up) and {} real page(s) in headless Chromium \
-         (4× CPU throttle, real wasm compute, own 4G link), each wanting an answer every {:.0} ms \
+         emulated {} link: {:.0} ms RTT, {} Mbit/s up) and {} real page(s) in headless Chromium \
+         (4× CPU throttle, real wasm compute, own link), each wanting an answer every {:.0} ms \
          (a camera; frames that come while busy are dropped). {:.0} s per mode, the first {:.0} s \
          left out. Server: `cloud-server` with its defaults (1 model worker), cache off.\n\n",
         r.command,
@@ -308,6 +314,9 @@ pub fn report(r: &CrowdResults) -> String {
         o.clients,
         EDGE_FACTORS.0,
         EDGE_FACTORS.1,
+        link.name,
+        link.rtt_ms,
+        link.up_kbps / 1e3,
         o.pages,
         o.interval_ms,
         o.duration_s,
