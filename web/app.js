@@ -250,6 +250,7 @@ async function classify() {
   } finally {
     $("classify").disabled = !image;
     $("busy").hidden = true;
+    showWeights().catch(() => {});
     $("status-text").textContent = "Ready";
   }
 }
@@ -292,6 +293,15 @@ async function toggleCamera() {
   }
 }
 
+/** How much of the model this browser holds, beside the backend. */
+async function showWeights() {
+  const w = await client.weightsState();
+  const mb = (n) => (n / 1e6).toFixed(1);
+  $("weights").textContent = w.through === "logits" ? `all (${mb(w.total)} MB)`
+    : w.through === "input" ? "none yet" : `up to ${w.through} (${mb(w.bytes)} of ${mb(w.total)} MB)`;
+  document.body.dataset.weights = w.through;
+}
+
 /** The WebSocket's state beside the backend (it opens on the first request that needs it). */
 function showConnection(c) {
   const text = {
@@ -316,6 +326,9 @@ async function main() {
   // A server started with --token: open the page as …/#token=TOKEN (the fragment never
   // reaches the server's logs).
   const token = new URLSearchParams(location.hash.slice(1)).get("token") ?? undefined;
+  // Which weights to download before the page is ready: the stages up to block5 by default
+  // (2% of them); deeper ones come when a split needs them. `?weights=all` loads everything.
+  const weights = params.get("weights") ?? "block5";
   const labels = { wasm: "Loading the wasm module…", weights: "Downloading weights", calibration: "Downloading the codec calibration", profiling: "Timing this device for the planner…", "warm-up": "Compiling and warming up the model…", ready: "Ready" };
   client = await SplitClient.create({
     backend,
@@ -323,14 +336,22 @@ async function main() {
     worker,
     token,
     onConnection: showConnection,
+    weights,
     onProgress: (p) => {
       const mb = (n) => (n / 1e6).toFixed(1);
-      const pct = p.fraction == null || p.stage === "ready" ? ""
+      // After start-up, downloads are the stages a request (or auto mode, in the background)
+      // needs: shown while they run, then the page's own state again.
+      const state = document.body.dataset.state;
+      const started = state === "ready" || state === "busy";
+      const done = p.stage === "ready" || (started && p.fraction === 1);
+      const pct = p.fraction == null || done ? ""
         : p.cached ? " (from this browser's cache)"
         : ` ${(p.fraction * 100).toFixed(0)}%${p.total ? ` of ${mb(p.total)} MB` : ""}`;
-      $("status-text").textContent = (labels[p.stage] ?? "Ready") + pct;
+      $("status-text").textContent = done && started ? (state === "busy" ? "Classifying…" : "Ready")
+        : (labels[p.stage] ?? "Ready") + pct;
       if (p.fraction == null) $("progress").removeAttribute("value");
       else $("progress").value = p.fraction;
+      if (done && started) showWeights();
     },
   });
   // Exposed for the browser tests and for experimenting from the console.
@@ -340,6 +361,7 @@ async function main() {
   document.body.dataset.backend = client.backend;
   document.body.dataset.wasmBuild = client.wasmBuild;
   document.body.dataset.worker = String(client.inWorker);
+  await showWeights();
   $("classify").disabled = !image;
   $("camera").disabled = false;
   document.body.dataset.state = "ready";

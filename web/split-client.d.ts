@@ -3,7 +3,7 @@
 
 /** Every failure of the client: a stable, machine-readable `code` and a message for developers.
  * Codes: "network", "timeout", "bad_option", "no_cost_table", "webgpu_unavailable",
- * "bad_weights", "bad_calibration", "backend", "internal", or an error code the server sent
+ * "bad_weights", "weights_missing", "bad_calibration", "backend", "internal", or an error code the server sent
  * ("malformed", "shape_mismatch", "bad_image", "busy", "rate_limited", "calibration_mismatch",
  * "keyframe_required", "unsupported_codec", ...). */
 export class SplitError extends Error {
@@ -109,6 +109,16 @@ export interface CreateOptions {
   wsUrl?: string;
   /** "auto" (default): WebGPU if it works, else the CPU. */
   backend?: "auto" | "webgpu" | "cpu";
+  /**
+   * Which of the model's weights to download before `create` resolves: "all" (default; edge
+   * only works at once, and offline), "none" (a cloud-only page: no weights, no codec tables),
+   * or a boundary such as "block5" (the stages up to it: 2% of the bytes at block5). Stages a
+   * request needs beyond those are downloaded when it first runs (progress through
+   * `onProgress`), and from the first `split: "auto"` request on all of them in the
+   * background, since auto answers on the device when the link fails. Each is kept in Cache
+   * Storage under its checksum: a second visit downloads nothing.
+   */
+  weights?: "all" | "none" | string;
   onProgress?: (p: Progress) => void;
   /** How long a request waits for the server, connecting included, ms (default 30000). */
   timeoutMs?: number;
@@ -223,6 +233,9 @@ export class SplitClient {
   explain(): Promise<Explanation | null>;
   /** Results remembered by content (0 turns the cache off). */
   setCacheEntries(entries: number): Promise<void>;
+  /** The edge's weights: the deepest boundary its loaded stages reach ("input": none,
+   * "logits": all), the bytes it downloaded or read from its cache, and the bytes of all. */
+  weightsState(): Promise<{ through: string; bytes: number; total: number }>;
   /** Time the edge on this device: cumulative median ms from the input to each boundary. */
   profileEdge(repeats?: number): Promise<{ names: string[]; ms: number[] }>;
   /** Every placement change of auto mode. */

@@ -26,8 +26,18 @@ import { RemoteSplitClient } from "./client/remote.js";
 import {
   SplitError, browserDecodedPng, fetchCached, fetchWithProgress, loadWasm, modelInputJpeg, wasm, wasmCall,
 } from "./client/wasm.js";
+import { EdgeWeights } from "./client/weights.js";
 
 export { SplitError };
+
+/** The boundary `options.weights` asks to load before `create` resolves: "all" is every
+ * stage, "none" none, a boundary name the stages up to it. */
+function preloadTarget(weights) {
+  if (weights === "all") return "logits";
+  if (weights === "none") return "input";
+  if (typeof weights === "string" && wasm.boundaries().some((b) => b.name === weights)) return weights;
+  throw new SplitError("bad_option", `unknown weights option ${weights}; use "all", "none" or a boundary such as "block5"`);
+}
 
 /** How long a request waits for the server's reply (including connecting), unless told. */
 const DEFAULT_TIMEOUT_MS = 30_000;
@@ -57,27 +67,26 @@ export class SplitClient {
     const infoResponse = await fetch(new URL("api/info", base));
     if (!infoResponse.ok) throw new SplitError("network", `GET api/info failed: ${infoResponse.status}`);
     const info = await infoResponse.json();
-    // Kept in Cache Storage under the files' checksums: a revisit downloads neither.
-    const download = (path, id, stage, bytes) => {
-      const url = new URL(path.replace(/^\//, ""), base);
-      return id ? fetchCached(url, id, stage, onProgress, bytes) : fetchWithProgress(url, stage, onProgress, bytes); // an older server
-    };
-    const weights = await download(info.weights_url, info.weights_id, "weights", info.weights_bytes);
-    const calibration = info.calibration
-      ? await download(info.calibration.url, info.calibration.id, "calibration", info.calibration.bytes)
-      : null;
+    const preload = preloadTarget(options.weights ?? "all");
+    const edge = await wasmCall(() => wasm.EdgeSession.create(options.backend ?? "auto"));
+    const weights = new EdgeWeights(edge, info, base, onProgress);
+    await weights.ensure(preload);
+    const client = new SplitClient(base, edge, options.timeoutMs ?? DEFAULT_TIMEOUT_MS, info, weights, options.token);
+    client.onProgress = onProgress;
+    // The codec's tables at the boundary the page preloads for; any other boundary's come
+    // with its first request.
+    if (preload !== "input" && preload !== "logits") await client.ensureCalibration(preload);
     onProgress({ stage: "warm-up", fraction: null });
-    const edge = await wasmCall(() => wasm.EdgeSession.create(weights, options.backend ?? "auto"));
-    if (calibration) await wasmCall(() => edge.setCalibration(calibration));
+    await wasmCall(() => edge.warmUp());
     if (options.cacheEntries != null) edge.setCacheEntries(options.cacheEntries);
     let planner = null;
     if (info.cost_table_url) {
       onProgress({ stage: "profiling", fraction: null });
       const table = await (await fetch(new URL(info.cost_table_url.replace(/^\//, ""), base))).text();
       planner = await wasmCall(() => new wasm.AdaptivePlanner(table, edge.backend === "webgpu" ? "browser-webgpu" : "browser-wasm-cpu"));
-      // A phone is not the profiling machine: time this device and scale the edge column.
-      const profile = await wasmCall(() => edge.profileEdge(1));
-      planner.edgeFactor = planner.setEdgeTimes(profile.names, profile.ms);
+      // A phone is not the profiling machine: time this device (the stages loaded so far; all
+      // of them again once they are) and scale the edge column.
+      await client.profilePlanner(planner);
       if (options.constraints) {
         // The privacy floor may be a boundary name: it means "that boundary and deeper only".
         const k = { privacy_floor: 0, min_agreement: 0.99, max_edge_param_bytes: null, ...options.constraints };
@@ -89,14 +98,20 @@ export class SplitClient {
       }
     }
     onProgress({ stage: "ready", fraction: 1 });
-    const client = new SplitClient(base, edge, options.timeoutMs ?? DEFAULT_TIMEOUT_MS, info, planner, options.onSwitch, options.token);
+    if (planner) client.adaptive = new Adaptive(client, planner, options.onSwitch ?? (() => {}));
     if (options.wsUrl) client.connection.url = new URL(options.wsUrl);
     if (options.onConnection) client.connection.onStatus = options.onConnection;
     return client;
   }
 
-  constructor(base, edge, timeoutMs, info, planner = null, onSwitch = null, token = null) {
+  constructor(base, edge, timeoutMs, info, weights, token = null) {
     this.edge = edge;
+    /** The stages the edge holds, and fetching more ([`EdgeWeights`]). */
+    this.weights = weights;
+    this.base = base;
+    /** The codec calibration's loads by part ("all": the whole file), once started. */
+    this.calibrationLoads = new Map();
+    this.onProgress = () => {};
     /** Which wasm build was loaded: "webgpu", "cpu", "cpu-relaxed" or "cpu-threads". */
     this.wasmBuild = wasm.buildKind();
     this.info = info;
@@ -106,12 +121,68 @@ export class SplitClient {
     const wsUrl = new URL("ws", base);
     wsUrl.protocol = base.protocol === "https:" ? "wss:" : "ws:";
     this.connection = new Connection(wsUrl, edge, token);
-    this.adaptive = planner ? new Adaptive(this, planner, onSwitch ?? (() => {})) : null;
+    /** `split: "auto"`, when the server publishes a cost table. */
+    this.adaptive = null;
     /** Edge runs started; the wasm edge computes on this thread, so a reply that arrives
      * meanwhile is only seen when it ends, and a ping timed across one measures the edge. */
     this.edgeRuns = 0;
     this.edgeRunning = false;
     this.nextId = 1;
+  }
+
+  /**
+   * Load the codec calibration's tables for `boundary` (`q*` codecs need them), once: that
+   * boundary's part where the server cuts its calibration per boundary, else the whole file.
+   */
+  ensureCalibration(boundary) {
+    const c = this.info.calibration;
+    if (!c) return Promise.resolve();
+    const part = c.parts?.find((p) => p.name === boundary);
+    const file = part ?? { name: "all", url: c.url, id: c.id, bytes: c.bytes };
+    if (this.calibrationLoads.has("all")) return this.calibrationLoads.get("all");
+    if (!this.calibrationLoads.has(file.name)) {
+      if (!part && c.parts?.length) return Promise.resolve(); // not calibrated there: the codec says so
+      const url = new URL(file.url.replace(/^\//, ""), this.base);
+      const load = (file.id ? fetchCached(url, file.id, "calibration", this.onProgress, file.bytes)
+        : fetchWithProgress(url, "calibration", this.onProgress, file.bytes))
+        .then((bytes) => wasmCall(() => (part ? this.edge.addCalibration(bytes) : this.edge.setCalibration(bytes))));
+      this.calibrationLoads.set(file.name, load);
+      load.catch(() => this.calibrationLoads.delete(file.name)); // the next request tries again
+    }
+    return this.calibrationLoads.get(file.name);
+  }
+
+  /** Time the loaded stages on this device and give the planner its edge factor. */
+  async profilePlanner(planner) {
+    if (this.weights.through === "input") return; // nothing to time yet: the table's speed
+    const profile = await wasmCall(() => this.edge.profileEdge(1));
+    planner.edgeFactor = planner.setEdgeTimes(profile.names, profile.ms);
+  }
+
+  /**
+   * What an edge run to `split` needs before it starts: the stages up to it (downloaded now if
+   * the client was created with fewer; progress goes to `onProgress`), and the calibration
+   * for a coded frame.
+   */
+  async prepareEdge(split, codec) {
+    const through = split === "edge" ? "logits" : split;
+    if (this.weights.through !== "logits") await this.weights.ensure(through);
+    if (through !== "logits" && codec !== "f32") await this.ensureCalibration(through);
+  }
+
+  /** Auto mode may answer on this device whenever the link fails: from its first use on, the
+   * stages the client lacks download in the background, then the planner times them all. */
+  loadAllInBackground() {
+    if (this.backgroundLoad || this.weights.through === "logits") return;
+    this.backgroundLoad = this.weights.ensure("logits")
+      .then(() => this.adaptive && this.profilePlanner(this.adaptive.planner))
+      .catch(() => { this.backgroundLoad = null; }); // tried again on the next auto request
+  }
+
+  /** `{ through, bytes, total }`: the deepest boundary the edge's weights reach, the bytes of
+   * weights it downloaded or read from its cache, and the bytes of all of them. */
+  async weightsState() {
+    return this.weights.describe();
   }
 
   /** "webgpu" or "cpu": where the edge half runs. */
@@ -205,6 +276,7 @@ export class SplitClient {
       if (split === "cloud") {
         frame = options.modelInput ? wasm.encodeInputRequest(id, image) : wasm.encodeImageRequest(id, image);
       } else {
+        await this.prepareEdge(split, codec);
         this.edgeRuns++;
         this.edgeRunning = true;
         let out;
@@ -287,7 +359,8 @@ export class SplitClient {
   }
 
   /** Time the codec alone in this browser: `{ bytes, encodeMs, decodeMs }` per run. */
-  benchCodec(image, split, codec, repeats = 10) {
+  async benchCodec(image, split, codec, repeats = 10) {
+    await this.prepareEdge(split, codec);
     return wasmCall(() => this.edge.benchCodec(image, split, codec, repeats));
   }
 

@@ -43,6 +43,9 @@ pub struct ServerInfo {
     /// The weights file's checksum (hex): what a client caches the file under, so a revisit
     /// downloads nothing until the server's weights change.
     pub weights_id: String,
+    /// The same weights cut per stage, in forward order: a client that runs the network only
+    /// up to its split downloads the shards of those stages.
+    pub weights_shards: Vec<crate::shards::PartInfo>,
     /// Every boundary with its shape, MACs and parameter bytes.
     pub boundaries: &'static [BoundaryInfo; NUM_BOUNDARIES],
 }
@@ -64,6 +67,9 @@ pub struct CalibrationInfo {
     pub bits: [u8; SUPPORTED_BITS.len()],
     /// Per boundary, the largest projection rank calibrated (0: none).
     pub max_rank: BTreeMap<&'static str, usize>,
+    /// The same calibration cut per boundary: a client that codes at one boundary downloads
+    /// that part (each carries the whole file's id, which frames name).
+    pub parts: Vec<crate::shards::PartInfo>,
 }
 
 /// A served file's size and the checksum its container ends with (8 bytes, little-endian).
@@ -95,7 +101,7 @@ impl FileIdentity {
 }
 
 impl CalibrationInfo {
-    fn of(c: &Calibration, path: &std::path::Path) -> Self {
+    fn of(c: &Calibration, path: &std::path::Path, parts: &crate::shards::Parts) -> Self {
         let rank = |b| c.at(b).and_then(|t| t.pca.as_ref()).map_or(0, |p| p.projection.max_rank);
         Self {
             url: CALIBRATION_URL,
@@ -105,6 +111,7 @@ impl CalibrationInfo {
             boundaries: c.boundaries().map(|b| b.name()).collect(),
             bits: SUPPORTED_BITS,
             max_rank: c.boundaries().map(|b| (b.name(), rank(b))).collect(),
+            parts: parts.manifest(),
         }
     }
 }
@@ -112,7 +119,10 @@ impl CalibrationInfo {
 impl ServerInfo {
     /// What this server tells clients.
     pub fn of(state: &AppState) -> Self {
-        let calibration = state.calibration.as_ref().map(|(c, path)| CalibrationInfo::of(c, path));
+        let calibration = state
+            .calibration
+            .as_ref()
+            .map(|(c, path)| CalibrationInfo::of(c, path, &state.calibration_parts));
         let default_codec = if calibration.is_some() { DEFAULT_SETTING } else { Setting::F32 };
         Self {
             calibration,
@@ -125,6 +135,7 @@ impl ServerInfo {
             weights_url: WEIGHTS_URL,
             weights_bytes: state.weights_file.bytes,
             weights_id: state.weights_file.id.clone(),
+            weights_shards: state.weight_shards.manifest(),
             boundaries: boundary_table(),
         }
     }

@@ -7,7 +7,9 @@
 //! Files: `config` (flags), `state` (what handlers share, loaded at start-up), `engine` (the model
 //! workers and their queue), `service` (one frame in, one reply out, no transport), `ws` (the
 //! socket loop), `routes` (HTTP), `static_files` (what of the web folder is served), `tls`
-//! (certificates), `info` (the `/api/info` contract), `metrics` (what `/metrics` counts).
+//! (certificates), `info` (the `/api/info` contract), `shards` (weights and calibration cut per
+//! boundary),
+//! `metrics` (what `/metrics` counts).
 
 mod config;
 mod engine;
@@ -19,6 +21,7 @@ mod limits;
 mod metrics;
 mod routes;
 mod service;
+mod shards;
 mod state;
 mod static_files;
 pub mod tls;
@@ -31,5 +34,6 @@ pub use info::{CalibrationInfo, ServerInfo};
 pub use metrics::Metrics;
 pub use routes::config_app;
 pub use service::{Session, answer};
+pub use shards::PartInfo;
 pub use state::AppState;
 pub use ws::{SUBPROTOCOL, TOKEN_SUBPROTOCOL_PREFIX};

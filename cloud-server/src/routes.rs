@@ -1,4 +1,5 @@
-//! HTTP routes: the WebSocket endpoint, model metadata, the weights, the calibration, the cost
+//! HTTP routes: the WebSocket endpoint, model metadata, the weights and the calibration (whole
+//! and in parts: [`crate::shards`]), the cost
 //! table, health (`/livez`, `/readyz`), `/metrics`, and the static demo (an allow-list:
 //! [`crate::static_files`]).
 
@@ -7,6 +8,7 @@ use actix_web::middleware::DefaultHeaders;
 use actix_web::{HttpRequest, HttpResponse, web};
 
 use crate::info::{CALIBRATION_URL, COST_TABLE_URL, ServerInfo, WEIGHTS_URL};
+use crate::shards::{self, PARTS_URL, SHARDS_URL};
 use crate::state::AppState;
 
 /// `/livez` (and `/healthz`, its older name): the process answers HTTP. A load balancer or
@@ -86,6 +88,10 @@ pub fn config_app(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
             .route("/metrics", web::get().to(metrics))
             .route("/metrics", web::head().to(metrics))
             .route(WEIGHTS_URL, web::get().to(weights))
+            .route(&format!("{SHARDS_URL}{{file}}"), web::get().to(shards::weight_shard))
+            .route(&format!("{SHARDS_URL}{{file}}"), web::head().to(shards::weight_shard))
+            .route(&format!("{PARTS_URL}{{file}}"), web::get().to(shards::calibration_part))
+            .route(&format!("{PARTS_URL}{{file}}"), web::head().to(shards::calibration_part))
             .route(CALIBRATION_URL, web::get().to(calibration))
             .route(COST_TABLE_URL, web::get().to(cost_table))
             .service(

@@ -8,6 +8,7 @@ use anyhow::{Context, Result};
 use burn::tensor::Device;
 use split_shared::cache::LruCache;
 use split_shared::codec::Calibration;
+use split_shared::container::TensorFile;
 use split_shared::labels::Prediction;
 use split_shared::model::{Boundary, EfficientNetLite0};
 
@@ -24,6 +25,10 @@ pub struct AppState {
     pub weights_path: Arc<PathBuf>,
     /// Its size and checksum, for `/api/info`.
     pub weights_file: Arc<crate::info::FileIdentity>,
+    /// The same weights cut per stage, for browsers that run only some of them.
+    pub weight_shards: crate::shards::Parts,
+    /// The calibration cut per boundary (empty without a calibration).
+    pub calibration_parts: crate::shards::Parts,
     /// Folder of the demo page.
     pub web_dir: Arc<PathBuf>,
     /// Name of the device the cloud half runs on.
@@ -79,6 +84,17 @@ fn load_cost_table(path: PathBuf) -> Result<Option<Arc<String>>> {
         .map_err(anyhow::Error::msg)
         .with_context(|| format!("loading the cost table {}", path.display()))?;
     Ok(Some(Arc::new(text)))
+}
+
+/// The weights file, parsed once for the model and the shards; a missing or damaged file is
+/// the model's error, which says how to make it.
+fn read_weights(path: &std::path::Path) -> Result<TensorFile> {
+    use split_shared::model::{ModelError, WEIGHTS_MAGIC};
+    let bytes = std::fs::read(path).map_err(|e| ModelError::Unreadable {
+        path: path.display().to_string(),
+        reason: e.to_string(),
+    })?;
+    Ok(TensorFile::from_bytes(&bytes, WEIGHTS_MAGIC).map_err(ModelError::BadWeights)?)
 }
 
 fn load_calibration(path: PathBuf) -> Result<Option<(Arc<Calibration>, Arc<PathBuf>)>> {
@@ -138,7 +154,11 @@ impl AppState {
     pub fn load(config: &Config) -> Result<Self> {
         let weights_path = config.weights_path();
         let (device, device_name) = device(config.device)?;
-        let model = EfficientNetLite0::load(&weights_path, &device)?;
+        let weights = read_weights(&weights_path)?;
+        let model = EfficientNetLite0::from_weights(&weights, &device)
+            .with_context(|| format!("loading {}", weights_path.display()))?;
+        let weight_shards = crate::shards::Parts::of_weights(&weights);
+        drop(weights);
         let weights_file = crate::info::FileIdentity::of(&weights_path)
             .with_context(|| format!("reading {}", weights_path.display()))?;
         log::info!("model loaded from {} on {device_name}", weights_path.display());
@@ -158,6 +178,11 @@ impl AppState {
             ),
             weights_path: Arc::new(weights_path),
             weights_file: Arc::new(weights_file),
+            weight_shards,
+            calibration_parts: calibration
+                .as_ref()
+                .map(|(c, _)| crate::shards::Parts::of_calibration(c))
+                .unwrap_or_default(),
             web_dir: Arc::new(config.web_path()),
             device_name,
             calibration,

@@ -63,6 +63,7 @@ async fn info_names_what_the_client_reads() {
         "weights_url",
         "weights_bytes",
         "weights_id",
+        "weights_shards",
         "boundaries",
     ] {
         assert!(info.get(field).is_some(), "/api/info lacks {field}: {info}");
@@ -75,6 +76,11 @@ async fn info_names_what_the_client_reads() {
     assert_eq!(info["weights_id"].as_str(), Some(format!("{tail:016x}").as_str()));
     assert!(info["calibration"]["bytes"].as_u64().is_some_and(|n| n > 0));
     assert_eq!(info["boundaries"].as_array().map(Vec::len), Some(21));
+    let shards = info["weights_shards"].as_array().unwrap();
+    let sum: u64 = shards.iter().map(|s| s["bytes"].as_u64().unwrap()).sum();
+    let whole = info["weights_bytes"].as_u64().unwrap();
+    // Each shard repeats the container's header and checksum (20 bytes).
+    assert!(sum >= whole && sum < whole + 20 * 19, "shards {sum} bytes, the file {whole}");
 }
 
 /// One session's results do not answer another's repeats (that would tell the second client

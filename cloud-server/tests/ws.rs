@@ -252,6 +252,90 @@ async fn info_and_calibration_are_served() {
     assert_eq!(Calibration::from_bytes(&body).unwrap().id(), calibration().id());
 }
 
+/// The weights per stage: `/api/info` lists 19 shards whose sizes and checksums are those of
+/// the bytes served; each holds its stage's tensors; together they are the whole file; a
+/// client's cached copy revalidates to 304; an unknown or traversing name is a 404.
+#[actix_web::test]
+async fn weight_shards_are_listed_and_served() {
+    use split_shared::container::TensorFile;
+    use split_shared::model::WEIGHTS_MAGIC;
+    let srv = server();
+    let client = awc::Client::new();
+    let info: serde_json::Value =
+        client.get(srv.url("/api/info")).send().await.unwrap().json().await.unwrap();
+    let shards = info["weights_shards"].as_array().unwrap();
+    assert_eq!(shards.len(), 19);
+    let mut values = 0;
+    for s in shards {
+        let url = format!("{}?v={}", s["url"].as_str().unwrap(), s["id"].as_str().unwrap());
+        let mut response = client.get(srv.url(&url)).send().await.unwrap();
+        assert_eq!(response.status(), 200, "{url}");
+        let cache = response.headers().get("cache-control").unwrap().to_str().unwrap();
+        assert!(cache.contains("immutable"), "{url}: a versioned URL is cached for good: {cache}");
+        let etag = response.headers().get("etag").unwrap().clone();
+        let body = response.body().limit(64 << 20).await.unwrap();
+        assert_eq!(body.len() as u64, s["bytes"].as_u64().unwrap(), "{url}: size");
+        let tail = u64::from_le_bytes(body[body.len() - 8..].try_into().unwrap());
+        assert_eq!(format!("{tail:016x}"), s["id"].as_str().unwrap(), "{url}: checksum");
+        let file = TensorFile::from_bytes(&body, WEIGHTS_MAGIC).unwrap();
+        let stage = s["name"].as_str().unwrap();
+        let prefix = split_shared::model::stage_prefix(stage.parse().unwrap()).unwrap();
+        assert!(file.names().all(|n| n.starts_with(&prefix)), "{stage}: only its tensors");
+        values += file.num_values();
+        let again = client.get(srv.url(&url)).insert_header(("if-none-match", etag)).send();
+        assert_eq!(again.await.unwrap().status(), 304, "{url}: revalidated");
+    }
+    let whole = std::fs::read(cloud_server::Config::for_tests().weights_path()).unwrap();
+    let whole = TensorFile::from_bytes(&whole, WEIGHTS_MAGIC).unwrap();
+    assert_eq!(values, whole.num_values(), "the shards hold the whole file");
+    for bad in [
+        "/weights/shards/pool.splw",
+        "/weights/shards/stem",
+        "/weights/shards/..%2Fefficientnet-lite0.splw",
+    ] {
+        let response = client.get(srv.url(bad)).send().await.unwrap();
+        assert_eq!(response.status(), 404, "{bad}");
+    }
+    let unversioned = client.get(srv.url("/weights/shards/stem.splw")).send().await.unwrap();
+    let cache = unversioned.headers().get("cache-control").unwrap().to_str().unwrap();
+    assert_eq!(cache, "no-cache", "an unversioned URL revalidates");
+}
+
+/// The calibration per boundary: each part loads as the server's calibration (same id, which
+/// frames carry) restricted to its boundary, and a frame coded with the part is answered.
+#[actix_web::test]
+async fn calibration_parts_load_as_the_whole_at_their_boundary() {
+    let srv = server();
+    let client = awc::Client::new();
+    let info: serde_json::Value =
+        client.get(srv.url("/api/info")).send().await.unwrap().json().await.unwrap();
+    let parts = info["calibration"]["parts"].as_array().unwrap();
+    let whole = calibration();
+    assert_eq!(parts.len(), whole.boundaries().count());
+    let mut sum = 0;
+    let mut ws = connect(&srv).await;
+    for p in parts {
+        let url = p["url"].as_str().unwrap();
+        let body =
+            client.get(srv.url(url)).send().await.unwrap().body().limit(64 << 20).await.unwrap();
+        assert_eq!(body.len() as u64, p["bytes"].as_u64().unwrap(), "{url}");
+        let part = Calibration::from_bytes(&body).unwrap();
+        assert_eq!(part.id(), whole.id(), "{url}: the whole file's id");
+        let name = p["name"].as_str().unwrap();
+        assert_eq!(part.boundaries().map(|b| b.name()).collect::<Vec<_>>(), [name]);
+        sum += body.len();
+        if name == "block5" {
+            let b = Boundary::block(5).unwrap();
+            let ctx = EncodeContext::new(Some(&part));
+            let frame = FeaturesFrame::encode(&activations(CHELSEA, b), "q6".parse().unwrap(), ctx);
+            let frame = Request::Features { id: 3, frame: frame.unwrap() }.to_bytes();
+            assert!(CATS.contains(&top1(&roundtrip(&mut ws, frame).await)), "coded with the part");
+        }
+    }
+    let block5 = parts.iter().find(|p| p["name"] == "block5").unwrap()["bytes"].as_u64().unwrap();
+    assert!(block5 * 20 < sum as u64, "block5's part: {block5} of {sum} bytes");
+}
+
 #[actix_web::test]
 async fn malformed_input_gets_typed_errors_while_others_are_served() {
     let srv = server();

@@ -9,7 +9,7 @@ use split_shared::image::to_input_tensor;
 use split_shared::labels::top_k;
 use split_shared::model::{Features, ModelError};
 use split_shared::protocol::{FeaturesFrame, Request};
-use split_shared::{Boundary, Error};
+use split_shared::{Boundary, EfficientNetLite0, Error};
 
 /// Activations through the wire format, as the browser sends them and the server reads them.
 fn through_a_frame(
@@ -43,6 +43,53 @@ fn every_split_equals_the_full_forward_pass() {
         assert!(diff <= 1e-5, "split at {k}: logits differ by {diff}");
         assert_eq!(top_k(&logits, 1)[0].class, full_top1, "split at {k}: top-1");
     }
+}
+
+/// A model loaded stage by stage from the per-stage shards (what the browser downloads) runs
+/// exactly like the whole file, refuses a range through a stage it lacks, and completes once
+/// the rest arrives; the shards together are the whole file, and an edge at block5 needs a
+/// small part of it.
+#[test]
+fn a_model_loaded_from_shards_runs_as_far_as_its_stages() {
+    use split_shared::container::TensorFile;
+    use split_shared::model::{WEIGHTS_MAGIC, weight_shards};
+    let device = Device::flex();
+    let full_model = model(&device);
+    let bytes = std::fs::read(split_paths::weights_file()).unwrap();
+    let file = TensorFile::from_bytes(&bytes, WEIGHTS_MAGIC).unwrap();
+    let shards: Vec<(Boundary, Vec<u8>)> =
+        weight_shards(&file).into_iter().map(|(b, s)| (b, s.to_bytes(WEIGHTS_MAGIC))).collect();
+    let block5 = Boundary::block(5).unwrap();
+    let edge_bytes: usize = shards.iter().filter(|(b, _)| *b <= block5).map(|(_, s)| s.len()).sum();
+    let all_bytes: usize = shards.iter().map(|(_, s)| s.len()).sum();
+    assert!(all_bytes >= bytes.len() - 64 * 19, "the shards hold every tensor");
+    assert!(edge_bytes * 10 < all_bytes, "block5's shards: {edge_bytes} of {all_bytes} bytes");
+
+    let mut edge = EfficientNetLite0::empty();
+    assert_eq!(edge.loaded_through(), Boundary::INPUT);
+    for (b, shard) in shards.iter().filter(|(b, _)| *b <= block5) {
+        edge.load_stage_bytes(*b, shard, &device).unwrap();
+    }
+    assert_eq!(edge.loaded_through(), block5);
+    let input = to_input_tensor(&fixture_image("chelsea"), &device);
+    let got = values(edge.forward_range(input.clone(), Boundary::INPUT, block5).unwrap());
+    let want = values(full_model.forward_range(input.clone(), Boundary::INPUT, block5).unwrap());
+    assert_eq!(got, want, "the same weights, the same activations");
+    let err = edge.forward_range(input.clone(), Boundary::INPUT, Boundary::LOGITS).unwrap_err();
+    assert!(
+        matches!(err, ModelError::StageNotLoaded { stage, .. } if stage == Boundary::block(6).unwrap()),
+        "{err}"
+    );
+    // A shard is not the stage next to it.
+    let (_, stem) = &shards[0];
+    let err = edge.load_stage_bytes(Boundary::block(6).unwrap(), stem, &device).unwrap_err();
+    assert!(matches!(err, ModelError::BadWeights(_)), "{err}");
+    for (b, shard) in shards.iter().filter(|(b, _)| *b > block5) {
+        edge.load_stage_bytes(*b, shard, &device).unwrap();
+    }
+    assert_eq!(edge.loaded_through(), Boundary::LOGITS);
+    let got = values(edge.forward(input.clone()).unwrap());
+    assert_eq!(got, values(full_model.forward(input).unwrap()));
 }
 
 #[test]

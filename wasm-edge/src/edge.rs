@@ -62,9 +62,11 @@ struct EdgeState {
     pending: HashMap<u64, ContentKey>,
 }
 
-/// The model on the edge device, with the codec state of one client.
+/// The model on the edge device, with the codec state of one client. Its stages arrive one
+/// weight shard at a time ([`EdgeRunner::load_stage`]), so the model is behind a `RefCell`;
+/// no borrow is held across an `await`.
 pub struct EdgeRunner {
-    model: EfficientNetLite0,
+    model: RefCell<EfficientNetLite0>,
     device: Device,
     state: RefCell<EdgeState>,
 }
@@ -80,19 +82,47 @@ async fn read_features(boundary: Boundary, t: Tensor<4>) -> Result<Features, Mod
 }
 
 impl EdgeRunner {
-    /// Load the weights file onto `device`.
+    /// Load the whole weights file onto `device`.
     ///
     /// # Errors
     /// When the file is not a valid weights file for this model.
     pub fn new(weights: &[u8], device: Device) -> split_shared::Result<Self> {
-        let model = EfficientNetLite0::from_weight_bytes(weights, &device)?;
+        let runner = Self::empty(device);
+        runner.load_weights(weights)?;
+        Ok(runner)
+    }
+
+    /// Load (or replace) every stage from the whole weights file.
+    ///
+    /// # Errors
+    /// When the file is not a valid weights file for this model.
+    pub fn load_weights(&self, weights: &[u8]) -> split_shared::Result<()> {
+        *self.model.borrow_mut() = EfficientNetLite0::from_weight_bytes(weights, &self.device)?;
+        Ok(())
+    }
+
+    /// A runner with no stage loaded yet: load them with [`Self::load_stage`].
+    pub fn empty(device: Device) -> Self {
         let state = EdgeState {
             calibration: None,
             stream: StreamEncoder::new(STREAM_ID, DEFAULT_KEYFRAME_INTERVAL, STREAM_DEADZONE),
             cache: LruCache::new(CACHE_ENTRIES, CACHE_ENTRIES * 256),
             pending: HashMap::new(),
         };
-        Ok(Self { model, device, state: RefCell::new(state) })
+        Self { model: RefCell::new(EfficientNetLite0::empty()), device, state: RefCell::new(state) }
+    }
+
+    /// Load the stage ending at `end` from a weights shard (or the whole weights file).
+    ///
+    /// # Errors
+    /// When the bytes are not a weights file holding that stage.
+    pub fn load_stage(&self, end: Boundary, bytes: &[u8]) -> split_shared::Result<()> {
+        Ok(self.model.borrow_mut().load_stage_bytes(end, bytes, &self.device)?)
+    }
+
+    /// The deepest boundary the loaded stages reach from the input.
+    pub fn loaded_through(&self) -> Boundary {
+        self.model.borrow().loaded_through()
     }
 
     /// Load the codec calibration (the server's `/calibration/...` file); returns its id.
@@ -105,6 +135,27 @@ impl EdgeRunner {
         let mut state = self.state.borrow_mut();
         state.calibration = Some(calibration);
         state.stream.force_keyframe();
+        Ok(id)
+    }
+
+    /// Add a part of the codec calibration (`/calibration/parts/{boundary}.splc`): its
+    /// boundary's tables join those loaded, which must be parts of the same calibration (a
+    /// part of another one replaces them). Returns the calibration's id.
+    ///
+    /// # Errors
+    /// When the bytes are not a valid calibration file.
+    pub fn add_calibration(&self, bytes: &[u8]) -> split_shared::Result<u64> {
+        let part = Calibration::from_bytes(bytes)?;
+        let id = part.id();
+        let mut guard = self.state.borrow_mut();
+        let state = &mut *guard;
+        match &mut state.calibration {
+            Some(c) if c.id() == id => c.merge(part)?,
+            other => {
+                *other = Some(part);
+                state.stream.force_keyframe();
+            }
+        }
         Ok(id)
     }
 
@@ -172,7 +223,7 @@ impl EdgeRunner {
         id: u64,
     ) -> split_shared::Result<EdgeOutput> {
         let x = split_shared::image::to_input_tensor(img, &self.device);
-        let x = self.model.forward_range(x, Boundary::INPUT, options.split)?;
+        let x = self.model.borrow().forward_range(x, Boundary::INPUT, options.split)?;
         let features = read_features(options.split, x).await?;
         if options.split == Boundary::LOGITS {
             return Ok(EdgeOutput::Local { top: top_k(&features.values()[..NUM_CLASSES], TOP_K) });
@@ -214,7 +265,7 @@ impl EdgeRunner {
     pub async fn features(&self, image: &[u8], split: Boundary) -> split_shared::Result<Features> {
         let img = split_shared::image::preprocess(image)?;
         let x = split_shared::image::to_input_tensor(&img, &self.device);
-        let x = self.model.forward_range(x, Boundary::INPUT, split)?;
+        let x = self.model.borrow().forward_range(x, Boundary::INPUT, split)?;
         Ok(read_features(split, x).await?)
     }
 
@@ -223,8 +274,8 @@ impl EdgeRunner {
         f(self.state.borrow().calibration.as_ref())
     }
 
-    /// Median cumulative ms from the input to every boundary (0 for `input`) over `repeats`
-    /// passes of a blank image, stage by stage, timed with `now` (ms).
+    /// Median cumulative ms from the input to every boundary the loaded stages reach (0 for
+    /// `input`) over `repeats` passes of a blank image, stage by stage, timed with `now` (ms).
     ///
     /// # Errors
     /// When the backend fails.
@@ -233,15 +284,16 @@ impl EdgeRunner {
         repeats: usize,
         now: fn() -> f64,
     ) -> split_shared::Result<Vec<f64>> {
-        let n = split_shared::model::NUM_BOUNDARIES;
+        let through = self.loaded_through();
+        let n = usize::from(through.index()) + 1;
         let mut runs: Vec<Vec<f64>> = vec![Vec::new(); n];
         for _ in 0..repeats {
             let mut x = Tensor::<4>::zeros([1, 3, 224, 224], &self.device);
             let mut at = Boundary::INPUT;
             let mut total = 0.0;
-            for b in Boundary::all().skip(1) {
+            for b in Boundary::all().skip(1).take(n - 1) {
                 let t = now();
-                x = self.model.forward_range(x, at, b)?;
+                x = self.model.borrow().forward_range(x, at, b)?;
                 // Reading back one value waits for the stage to finish (WebGPU is asynchronous).
                 let probe = x.clone().slice([0..1, 0..1, 0..1, 0..1]);
                 read_data(probe).await?;
@@ -259,14 +311,19 @@ impl EdgeRunner {
             .collect())
     }
 
-    /// Run a dummy image through the whole network once, so shader compilation and buffer
-    /// allocation do not land on the user's first request.
+    /// Run a dummy image through the loaded stages once, so shader compilation and buffer
+    /// allocation do not land on the user's first request (nothing to do with no stage).
     ///
     /// # Errors
     /// When the backend fails.
     pub async fn warm_up(&self) -> split_shared::Result<()> {
+        let through = self.loaded_through();
+        if through == Boundary::INPUT {
+            return Ok(());
+        }
         let x = Tensor::<4>::zeros([1, 3, 224, 224], &self.device);
-        read_data(self.model.forward(x)?).await?;
+        let y = self.model.borrow().forward_range(x, Boundary::INPUT, through)?;
+        read_data(y).await?;
         Ok(())
     }
 }

@@ -96,7 +96,8 @@ pub fn now_ms() -> f64 {
 /// `{ names, ms }` for every boundary.
 pub fn edge_profile(ms: &[f64]) -> JsValue {
     let o = Object::new();
-    set(&o, "names", boundary_table().iter().map(|b| JsValue::from_str(b.name)).collect::<Array>());
+    let names = boundary_table().iter().take(ms.len()).map(|b| JsValue::from_str(b.name));
+    set(&o, "names", names.collect::<Array>());
     set(&o, "ms", ms.iter().map(|m| JsValue::from_f64(*m)).collect::<Array>());
     o.into()
 }
@@ -191,6 +192,7 @@ pub fn shared_error(e: &split_shared::Error) -> JsValue {
             "bad_weights"
         }
         split_shared::Error::Model(ModelError::Backend(_)) => "backend",
+        split_shared::Error::Model(ModelError::StageNotLoaded { .. }) => "weights_missing",
         split_shared::Error::Codec(split_shared::codec::CodecError::BadCalibration(_)) => {
             "bad_calibration"
         }

@@ -6,7 +6,9 @@
 //! ```js
 //! import init, { EdgeSession, encodeImageRequest, decodeReply } from "./pkg/wasm_edge.js";
 //! await init();
-//! const edge = await EdgeSession.create(weightsBytes, "auto");   // "auto" | "webgpu" | "cpu"
+//! const edge = await EdgeSession.create("auto");                 // "auto" | "webgpu" | "cpu"
+//! edge.loadWeights(weightsBytes);                  // or edge.loadStage("block5", shardBytes)…
+//! await edge.warmUp();
 //! edge.setCalibration(calibrationBytes);                          // enables the q* codecs
 //! const out = await edge.run(imageBytes, "block5", 1, "q4");      // { frame } or { top }
 //! socket.send(out.frame);
@@ -113,14 +115,45 @@ pub async fn start_threads(helpers: usize) -> Result<(), JsValue> {
 
 #[wasm_bindgen]
 impl EdgeSession {
-    /// Load the weights (the bytes of `/weights/efficientnet-lite0.splw`) on `backend`:
-    /// `"auto"` tries WebGPU and falls back to the CPU, `"webgpu"` fails without it, `"cpu"`
-    /// never touches the GPU. Runs one warm-up pass.
-    pub async fn create(weights: Vec<u8>, backend: String) -> Result<EdgeSession, JsValue> {
+    /// A session on `backend` with no weights yet: `"auto"` tries WebGPU and falls back to
+    /// the CPU, `"webgpu"` fails without it, `"cpu"` never touches the GPU. Load the whole
+    /// weights with `loadWeights`, or the stages a split needs with `loadStage`.
+    pub async fn create(backend: String) -> Result<EdgeSession, JsValue> {
         let (device, backend) = pick_device(&backend).await?;
-        let runner = EdgeRunner::new(&weights, device).map_err(js_error)?;
-        runner.warm_up().await.map_err(js_error)?;
-        Ok(EdgeSession { runner: Rc::new(runner), backend })
+        Ok(EdgeSession { runner: Rc::new(EdgeRunner::empty(device)), backend })
+    }
+
+    /// Load every stage from the whole weights file (`/weights/efficientnet-lite0.splw`).
+    #[wasm_bindgen(js_name = loadWeights)]
+    pub fn load_weights(&self, bytes: &[u8]) -> Result<(), JsValue> {
+        self.runner.load_weights(bytes).map_err(js_error)
+    }
+
+    /// Load the stage ending at boundary `end` (`"stem"`, `"block0"`…`"block15"`, `"head"`,
+    /// `"logits"`) from its weight shard (`/api/info`'s `weights_shards`); `bad_weights` when
+    /// the bytes are not that stage's weights.
+    #[wasm_bindgen(js_name = loadStage)]
+    pub fn load_stage(&self, end: String, bytes: &[u8]) -> Result<(), JsValue> {
+        let end: Boundary = end.parse().map_err(|e| js::error("bad_option", e))?;
+        self.runner.load_stage(end, bytes).map_err(js_error)
+    }
+
+    /// The deepest boundary the loaded stages reach from the input (`"input"` with none,
+    /// `"logits"` with all).
+    #[wasm_bindgen(getter, js_name = loadedThrough)]
+    pub fn loaded_through(&self) -> String {
+        self.runner.loaded_through().name().to_string()
+    }
+
+    /// Run a blank image through the loaded stages once, so shader compilation and buffer
+    /// allocation do not land on the user's first request.
+    #[wasm_bindgen(js_name = warmUp)]
+    pub fn warm_up(&self) -> js_sys::Promise {
+        let runner = Rc::clone(&self.runner);
+        wasm_bindgen_futures::future_to_promise(async move {
+            runner.warm_up().await.map_err(js_error)?;
+            Ok(JsValue::UNDEFINED)
+        })
     }
 
     /// `"webgpu"` or `"cpu"`: the backend actually in use.
@@ -164,6 +197,13 @@ impl EdgeSession {
     #[wasm_bindgen(js_name = acceptReply)]
     pub fn accept_reply(&self, frame: &[u8]) -> Result<JsValue, JsValue> {
         self.runner.accept_reply(frame).map(|r| js::reply(&r)).map_err(js_error)
+    }
+
+    /// Add a part of the codec calibration (`/api/info`'s `calibration.parts`: one boundary's
+    /// tables); parts of the same calibration accumulate. Returns its id as 16 hex digits.
+    #[wasm_bindgen(js_name = addCalibration)]
+    pub fn add_calibration(&self, bytes: &[u8]) -> Result<String, JsValue> {
+        self.runner.add_calibration(bytes).map(|id| format!("{id:016x}")).map_err(js_error)
     }
 
     /// Resize the content cache of results (default 256 entries; 0 turns it off).

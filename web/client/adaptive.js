@@ -27,6 +27,7 @@ export class Adaptive {
   async classify(image, options = {}) {
     const planner = this.planner;
     this.startProbing();
+    this.client.loadAllInBackground();
     const decision = planner.tick(performance.now());
     if (decision.decision === "switch") {
       this.switches.push(decision);

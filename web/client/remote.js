@@ -139,6 +139,10 @@ export class RemoteSplitClient {
     return this.call("explain");
   }
 
+  weightsState() {
+    return this.call("weightsState");
+  }
+
   setCacheEntries(n) {
     return this.call("setCacheEntries", n);
   }

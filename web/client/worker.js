@@ -29,6 +29,7 @@ const methods = {
   benchCodec: (image, split, codec, repeats) => client.benchCodec(image, split, codec, repeats),
   profileEdge: (repeats) => client.profileEdge(repeats),
   explain: () => client.explain(),
+  weightsState: () => client.weightsState(),
   setCacheEntries: (n) => client.setCacheEntries(n),
   setTimeoutMs: (ms) => { client.timeoutMs = ms; },
   setDefaultCodec: (codec) => { client.defaultCodec = codec; },

@@ -366,8 +366,72 @@ async function imageChecks(page, name) {
   assert.ok(out.large.mode === "cloud" && out.large.sent < 200_000, `${name}: a photo over the frame limit goes as the model input: ${JSON.stringify(out.large)}`);
 }
 
+/** Weights per stage: a page made ready for block5 downloads only the shards up to block5
+ * (bytes counted from the responses, against all the weights), a deeper split and then edge
+ * only download the rest on demand and still classify right, and a cloud-only page downloads
+ * no weights and no codec tables at all. */
+async function weightChecks(page, name) {
+  const visit = async (query) => {
+    const got = [];
+    const onResponse = async (r) => {
+      if (!/\/(weights|calibration)\//.test(r.url())) return;
+      got.push({ path: new URL(r.url()).pathname, bytes: (await r.body()).length });
+    };
+    page.context().on("response", onResponse);
+    await page.evaluate(() => caches.delete("split-inference"));
+    await page.goto(new URL(query, url).href);
+    await page.waitForFunction(() => ["ready", "failed"].includes(document.body.dataset.state), null, { timeout: STEP_TIMEOUT_MS });
+    assert.equal(await page.evaluate(() => document.body.dataset.state), "ready", `${name}: ${query} loads`);
+    const step = async (split) => {
+      const before = got.length;
+      const r = await page.evaluate(async (split) => {
+        const chelsea = new Uint8Array(await (await fetch("samples/chelsea.png")).arrayBuffer());
+        const r = await window.splitClient.classify(chelsea, split);
+        return { top1: r.top[0].class, mode: r.mode, weights: await window.splitClient.weightsState() };
+      }, split);
+      await new Promise((resolve) => setTimeout(resolve, 200)); // the last response's body
+      const paths = got.slice(before).map((g) => g.path);
+      return { ...r, fetched: paths.filter((p) => p.startsWith("/weights/")), calibration: paths.filter((p) => p.startsWith("/calibration/")) };
+    };
+    return { got, step, info: await page.evaluate(() => window.splitClient.info) };
+  };
+  const shardPath = (stage) => `/weights/shards/${stage}.splw`;
+
+  const v = await visit("?weights=block5");
+  const total = v.info.weights_bytes;
+  const ready = v.got.filter((g) => g.path.startsWith("/weights/"));
+  assert.deepEqual(v.got.filter((g) => g.path.startsWith("/calibration/")).map((g) => g.path), ["/calibration/parts/block5.splc"],
+    `${name}: the codec tables of block5 alone`);
+  const edgeStages = ["stem", ...Array.from({ length: 6 }, (_, i) => `block${i}`)];
+  assert.deepEqual(ready.map((g) => g.path).sort(), edgeStages.map(shardPath).sort(), `${name}: a block5 page downloads the stem and blocks 0-5`);
+  const block5 = await v.step("block5");
+  const bytes5 = ready.reduce((sum, g) => sum + g.bytes, 0);
+  console.log(`e2e: ${name}: a block5 page downloaded ${bytes5} of ${total} weight bytes (${(100 * bytes5 / total).toFixed(1)}%)`);
+  assert.ok(bytes5 <= 0.35 * total, `${name}: block5's shards are ${bytes5} of ${total} bytes`);
+  assert.deepEqual(block5.fetched, [], `${name}: classifying at block5 needs nothing more`);
+  assert.equal(block5.weights.through, "block5");
+  assert.ok(block5.mode === "split" && CATS.has(block5.top1), `${name}: block5 on its shards: ${JSON.stringify(block5)}`);
+  const block11 = await v.step("block11");
+  assert.deepEqual(block11.fetched.sort(), ["block6", "block7", "block8", "block9", "block10", "block11"].map(shardPath).sort(),
+    `${name}: block11 downloads blocks 6-11 on demand`);
+  assert.deepEqual(block11.calibration, ["/calibration/parts/block11.splc"], `${name}: and block11's codec tables`);
+  const edge = await v.step("edge");
+  assert.deepEqual(edge.fetched.sort(), ["block12", "block13", "block14", "block15", "head", "logits"].map(shardPath).sort(),
+    `${name}: edge only downloads the rest`);
+  assert.equal(edge.weights.through, "logits");
+  assert.deepEqual([block11.top1, edge.top1], [block5.top1, block5.top1], `${name}: the same answer at every split`);
+
+  const c = await visit("?weights=none");
+  assert.deepEqual(c.got, [], `${name}: a cloud-only page downloads no weights or calibration`);
+  const cloud = await c.step("cloud");
+  assert.ok(cloud.mode === "cloud" && cloud.top1 === block5.top1 && cloud.fetched.length === 0, `${name}: cloud only on no weights: ${JSON.stringify(cloud)}`);
+  assert.equal(cloud.weights.through, "input");
+  await page.goto(url);
+  await page.waitForFunction(() => document.body.dataset.state === "ready", null, { timeout: STEP_TIMEOUT_MS });
+}
+
 /** Weights and calibration come from Cache Storage on a second visit: nothing downloaded. A
- * visit after the cache was emptied downloads both again (so the count can tell). */
+ * visit after the cache was emptied downloads them again (so the count can tell). */
 async function cacheChecks(page, name) {
   const visit = async () => {
     const fetched = [];
@@ -383,7 +447,9 @@ async function cacheChecks(page, name) {
   const cold = await visit();
   const warm = await visit();
   console.log(`e2e: ${name}: downloads on a visit with an empty cache [${cold}], on the next [${warm}]`);
-  assert.deepEqual(cold, ["/calibration/efficientnet-lite0.splc", "/weights/efficientnet-lite0.splw"], `${name}: an empty cache downloads both`);
+  // The demo's default: the stages up to block5, and the codec tables.
+  const block5 = ["stem", ...Array.from({ length: 6 }, (_, i) => `block${i}`)].map((s) => `/weights/shards/${s}.splw`);
+  assert.deepEqual(cold, ["/calibration/parts/block5.splc", ...block5].sort(), `${name}: an empty cache downloads them`);
   assert.deepEqual(warm, [], `${name}: a second visit downloads no weights or calibration`);
 }
 
@@ -451,6 +517,7 @@ async function runPass({ name, args, query = "", expectBackend, expectBuild, cod
     if (codecs) await imageChecks(page, name);
     if (codecs) await cameraChecks(page, name);
     if (noCamera) await noCameraChecks(page, name);
+    if (codecs) await weightChecks(page, name);
     if (codecs) await cacheChecks(page, name);
     // Expected: the warning of the CPU fallback, and Chromium's report of the unreachable
     // server `errorChecks` points the client at.

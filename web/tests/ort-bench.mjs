@@ -21,7 +21,7 @@ cpSync("node_modules/onnxruntime-web/dist", "pkg/ort", { recursive: true });
 /** burn's whole network in one build of the CPU module: the page's own profile (median). */
 async function burnMs(build) {
   return withPage(GPU_ARGS.cpu, async (page) => {
-    await page.goto(new URL(`index.html?backend=cpu&wasm=${build}`, url).href);
+    await page.goto(new URL(`index.html?backend=cpu&wasm=${build}&weights=all`, url).href);
     await page.waitForFunction(() => ["ready", "failed"].includes(document.body.dataset.state), null, { timeout: 300_000 });
     return page.evaluate(async (repeats) => {
       const p = await window.splitClient.profileEdge(repeats);
@@ -37,7 +37,7 @@ for (const build of ["cpu", "cpu-relaxed", "cpu-threads"]) burn[build] = (await 
  * thread count when its module starts); the page is cross-origin isolated, so 2 threads run. */
 async function ortMs(threads) {
   return withPage(GPU_ARGS.cpu, async (page) => {
-    await page.goto(new URL("index.html?backend=cpu", url).href);
+    await page.goto(new URL("index.html?backend=cpu&weights=all", url).href);
     await page.waitForFunction(() => ["ready", "failed"].includes(document.body.dataset.state), null, { timeout: 300_000 });
     return page.evaluate(async ({ repeats, threads }) => {
       const median = (xs) => xs.sort((a, b) => a - b)[Math.floor(xs.length / 2)];

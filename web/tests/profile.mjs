@@ -13,7 +13,7 @@ const profiles = {};
 for (const [name, backend, args] of [["browser-wasm-cpu", "cpu", GPU_ARGS.cpu], ["browser-webgpu", "webgpu", GPU_ARGS.webgpu]]) {
   await withPage(args, async (page) => {
     // The page's own client (one WebGPU device per page): ?backend= picks its backend.
-    await page.goto(new URL(`index.html?backend=${backend}`, url).href);
+    await page.goto(new URL(`index.html?backend=${backend}&weights=all`, url).href);
     await page.waitForFunction(() => ["ready", "failed"].includes(document.body.dataset.state), null, { timeout: 300_000 });
     const p = await page.evaluate(async ({ repeats }) => {
       const client = window.splitClient;

@@ -116,6 +116,7 @@ fn check_package(web: &std::path::Path) -> Result<()> {
         "split-client.d.ts",
         "client/worker.js",
         "client/remote.js",
+        "client/weights.js",
         "pkg/wasm_edge_bg.wasm",
         "pkg-cpu/wasm_edge.js",
         "pkg-cpu-relaxed/wasm_edge_bg.wasm",

@@ -14,7 +14,13 @@
 //! <b>.pca.mean          [C]         projection: y = basisᵀ (x - mean)
 //! <b>.pca.basis         [C, R]
 //! <b>.pca.q<bits>.lo|hi|prob        as above, per component (R of them)
+//! part_of               [4]         a part only: the whole file's id, 16 bits per value
 //! ```
+//!
+//! A browser that codes features at one boundary needs that boundary's tables only (block5's
+//! are 1% of the file): [`Calibration::part`] cuts them out with the whole file's id, so frames
+//! coded with a part name the calibration the server holds, and [`Calibration::merge`] adds
+//! another boundary's part later.
 
 use std::collections::BTreeMap;
 
@@ -189,6 +195,33 @@ impl Calibration {
 
     /// Serialize (deterministically: same tables, same bytes, same id).
     pub fn to_bytes(&self) -> Vec<u8> {
+        self.write(|_| true, None)
+    }
+
+    /// The tables at `boundary` alone, as a file that loads as this calibration (same id)
+    /// restricted to that boundary; `None` when the boundary has no tables.
+    pub fn part(&self, boundary: Boundary) -> Option<Vec<u8>> {
+        self.boundaries
+            .contains_key(&boundary)
+            .then(|| self.write(|b| b == boundary, Some(self.id)))
+    }
+
+    /// Add the boundaries of `other`, a part of the same calibration.
+    ///
+    /// # Errors
+    /// [`CodecError::BadCalibration`] when `other` belongs to another calibration.
+    pub fn merge(&mut self, other: Calibration) -> Result<(), CodecError> {
+        if other.id != self.id {
+            return Err(CodecError::BadCalibration(format!(
+                "a part of calibration {:016x} cannot join {:016x}",
+                other.id, self.id
+            )));
+        }
+        self.boundaries.extend(other.boundaries);
+        Ok(())
+    }
+
+    fn write(&self, keep: impl Fn(Boundary) -> bool, part_of: Option<u64>) -> Vec<u8> {
         let mut f = TensorFile::new();
         f.insert(
             "meta",
@@ -205,7 +238,11 @@ impl Calibration {
                 t.probabilities.iter().map(|p| *p as f32).collect(),
             );
         };
-        for (boundary, b) in &self.boundaries {
+        if let Some(id) = part_of {
+            let pieces = (0..4).map(|i| ((id >> (16 * i)) & 0xffff) as f32).collect();
+            f.insert("part_of", vec![4], pieces);
+        }
+        for (boundary, b) in self.boundaries.iter().filter(|(b, _)| keep(**b)) {
             for (bits, t) in &b.raw {
                 put_table(&mut f, &format!("{boundary}.raw.q{bits}"), t);
             }
@@ -239,6 +276,14 @@ impl Calibration {
                 meta[0], meta[2]
             )));
         }
+        let id = match f.tensor("part_of", &[4]) {
+            Ok(p) if p.iter().all(|v| v.fract() == 0.0 && (0.0..65536.0).contains(v)) => {
+                p.iter().rev().fold(0u64, |id, v| (id << 16) | *v as u64)
+            }
+            Ok(_) => return Err(bad("part_of is not a calibration id".into())),
+            Err(crate::container::ContainerError::Missing(_)) => Self::checksum(bytes),
+            Err(e) => return Err(bad(e.to_string())),
+        };
         let mut boundaries: BTreeMap<Boundary, BoundaryTables> = BTreeMap::new();
         for (name, _, _) in f.iter() {
             let Some(prefix) = name.strip_suffix(".prob") else { continue };
@@ -293,7 +338,7 @@ impl Calibration {
         if boundaries.is_empty() {
             return Err(bad("no boundary has tables".into()));
         }
-        Ok(Self { id: Self::checksum(bytes), images: meta[1] as u32, boundaries })
+        Ok(Self { id, images: meta[1] as u32, boundaries })
     }
 }
 

@@ -149,6 +149,36 @@ fn entropy_coding_and_packing_reconstruct_identically_and_entropy_is_smaller() {
     }
 }
 
+/// A part holds one boundary's tables under the whole calibration's id: it codes exactly as
+/// the whole does, lacks the other boundaries until merged, and refuses to join another
+/// calibration.
+#[test]
+fn a_calibration_part_codes_like_the_whole_and_merges() {
+    let one = calibration();
+    let block6 = Boundary::block(6).unwrap(); // 80 channels at 14x14, like block5
+    let tables = one.at(boundary()).unwrap().clone();
+    let both = BTreeMap::from([(boundary(), tables.clone()), (block6, tables)]);
+    let whole = Calibration::new(4, both);
+    let part = whole.part(boundary()).unwrap();
+    assert!(part.len() < whole.to_bytes().len() * 6 / 10, "a part is about half of two");
+    let mut loaded = Calibration::from_bytes(&part).unwrap();
+    assert_eq!(loaded.id(), whole.id(), "a part names the whole file");
+    assert_eq!(loaded.boundaries().collect::<Vec<_>>(), [boundary()]);
+    let x = activations(5);
+    let s = QuantSetting { bits: 4, rank: 0, entropy: true };
+    assert_eq!(
+        encode_with(&loaded, boundary(), &B5, &x, s, None).unwrap(),
+        encode_with(&whole, boundary(), &B5, &x, s, None).unwrap()
+    );
+    assert!(loaded.lookup(block6, s).is_err(), "not loaded yet");
+    loaded.merge(Calibration::from_bytes(&whole.part(block6).unwrap()).unwrap()).unwrap();
+    assert!(loaded.lookup(block6, s).is_ok());
+    assert!(whole.part(Boundary::block(9).unwrap()).is_none());
+    let other = Calibration::from_bytes(&one.part(boundary()).unwrap()).unwrap();
+    assert_ne!(other.id(), whole.id());
+    assert!(matches!(loaded.merge(other), Err(CodecError::BadCalibration(_))));
+}
+
 #[test]
 fn calibration_round_trips_through_bytes_and_detects_damage() {
     let cal = calibration();

@@ -54,6 +54,19 @@ pub enum ModelError {
         /// The I/O error.
         reason: String,
     },
+    /// A range runs through a stage whose weights were not loaded (the edge loads only the
+    /// stages its split needs).
+    #[error(
+        "cannot run from {from} to {to}: the weights of the stage ending at {stage} are not loaded"
+    )]
+    StageNotLoaded {
+        /// The first stage missing, named by the boundary it ends at.
+        stage: Boundary,
+        /// Start boundary.
+        from: Boundary,
+        /// End boundary.
+        to: Boundary,
+    },
     /// A backend failed to produce tensor data.
     #[error("backend error: {0}")]
     Backend(String),

@@ -22,4 +22,4 @@ pub use boundary::{Boundary, NUM_BOUNDARIES};
 pub use error::{ModelError, Result};
 pub use features::{Features, check_shape};
 pub use network::{Depthwise, EfficientNetLite0, MAX_BATCH, MbConv, Pointwise, Stem};
-pub use weights::WEIGHTS_MAGIC;
+pub use weights::{WEIGHTS_MAGIC, stage_prefix, weight_shard, weight_shards};

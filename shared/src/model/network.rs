@@ -74,16 +74,18 @@ impl MbConv {
     }
 }
 
-/// EfficientNet-Lite0 for inference. Build it with [`EfficientNetLite0::from_weights`].
+/// EfficientNet-Lite0 for inference. Build it with [`EfficientNetLite0::from_weights`], or
+/// stage by stage from [`EfficientNetLite0::empty`] with [`EfficientNetLite0::load_stage`]
+/// (a browser downloads only the stages its split runs).
 ///
 /// Activations at boundaries are always rank 4 NCHW (`[n, C, H, W]`); at `pool` and `logits`
 /// `H = W = 1`, so any boundary's tensor travels and checks the same way.
 #[derive(Module, Debug)]
 pub struct EfficientNetLite0 {
-    stem: Stem,
-    blocks: Vec<MbConv>,
-    head: Pointwise,
-    fc: Linear,
+    stem: Option<Stem>,
+    blocks: Vec<Option<MbConv>>,
+    head: Option<Pointwise>,
+    fc: Option<Linear>,
 }
 
 /// The converted weights' tensors rearranged into the kernels' layouts.
@@ -150,64 +152,118 @@ impl Loader<'_> {
 }
 
 impl EfficientNetLite0 {
-    /// Build the network from converted weights, on `device`.
+    /// The network with no stage loaded: what the edge starts from before its weights arrive.
+    pub fn empty() -> Self {
+        Self {
+            stem: None,
+            blocks: (0..blocks().len()).map(|_| None).collect(),
+            head: None,
+            fc: None,
+        }
+    }
+
+    /// Build the whole network from converted weights, on `device`.
     ///
     /// # Errors
     /// [`ModelError::BadWeights`] when a tensor is missing or has the wrong shape.
     pub fn from_weights(weights: &TensorFile, device: &Device) -> Result<Self> {
-        let load = Loader { weights, device };
-        let stem = load.stem("stem", 3, 32, 3)?;
-        let mut block_modules = Vec::with_capacity(16);
-        for (i, spec) in blocks().iter().enumerate() {
-            let p = format!("blocks.{i}");
-            let hidden = spec.hidden();
-            let expand = if spec.expand == 1 {
-                None
-            } else {
-                Some(load.pointwise(&format!("{p}.expand"), spec.c_in, hidden)?)
-            };
-            block_modules.push(MbConv {
-                expand,
-                depthwise: load.depthwise(
-                    &format!("{p}.depthwise"),
-                    hidden,
-                    spec.kernel,
-                    spec.stride,
-                )?,
-                project: load.pointwise(&format!("{p}.project"), hidden, spec.c_out)?,
-                residual: spec.residual(),
-            });
+        let mut model = Self::empty();
+        for b in Boundary::all().skip(1) {
+            model.load_stage(b, weights, device)?;
         }
-        let head = load.pointwise("head", 320, HEAD_CHANNELS)?;
-        // Stored as [out, in] like PyTorch; burn's Linear multiplies by [in, out].
-        let fc_w = weights.tensor("fc.weight", &[NUM_CLASSES, HEAD_CHANNELS])?;
-        let fc = Linear {
-            weight: Param::from_tensor(
-                Tensor::<2>::from_data(
+        Ok(model)
+    }
+
+    /// Load the stage that ends at boundary `end` (the stem for `stem`, block i for `block{i}`,
+    /// the head conv for `head`, the classifier for `logits`; `pool` has no weights) from
+    /// `weights`, which may hold that stage alone (a shard, [`super::weight_shard`]) or more.
+    /// Loading a stage again replaces it.
+    ///
+    /// # Errors
+    /// [`ModelError::BadWeights`] when one of the stage's tensors is missing or misshaped;
+    /// [`ModelError::UnknownBoundary`] for `input`, which ends no stage.
+    pub fn load_stage(
+        &mut self,
+        end: Boundary,
+        weights: &TensorFile,
+        device: &Device,
+    ) -> Result<()> {
+        let load = Loader { weights, device };
+        match end.index() {
+            0 => return Err(ModelError::UnknownBoundary("input (no stage ends there)".into())),
+            1 => self.stem = Some(load.stem("stem", 3, 32, 3)?),
+            k @ 2..=17 => {
+                let i = usize::from(k) - 2;
+                let spec = &blocks()[i];
+                let p = format!("blocks.{i}");
+                let hidden = spec.hidden();
+                let expand = if spec.expand == 1 {
+                    None
+                } else {
+                    Some(load.pointwise(&format!("{p}.expand"), spec.c_in, hidden)?)
+                };
+                self.blocks[i] = Some(MbConv {
+                    expand,
+                    depthwise: load.depthwise(
+                        &format!("{p}.depthwise"),
+                        hidden,
+                        spec.kernel,
+                        spec.stride,
+                    )?,
+                    project: load.pointwise(&format!("{p}.project"), hidden, spec.c_out)?,
+                    residual: spec.residual(),
+                });
+            }
+            18 => self.head = Some(load.pointwise("head", 320, HEAD_CHANNELS)?),
+            19 => {} // pool: a mean, no weights
+            _ => {
+                // Stored as [out, in] like PyTorch; burn's Linear multiplies by [in, out].
+                let fc_w = weights.tensor("fc.weight", &[NUM_CLASSES, HEAD_CHANNELS])?;
+                let weight = Tensor::<2>::from_data(
                     TensorData::new(fc_w.to_vec(), [NUM_CLASSES, HEAD_CHANNELS]),
                     device,
                 )
-                .transpose(),
-            ),
-            bias: Some(load.bias("fc", NUM_CLASSES)?),
-        };
-        Ok(Self { stem, blocks: block_modules, head, fc })
+                .transpose();
+                let bias = Some(load.bias("fc", NUM_CLASSES)?);
+                self.fc = Some(Linear { weight: Param::from_tensor(weight), bias });
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the stage ending at `end` can run (`input` and `pool` need no weights).
+    pub fn has_stage(&self, end: Boundary) -> bool {
+        match end.index() {
+            0 | 19 => true,
+            1 => self.stem.is_some(),
+            k @ 2..=17 => self.blocks[usize::from(k) - 2].is_some(),
+            18 => self.head.is_some(),
+            _ => self.fc.is_some(),
+        }
+    }
+
+    /// The deepest boundary the loaded stages reach from the input (`input` when the stem is
+    /// missing): how far this device can run an image.
+    pub fn loaded_through(&self) -> Boundary {
+        Boundary::all().skip(1).take_while(|b| self.has_stage(*b)).last().unwrap_or(Boundary::INPUT)
     }
 
     /// Apply stage `k` (1..=20), the one that ends at boundary `k`, on NHWC activations (the
     /// stem takes the NCHW image).
+    /// `forward_range` checked first that the stage is loaded.
     fn stage(&self, k: u8, x: Tensor<4>) -> Tensor<4> {
+        const LOADED: &str = "forward_range checks the stages are loaded";
         match k {
             1 => {
-                let s = &self.stem;
+                let s = self.stem.as_ref().expect(LOADED);
                 fused::stem(x, s.weight.val(), s.bias.val(), s.kernel, s.stride) // [n, 112, 112, 32]
             }
-            2..=17 => self.blocks[k as usize - 2].forward(x), // [n, h, w, c_out]
-            18 => self.head.forward(x, true, None),           // [n, 7, 7, 1280]
-            19 => x.mean_dims(&[1, 2]),                       // [n, 1, 1, 1280]
+            2..=17 => self.blocks[k as usize - 2].as_ref().expect(LOADED).forward(x), // [n, h, w, c_out]
+            18 => self.head.as_ref().expect(LOADED).forward(x, true, None), // [n, 7, 7, 1280]
+            19 => x.mean_dims(&[1, 2]),                                     // [n, 1, 1, 1280]
             20 => {
                 let [n, _, _, c] = x.dims();
-                let logits = self.fc.forward(x.reshape([n, c])); // [n, 1000]
+                let logits = self.fc.as_ref().expect(LOADED).forward(x.reshape([n, c])); // [n, 1000]
                 logits.reshape([n, 1, 1, NUM_CLASSES])
             }
             _ => unreachable!("stage index comes from a Boundary"),
@@ -222,12 +278,19 @@ impl EfficientNetLite0 {
     ///
     /// # Errors
     /// [`ModelError::BackwardRange`] when `to < from`; [`ModelError::ShapeMismatch`] when `x` does not have
-    /// `from`'s shape.
+    /// `from`'s shape; [`ModelError::StageNotLoaded`] when a stage in between has no weights here.
     pub fn forward_range(&self, x: Tensor<4>, from: Boundary, to: Boundary) -> Result<Tensor<4>> {
         if to < from {
             return Err(ModelError::BackwardRange { from, to });
         }
         check_shape(from, &x.dims())?;
+        if let Some(missing) = Boundary::all()
+            .skip(usize::from(from.index()) + 1)
+            .take(usize::from(to.index() - from.index()))
+            .find(|b| !self.has_stage(*b))
+        {
+            return Err(ModelError::StageNotLoaded { stage: missing, from, to });
+        }
         if from == to {
             return Ok(x);
         }

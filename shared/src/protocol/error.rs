@@ -216,6 +216,7 @@ impl ErrorCode {
             ModelError::BackwardRange { .. }
             | ModelError::BadWeights(_)
             | ModelError::Unreadable { .. }
+            | ModelError::StageNotLoaded { .. }
             | ModelError::Backend(_) => Self::Internal,
         }
     }

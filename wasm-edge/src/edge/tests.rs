@@ -31,7 +31,7 @@ fn cloud(runner: &EdgeRunner, frame: &[u8]) -> Vec<Prediction> {
     };
     let features = runner.with_calibration(|c| frame.decode(DecodeContext::new(c))).unwrap();
     let x = features.to_tensor(&runner.device);
-    let logits = runner.model.forward_range(x, frame.boundary, Boundary::LOGITS).unwrap();
+    let logits = runner.model.borrow().forward_range(x, frame.boundary, Boundary::LOGITS).unwrap();
     top_k(&logits.into_data().try_to_vec::<f32>().unwrap(), TOP_K)
 }
 
@@ -109,4 +109,60 @@ fn bad_input_is_a_typed_error() {
     let err = runner.set_calibration(b"SPLC and nothing else").unwrap_err();
     assert!(matches!(err, split_shared::Error::Codec(_)), "{err}");
     assert!(runner.accept_reply(b"not a reply").is_err());
+}
+
+/// An edge that loaded only the stages up to its split runs that split, says what it lacks for
+/// a deeper one, and runs everything once the rest is loaded; warm-up and the profile cover
+/// what is loaded.
+#[test]
+fn an_edge_with_some_stages_runs_up_to_them() {
+    let bytes = std::fs::read(split_paths::weights_file()).unwrap();
+    let edge = EdgeRunner::empty(Device::flex());
+    block_on(edge.warm_up()).expect("nothing to warm up");
+    let block5: Boundary = "block5".parse().unwrap();
+    for b in Boundary::all().skip(1).take_while(|b| *b <= block5) {
+        edge.load_stage(b, &bytes).unwrap(); // the whole file holds every shard
+    }
+    assert_eq!(edge.loaded_through(), block5);
+    block_on(edge.warm_up()).unwrap();
+    let profile = block_on(edge.profile(1, || 0.0)).unwrap();
+    assert_eq!(profile.len(), usize::from(block5.index()) + 1, "input..=block5");
+    let out = block_on(edge.run(&photo(), opts("block5", "f32", false), 1)).unwrap();
+    assert!(matches!(out, EdgeOutput::Remote { .. }));
+    let Err(err) = block_on(edge.run(&photo(), opts("logits", "f32", false), 2)) else {
+        panic!("edge-only without the deeper stages")
+    };
+    assert!(err.to_string().contains("block6"), "{err}");
+    for b in Boundary::all().filter(|b| *b > block5) {
+        if b != Boundary::POOL {
+            edge.load_stage(b, &bytes).unwrap();
+        }
+    }
+    let EdgeOutput::Local { top } =
+        block_on(edge.run(&photo(), opts("logits", "f32", false), 3)).unwrap()
+    else {
+        panic!("edge-only once every stage is loaded")
+    };
+    assert_eq!(top[0].class, 282, "tiger cat");
+}
+
+/// Calibration parts accumulate: a block5 part codes block5 but not block11 until block11's
+/// part is added, and the frames decode with the whole calibration (the server's).
+#[test]
+fn calibration_parts_accumulate() {
+    let bytes = std::fs::read(split_paths::weights_file()).unwrap();
+    let whole = Calibration::load(&split_paths::calibration_file()).unwrap();
+    let edge = EdgeRunner::new(&bytes, Device::flex()).unwrap();
+    let (b5, b11) = ("block5".parse().unwrap(), "block11".parse().unwrap());
+    assert_eq!(edge.add_calibration(&whole.part(b5).unwrap()).unwrap(), whole.id());
+    let EdgeOutput::Remote { frame, .. } =
+        block_on(edge.run(&photo(), opts("block5", "q6", false), 1)).unwrap()
+    else {
+        panic!("a frame")
+    };
+    let Request::Features { frame, .. } = Request::decode(&frame).unwrap() else { panic!() };
+    frame.decode(DecodeContext::new(Some(&whole))).expect("the server's calibration decodes it");
+    assert!(block_on(edge.run(&photo(), opts("block11", "q6", false), 2)).is_err());
+    edge.add_calibration(&whole.part(b11).unwrap()).unwrap();
+    assert!(block_on(edge.run(&photo(), opts("block11", "q6", false), 3)).is_ok());
 }

@@ -20,6 +20,7 @@
 pub mod crowd;
 pub mod netns;
 pub mod report;
+pub mod start;
 pub mod stats;
 pub mod svg;
 
@@ -562,10 +563,28 @@ pub struct Args {
     /// Server setups of the multi-client lab: replicas behind HAProxy (1: the server alone).
     #[arg(long, value_delimiter = ',', default_value = "1,3", requires = "clients")]
     replicas: Vec<usize>,
+    /// The start-up lab instead: bytes and seconds to ready and to the first answer of the
+    /// demo page per placement (cloud only, block5, block11, edge only), cold and warm, on
+    /// loopback and over `--start-links`; report in `reports/lab-start` unless `--out` is given.
+    /// Needs root (a network namespace).
+    #[arg(long, conflicts_with = "clients")]
+    start: bool,
+    /// Links of the start-up lab (link profiles; loopback is always measured).
+    #[arg(long, value_delimiter = ',', default_value = "4g,3g", requires = "start")]
+    start_links: Vec<String>,
 }
 
 /// `cargo xtask lab ...`: build what the lab needs, run it, write the report.
 pub fn run(a: Args) -> Result<()> {
+    if a.start {
+        prepare_binaries()?;
+        let out = a.out.unwrap_or_else(start::default_out);
+        let args: Vec<String> = std::env::args().skip(2).collect();
+        let command = format!("./run.sh lab {}", args.join(" ")).trim_end().to_string();
+        start::lab(&a.start_links, &out, &command)?;
+        eprintln!("lab: report in {}", out.join("README.md").display());
+        return Ok(());
+    }
     if let Some(clients) = a.clients {
         let quick = crowd::CrowdOptions::quick();
         let crowd_opts = crowd::CrowdOptions {

@@ -451,19 +451,20 @@ fn baselines(md: &mut String, r: &Results) {
     }
 }
 
-/// Bytes and seconds before the page is ready.
+/// Bytes and seconds before the page is ready, per placement (`tests/coldstart.mjs`).
 fn cold_start(md: &mut String, r: &Results) {
-    if let Some(c) = &r.cold_start {
-        md.push_str("\n## Cold start of the demo page\n\nFresh browser profile, loopback, page in `auto` mode; bytes as transferred.\n\n| edge backend | bytes downloaded | ready s | first result s |\n|---|---|---|---|\n");
-        for row in c.as_array().into_iter().flatten() {
-            let _ = writeln!(
-                md,
-                "| {} | {} | {:.1} | {:.1} |",
-                row["backend"].as_str().unwrap_or("?"),
-                row["bytes"],
-                row["ready_s"].as_f64().unwrap_or(f64::NAN),
-                row["first_s"].as_f64().unwrap_or(f64::NAN)
-            );
-        }
+    let Some(c) = &r.cold_start else { return };
+    md.push_str("\n## Start-up of the demo page\n\nLoopback, CPU backend, the page's `?weights=` per placement; cold: a fresh browser profile, warm: a reload (weights from Cache Storage); bytes as transferred. Over shaped links: `./run.sh lab --start` ([reports/lab-start](../lab-start/README.md)).\n\n| placement | visit | bytes | ready s | first answer s |\n|---|---|---|---|---|\n");
+    for row in c.as_array().into_iter().flatten() {
+        // Reports from before per-placement start-up have a row per backend instead.
+        let placement = row["mode"].as_str().or(row["backend"].as_str()).unwrap_or("?");
+        let _ = writeln!(
+            md,
+            "| {placement} | {} | {} | {:.1} | {:.1} |",
+            row["visit"].as_str().unwrap_or("cold"),
+            row["bytes"],
+            row["ready_s"].as_f64().unwrap_or(f64::NAN),
+            row["first_s"].as_f64().unwrap_or(f64::NAN)
+        );
     }
 }

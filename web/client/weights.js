@@ -1,0 +1,95 @@
+// Which of the model's weights the edge holds, and downloading more when a request needs them.
+//
+// The server cuts its weights per stage (`/api/info`'s `weights_shards`: the stem, each block,
+// the head conv, the classifier). A split at block5 runs the stem and blocks 0–5, 2% of the
+// bytes; the 1280-channel head and the classifier are 60% and only edge-only runs them. Each
+// shard is kept in Cache Storage under its checksum, so a revisit downloads nothing.
+
+import { SplitError, fetchCached, fetchWithProgress, wasm, wasmCall } from "./wasm.js";
+
+/** A boundary's index in forward order (input 0 … logits 20); -1 when unknown. */
+export function boundaryIndex(name) {
+  return wasm.boundaries().findIndex((b) => b.name === name);
+}
+
+export class EdgeWeights {
+  /**
+   * @param {object} edge  the wasm `EdgeSession`
+   * @param {object} info  the server's `/api/info`
+   * @param {URL} base  the server's base URL
+   * @param {(p: object) => void} onProgress  `{ stage: "weights", loaded, total, fraction, cached }`
+   */
+  constructor(edge, info, base, onProgress) {
+    this.edge = edge;
+    this.info = info;
+    this.base = base;
+    this.onProgress = onProgress;
+    /** Bytes of weights this client downloaded or read from its cache so far. */
+    this.bytes = 0;
+    /** Loads run one after another: two requests needing the same shard fetch it once. */
+    this.queue = Promise.resolve();
+  }
+
+  /** The deepest boundary the loaded stages reach ("input" with none, "logits" with all). */
+  get through() {
+    return this.edge.loadedThrough;
+  }
+
+  /** Bytes of every shard (or of the whole file, from a server without shards). */
+  get total() {
+    const shards = this.info.weights_shards;
+    return shards ? shards.reduce((sum, s) => sum + s.bytes, 0) : this.info.weights_bytes;
+  }
+
+  /** `{ through, bytes, total }`: what is loaded, and its share of the weights. */
+  describe() {
+    return { through: this.through, bytes: this.bytes, total: this.total };
+  }
+
+  /**
+   * Make sure every stage up to boundary `through` ("logits": all of them) is loaded,
+   * downloading the shards that are missing (all at once, with one progress for their sum).
+   */
+  ensure(through) {
+    const target = boundaryIndex(through);
+    if (target < 0) return Promise.reject(new SplitError("bad_option", `unknown boundary ${through}`));
+    const run = this.queue.then(() => this.load(target));
+    this.queue = run.catch(() => {}); // a failed download does not block the next attempt
+    return run;
+  }
+
+  async load(target) {
+    const have = boundaryIndex(this.through);
+    if (target <= have) return;
+    const url = (path) => new URL(path.replace(/^\//, ""), this.base);
+    const shards = this.info.weights_shards;
+    if (!shards) {
+      // A server from before shards: the whole file, every stage.
+      const bytes = this.info.weights_id
+        ? await fetchCached(url(this.info.weights_url), this.info.weights_id, "weights", this.onProgress, this.info.weights_bytes)
+        : await fetchWithProgress(url(this.info.weights_url), "weights", this.onProgress, this.info.weights_bytes);
+      await wasmCall(() => this.edge.loadWeights(bytes));
+      this.bytes += bytes.length;
+      return;
+    }
+    const needed = shards.filter((s) => {
+      const k = boundaryIndex(s.name);
+      return k > have && k <= target;
+    });
+    const total = needed.reduce((sum, s) => sum + s.bytes, 0);
+    const loaded = new Map();
+    let cached = true;
+    const progress = (s) => (p) => {
+      loaded.set(s.name, p.loaded);
+      cached &&= Boolean(p.cached);
+      const sum = [...loaded.values()].reduce((a, b) => a + b, 0);
+      this.onProgress({ stage: "weights", loaded: sum, total, fraction: total ? Math.min(1, sum / total) : 1, cached });
+    };
+    const files = await Promise.all(needed.map((s) => fetchCached(url(s.url), s.id, "weights", progress(s), s.bytes)));
+    // In forward order, so a failure leaves a usable prefix loaded.
+    for (const [i, s] of needed.entries()) {
+      await wasmCall(() => this.edge.loadStage(s.name, files[i]));
+      this.bytes += files[i].length;
+    }
+  }
+}
