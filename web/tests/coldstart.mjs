@@ -54,7 +54,7 @@ async function visit(page, href, split, reload) {
   page.context().off("requestfinished", onFinished);
   const total = Object.values(bytes).reduce((a, b) => a + b, 0);
   const weightsHere = await page.evaluate(() => document.body.dataset.weights);
-  return { ready_s: readyS, first_s: firstS, bytes: total, by_kind: bytes, top1: r.top[0].class, mode: r.mode, weights_through: weightsHere };
+  return { ready_s: readyS, first_s: firstS, bytes: total, by_kind: bytes, top1: r.top[0].class, answered_as: r.mode, weights_through: weightsHere };
 }
 
 const rows = [];

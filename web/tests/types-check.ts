@@ -5,11 +5,13 @@ import { SplitClient, SplitError, type ClassifyResult, type Placement } from "..
 async function embed(bytes: Uint8Array): Promise<string> {
   const client = await SplitClient.create({
     backend: "auto",
+    weights: "block5",
     onProgress: (p) => console.log(p.stage, p.fraction),
     constraints: { privacy_floor: "block5", min_agreement: 0.99 },
   });
   try {
     const r: ClassifyResult = await client.classify(bytes, "block5", { codec: "q6" });
+    const held: { through: string; bytes: number; total: number } = await client.weightsState();
     const auto = await client.classify(bytes, "auto");
     const where: Placement | undefined = auto.placement;
     if (where?.mode === "split") console.log(where.boundary, where.codec);

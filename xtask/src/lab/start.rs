@@ -4,7 +4,8 @@
 //! and over kernel-shaped links. Chromium and the link emulator run in a network namespace
 //! whose veth is shaped with `tc tbf` at the link's rates (one link for all of the page's
 //! connections, as a phone's radio is), the emulator adding the round trip; the server listens
-//! on the veth's host end. Writes `reports/lab-start/README.md` and `data.json`.
+//! on the veth's host end. The page is opened at the emulator's loopback address, a secure
+//! context as an HTTPS site would be. Writes `reports/lab-start/README.md` and `data.json`.
 
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader};
@@ -46,23 +47,23 @@ fn start_delay(ns: &Netns, upstream: &str, rtt_ms: f64) -> Result<(Proxy, String
         .with_context(|| format!("starting {}", bin.display()))?;
     let stdout = child.stdout.take().context("netem stdout")?;
     let proxy = Proxy(child);
-    for line in BufReader::new(stdout).lines() {
+    let mut lines = BufReader::new(stdout).lines();
+    for line in lines.by_ref() {
         if let Some(addr) = line?.strip_prefix("netem: listening on ") {
+            // It prints more later (when its clock starts): keep reading, or it dies writing.
+            std::thread::spawn(move || lines.for_each(drop));
             return Ok((proxy, addr.trim().to_string()));
         }
     }
     bail!("netem exited before listening")
 }
 
-/// Run `tests/coldstart.mjs` against `url` (inside `ns` when given); its rows, each with `link`.
-fn measure(ns: Option<&Netns>, url: &str, link: &str) -> Result<Vec<serde_json::Value>> {
+/// Run `tests/coldstart.mjs` in `ns` against `url`; its rows, each with `link`.
+fn measure(ns: &Netns, url: &str, link: &str) -> Result<Vec<serde_json::Value>> {
     let web = paths::repo_root().join("web");
     let out = std::env::temp_dir().join(format!("splitinfer-start-{link}.json"));
-    let mut cmd = match ns {
-        Some(ns) => ns.command(Path::new("node")),
-        None => std::process::Command::new("node"),
-    };
-    let status = cmd
+    let status = ns
+        .command(Path::new("node"))
         .arg("tests/coldstart.mjs")
         .current_dir(&web)
         .env("SPLIT_URL", url)
@@ -87,8 +88,12 @@ pub fn lab(links: &[String], out: &Path, command: &str) -> Result<()> {
     // The namespace's address is this machine's own (a veth pair): clear text never leaves it.
     let server = start_server(&server_args(&["--host", &ns.host_ip, "--allow-plaintext"]))?;
     let upstream = server.url.trim_start_matches("http://").trim_end_matches('/').to_string();
+    // The page is opened at the emulator's loopback address in the namespace: a secure context
+    // (Cache Storage, cross-origin isolation and the threaded build), as on an HTTPS site.
     eprintln!("lab: start-up on loopback");
-    let mut rows = measure(None, &server.url, "loopback")?;
+    let (proxy, addr) = start_delay(&ns, &upstream, 0.0)?;
+    let mut rows = measure(&ns, &format!("http://{addr}/"), "loopback")?;
+    drop(proxy);
     for name in links {
         let link = PROFILES
             .iter()
@@ -97,7 +102,7 @@ pub fn lab(links: &[String], out: &Path, command: &str) -> Result<()> {
         eprintln!("lab: start-up over {name}");
         ns.shape(link)?;
         let (_proxy, addr) = start_delay(&ns, &upstream, link.rtt_ms)?;
-        rows.extend(measure(Some(&ns), &format!("http://{addr}/"), name)?);
+        rows.extend(measure(&ns, &format!("http://{addr}/"), name)?);
     }
     drop(server);
     write(&rows, links, out, command)
@@ -115,12 +120,14 @@ fn write(rows: &[serde_json::Value], links: &[String], out: &Path, command: &str
          (CPU backend, its relaxed-SIMD threaded build), the demo page with `?weights=`: `none` \
          for cloud only, `block5` and `block11` for those splits, `all` for edge only. Cold: \
          a fresh browser profile; warm: a reload of the same profile, the weights and \
-         calibration read from Cache Storage. Bytes as transferred (gzip where the server \
-         compresses: the page, the wasm and the calibration; weight shards are sent as they \
-         are). Ready: navigation to the page saying ready; first answer: to chelsea's top-5 \
-         in that placement. Links other than loopback: `tc tbf` on a veth at the profile's \
-         rates for every connection of the page together, the round trip added by the \
-         link emulator (`{}`).\n",
+         calibration read from Cache Storage. Bytes as transferred (the server gzips every \
+         response; float weights shrink by 5–7%). Ready: navigation to the page saying \
+         ready; first answer: to chelsea's top-5 in that placement, the sample photo's \
+         download (240 kB) included, and for cloud only its upload. The browser runs in a network namespace and opens the page at the \
+         link emulator's loopback address there (a secure context, like an HTTPS site: Cache \
+         Storage and the threaded build); loopback: the veth unshaped, no delay; other links \
+         (`{}`): `tc tbf` on the veth at the profile's rates for all of the page's \
+         connections together, the emulator adding the round trip.\n",
         links.join(", ")
     );
     md.push_str("| link | placement | visit | bytes | weights | calibration | wasm | ready s | first answer s |\n|---|---|---|---|---|---|---|---|---|\n");
