@@ -49,7 +49,8 @@ export interface BoundaryInfo {
 export interface Constraints {
   /** Never send features before this boundary (name or index), and never the image. */
   privacy_floor?: string | number;
-  /** Never use a codec below this top-1 agreement with the uncompressed model. */
+  /** Never use a codec whose top-1 agreement with the uncompressed model may be below this:
+   * held against the lower end of its 95% interval on the cost table's photos (default 0.98). */
   min_agreement?: number;
   /** Never hold more edge parameters than this many bytes. */
   max_edge_param_bytes?: number | null;

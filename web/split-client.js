@@ -89,7 +89,7 @@ export class SplitClient {
       await client.profilePlanner(planner);
       if (options.constraints) {
         // The privacy floor may be a boundary name: it means "that boundary and deeper only".
-        const k = { privacy_floor: 0, min_agreement: 0.99, max_edge_param_bytes: null, ...options.constraints };
+        const k = { privacy_floor: 0, min_agreement: 0.98, max_edge_param_bytes: null, ...options.constraints };
         if (typeof k.privacy_floor === "string") {
           k.privacy_floor = wasm.boundaries().findIndex((b) => b.name === k.privacy_floor);
           if (k.privacy_floor < 0) throw new SplitError("bad_option", `unknown boundary ${options.constraints.privacy_floor}`);

@@ -5,9 +5,13 @@
 use split_shared::plan::sim::{SharedClient, SharedResult, simulate_shared};
 use split_shared::plan::{Candidate, ControllerConfig, CostTable, Placement};
 
-/// The measured cost table's browser CPU profile (what the demo serves).
+/// A measured cost table's browser CPU profile: the one the demo served when this test was
+/// written (150 photos, commit 1d79790), kept as a fixture so the test judges the controller
+/// and not the latest profiling run. On the re-measured table (500 photos, agreement held
+/// at its lower bound) the same simulation gives auto a wider mix (8..21 clients remote, P95
+/// 214 ms, server 65 req/s) against the herd's 0..26.
 fn candidates() -> Vec<Candidate> {
-    let text = include_str!("../../profiles/cost-table.json");
+    let text = include_str!("data/cost-table-fixture.json");
     CostTable::from_json(text).unwrap().candidates("browser-wasm-cpu").unwrap()
 }
 

@@ -82,7 +82,7 @@ impl AdaptivePlanner {
         }
     }
 
-    /// Constraints: `{ privacy_floor: 7, min_agreement: 0.99, max_edge_param_bytes: null }`.
+    /// Constraints: `{ privacy_floor: 7, min_agreement: 0.98, max_edge_param_bytes: null }`.
     #[wasm_bindgen(js_name = setConstraints)]
     pub fn set_constraints(&mut self, constraints: JsValue) -> Result<(), JsValue> {
         let k: Constraints = from_object(&constraints, "bad_option")?;

@@ -7,7 +7,7 @@ async function embed(bytes: Uint8Array): Promise<string> {
     backend: "auto",
     weights: "block5",
     onProgress: (p) => console.log(p.stage, p.fraction),
-    constraints: { privacy_floor: "block5", min_agreement: 0.99 },
+    constraints: { privacy_floor: "block5", min_agreement: 0.98 },
   });
   try {
     const r: ClassifyResult = await client.classify(bytes, "block5", { codec: "q6" });

@@ -123,11 +123,8 @@ pub fn run(a: Args) -> Result<()> {
                 .filter_map(|(s, setting)| {
                     let b = bytes.get(&(k, s))?;
                     let (ok, total) = agree[&(k, s)];
-                    Some(CodecCost {
-                        codec: *setting,
-                        bytes: b.iter().sum::<f64>() / b.len() as f64,
-                        agreement: ok as f64 / total.max(1) as f64,
-                    })
+                    let mean = b.iter().sum::<f64>() / b.len() as f64;
+                    Some(CodecCost::measured(*setting, mean, ok as u32, total as u32))
                 })
                 .collect()
         })

@@ -22,6 +22,42 @@ pub struct CodecCost {
     pub bytes: f64,
     /// Top-1 agreement with the uncompressed model on the profiling images.
     pub agreement: f64,
+    /// How many images `agreement` was measured on (0 in tables from before it was recorded).
+    #[serde(default)]
+    pub images: u32,
+    /// The lower end of the 95% Wilson interval of `agreement` over `images`: what the planner
+    /// holds against `min_agreement`, so a setting measured on few photos is not trusted
+    /// beyond what they show (150 photos all agreeing still only bound it at 97.5%).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agreement_low: Option<f64>,
+}
+
+impl CodecCost {
+    /// A measurement: `agree` of `images` photos gave the uncompressed model's top-1.
+    pub fn measured(codec: Setting, bytes: f64, agree: u32, images: u32) -> Self {
+        let agreement = f64::from(agree) / f64::from(images.max(1));
+        let agreement_low = Some(wilson_lower(agree, images));
+        Self { codec, bytes, agreement, images, agreement_low }
+    }
+
+    /// The agreement the planner may rely on: the interval's lower end when known.
+    pub fn reliable_agreement(&self) -> f64 {
+        self.agreement_low.unwrap_or(self.agreement)
+    }
+}
+
+/// The lower end of the 95% Wilson score interval for `ok` successes in `n` trials (0 when
+/// `n` is 0). Unlike the normal approximation it stays inside [0, 1] and is not 1 at `ok = n`.
+pub fn wilson_lower(ok: u32, n: u32) -> f64 {
+    if n == 0 {
+        return 0.0;
+    }
+    const Z: f64 = 1.959_963_984_540_054; // the 97.5th percentile of the standard normal
+    let (n, p) = (f64::from(n), f64::from(ok) / f64::from(n));
+    let z2 = Z * Z;
+    let centre = p + z2 / (2.0 * n);
+    let spread = Z * (p * (1.0 - p) / n + z2 / (4.0 * n * n)).sqrt();
+    ((centre - spread) / (1.0 + z2 / n)).max(0.0)
 }
 
 /// Edge compute of one device class: cumulative ms from the input to each boundary.
@@ -116,7 +152,7 @@ impl CostTable {
                     edge_ms,
                     bytes: c.bytes,
                     cloud_ms,
-                    agreement: c.agreement,
+                    agreement: c.reliable_agreement(),
                     edge_param_bytes: info.cumulative_param_bytes,
                 });
             }
@@ -138,5 +174,54 @@ impl CostTable {
         let mut t = self.clone();
         t.edge.insert(name.into(), EdgeProfile { device: device.into(), ms });
         t
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wilson_bound_is_below_the_rate_and_tightens_with_more_photos() {
+        // Reference values of the 95% Wilson lower bound.
+        assert!((wilson_lower(150, 150) - 0.9750).abs() < 1e-4);
+        assert!((wilson_lower(499, 500) - 0.9888).abs() < 1e-4);
+        assert!((wilson_lower(45, 50) - 0.7864).abs() < 1e-4);
+        assert_eq!(wilson_lower(0, 0), 0.0);
+        assert_eq!(wilson_lower(0, 10), 0.0);
+        assert!(wilson_lower(990, 1000) > wilson_lower(99, 100));
+    }
+
+    /// The planner holds a setting's lower bound against the accuracy floor: 150 of 150 agreeing
+    /// does not pass a 99% floor, 500 of 500 does; a table without the bound keeps its rate.
+    #[test]
+    fn candidates_price_agreement_by_its_lower_bound() {
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../profiles/cost-table.json"
+        ))
+        .unwrap();
+        let mut t = CostTable::from_json(&text).unwrap();
+        let k = usize::from(Boundary::block(5).unwrap().index());
+        let q6: Setting = "q6".parse().unwrap();
+        let agreement = |t: &CostTable| {
+            let c = t.candidates("native-flex").unwrap();
+            c.iter()
+                .find(|c| {
+                    c.placement
+                        == Placement::Split { boundary: Boundary::block(5).unwrap(), codec: q6 }
+                })
+                .map(|c| c.agreement)
+                .unwrap()
+        };
+        t.codecs[k] = vec![CodecCost::measured(q6, 1e4, 150, 150)];
+        assert!(agreement(&t) < 0.99);
+        t.codecs[k] = vec![CodecCost::measured(q6, 1e4, 500, 500)];
+        assert!(agreement(&t) > 0.99);
+        let old = r#"{"codec":"q6","bytes":10000.0,"agreement":0.995}"#;
+        let old: CodecCost = serde_json::from_str(old).unwrap();
+        assert_eq!((old.images, old.agreement_low), (0, None));
+        t.codecs[k] = vec![old];
+        assert_eq!(agreement(&t), 0.995);
     }
 }
