@@ -170,13 +170,15 @@ export class SplitClient {
     if (through !== "logits" && codec !== "f32") await this.ensureCalibration(through);
   }
 
-  /** Auto mode may answer on this device whenever the link fails: from its first use on, the
-   * stages the client lacks download in the background, then the planner times them all. */
+  /** Auto mode may answer on this device whenever the link fails: once it is used, the stages
+   * the client lacks download in the background, one at a time (a request that needs a stage
+   * waits for at most the one in flight, not for all of them), then the planner times them all. */
   loadAllInBackground() {
     if (this.backgroundLoad || this.weights.through === "logits") return;
-    this.backgroundLoad = this.weights.ensure("logits")
-      .then(() => this.adaptive && this.profilePlanner(this.adaptive.planner))
-      .catch(() => { this.backgroundLoad = null; }); // tried again on the next auto request
+    this.backgroundLoad = (async () => {
+      for (const b of wasm.boundaries().slice(1)) await this.weights.ensure(b.name);
+      if (this.adaptive) await this.profilePlanner(this.adaptive.planner);
+    })().catch(() => { this.backgroundLoad = null; }); // tried again after the next auto request
   }
 
   /** `{ through, bytes, total }`: the deepest boundary the edge's weights reach, the bytes of

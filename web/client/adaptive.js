@@ -27,7 +27,6 @@ export class Adaptive {
   async classify(image, options = {}) {
     const planner = this.planner;
     this.startProbing();
-    this.client.loadAllInBackground();
     const decision = planner.tick(performance.now());
     if (decision.decision === "switch") {
       this.switches.push(decision);
@@ -54,6 +53,8 @@ export class Adaptive {
       r.totalMs = performance.now() - started; // the wait for the server counts too
     }
     planner.observeRequest(performance.now(), r.bytesSent, r.roundTripMs, r.serverMs, r.load ? r.load.waitMs : NaN);
+    // After this request's own stages: the rest, for the fallback's sake.
+    this.client.loadAllInBackground();
     const result = { ...r, auto: true, placement, explain: planner.explain(this.client.timeoutMs) };
     // Running locally, back-to-back requests keep this thread busy, and a probe timed across an
     // edge run measures the edge, not the network: probe here, between runs, when one is due.
