@@ -24,9 +24,9 @@ import { Adaptive } from "./client/adaptive.js";
 import { Connection } from "./client/connection.js";
 import { RemoteSplitClient } from "./client/remote.js";
 import {
-  SplitError, browserDecodedPng, fetchCached, fetchWithProgress, loadWasm, modelInputJpeg, wasm, wasmCall,
+  SplitError, browserDecodedPng, fetchCached, loadWasm, modelInputJpeg, serverUrl, wasm, wasmCall,
 } from "./client/wasm.js";
-import { EdgeWeights } from "./client/weights.js";
+import { EdgeWeights, boundaryIndex } from "./client/weights.js";
 
 export { SplitError };
 
@@ -35,7 +35,7 @@ export { SplitError };
 function preloadTarget(weights) {
   if (weights === "all") return "logits";
   if (weights === "none") return "input";
-  if (typeof weights === "string" && wasm.boundaries().some((b) => b.name === weights)) return weights;
+  if (boundaryIndex(weights) >= 0) return weights;
   throw new SplitError("bad_option", `unknown weights option ${weights}; use "all", "none" or a boundary such as "block5"`);
 }
 
@@ -82,7 +82,7 @@ export class SplitClient {
     let planner = null;
     if (info.cost_table_url) {
       onProgress({ stage: "profiling", fraction: null });
-      const table = await (await fetch(new URL(info.cost_table_url.replace(/^\//, ""), base))).text();
+      const table = await (await fetch(serverUrl(info.cost_table_url, base))).text();
       planner = await wasmCall(() => new wasm.AdaptivePlanner(table, edge.backend === "webgpu" ? "browser-webgpu" : "browser-wasm-cpu"));
       // A phone is not the profiling machine: time this device (the stages loaded so far; all
       // of them again once they are) and scale the edge column.
@@ -91,7 +91,7 @@ export class SplitClient {
         // The privacy floor may be a boundary name: it means "that boundary and deeper only".
         const k = { privacy_floor: 0, min_agreement: 0.98, max_edge_param_bytes: null, ...options.constraints };
         if (typeof k.privacy_floor === "string") {
-          k.privacy_floor = wasm.boundaries().findIndex((b) => b.name === k.privacy_floor);
+          k.privacy_floor = boundaryIndex(k.privacy_floor);
           if (k.privacy_floor < 0) throw new SplitError("bad_option", `unknown boundary ${options.constraints.privacy_floor}`);
         }
         await wasmCall(() => planner.setConstraints(k));
@@ -137,14 +137,12 @@ export class SplitClient {
   ensureCalibration(boundary) {
     const c = this.info.calibration;
     if (!c) return Promise.resolve();
-    const part = c.parts?.find((p) => p.name === boundary);
-    const file = part ?? { name: "all", url: c.url, id: c.id, bytes: c.bytes };
     if (this.calibrationLoads.has("all")) return this.calibrationLoads.get("all");
+    const part = c.parts?.find((p) => p.name === boundary);
+    if (!part && c.parts?.length) return Promise.resolve(); // not calibrated there: the codec says so
+    const file = part ?? { name: "all", url: c.url, id: c.id, bytes: c.bytes };
     if (!this.calibrationLoads.has(file.name)) {
-      if (!part && c.parts?.length) return Promise.resolve(); // not calibrated there: the codec says so
-      const url = new URL(file.url.replace(/^\//, ""), this.base);
-      const load = (file.id ? fetchCached(url, file.id, "calibration", this.onProgress, file.bytes)
-        : fetchWithProgress(url, "calibration", this.onProgress, file.bytes))
+      const load = fetchCached(serverUrl(file.url, this.base), file.id, "calibration", this.onProgress, file.bytes)
         .then((bytes) => wasmCall(() => (part ? this.edge.addCalibration(bytes) : this.edge.setCalibration(bytes))));
       this.calibrationLoads.set(file.name, load);
       load.catch(() => this.calibrationLoads.delete(file.name)); // the next request tries again

@@ -8,7 +8,6 @@ use anyhow::{Context, Result};
 use burn::tensor::Device;
 use split_shared::cache::LruCache;
 use split_shared::codec::Calibration;
-use split_shared::container::TensorFile;
 use split_shared::labels::Prediction;
 use split_shared::model::{Boundary, EfficientNetLite0};
 
@@ -86,17 +85,6 @@ fn load_cost_table(path: PathBuf) -> Result<Option<Arc<String>>> {
     Ok(Some(Arc::new(text)))
 }
 
-/// The weights file, parsed once for the model and the shards; a missing or damaged file is
-/// the model's error, which says how to make it.
-fn read_weights(path: &std::path::Path) -> Result<TensorFile> {
-    use split_shared::model::{ModelError, WEIGHTS_MAGIC};
-    let bytes = std::fs::read(path).map_err(|e| ModelError::Unreadable {
-        path: path.display().to_string(),
-        reason: e.to_string(),
-    })?;
-    Ok(TensorFile::from_bytes(&bytes, WEIGHTS_MAGIC).map_err(ModelError::BadWeights)?)
-}
-
 fn load_calibration(path: PathBuf) -> Result<Option<(Arc<Calibration>, Arc<PathBuf>)>> {
     let bytes = match std::fs::read(&path) {
         Ok(b) => b,
@@ -154,7 +142,8 @@ impl AppState {
     pub fn load(config: &Config) -> Result<Self> {
         let weights_path = config.weights_path();
         let (device, device_name) = device(config.device)?;
-        let weights = read_weights(&weights_path)?;
+        // Parsed once, for the model and for the shards.
+        let weights = split_shared::model::read_weights(&weights_path)?;
         let model = EfficientNetLite0::from_weights(&weights, &device)
             .with_context(|| format!("loading {}", weights_path.display()))?;
         let weight_shards = crate::shards::Parts::of_weights(&weights);

@@ -133,13 +133,21 @@ async function openCache() {
   }
 }
 
+/** A path `/api/info` names (absolute on the server, e.g. "/weights/…") under the server's
+ * base URL, which may have a path of its own. */
+export function serverUrl(path, base) {
+  return new URL(path.replace(/^\//, ""), base);
+}
+
 /**
  * `url`'s bytes at `version` (the file's checksum, from /api/info): read from Cache Storage when
  * this version is there, else downloaded with progress and stored, replacing older versions of
  * the same file, so a revisit downloads nothing until the server's file changes. Where Cache
- * Storage is missing or full, a plain download. Progress says `cached: true` for a cached copy.
+ * Storage is missing or full, or no version is known (an older server), a plain download.
+ * Progress says `cached: true` for a cached copy.
  */
 export async function fetchCached(url, version, stage, onProgress, size = 0) {
+  if (!version) return fetchWithProgress(url, stage, onProgress, size);
   const key = new URL(url);
   key.searchParams.set("v", version);
   const cache = await openCache();

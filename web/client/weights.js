@@ -5,7 +5,7 @@
 // bytes; the 1280-channel head and the classifier are 60% and only edge-only runs them. Each
 // shard is kept in Cache Storage under its checksum, so a revisit downloads nothing.
 
-import { SplitError, fetchCached, fetchWithProgress, wasm, wasmCall } from "./wasm.js";
+import { SplitError, fetchCached, serverUrl, wasm, wasmCall } from "./wasm.js";
 
 /** A boundary's index in forward order (input 0 … logits 20); -1 when unknown. */
 export function boundaryIndex(name) {
@@ -61,13 +61,12 @@ export class EdgeWeights {
   async load(target) {
     const have = boundaryIndex(this.through);
     if (target <= have) return;
-    const url = (path) => new URL(path.replace(/^\//, ""), this.base);
+    const url = (path) => serverUrl(path, this.base);
     const shards = this.info.weights_shards;
     if (!shards) {
       // A server from before shards: the whole file, every stage.
-      const bytes = this.info.weights_id
-        ? await fetchCached(url(this.info.weights_url), this.info.weights_id, "weights", this.onProgress, this.info.weights_bytes)
-        : await fetchWithProgress(url(this.info.weights_url), "weights", this.onProgress, this.info.weights_bytes);
+      const { weights_url: path, weights_id: id, weights_bytes: size } = this.info;
+      const bytes = await fetchCached(url(path), id, "weights", this.onProgress, size);
       await wasmCall(() => this.edge.loadWeights(bytes));
       this.bytes += bytes.length;
       return;

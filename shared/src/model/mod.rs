@@ -22,4 +22,6 @@ pub use boundary::{Boundary, NUM_BOUNDARIES};
 pub use error::{ModelError, Result};
 pub use features::{Features, check_shape};
 pub use network::{Depthwise, EfficientNetLite0, MAX_BATCH, MbConv, Pointwise, Stem};
+#[cfg(not(target_family = "wasm"))]
+pub use weights::read_weights;
 pub use weights::{WEIGHTS_MAGIC, stage_prefix, weight_shard, weight_shards};

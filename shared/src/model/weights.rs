@@ -68,12 +68,22 @@ impl EfficientNetLite0 {
     /// [`Self::from_weight_bytes`].
     #[cfg(not(target_family = "wasm"))]
     pub fn load(path: &std::path::Path, device: &Device) -> Result<Self> {
-        let bytes = std::fs::read(path).map_err(|e| super::ModelError::Unreadable {
-            path: path.display().to_string(),
-            reason: e.to_string(),
-        })?;
-        Self::from_weight_bytes(&bytes, device)
+        Self::from_weights(&read_weights(path)?, device)
     }
+}
+
+/// A weights file from disk, parsed (the server also cuts it into shards).
+///
+/// # Errors
+/// [`super::ModelError::Unreadable`] when the file cannot be read,
+/// [`super::ModelError::BadWeights`] when it is damaged.
+#[cfg(not(target_family = "wasm"))]
+pub fn read_weights(path: &std::path::Path) -> Result<TensorFile> {
+    let bytes = std::fs::read(path).map_err(|e| super::ModelError::Unreadable {
+        path: path.display().to_string(),
+        reason: e.to_string(),
+    })?;
+    Ok(TensorFile::from_bytes(&bytes, WEIGHTS_MAGIC)?)
 }
 
 #[cfg(test)]
