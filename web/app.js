@@ -10,8 +10,84 @@ let image = null; // { bytes: Uint8Array, name }
 function clearResult() {
   $("result").hidden = true;
   $("top").replaceChildren();
+  $("quality").hidden = true;
+  shownId = null;
   delete $("result").dataset.result;
   delete $("result").dataset.top1;
+  delete $("result").dataset.quality;
+  delete $("result").dataset.version;
+}
+
+/** The result on screen: its id and version (updates of other results go to the outage list,
+ * and an older version never replaces a newer one). */
+let shownId = null;
+let shownVersion = 0;
+
+function showTop(top) {
+  $("top").replaceChildren(...top.map((p) => {
+    const li = document.createElement("li");
+    li.textContent = `${p.name} (${p.class}) — ${(p.prob * 100).toFixed(1)}%`;
+    const bar = document.createElement("span");
+    bar.className = "bar";
+    bar.style.width = `${(p.prob * 100).toFixed(1)}%`;
+    li.append(bar);
+    return li;
+  }));
+  $("result").dataset.top1 = top[0].class;
+}
+
+/** Say which model answered: the full one, or the light one and what happens next. */
+function showQuality(r) {
+  const q = $("quality");
+  q.hidden = false;
+  q.className = r.quality;
+  if (r.quality === "full") {
+    q.textContent = r.version > 1
+      ? `The server's full answer${r.changed ? `, which changed the top-1 from ${r.previousTop[0].name}` : " (same top-1 as the light model's)"}.`
+      : "Full model.";
+  } else {
+    const next = r.partial ? "the server's answer replaces it when it arrives"
+      : r.resumable ? "its features wait in this browser and the server's answer replaces it when the link is back"
+      : r.error ? `the server refused to finish it (${r.error.code})` : "the server will not see it";
+    q.textContent = `Reduced: the ${r.model ?? "light"} light model answered on this device; ${next}.`;
+  }
+  $("result").dataset.quality = r.quality;
+  $("result").dataset.version = String(r.version);
+}
+
+/** A newer version of a result: the light model's first answer, or the server's final one. */
+function onUpdate(u) {
+  // Kept for the browser tests and the console, like `window.splitClient`, with when it came.
+  (window.splitUpdates ??= []).push({ ...u, receivedAtMs: performance.now() });
+  if (u.id === shownId && u.version > shownVersion) {
+    shownVersion = u.version;
+    showTop(u.top);
+    showQuality(u);
+    $("result").hidden = false;
+  }
+  if (u.final && u.waitedMs != null) {
+    // Finished after an outage (or after a reload): listed with both answers.
+    const li = document.createElement("li");
+    const before = u.previousTop[0].name;
+    const after = u.top[0].name;
+    li.textContent = `${u.label ?? "a photo"}: ${before} (light model) → ${after} (server), after ${(u.waitedMs / 1000).toFixed(1)} s`;
+    li.className = u.changed ? "changed" : "";
+    li.dataset.id = u.id;
+    $("resumed-list").prepend(li);
+    $("resumed").hidden = false;
+    $("resumed").dataset.count = String($("resumed-list").children.length);
+  }
+  showBacklog().catch(() => {});
+}
+
+/** How many answers wait for the server. */
+async function showBacklog() {
+  const b = await client.backlogState();
+  $("backlog").textContent = b.entries
+    ? `${b.entries} answer(s) waiting for the server (${(b.bytes / 1024).toFixed(1)} KiB of features${b.persistent ? ", kept across reloads" : ""}).`
+    : "Nothing waits for the server.";
+  document.body.dataset.backlog = String(b.entries);
+  if (b.entries) $("resumed").hidden = false;
 }
 
 function showError(e) {
@@ -184,6 +260,8 @@ async function drawPlanner() {
       : `<text x="34" y="10" font-size="7" fill="#555">no measurements yet: choose auto, or wait for a ping</text>`);
 }
 let lastAuto = null;
+/** Show the light model's answer at once while the server computes (`?progressive=0`: off). */
+let progressive = true;
 
 // Codec settings offered in the menu; the server's default is preselected.
 const CODECS = {
@@ -217,16 +295,19 @@ async function classify() {
   $("status-text").textContent = "Classifying…";
   document.body.dataset.state = "busy";
   try {
-    const r = await client.classify(image.bytes, $("split").value, { codec: $("codec").value });
-    $("top").replaceChildren(...r.top.map((p) => {
-      const li = document.createElement("li");
-      li.textContent = `${p.name} (${p.class}) — ${(p.prob * 100).toFixed(1)}%`;
-      const bar = document.createElement("span");
-      bar.className = "bar";
-      bar.style.width = `${(p.prob * 100).toFixed(1)}%`;
-      li.append(bar);
-      return li;
-    }));
+    // The light model's answer may come first (progressive, through onUpdate); this id
+    // tells its updates from others'.
+    shownId = crypto.randomUUID();
+    shownVersion = 0;
+    const id = shownId;
+    const r = await client.classify(image.bytes, $("split").value,
+      { codec: $("codec").value, id, progressive, label: image.name });
+    if (shownId !== id) return; // another image was picked meanwhile
+    if (r.version >= shownVersion) {
+      shownVersion = r.version;
+      showTop(r.top);
+      showQuality(r);
+    }
     const modes = { split: `split after ${r.split}`, cache: "answered from the browser's cache", edge: "edge only", cloud: "cloud only" };
     $("r-mode").textContent = (r.auto ? "auto: " : "") + (modes[r.mode] ?? r.mode) + (r.fallback ? ` (fallback: ${r.fallback})` : "");
     if (r.auto) lastAuto = r;
@@ -242,8 +323,8 @@ async function classify() {
     $("r-rtt").textContent = ms(r.roundTripMs);
     $("r-total").textContent = ms(r.totalMs);
     $("result").hidden = false;
-    $("result").dataset.top1 = r.top[0].class;
     $("result").dataset.result = JSON.stringify(r);
+    if (r.quality === "reduced") showBacklog().catch(() => {});
     document.body.dataset.state = "ready";
   } catch (e) {
     showError(e);
@@ -297,8 +378,9 @@ async function toggleCamera() {
 async function showWeights() {
   const w = await client.weightsState();
   const mb = (n) => (n / 1e6).toFixed(1);
-  $("weights").textContent = w.through === "logits" ? `all (${mb(w.total)} MB)`
-    : w.through === "input" ? "none yet" : `up to ${w.through} (${mb(w.bytes)} of ${mb(w.total)} MB)`;
+  $("weights").textContent = (w.through === "logits" ? `all (${mb(w.total)} MB)`
+    : w.through === "input" ? "none yet" : `up to ${w.through} (${mb(w.bytes)} of ${mb(w.total)} MB)`)
+    + (w.light ? `; the rest as the ${w.light} light model (${mb(w.lightBytes)} MB) for outages` : "");
   document.body.dataset.weights = w.through;
 }
 
@@ -329,13 +411,20 @@ async function main() {
   // Which weights to download before the page is ready: the stages up to block5 by default
   // (2% of them); deeper ones come when a split needs them. `?weights=all` loads everything.
   const weights = params.get("weights") ?? "block5";
-  const labels = { wasm: "Loading the wasm module…", weights: "Downloading weights", calibration: "Downloading the codec calibration", profiling: "Timing this device for the planner…", "warm-up": "Compiling and warming up the model…", ready: "Ready" };
+  progressive = params.get("progressive") !== "0";
+  // `?max_edge_mb=1`: auto never places more than 1 MB of weights on this device (a phone short
+  // of storage; the light model for outages does not count).
+  const maxEdgeMb = Number(params.get("max_edge_mb"));
+  const constraints = maxEdgeMb > 0 ? { max_edge_param_bytes: Math.round(maxEdgeMb * 1e6) } : undefined;
+  const labels = { wasm: "Loading the wasm module…", weights: "Downloading weights", "light-weights": "Downloading the light model", calibration: "Downloading the codec calibration", profiling: "Timing this device for the planner…", "warm-up": "Compiling and warming up the model…", ready: "Ready" };
   client = await SplitClient.create({
     backend,
     wasmBuild,
     worker,
     token,
     onConnection: showConnection,
+    onUpdate,
+    constraints,
     weights,
     onProgress: (p) => {
       const mb = (n) => (n / 1e6).toFixed(1);
@@ -362,6 +451,7 @@ async function main() {
   document.body.dataset.wasmBuild = client.wasmBuild;
   document.body.dataset.worker = String(client.inWorker);
   await showWeights();
+  await showBacklog();
   $("classify").disabled = !image;
   $("camera").disabled = false;
   document.body.dataset.state = "ready";

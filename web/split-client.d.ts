@@ -58,7 +58,7 @@ export interface Constraints {
 
 /** Progress of `SplitClient.create`. */
 export interface Progress {
-  stage: "wasm" | "weights" | "calibration" | "warm-up" | "profiling" | "ready";
+  stage: "wasm" | "weights" | "light-weights" | "calibration" | "warm-up" | "profiling" | "ready";
   fraction: number | null;
   loaded?: number;
   total?: number;
@@ -115,11 +115,24 @@ export interface CreateOptions {
    * only works at once, and offline), "none" (a cloud-only page: no weights, no codec tables),
    * or a boundary such as "block5" (the stages up to it: 2% of the bytes at block5). Stages a
    * request needs beyond those are downloaded when it first runs (progress through
-   * `onProgress`), and from the first `split: "auto"` request on all of them in the
-   * background, since auto answers on the device when the link fails. Each is kept in Cache
-   * Storage under its checksum: a second visit downloads nothing.
+   * `onProgress`); from the first `split: "auto"` request on, the light model's shards of the
+   * rest download in the background (see `fallback`), since auto answers on the device when
+   * the link fails. Each is kept in Cache Storage under its checksum: a second visit
+   * downloads nothing.
    */
   weights?: "all" | "none" | string;
+  /**
+   * What answers in auto mode when the server cannot, for the stages this device lacks:
+   * "light" (default when the server publishes a light model): the int8 light model (4.3 MB
+   * after block5; 99.2% top-1 agreement with the full model on the dev set), answers marked
+   * `quality: "reduced"` and finished by the server later (`onUpdate`); "full": the full
+   * weights of every stage (17 MB after block5), answers always full.
+   */
+  fallback?: "light" | "full";
+  /** Called with a newer version of a result: the light model's answer first (`progressive`),
+   * or the server's answer to a result given reduced (after an outage, even after a reload:
+   * `id` is then one an earlier page got). Versions only go up. */
+  onUpdate?: (u: ResultUpdate) => void;
   onProgress?: (p: Progress) => void;
   /** How long a request waits for the server, connecting included, ms (default 30000). */
   timeoutMs?: number;
@@ -149,9 +162,56 @@ export interface ClassifyOptions {
   deadlineMs?: number;
   /** "cloud" only: the image is already the 224x224 model input. */
   modelInput?: boolean;
+  /** The result's id (default: a fresh random one); updates of this result carry it. */
+  id?: string;
+  /** Answer with the light model at once (through `onUpdate`, version 1) while the server
+   * computes the full answer (version 2); when the server fails, the light answer stands
+   * and its features wait in the backlog. Needs the light model loaded (its download starts
+   * on the first progressive request). */
+  progressive?: boolean;
+  /** A name kept with a backlog entry (e.g. the file name), returned in its update. */
+  label?: string;
+}
+
+/** A newer version of a result (`onUpdate`). */
+export interface ResultUpdate {
+  id: string;
+  /** 1: the light model's answer of a progressive request; 2: the final answer. */
+  version: number;
+  quality: "full" | "reduced";
+  top: Prediction[];
+  /** The light model's answer (version 1) of a progressive request. */
+  partial?: true;
+  /** No later version will come. */
+  final?: true;
+  /** The answer this one replaces, and whether its top-1 differs. */
+  previousTop?: Prediction[];
+  changed?: boolean;
+  /** The backlog entry's split, codec, label; how long it waited, ms. */
+  split?: string;
+  codec?: string;
+  label?: string | null;
+  waitedMs?: number;
+  /** The server refused the kept frame for good: the reduced answer stands. */
+  error?: { code: string; message: string };
 }
 
 export interface ClassifyResult {
+  /** This result's id (`ClassifyOptions.id` or a fresh one); updates carry it. */
+  id: string;
+  /** 1, or 2 when a progressive request's final answer replaced its light one. */
+  version: number;
+  /** "reduced": the light model ran some stages (the server's answer may follow through
+   * `onUpdate` when `resumable`). */
+  quality: "full" | "reduced";
+  /** "full", or the light model's precision (e.g. "int8"). */
+  model: string;
+  /** The features of a reduced answer wait in the backlog for the server. */
+  resumable?: boolean;
+  /** Version 2 of a progressive request: the light model's answer it replaced, and whether
+   * its top-1 differs. */
+  previousTop?: Prediction[];
+  changed?: boolean;
   /** How it ran. */
   mode: "edge" | "cloud" | "split" | "cache";
   /** The boundary the server started from (or "logits" on the edge). */
@@ -170,7 +230,7 @@ export interface ClassifyResult {
   auto?: true;
   placement?: Placement;
   explain?: Explanation;
-  /** Auto mode: why the request fell back to the edge. */
+  /** Why the request was answered on the edge instead of the server (auto, or progressive). */
   fallback?: string;
 }
 
@@ -202,6 +262,8 @@ export interface Conditions {
 export interface AdaptivePlanner {
   readonly profile: string;
   readonly probePeriodMs: number;
+  /** Whether the server is believed reachable (no failure since the last answer or pong). */
+  readonly linkUp: boolean;
   tick(now: number): { decision: "keep" } | Switch;
   current(): Placement;
   explain(timeoutMs: number): Explanation;
@@ -236,7 +298,10 @@ export class SplitClient {
   setCacheEntries(entries: number): Promise<void>;
   /** The edge's weights: the deepest boundary its loaded stages reach ("input": none,
    * "logits": all), the bytes it downloaded or read from its cache, and the bytes of all. */
-  weightsState(): Promise<{ through: string; bytes: number; total: number }>;
+  weightsState(): Promise<{ through: string; bytes: number; total: number; light: string | null; lightBytes: number }>;
+  /** Reduced answers waiting for the server: entries, bytes of features, entries dropped to
+   * stay within the bounds (64 entries, 8 MB), and whether they survive a reload (IndexedDB). */
+  backlogState(): Promise<{ entries: number; bytes: number; dropped: number; persistent: boolean }>;
   /** Time the edge on this device: cumulative median ms from the input to each boundary. */
   profileEdge(repeats?: number): Promise<{ names: string[]; ms: number[] }>;
   /** Every placement change of auto mode. */

@@ -13,16 +13,26 @@
 // server error code such as "shape_mismatch") and a message meant for a developer; types are in
 // `split-client.d.ts`.
 //
+// When the server is out of reach, `auto` answers on this device: with the full weights where
+// it holds them, else with the light model (int8) for the stages it lacks; such an answer says
+// `quality: "reduced"`, its compressed features wait in a backlog (IndexedDB, so a reload
+// keeps them), and when the link returns the server's answer arrives through `onUpdate` as
+// version 2 of the same result (`id`). With `progressive: true` the light model's answer comes
+// at once (through `onUpdate`, version 1) while the server computes the full one.
+//
 // On a page the client runs in a Web Worker by default (`worker: false` keeps it on the calling
 // thread): the same API, every call a message, and the page never waits on an edge run.
 //
 // Parts: `client/wasm.js` (which build to load, the wasm seam), `client/connection.js` (the
-// WebSocket), `client/adaptive.js` (`split: "auto"`), `client/worker.js` and `client/remote.js`
-// (the worker and the page's handle on it), and this file (creation and `classify`).
+// WebSocket), `client/adaptive.js` (`split: "auto"`), `client/resilience.js` and
+// `client/backlog.js` (answers during outages, finished later), `client/worker.js` and
+// `client/remote.js` (the worker and the page's handle on it), and this file (creation and
+// `classify`).
 
 import { Adaptive } from "./client/adaptive.js";
 import { Connection } from "./client/connection.js";
 import { RemoteSplitClient } from "./client/remote.js";
+import { Resilience, newResultId } from "./client/resilience.js";
 import {
   SplitError, browserDecodedPng, fetchCached, loadWasm, modelInputJpeg, serverUrl, wasm, wasmCall,
 } from "./client/wasm.js";
@@ -44,6 +54,8 @@ const DEFAULT_TIMEOUT_MS = 30_000;
 /** What a frame adds to its payload at most (`MAX_FRAME_BYTES - MAX_PAYLOAD_BYTES` in
  * shared/src/protocol). */
 const FRAME_HEADER_BYTES = 64;
+/** Failures of the link or the server's capacity, after which a reduced answer stands in. */
+const LINK_ERRORS = new Set(["network", "timeout", "busy", "rate_limited", "internal"]);
 /** A ping's timeout when no planner sets one. */
 const PING_TIMEOUT_MS = 2_000;
 
@@ -55,7 +67,9 @@ export class SplitClient {
    *   constraints (for "auto": privacy_floor, min_agreement, max_edge_param_bytes), onSwitch,
    *   wasmBuild ("webgpu" | "cpu" | "cpu-relaxed" | "cpu-threads", for benchmarks), token (the server's bearer
    *   token, when it requires one), onConnection (the WebSocket's state as it changes), worker
-   *   (default: true on a page that can start one)
+   *   (default: true on a page that can start one), onUpdate (a newer version of a result:
+   *   the server's answer to one given reduced), fallback ("light", the default: outages are
+   *   answered with the light model; "full": auto downloads every stage's full weights)
    */
   static async create(options = {}) {
     const worker = options.worker ?? (typeof window !== "undefined" && typeof Worker !== "undefined");
@@ -73,6 +87,13 @@ export class SplitClient {
     await weights.ensure(preload);
     const client = new SplitClient(base, edge, options.timeoutMs ?? DEFAULT_TIMEOUT_MS, info, weights, options.token);
     client.onProgress = onProgress;
+    if (options.fallback != null && !["light", "full"].includes(options.fallback)) {
+      throw new SplitError("bad_option", `unknown fallback ${options.fallback}; use "light" or "full"`);
+    }
+    client.fallback = info.light_model ? options.fallback ?? "light" : "full";
+    client.resilience = await Resilience.create(client, options.onUpdate ?? (() => {}));
+    // Every new connection is a chance to finish what waited for the server.
+    client.connection.onOpen = () => client.resilience.scheduleDrain(true);
     // The codec's tables at the boundary the page preloads for; any other boundary's come
     // with its first request.
     if (preload !== "input" && preload !== "logits") await client.ensureCalibration(preload);
@@ -101,6 +122,11 @@ export class SplitClient {
     if (planner) client.adaptive = new Adaptive(client, planner, options.onSwitch ?? (() => {}));
     if (options.wsUrl) client.connection.url = new URL(options.wsUrl);
     if (options.onConnection) client.connection.onStatus = options.onConnection;
+    // Answers given reduced before a reload: finish them now (or when the server is back).
+    if (client.resilience.backlog.size > 0) {
+      if (client.fallback === "light") client.loadAllInBackground();
+      client.resilience.scheduleDrain();
+    }
     return client;
   }
 
@@ -168,15 +194,24 @@ export class SplitClient {
     if (through !== "logits" && codec !== "f32") await this.ensureCalibration(through);
   }
 
-  /** Auto mode may answer on this device whenever the link fails: once it is used, the stages
-   * the client lacks download in the background, one at a time (a request that needs a stage
-   * waits for at most the one in flight, not for all of them), then the planner times them all. */
+  /** Auto mode may answer on this device whenever the link fails: once it is used, the light
+   * model's shards of the stages the client lacks download in the background (4.3 MB after
+   * block5, where the full weights are 17 MB); with `fallback: "full"` the full shards, one
+   * at a time (a request that needs a stage waits for at most the one in flight), after which
+   * the planner times them all. */
   loadAllInBackground() {
     if (this.backgroundLoad || this.weights.through === "logits") return;
+    if (this.fallback === "light" && this.weights.hasLight) return;
     this.backgroundLoad = (async () => {
+      if (this.fallback === "light") return this.weights.ensureLight();
       for (const b of wasm.boundaries().slice(1)) await this.weights.ensure(b.name);
       if (this.adaptive) await this.profilePlanner(this.adaptive.planner);
-    })().catch(() => { this.backgroundLoad = null; }); // tried again after the next auto request
+    })().then(() => { this.backgroundLoad = null; }, () => { this.backgroundLoad = null; }); // tried again after the next auto request
+  }
+
+  /** `{ entries, bytes, dropped, persistent }`: the answers waiting for the server. */
+  async backlogState() {
+    return this.resilience.describe();
   }
 
   /** `{ through, bytes, total }`: the deepest boundary the edge's weights reach, the bytes of
@@ -257,21 +292,25 @@ export class SplitClient {
    * @param {Uint8Array} image
    * @param {string} split  "edge" (all local), "cloud" (upload the image), "auto" (the planner
    *   picks), or a boundary name
-   * @param {object} [options]  codec, stream, deadlineMs, modelInput (see `split-client.d.ts`)
-   * @returns {Promise<object>}  { mode, split, codec, backend, top, edgeMs, bytesSent, serverMs,
-   *   serverCached, roundTripMs, totalMs, load }; mode is "edge", "cloud", "split" or "cache"
+   * @param {object} [options]  codec, stream, deadlineMs, modelInput, id, progressive, label
+   *   (see `split-client.d.ts`)
+   * @returns {Promise<object>}  { id, version, quality, model, mode, split, codec, backend, top,
+   *   edgeMs, bytesSent, serverMs, serverCached, roundTripMs, totalMs, load }; mode is "edge",
+   *   "cloud", "split" or "cache"
    */
   async classify(image, split = "block5", options = {}) {
     if (split === "auto") {
       if (!this.adaptive) throw new SplitError("no_cost_table", "the server publishes no cost table; pick a split");
       return this.adaptive.classify(image, options);
     }
+    const resultId = options.id ?? newResultId();
     const codec = options.codec ?? this.defaultCodec;
     const started = performance.now();
     ({ image, options } = await this.prepare(image, split, options));
     for (let attempt = 0; ; attempt++) {
       const id = this.nextId++;
       let frame;
+      let delta = false;
       let edgeMs = 0;
       if (split === "cloud") {
         frame = options.modelInput ? wasm.encodeInputRequest(id, image) : wasm.encodeImageRequest(id, image);
@@ -287,28 +326,47 @@ export class SplitClient {
         }
         edgeMs = performance.now() - started;
         if (out.top) {
-          return { mode: out.cached ? "cache" : "edge", split: split === "edge" ? "logits" : split, codec,
+          const quality = out.quality ?? "full";
+          return { id: resultId, version: 1, quality, model: quality === "full" ? "full" : this.weights.lightModel,
+                   mode: out.cached ? "cache" : "edge", split: split === "edge" ? "logits" : split, codec,
                    backend: this.backend, top: out.top, edgeMs, bytesSent: 0, serverMs: 0, serverCached: false,
                    roundTripMs: 0, totalMs: edgeMs, load: null };
         }
         frame = out.frame;
+        delta = out.delta;
       }
       if (frame.length > this.info.max_frame_bytes) {
         throw new SplitError("too_large", `a ${frame.length}-byte frame is over the server's limit of ${this.info.max_frame_bytes} bytes`);
       }
       const sent = performance.now();
+      const request = this.connection.request(id, frame, options.deadlineMs ?? this.timeoutMs);
+      request.catch(() => {}); // awaited below, after the partial answer
+      const partial = options.progressive && !delta
+        ? await this.partialAnswer(resultId, split, image, frame, request, started) : null;
       let reply;
       try {
-        reply = await this.connection.request(id, frame, options.deadlineMs ?? this.timeoutMs);
+        reply = await request;
       } catch (e) {
         // The server lost this stream's reference (a dropped frame, a restart): the session
         // already switched to a keyframe, so send this image once more.
         if (e.code === "keyframe_required" && attempt === 0) continue;
+        // The light model already answered: that answer stands, and the features wait for the
+        // server in the backlog.
+        if (partial?.quality === "reduced" && LINK_ERRORS.has(e.code)) {
+          return this.keepReduced(partial, resultId, split, codec, frame, options, e.message, started);
+        }
         throw e;
       }
       const roundTripMs = performance.now() - sent;
       const t = reply.timings;
+      const replaced = partial ? { previousTop: partial.top, changed: reply.top[0].class !== partial.top[0].class } : {};
+      if (partial) this.resilience.announce({ id: resultId, version: 2, quality: "full", final: true, top: reply.top, ...replaced });
       return {
+        id: resultId,
+        version: partial ? 2 : 1,
+        quality: "full",
+        model: "full",
+        ...replaced,
         mode: split === "cloud" ? "cloud" : "split",
         split: reply.from,
         codec: split === "cloud" ? "image" : codec,
@@ -323,6 +381,46 @@ export class SplitClient {
         load: reply.load,
       };
     }
+  }
+
+  /**
+   * The light model's answer while the server computes the full one (`progressive`): announced
+   * as version 1 of the result, unless the server's reply came first. Null when the light
+   * model is not loaded yet (its download starts) or the full weights hold every stage (the
+   * local answer would be the final one: nothing progressive about it).
+   */
+  async partialAnswer(resultId, split, image, frame, request, started) {
+    if (this.weights.through === "logits") return null;
+    if (!this.weights.hasLight) {
+      if (this.weights.lightModel) this.weights.ensureLight().catch(() => {});
+      return null;
+    }
+    let replied = false;
+    request.then(() => { replied = true; }, () => {});
+    const local = split === "cloud"
+      ? await wasmCall(() => this.edge.run(image, "logits", this.nextId++, "f32", false))
+      : await wasmCall(() => this.edge.finishLocally(frame));
+    if (replied) return null;
+    const quality = local.quality ?? "full";
+    const answer = { id: resultId, version: 1, quality, partial: true, top: local.top,
+                     model: quality === "full" ? "full" : this.weights.lightModel, split, edgeMs: performance.now() - started };
+    this.resilience.announce(answer);
+    return answer;
+  }
+
+  /** A progressive request whose server never answered: the partial answer is the result, and
+   * the frame waits in the backlog (a cloud upload has no features to keep). */
+  async keepReduced(partial, resultId, split, codec, frame, options, reason, started) {
+    const resumable = split !== "cloud";
+    if (resumable) {
+      await this.resilience.backlog.add({ id: resultId, frame, split, codec, top: partial.top, model: partial.model,
+                                          createdAt: Date.now(), label: options.label ?? null });
+      this.resilience.scheduleDrain();
+    }
+    const totalMs = performance.now() - started;
+    return { id: resultId, version: 1, quality: "reduced", model: partial.model, mode: "edge", split, codec,
+             backend: this.backend, top: partial.top, edgeMs: partial.edgeMs, bytesSent: 0, serverMs: 0,
+             serverCached: false, roundTripMs: 0, totalMs, load: null, fallback: reason, resumable };
   }
 
   /**

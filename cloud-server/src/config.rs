@@ -28,6 +28,11 @@ pub struct Config {
     /// uncompressed f32 features are accepted.
     #[arg(long, env = "SPLIT_CALIBRATION")]
     pub calibration: Option<PathBuf>,
+    /// The light model published for clients' outages (`/weights/light/`): `int8`, `int4-g<N>`,
+    /// or `none`. int8 keeps 99.2% top-1 agreement after block5 at a quarter of the bytes
+    /// (docs/resilience.md).
+    #[arg(long, env = "SPLIT_LIGHT_MODEL", default_value = "int8", value_parser = parse_light)]
+    pub light_model: LightModel,
     /// Cost table served to clients for split planning (made by `cargo xtask profile`).
     #[arg(long, env = "SPLIT_COST_TABLE")]
     pub cost_table: Option<PathBuf>,
@@ -157,6 +162,20 @@ impl std::fmt::Debug for Token {
     }
 }
 
+/// `--light-model`: the light model's precision, or none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LightModel(pub Option<split_shared::model::LightPrecision>);
+
+/// `--light-model`: a precision, or `none` for no light model.
+fn parse_light(s: &str) -> Result<LightModel, String> {
+    if s == "none" {
+        return Ok(LightModel(None));
+    }
+    s.parse()
+        .map(|p| LightModel(Some(p)))
+        .map_err(|e: split_shared::model::ModelError| e.to_string())
+}
+
 impl Config {
     /// Defaults for tests and embedding: loopback, a free port, the default weights path.
     pub fn for_tests() -> Self {
@@ -230,5 +249,21 @@ mod tests {
         let parse = |flags: &[&str]| <Config as clap::Parser>::try_parse_from(flags);
         assert!(parse(&["cloud-server", "--token", "short"]).is_err());
         assert!(parse(&["cloud-server", "--token", "has space in it....."]).is_err());
+    }
+
+    #[test]
+    fn the_light_model_is_int8_unless_told() {
+        let name = |c: Config| c.light_model.0.map(|p| p.to_string());
+        assert_eq!(name(Config::for_tests()).as_deref(), Some("int8"));
+        assert_eq!(
+            name(Config::for_tests_with(&["--light-model", "int4-g32"])).as_deref(),
+            Some("int4-g32")
+        );
+        assert_eq!(name(Config::for_tests_with(&["--light-model", "none"])), None);
+        let err =
+            <Config as clap::Parser>::try_parse_from(["cloud-server", "--light-model", "int3"])
+                .unwrap_err()
+                .to_string();
+        assert!(err.contains("int8 or int4-g"), "{err}");
     }
 }

@@ -46,8 +46,21 @@ pub struct ServerInfo {
     /// The same weights cut per stage, in forward order: a client that runs the network only
     /// up to its split downloads the shards of those stages.
     pub weights_shards: Vec<crate::shards::PartInfo>,
+    /// The light model a client may run during an outage instead of downloading the full
+    /// weights of the stages after its split; absent with `--light-model none`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub light_model: Option<LightInfo>,
     /// Every boundary with its shape, MACs and parameter bytes.
     pub boundaries: &'static [BoundaryInfo; NUM_BOUNDARIES],
+}
+
+/// The light model (`/api/info`'s `light_model`).
+#[derive(Debug, Serialize)]
+pub struct LightInfo {
+    /// Its precision: `int8`, `int4-g<N>`.
+    pub precision: String,
+    /// Its shards per stage, in forward order (as `weights_shards`).
+    pub shards: Vec<crate::shards::PartInfo>,
 }
 
 /// The calibration a client must load to send coded features.
@@ -136,6 +149,10 @@ impl ServerInfo {
             weights_bytes: state.weights_file.bytes,
             weights_id: state.weights_file.id.clone(),
             weights_shards: state.weight_shards.manifest(),
+            light_model: state.light_model.map(|p| LightInfo {
+                precision: p.to_string(),
+                shards: state.light_shards.manifest(),
+            }),
             boundaries: boundary_table(),
         }
     }

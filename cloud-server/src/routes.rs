@@ -8,7 +8,7 @@ use actix_web::middleware::DefaultHeaders;
 use actix_web::{HttpRequest, HttpResponse, web};
 
 use crate::info::{CALIBRATION_URL, COST_TABLE_URL, ServerInfo, WEIGHTS_URL};
-use crate::shards::{self, PARTS_URL, SHARDS_URL};
+use crate::shards::{self, LIGHT_URL, PARTS_URL, SHARDS_URL};
 use crate::state::AppState;
 
 /// `/livez` (and `/healthz`, its older name): the process answers HTTP. A load balancer or
@@ -90,6 +90,8 @@ pub fn config_app(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
             .route(WEIGHTS_URL, web::get().to(weights))
             .route(&format!("{SHARDS_URL}{{file}}"), web::get().to(shards::weight_shard))
             .route(&format!("{SHARDS_URL}{{file}}"), web::head().to(shards::weight_shard))
+            .route(&format!("{LIGHT_URL}{{file}}"), web::get().to(shards::light_shard))
+            .route(&format!("{LIGHT_URL}{{file}}"), web::head().to(shards::light_shard))
             .route(&format!("{PARTS_URL}{{file}}"), web::get().to(shards::calibration_part))
             .route(&format!("{PARTS_URL}{{file}}"), web::head().to(shards::calibration_part))
             .route(CALIBRATION_URL, web::get().to(calibration))

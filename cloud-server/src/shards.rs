@@ -1,6 +1,7 @@
 //! The model's files cut per boundary, so a browser downloads only what its split uses:
 //! the weights per stage at `/weights/shards/{stage}.splw` (a split at block5 runs the stem and
-//! blocks 0–5, 2% of the bytes) and the codec calibration per boundary at
+//! blocks 0–5, 2% of the bytes), the same stages quantized for the light model that answers
+//! during an outage at `/weights/light/{stage}.splq` (int8: a quarter of the bytes) and the codec calibration per boundary at
 //! `/calibration/parts/{boundary}.splc` (a frame at block5 needs block5's tables, 1% of the
 //! file). Cut once at start-up from the files the server itself loads, held in memory, so the
 //! parts always match the whole; each is cached by the browser under its own checksum.
@@ -12,12 +13,14 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Serialize;
 use split_shared::codec::Calibration;
 use split_shared::container::TensorFile;
-use split_shared::model::{WEIGHTS_MAGIC, weight_shards};
+use split_shared::model::{LightPrecision, WEIGHTS_MAGIC, light_shards, weight_shards};
 
 use crate::state::AppState;
 
 /// Where the weight shards are: this, the stage's name, `.splw`.
 pub const SHARDS_URL: &str = "/weights/shards/";
+/// Where the light model's shards are: this, the stage's name, `.splq`.
+pub const LIGHT_URL: &str = "/weights/light/";
 /// Where the calibration parts are: this, the boundary's name, `.splc`.
 pub const PARTS_URL: &str = "/calibration/parts/";
 
@@ -72,6 +75,15 @@ impl Parts {
         Self::new(SHARDS_URL, "splw", shards)
     }
 
+    /// The weights cut per stage and quantized: the light model's shards.
+    pub fn of_light(weights: &TensorFile, precision: LightPrecision) -> Self {
+        let shards = light_shards(weights, precision)
+            .into_iter()
+            .map(|(stage, b)| (stage.name(), b))
+            .collect();
+        Self::new(LIGHT_URL, "splq", shards)
+    }
+
     /// The calibration cut per boundary.
     pub fn of_calibration(calibration: &Calibration) -> Self {
         let parts = calibration
@@ -98,6 +110,15 @@ pub async fn weight_shard(
     state: web::Data<AppState>,
 ) -> HttpResponse {
     serve(&req, &state.weight_shards, &file)
+}
+
+/// `GET /weights/light/{stage}.splq`.
+pub async fn light_shard(
+    req: HttpRequest,
+    file: web::Path<String>,
+    state: web::Data<AppState>,
+) -> HttpResponse {
+    serve(&req, &state.light_shards, &file)
 }
 
 /// `GET /calibration/parts/{boundary}.splc`.

@@ -28,6 +28,10 @@ pub struct AppState {
     pub weight_shards: crate::shards::Parts,
     /// The calibration cut per boundary (empty without a calibration).
     pub calibration_parts: crate::shards::Parts,
+    /// The light model's shards (empty with `--light-model none`).
+    pub light_shards: crate::shards::Parts,
+    /// The light model's precision.
+    pub light_model: Option<split_shared::model::LightPrecision>,
     /// Folder of the demo page.
     pub web_dir: Arc<PathBuf>,
     /// Name of the device the cloud half runs on.
@@ -147,6 +151,11 @@ impl AppState {
         let model = EfficientNetLite0::from_weights(&weights, &device)
             .with_context(|| format!("loading {}", weights_path.display()))?;
         let weight_shards = crate::shards::Parts::of_weights(&weights);
+        let light_shards = config
+            .light_model
+            .0
+            .map(|p| crate::shards::Parts::of_light(&weights, p))
+            .unwrap_or_default();
         drop(weights);
         let weights_file = crate::info::FileIdentity::of(&weights_path)
             .with_context(|| format!("reading {}", weights_path.display()))?;
@@ -168,6 +177,8 @@ impl AppState {
             weights_path: Arc::new(weights_path),
             weights_file: Arc::new(weights_file),
             weight_shards,
+            light_shards,
+            light_model: config.light_model.0,
             calibration_parts: calibration
                 .as_ref()
                 .map(|(c, _)| crate::shards::Parts::of_calibration(c))

@@ -301,6 +301,59 @@ async fn weight_shards_are_listed_and_served() {
     assert_eq!(cache, "no-cache", "an unversioned URL revalidates");
 }
 
+/// The light model: `/api/info` names its precision and lists a shard per stage; each is the
+/// stage's weights within half an int8 step of each output channel's range, at about a quarter
+/// of the f32 shard's bytes; with `--light-model none` there is none (and no route answers).
+#[actix_web::test]
+async fn light_model_shards_are_the_weights_in_int8() {
+    use split_shared::container::{TensorFile, dequantize};
+    use split_shared::model::WEIGHTS_MAGIC;
+    let srv = server();
+    let client = awc::Client::new();
+    let info: serde_json::Value =
+        client.get(srv.url("/api/info")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(info["light_model"]["precision"], "int8");
+    let shards = info["light_model"]["shards"].as_array().unwrap();
+    assert_eq!(shards.len(), 19);
+    let whole = std::fs::read(cloud_server::Config::for_tests().weights_path()).unwrap();
+    let whole = TensorFile::from_bytes(&whole, WEIGHTS_MAGIC).unwrap();
+    let (mut light_bytes, mut full_bytes) = (0, 0);
+    for (s, full) in shards.iter().zip(info["weights_shards"].as_array().unwrap()) {
+        let url = format!("{}?v={}", s["url"].as_str().unwrap(), s["id"].as_str().unwrap());
+        let mut response = client.get(srv.url(&url)).send().await.unwrap();
+        assert_eq!(response.status(), 200, "{url}");
+        let body = response.body().limit(64 << 20).await.unwrap();
+        assert_eq!(body.len() as u64, s["bytes"].as_u64().unwrap(), "{url}: size");
+        light_bytes += body.len() as u64;
+        full_bytes += full["bytes"].as_u64().unwrap();
+        for (name, dims, values) in dequantize(&body).unwrap().iter() {
+            let exact = whole.tensor(name, dims).unwrap();
+            let rows = if dims.len() < 2 { values.len() } else { dims[0] };
+            for (row, (a, b)) in exact
+                .chunks(values.len() / rows)
+                .zip(values.chunks(values.len() / rows))
+                .enumerate()
+            {
+                let step = a.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0;
+                let worst = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+                assert!(
+                    worst <= step / 2.0 + 1e-7,
+                    "{name} row {row}: off by {worst}, step {step}"
+                );
+            }
+        }
+    }
+    let ratio = light_bytes as f64 / full_bytes as f64;
+    assert!((0.24..0.28).contains(&ratio), "int8 is about a quarter of the bytes: {ratio:.3}");
+
+    let srv = server_with(&["--light-model", "none"]);
+    let info: serde_json::Value =
+        client.get(srv.url("/api/info")).send().await.unwrap().json().await.unwrap();
+    assert!(info.get("light_model").is_none(), "no light model: {info}");
+    let response = client.get(srv.url("/weights/light/stem.splq")).send().await.unwrap();
+    assert_eq!(response.status(), 404);
+}
+
 /// The calibration per boundary: each part loads as the server's calibration (same id, which
 /// frames carry) restricted to its boundary, and a frame coded with the part is answered.
 #[actix_web::test]

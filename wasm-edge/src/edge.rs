@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use burn::tensor::{Device, Tensor};
 use split_shared::cache::{ContentKey, LruCache};
 use split_shared::codec::{
-    Calibration, DEFAULT_KEYFRAME_INTERVAL, EncodeContext, Setting, StreamEncoder,
+    Calibration, DEFAULT_KEYFRAME_INTERVAL, DecodeContext, EncodeContext, Setting, StreamEncoder,
 };
 use split_shared::labels::{Prediction, TOP_K, top_k};
 use split_shared::model::{Boundary, EfficientNetLite0, Features, ModelError, NUM_CLASSES};
@@ -29,6 +29,8 @@ pub enum EdgeOutput {
     Local {
         /// Top-5, best first.
         top: Vec<Prediction>,
+        /// Whether a stage of the light model took part (a reduced answer, not cached).
+        reduced: bool,
     },
     /// The same content was classified before: no compute, nothing to send.
     Cached {
@@ -62,11 +64,24 @@ struct EdgeState {
     pending: HashMap<u64, ContentKey>,
 }
 
+/// A run finished on this device from a features frame ([`EdgeRunner::finish_locally`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LocalAnswer {
+    /// Top-5, best first.
+    pub top: Vec<Prediction>,
+    /// Whether a stage of the light model took part.
+    pub reduced: bool,
+    /// The boundary the frame's features were at.
+    pub from: Boundary,
+}
+
 /// The model on the edge device, with the codec state of one client. Its stages arrive one
 /// weight shard at a time ([`EdgeRunner::load_stage`]), so the model is behind a `RefCell`;
 /// no borrow is held across an `await`.
 pub struct EdgeRunner {
     model: RefCell<EfficientNetLite0>,
+    /// Bit `k` set: the stage ending at boundary `k` holds the light model's weights.
+    light: RefCell<u32>,
     device: Device,
     state: RefCell<EdgeState>,
 }
@@ -109,20 +124,61 @@ impl EdgeRunner {
             cache: LruCache::new(CACHE_ENTRIES, CACHE_ENTRIES * 256),
             pending: HashMap::new(),
         };
-        Self { model: RefCell::new(EfficientNetLite0::empty()), device, state: RefCell::new(state) }
+        Self {
+            model: RefCell::new(EfficientNetLite0::empty()),
+            light: RefCell::new(0),
+            device,
+            state: RefCell::new(state),
+        }
     }
 
-    /// Load the stage ending at `end` from a weights shard (or the whole weights file).
+    /// Load the stage ending at `end` from a weights shard (or the whole weights file); it
+    /// replaces the light model's weights of that stage, if loaded.
     ///
     /// # Errors
     /// When the bytes are not a weights file holding that stage.
     pub fn load_stage(&self, end: Boundary, bytes: &[u8]) -> split_shared::Result<()> {
-        Ok(self.model.borrow_mut().load_stage_bytes(end, bytes, &self.device)?)
+        self.model.borrow_mut().load_stage_bytes(end, bytes, &self.device)?;
+        *self.light.borrow_mut() &= !(1 << end.index());
+        Ok(())
     }
 
-    /// The deepest boundary the loaded stages reach from the input.
+    /// Load the stage ending at `end` from the light model's shard, unless its full weights
+    /// are loaded (a light stage never replaces a full one). Returns whether it was loaded.
+    ///
+    /// # Errors
+    /// When the bytes are not a light shard holding that stage.
+    pub fn load_light_stage(&self, end: Boundary, bytes: &[u8]) -> split_shared::Result<bool> {
+        let full =
+            self.model.borrow().has_stage(end) && *self.light.borrow() & (1 << end.index()) == 0;
+        if full {
+            return Ok(false);
+        }
+        self.model.borrow_mut().load_light_stage_bytes(end, bytes, &self.device)?;
+        *self.light.borrow_mut() |= 1 << end.index();
+        Ok(true)
+    }
+
+    /// The deepest boundary the full weights reach from the input (light stages not counted).
     pub fn loaded_through(&self) -> Boundary {
+        let light = *self.light.borrow();
+        let model = self.model.borrow();
+        Boundary::all()
+            .skip(1)
+            .take_while(|b| model.has_stage(*b) && light & (1 << b.index()) == 0)
+            .last()
+            .unwrap_or(Boundary::INPUT)
+    }
+
+    /// The deepest boundary the loaded stages reach from the input, light ones included.
+    pub fn reachable_through(&self) -> Boundary {
         self.model.borrow().loaded_through()
+    }
+
+    /// Whether a stage after `from`, up to `to`, holds the light model's weights.
+    fn light_between(&self, from: Boundary, to: Boundary) -> bool {
+        let light = *self.light.borrow();
+        (from.index() + 1..=to.index()).any(|k| light & (1 << k) != 0)
     }
 
     /// Load the codec calibration (the server's `/calibration/...` file); returns its id.
@@ -200,7 +256,9 @@ impl EdgeRunner {
         let out = self.run_pixels(&img, options, id).await?;
         let mut state = self.state.borrow_mut();
         match &out {
-            EdgeOutput::Local { top } => state.cache.insert(key, top.clone(), 256),
+            // A reduced answer is not remembered: the same image later deserves the full one.
+            EdgeOutput::Local { reduced: true, .. } => {}
+            EdgeOutput::Local { top, reduced: false } => state.cache.insert(key, top.clone(), 256),
             EdgeOutput::Remote { .. } => {
                 if state.pending.len() >= MAX_PENDING {
                     state.pending.clear();
@@ -226,7 +284,11 @@ impl EdgeRunner {
         let x = self.model.borrow().forward_range(x, Boundary::INPUT, options.split)?;
         let features = read_features(options.split, x).await?;
         if options.split == Boundary::LOGITS {
-            return Ok(EdgeOutput::Local { top: top_k(&features.values()[..NUM_CLASSES], TOP_K) });
+            let reduced = self.light_between(Boundary::INPUT, Boundary::LOGITS);
+            return Ok(EdgeOutput::Local {
+                top: top_k(&features.values()[..NUM_CLASSES], TOP_K),
+                reduced,
+            });
         }
         let mut state = self.state.borrow_mut();
         let EdgeState { calibration, stream, .. } = &mut *state;
@@ -235,6 +297,30 @@ impl EdgeRunner {
         let frame = FeaturesFrame::encode(&features, options.setting, ctx)?;
         let delta = matches!(frame.encoding, Encoding::Coded(p) if p.pos.delta);
         Ok(EdgeOutput::Remote { frame: Request::Features { id, frame }.to_bytes(), delta })
+    }
+
+    /// Finish a request on this device: decode the features of `frame` (a standalone or key
+    /// frame, as the server would) and run the loaded stages from its boundary to the logits.
+    /// What answers while the server cannot; the frame stays the request's to send when the
+    /// link returns.
+    ///
+    /// # Errors
+    /// When the frame is a stream residual (its reference is the server's), its codec is not
+    /// calibrated here, or a stage after it is not loaded.
+    pub async fn finish_locally(&self, frame: &FeaturesFrame) -> split_shared::Result<LocalAnswer> {
+        let features = {
+            let state = self.state.borrow();
+            frame.decode(DecodeContext::new(state.calibration.as_ref()))?
+        };
+        let from = features.boundary();
+        let x = features.to_tensor(&self.device);
+        let x = self.model.borrow().forward_range(x, from, Boundary::LOGITS)?;
+        let logits = read_features(Boundary::LOGITS, x).await?;
+        Ok(LocalAnswer {
+            top: top_k(&logits.values()[..NUM_CLASSES], TOP_K),
+            reduced: self.light_between(from, Boundary::LOGITS),
+            from,
+        })
     }
 
     /// Decode a reply frame; a result for a request this runner sent fills the cache, and a

@@ -28,7 +28,10 @@ fn predictions(top: &[Prediction]) -> Array {
 pub fn edge_output(out: &EdgeOutput) -> JsValue {
     let o = Object::new();
     match out {
-        EdgeOutput::Local { top } => set(&o, "top", predictions(top)),
+        EdgeOutput::Local { top, reduced } => {
+            set(&o, "top", predictions(top));
+            set(&o, "quality", if *reduced { "reduced" } else { "full" });
+        }
         EdgeOutput::Cached { top } => {
             set(&o, "top", predictions(top));
             set(&o, "cached", true);
@@ -38,6 +41,15 @@ pub fn edge_output(out: &EdgeOutput) -> JsValue {
             set(&o, "delta", *delta);
         }
     }
+    o.into()
+}
+
+/// `{ top, quality, from }` of an answer finished on the edge.
+pub fn local_answer(a: &crate::edge::LocalAnswer) -> JsValue {
+    let o = Object::new();
+    set(&o, "top", predictions(&a.top));
+    set(&o, "quality", if a.reduced { "reduced" } else { "full" });
+    set(&o, "from", a.from.name());
     o.into()
 }
 
@@ -192,6 +204,7 @@ pub fn shared_error(e: &split_shared::Error) -> JsValue {
             "bad_weights"
         }
         split_shared::Error::Model(ModelError::Backend(_)) => "backend",
+        split_shared::Error::Model(ModelError::UnknownPrecision(_)) => "bad_option",
         split_shared::Error::Model(ModelError::StageNotLoaded { .. }) => "weights_missing",
         split_shared::Error::Codec(split_shared::codec::CodecError::BadCalibration(_)) => {
             "bad_calibration"

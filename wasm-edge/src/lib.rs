@@ -138,11 +138,44 @@ impl EdgeSession {
         self.runner.load_stage(end, bytes).map_err(js_error)
     }
 
-    /// The deepest boundary the loaded stages reach from the input (`"input"` with none,
-    /// `"logits"` with all).
+    /// Load the stage ending at `end` from the light model's shard (`/api/info`'s
+    /// `light_model.shards`), unless its full weights are loaded; returns whether it was.
+    /// Answers through a light stage say `quality: "reduced"`.
+    #[wasm_bindgen(js_name = loadLightStage)]
+    pub fn load_light_stage(&self, end: String, bytes: &[u8]) -> Result<bool, JsValue> {
+        let end: Boundary = end.parse().map_err(|e| js::error("bad_option", e))?;
+        self.runner.load_light_stage(end, bytes).map_err(js_error)
+    }
+
+    /// The deepest boundary the full weights reach from the input (`"input"` with none,
+    /// `"logits"` with all); light stages do not count.
     #[wasm_bindgen(getter, js_name = loadedThrough)]
     pub fn loaded_through(&self) -> String {
         self.runner.loaded_through().name().to_string()
+    }
+
+    /// The deepest boundary the loaded stages reach, the light model's included.
+    #[wasm_bindgen(getter, js_name = reachableThrough)]
+    pub fn reachable_through(&self) -> String {
+        self.runner.reachable_through().name().to_string()
+    }
+
+    /// Finish a features request frame here (what `run` returned, not a stream residual):
+    /// decode its features and run the loaded stages to the logits. Resolves to
+    /// `{ top, quality: "full" | "reduced", from }`; the frame can still be sent later.
+    #[wasm_bindgen(js_name = finishLocally)]
+    pub fn finish_locally(&self, frame: Vec<u8>) -> js_sys::Promise {
+        let runner = Rc::clone(&self.runner);
+        wasm_bindgen_futures::future_to_promise(async move {
+            let Request::Features { frame, .. } = Request::decode(&frame).map_err(js_error)? else {
+                return Err(js::error(
+                    "bad_option",
+                    "not a features frame: only features finish on the edge",
+                ));
+            };
+            let answer = runner.finish_locally(&frame).await.map_err(js_error)?;
+            Ok(js::local_answer(&answer))
+        })
     }
 
     /// Run a blank image through the loaded stages once, so shader compilation and buffer
@@ -290,6 +323,20 @@ pub fn encode_input_request(request_id: f64, image: Vec<u8>) -> Vec<u8> {
 pub fn encode_upload_jpeg(image: &[u8], quality: u8) -> Result<Vec<u8>, JsValue> {
     let img = split_shared::image::preprocess(image).map_err(js_error)?;
     split_shared::image::encode_jpeg(&img, quality).map_err(js_error)
+}
+
+/// The same request frame with another id (a request kept across a reload or an outage is
+/// sent under a fresh id of the connection it finally goes out on).
+#[wasm_bindgen(js_name = withRequestId)]
+pub fn with_request_id(frame: &[u8], request_id: f64) -> Result<Vec<u8>, JsValue> {
+    let id = request_id as u64;
+    let request = match Request::decode(frame).map_err(js_error)? {
+        Request::Features { frame, .. } => Request::Features { id, frame },
+        Request::Image { payload, .. } => Request::Image { id, payload },
+        Request::Input { payload, .. } => Request::Input { id, payload },
+        Request::Ping { payload, .. } => Request::Ping { id, payload },
+    };
+    Ok(request.to_bytes())
 }
 
 /// A ping carrying `probe_bytes` of padding (0 for a pure round-trip measurement).

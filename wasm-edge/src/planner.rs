@@ -146,6 +146,12 @@ impl AdaptivePlanner {
         self.policy.observe_failure(now);
     }
 
+    /// Whether the server is believed reachable: no failure since the last answer or pong.
+    #[wasm_bindgen(getter, js_name = linkUp)]
+    pub fn link_up(&self) -> bool {
+        self.policy.forecast().link_up
+    }
+
     /// Whether a probe is due.
     #[wasm_bindgen(js_name = probeDue)]
     pub fn probe_due(&self, now: f64) -> bool {

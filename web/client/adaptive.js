@@ -2,6 +2,7 @@
 // decides where each request runs, how long it may wait for the server, and when to probe the
 // network; this part only carries bytes between it, the client and the clock.
 
+import { newResultId } from "./resilience.js";
 import { SplitError, modelInputJpeg } from "./wasm.js";
 
 /** Failures the edge would hit too: no point running locally after them. */
@@ -22,9 +23,12 @@ export class Adaptive {
     this.probeTimer = null;
   }
 
-  /** Classify with the planner's placement; a request the network fails falls back to the
-   * edge, and everything observed feeds the planner. */
+  /** Classify with the planner's placement; a request the network fails is answered on this
+   * device (`Resilience.answer`: the light model where the full weights are missing, its
+   * features kept for the server), and everything observed feeds the planner. */
   async classify(image, options = {}) {
+    options = { ...options, id: options.id ?? newResultId() };
+    const resilience = this.client.resilience;
     const planner = this.planner;
     this.startProbing();
     const decision = planner.tick(performance.now());
@@ -38,18 +42,25 @@ export class Adaptive {
     const started = performance.now();
     let r;
     try {
-      // Cloud-only uploads a quality-90 JPEG of the 224x224 model input.
-      const upload = split === "cloud" ? await modelInputJpeg(image) : image;
-      const deadlineMs = planner.deadlineMs(this.client.timeoutMs);
-      r = await this.client.classify(upload, split, { ...options, codec, deadlineMs, modelInput: split === "cloud" });
+      if (split === "edge" && !planner.linkUp && this.client.fallback === "light" && this.client.weights.hasLight) {
+        // Edge only because the server is out of reach, without the later stages' full
+        // weights: the light model answers, and the server finishes the features when it is
+        // back (no 17 MB download over a link that is down). Edge only on a working link
+        // (the device is faster) downloads the full weights instead.
+        r = await resilience.answer(image, "edge", codec, options.id, options, undefined);
+      } else {
+        // Cloud-only uploads a quality-90 JPEG of the 224x224 model input.
+        const upload = split === "cloud" ? await modelInputJpeg(image) : image;
+        const deadlineMs = planner.deadlineMs(this.client.timeoutMs);
+        r = await this.client.classify(upload, split, { ...options, codec, deadlineMs, modelInput: split === "cloud" });
+      }
     } catch (e) {
       // Whatever went wrong on the way or on the server (closed, slow, busy, internal, a
       // calibration it lacks), the edge can still answer; only the caller's own mistakes (an
       // undecodable image, an unknown option) would fail there too.
       if (!(e instanceof SplitError) || CALLER_ERRORS.has(e.code)) throw e;
       planner.observeFailure(performance.now());
-      r = await this.client.classify(image, "edge", options);
-      r.fallback = e.message;
+      r = await resilience.answer(image, split, codec, options.id, options, e.message);
       r.totalMs = performance.now() - started; // the wait for the server counts too
     }
     planner.observeRequest(performance.now(), r.bytesSent, r.roundTripMs, r.serverMs, r.load ? r.load.waitMs : NaN);
@@ -58,8 +69,12 @@ export class Adaptive {
     const result = { ...r, auto: true, placement, explain: planner.explain(this.client.timeoutMs) };
     // Running locally, back-to-back requests keep this thread busy, and a probe timed across an
     // edge run measures the edge, not the network: probe here, between runs, when one is due.
+    // With the link down the probe only asks whether it is back (a pong says so, whatever its
+    // timing), so the answer does not wait for it: a silent link would hold it for the ping's
+    // whole timeout.
     if ((split === "edge" || r.fallback) && planner.probeDue(performance.now())) {
-      await this.probe();
+      if (planner.linkUp) await this.probe();
+      else this.probe().catch(() => {});
     }
     return result;
   }

@@ -36,6 +36,8 @@ export class Connection {
     this.status = { state: "idle" };
     /** Called with every new `status`. */
     this.onStatus = () => {};
+    /** Called when a connection opens (the client then sends what waited for the server). */
+    this.onOpen = () => {};
   }
 
   /** Record and announce a new status (repeats of the same state are not announced). */
@@ -67,6 +69,7 @@ export class Connection {
         // Stream references do not survive a connection: start again from a keyframe.
         this.edge.forceKeyframe();
         resolve(socket);
+        queueMicrotask(() => this.onOpen());
       };
       socket.onerror = () => {
         this.backoffMs = Math.min(8_000, Math.max(500, 2 * this.backoffMs));

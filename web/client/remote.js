@@ -13,7 +13,7 @@ export class RemoteSplitClient {
   static async create(options = {}) {
     const worker = new Worker(new URL("./worker.js", import.meta.url), { type: "module", name: "split-client" });
     const remote = new RemoteSplitClient(worker, options);
-    const { onProgress, onSwitch, onConnection, ...rest } = options;
+    const { onProgress, onSwitch, onConnection, onUpdate, ...rest } = options;
     const base = new URL(options.baseUrl ?? "/", location.href);
     const forward = { ...rest, baseUrl: base.href };
     if (options.wsUrl) forward.wsUrl = new URL(options.wsUrl, base).href;
@@ -38,12 +38,14 @@ export class RemoteSplitClient {
     const onProgress = options.onProgress ?? (() => {});
     const onSwitch = options.onSwitch ?? (() => {});
     const onConnection = options.onConnection ?? (() => {});
+    const onUpdate = options.onUpdate ?? (() => {});
     worker.onmessage = ({ data }) => {
       if (data.event === "progress") return onProgress(data.value);
       if (data.event === "connection") {
         this.connectionState = data.value;
         return onConnection(data.value);
       }
+      if (data.event === "update") return onUpdate(data.value);
       if (data.event === "switch") {
         this.switches.push(data.value);
         return onSwitch(data.value);
@@ -141,6 +143,10 @@ export class RemoteSplitClient {
 
   weightsState() {
     return this.call("weightsState");
+  }
+
+  backlogState() {
+    return this.call("backlogState");
   }
 
   setCacheEntries(n) {

@@ -4,6 +4,10 @@
 // the head conv, the classifier). A split at block5 runs the stem and blocks 0–5, 2% of the
 // bytes; the 1280-channel head and the classifier are 60% and only edge-only runs them. Each
 // shard is kept in Cache Storage under its checksum, so a revisit downloads nothing.
+//
+// For outages the server also publishes a light model (`/api/info`'s `light_model`: the same
+// stages in int8, a quarter of the bytes): `ensureLight` loads it for the stages the edge does
+// not hold in full, so the device can always answer (a reduced answer, see resilience.js).
 
 import { SplitError, fetchCached, serverUrl, wasm, wasmCall } from "./wasm.js";
 
@@ -26,6 +30,8 @@ export class EdgeWeights {
     this.onProgress = onProgress;
     /** Bytes of weights this client downloaded or read from its cache so far. */
     this.bytes = 0;
+    /** Bytes of the light model's shards, likewise. */
+    this.lightBytes = 0;
     /** Loads run one after another: two requests needing the same shard fetch it once. */
     this.queue = Promise.resolve();
   }
@@ -41,9 +47,52 @@ export class EdgeWeights {
     return shards ? shards.reduce((sum, s) => sum + s.bytes, 0) : this.info.weights_bytes;
   }
 
-  /** `{ through, bytes, total }`: what is loaded, and its share of the weights. */
+  /** Whether the stages after the full ones are all there in the light model's weights (a
+   * full run is possible here, reduced where light). */
+  get hasLight() {
+    return this.through !== "logits" && this.edge.reachableThrough === "logits";
+  }
+
+  /** The light model's precision (e.g. "int8"), or null when the server publishes none. */
+  get lightModel() {
+    return this.info.light_model?.precision ?? null;
+  }
+
+  /** `{ through, bytes, total, light, lightBytes }`: what is loaded in full, its share of the
+   * weights, and the light model's precision when it covers the rest (else null). */
   describe() {
-    return { through: this.through, bytes: this.bytes, total: this.total };
+    return { through: this.through, bytes: this.bytes, total: this.total,
+             light: this.hasLight ? this.lightModel : null, lightBytes: this.lightBytes };
+  }
+
+  /**
+   * Load the light model's shards of every stage not loaded yet (in full or light), so the
+   * device can run the whole network; queued with the full downloads. Progress says
+   * `stage: "light-weights"`.
+   */
+  ensureLight() {
+    const light = this.info.light_model;
+    if (!light) return Promise.reject(new SplitError("no_light_model", "the server publishes no light model"));
+    const run = this.queue.then(() => this.loadLight(light.shards));
+    this.queue = run.catch(() => {});
+    return run;
+  }
+
+  async loadLight(shards) {
+    const have = boundaryIndex(this.edge.reachableThrough);
+    const needed = shards.filter((s) => boundaryIndex(s.name) > have);
+    const total = needed.reduce((sum, s) => sum + s.bytes, 0);
+    const loaded = new Map();
+    const progress = (s) => (p) => {
+      loaded.set(s.name, p.loaded);
+      const sum = [...loaded.values()].reduce((a, b) => a + b, 0);
+      this.onProgress({ stage: "light-weights", loaded: sum, total, fraction: total ? Math.min(1, sum / total) : 1, cached: p.cached });
+    };
+    const files = await Promise.all(needed.map((s) => fetchCached(serverUrl(s.url, this.base), s.id, "light-weights", progress(s), s.bytes)));
+    for (const [i, s] of needed.entries()) {
+      await wasmCall(() => this.edge.loadLightStage(s.name, files[i]));
+      this.lightBytes += files[i].length;
+    }
   }
 
   /**

@@ -4,8 +4,9 @@
 //
 //   in:  { id, method, args }                 a call on the client (`create` first)
 //   out: { id, result } | { id, error }       its answer; errors as { code, message }
-//        { event: "progress" | "switch" | "connection", value }
-//                                            `onProgress` / `onSwitch` / `onConnection` as they happen
+//        { event: "progress" | "switch" | "connection" | "update", value }
+//                                            `onProgress` / `onSwitch` / `onConnection` / `onUpdate`
+//                                            as they happen
 
 import { SplitClient, SplitError } from "../split-client.js";
 
@@ -21,6 +22,7 @@ const methods = {
       onProgress: (value) => postMessage({ event: "progress", value }),
       onSwitch: (value) => postMessage({ event: "switch", value }),
       onConnection: (value) => postMessage({ event: "connection", value }),
+      onUpdate: (value) => postMessage({ event: "update", value }),
     });
     return client.describe();
   },
@@ -30,6 +32,7 @@ const methods = {
   profileEdge: (repeats) => client.profileEdge(repeats),
   explain: () => client.explain(),
   weightsState: () => client.weightsState(),
+  backlogState: () => client.backlogState(),
   setCacheEntries: (n) => client.setCacheEntries(n),
   setTimeoutMs: (ms) => { client.timeoutMs = ms; },
   setDefaultCodec: (codec) => { client.defaultCodec = codec; },

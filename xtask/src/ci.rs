@@ -47,7 +47,7 @@ pub fn test_all() -> Result<()> {
     // The client's TypeScript declarations against the way the README embeds it.
     run(Command::new(web.join("node_modules/.bin/tsc")).args(["-p", "."]).current_dir(&web))?;
     check_package(&web)?;
-    let server = start_server(&[
+    let flags = [
         "--weights".into(),
         weights.display().to_string(),
         "--calibration".into(),
@@ -56,8 +56,18 @@ pub fn test_all() -> Result<()> {
         // one person's page sends (the limit itself is tested in cloud-server/tests/ws.rs).
         "--rate-limit".into(),
         "0".into(),
-    ])?;
+    ];
+    let server = start_server(&flags)?;
     run(Command::new("node").arg("tests/e2e.mjs").current_dir(&web).env("SPLIT_URL", &server.url))?;
+    // Outages: the link cut and silenced under a stream, a reload meanwhile, a server killed,
+    // the backlog finished. It kills a server of its own: the command that starts one.
+    let (bin, args) = crate::server::server_command(&flags);
+    let command = serde_json::to_string(&[vec![bin.display().to_string()], args].concat())?;
+    run(Command::new("node")
+        .arg("tests/outage.mjs")
+        .current_dir(&web)
+        .env("SPLIT_URL", &server.url)
+        .env("SPLIT_SERVER_CMD", command))?;
     drop(server);
     crate::cluster::check_manifests()?;
     // Scale-out: replicas behind HAProxy, one killed under load, nothing lost.
@@ -117,6 +127,8 @@ fn check_package(web: &std::path::Path) -> Result<()> {
         "client/worker.js",
         "client/remote.js",
         "client/weights.js",
+        "client/backlog.js",
+        "client/resilience.js",
         "pkg/wasm_edge_bg.wasm",
         "pkg-cpu/wasm_edge.js",
         "pkg-cpu-relaxed/wasm_edge_bg.wasm",
@@ -126,7 +138,8 @@ fn check_package(web: &std::path::Path) -> Result<()> {
     }
     let threads_helper = files.iter().any(|f| f.starts_with("pkg-cpu-threads/snippets/"));
     anyhow::ensure!(threads_helper, "the client package lacks the threaded build's worker helpers");
-    for demo in ["app.js", "index.html", "tests/e2e.mjs", "examples/embed.html"] {
+    for demo in ["app.js", "index.html", "tests/e2e.mjs", "tests/outage.mjs", "examples/embed.html"]
+    {
         anyhow::ensure!(!files.contains(&demo), "the client package ships {demo}");
     }
     // Build stamps and what the benchmarks copy next to the WebGPU build stay out.

@@ -60,7 +60,7 @@ pub struct Args {
 /// # Errors
 /// A row without a class, or whose class is not an integer, names its line: a label silently
 /// dropped would skew every accuracy figure.
-fn read_csv_classes(path: &PathBuf) -> Result<HashMap<String, usize>> {
+pub(crate) fn read_csv_classes(path: &PathBuf) -> Result<HashMap<String, usize>> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     parse_csv_classes(&text).with_context(|| format!("in {}", path.display()))

@@ -25,6 +25,7 @@ mod convert;
 mod eval;
 mod fuzz;
 mod lab;
+mod light;
 mod measure;
 mod onnx;
 mod ops_profile;
@@ -80,6 +81,8 @@ enum Task {
     Test,
     /// Accuracy and agreement of split inference over a folder of images.
     Eval(eval::Args),
+    /// The light model's candidates: bytes, agreement with the full model, time.
+    Light(light::Args),
     /// Bytes per frame of a synthetic camera pan with and without stream residuals.
     StreamEval(stream_eval::Args),
     /// Measure the planner's cost table (`profiles/cost-table.json`).
@@ -104,6 +107,7 @@ fn main() -> Result<()> {
         Task::Test => ci::test_all(),
         Task::Eval(a) => eval::run(a),
         Task::StreamEval(a) => stream_eval::run(a),
+        Task::Light(a) => light::run(a),
         Task::Profile(a) => profile::run(a),
         Task::PlanSim(a) => plan_sim::run(a),
         Task::Onnx(a) => onnx::run(a),

@@ -33,15 +33,9 @@ impl Drop for Server {
 /// would resolve features differently and recompile burn) on a free port; returns once it prints
 /// its URL.
 pub fn start_server(extra: &[String]) -> Result<Server> {
-    let bin = target_dir().join("debug/cloud-server");
-    let root = paths::repo_root();
+    let (bin, args) = server_command(extra);
     let mut child = Command::new(&bin)
-        .args(["--port", "0"])
-        .arg("--web-dir")
-        .arg(root.join("web"))
-        .arg("--cost-table")
-        .arg(root.join("profiles/cost-table.json"))
-        .args(extra)
+        .args(&args)
         .stdout(Stdio::piped())
         .spawn()
         .with_context(|| format!("starting {}", bin.display()))?;
@@ -58,6 +52,18 @@ pub fn start_server(extra: &[String]) -> Result<Server> {
         }
     };
     Ok(Server { child, url })
+}
+
+/// The binary and arguments [`start_server`] runs (a free port, this checkout's page and cost
+/// table, then `extra`): a test that kills and restarts a server of its own starts this.
+pub fn server_command(extra: &[String]) -> (std::path::PathBuf, Vec<String>) {
+    let root = paths::repo_root();
+    let mut args: Vec<String> = ["--port", "0", "--web-dir"].map(String::from).to_vec();
+    args.push(root.join("web").display().to_string());
+    args.push("--cost-table".into());
+    args.push(root.join("profiles/cost-table.json").display().to_string());
+    args.extend_from_slice(extra);
+    (target_dir().join("debug/cloud-server"), args)
 }
 
 /// `cargo xtask demo [server flags]`: everything the demo needs, then the server in the foreground.

@@ -5,12 +5,16 @@
 //!   its header.
 //! - [`TensorFile`]: named f32 tensors with a checksum, the container of the weights (magic
 //!   "SPLW") and of the codec calibration ("SPLC"); the layers above choose the magic.
+//! - [`quantize`] / [`dequantize`]: the same tensors in 8 or 4 bits per weight ("SPLQ"), the
+//!   file of the light model.
 //!
 //! Nothing here knows what the bytes mean; errors say what is wrong with the bytes.
 
 mod cursor;
+mod quantized;
 mod tensor_file;
 
 pub(crate) use cursor::Cursor;
 pub use cursor::Truncated;
+pub use quantized::{QUANTIZED_FILE_VERSION, QUANTIZED_MAGIC, Quantization, dequantize, quantize};
 pub use tensor_file::{ContainerError, TENSOR_FILE_VERSION, TensorFile, fnv1a64};

@@ -46,6 +46,9 @@ pub enum ModelError {
     /// The weights file is malformed, truncated, for another model, or misses a tensor.
     #[error("weights file is invalid: {0}; run `./run.sh setup` to fetch and convert it again")]
     BadWeights(#[from] ContainerError),
+    /// A light model's precision this build does not know.
+    #[error("unknown light-model precision {0:?}; expected int8 or int4-g<group> (e.g. int4-g32)")]
+    UnknownPrecision(String),
     /// The weights file could not be read.
     #[error("cannot read the weights {path}: {reason}; run `./run.sh setup` to create it")]
     Unreadable {

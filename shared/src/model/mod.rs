@@ -12,6 +12,7 @@ mod boundary;
 mod error;
 mod features;
 pub mod fused;
+mod light;
 mod network;
 mod weights;
 
@@ -21,6 +22,7 @@ pub use arch::{
 pub use boundary::{Boundary, NUM_BOUNDARIES};
 pub use error::{ModelError, Result};
 pub use features::{Features, check_shape};
+pub use light::{DEFAULT_LIGHT, LightPrecision, light_shards};
 pub use network::{Depthwise, EfficientNetLite0, MAX_BATCH, MbConv, Pointwise, Stem};
 #[cfg(not(target_family = "wasm"))]
 pub use weights::read_weights;

@@ -150,6 +150,12 @@ impl NetworkMonitor {
         }
     }
 
+    /// Something came back from the server (a pong whose timing is not the network's): the link
+    /// is up, whatever it says about the round trip.
+    pub fn observe_alive(&mut self) {
+        self.down_since = None;
+    }
+
     /// A request or probe failed (closed socket, timeout).
     pub fn observe_outage(&mut self, t: f64) {
         self.down_since.get_or_insert(t);

@@ -240,9 +240,11 @@ impl AdaptivePolicy {
         }
     }
 
-    /// A pong came back.
+    /// A pong came back: the link is up; unless an edge run overlapped it, its round trip is
+    /// the network's.
     pub fn observe_ping(&mut self, now: f64, p: PingObservation) {
         self.monitor.observe_queue(now, p.queue_wait_ms);
+        self.monitor.observe_alive();
         if p.skewed {
             return;
         }
@@ -335,11 +337,15 @@ mod tests {
         let f = p.forecast();
         assert!((f.now.rtt_ms - 40.0).abs() < 1e-9, "{f:?}");
         assert!((f.now.uplink_bytes_per_ms - 16_384.0 / 124.0).abs() < 1e-6, "{f:?}");
-        // A skewed ping (an edge run overlapped it) teaches nothing about the network.
+        // A skewed ping (an edge run overlapped it) teaches nothing about the round trip...
         p.observe_ping(1.0, PingObservation { ms: 900.0, skewed: true, ..bare });
         assert!((p.forecast().now.rtt_ms - 40.0).abs() < 1e-9);
         p.observe_failure(2.0);
         assert!(!p.forecast().link_up);
+        // ...but that it came back at all says the link is up again.
+        p.observe_ping(3.0, PingObservation { ms: 900.0, skewed: true, ..bare });
+        assert!(p.forecast().link_up);
+        assert!((p.forecast().now.rtt_ms - 40.0).abs() < 1e-9);
     }
 
     #[test]

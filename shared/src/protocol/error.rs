@@ -212,7 +212,7 @@ impl ErrorCode {
             ModelError::ShapeMismatch { .. } | ModelError::LengthMismatch { .. } => {
                 Self::ShapeMismatch
             }
-            ModelError::UnknownBoundary(_) => Self::Malformed,
+            ModelError::UnknownBoundary(_) | ModelError::UnknownPrecision(_) => Self::Malformed,
             ModelError::BackwardRange { .. }
             | ModelError::BadWeights(_)
             | ModelError::Unreadable { .. }

@@ -39,7 +39,9 @@ fn cloud(runner: &EdgeRunner, frame: &[u8]) -> Vec<Prediction> {
 fn edge_only_f32_and_coded_splits_agree_on_a_bundled_photo() {
     let runner = runner();
     let local = block_on(runner.run(&photo(), opts("logits", "f32", false), 1)).unwrap();
-    let EdgeOutput::Local { top } = local else { panic!("edge-only must answer locally") };
+    let EdgeOutput::Local { top, reduced: false } = local else {
+        panic!("edge-only must answer locally")
+    };
     assert!((281..=285).contains(&top[0].class), "chelsea is a cat, got {}", top[0].class);
     let mut sizes = Vec::new();
     for setting in ["f32", "q8", "q4", "q2-r16"] {
@@ -138,7 +140,7 @@ fn an_edge_with_some_stages_runs_up_to_them() {
             edge.load_stage(b, &bytes).unwrap();
         }
     }
-    let EdgeOutput::Local { top } =
+    let EdgeOutput::Local { top, reduced: false } =
         block_on(edge.run(&photo(), opts("logits", "f32", false), 3)).unwrap()
     else {
         panic!("edge-only once every stage is loaded")
@@ -165,4 +167,51 @@ fn calibration_parts_accumulate() {
     assert!(block_on(edge.run(&photo(), opts("block11", "q6", false), 2)).is_err());
     edge.add_calibration(&whole.part(b11).unwrap()).unwrap();
     assert!(block_on(edge.run(&photo(), opts("block11", "q6", false), 3)).is_ok());
+}
+
+/// An edge with its own stages in full and the light model after them answers edge-only and
+/// finishes its split's frames with `reduced` set, never from or into the cache; a full shard
+/// replaces a light stage, a light shard never replaces a full one.
+#[test]
+fn the_light_model_answers_reduced_until_the_full_stages_arrive() {
+    let weights = split_shared::model::read_weights(&split_paths::weights_file()).unwrap();
+    let whole = std::fs::read(split_paths::weights_file()).unwrap();
+    let calibration = std::fs::read(split_paths::calibration_file()).unwrap();
+    let edge = EdgeRunner::empty(Device::flex());
+    edge.set_calibration(&calibration).unwrap();
+    let block5: Boundary = "block5".parse().unwrap();
+    let light = split_shared::model::light_shards(&weights, split_shared::model::DEFAULT_LIGHT);
+    for (b, _) in &light {
+        if *b <= block5 {
+            edge.load_stage(*b, &whole).unwrap();
+        }
+    }
+    for (b, bytes) in &light {
+        assert_eq!(edge.load_light_stage(*b, bytes).unwrap(), *b > block5, "{b}");
+    }
+    assert_eq!(edge.loaded_through(), block5, "light stages are not the full weights");
+    assert_eq!(edge.reachable_through(), Boundary::LOGITS);
+
+    let EdgeOutput::Remote { frame, .. } =
+        block_on(edge.run(&photo(), opts("block5", "q6", false), 1)).unwrap()
+    else {
+        panic!("a frame")
+    };
+    let Request::Features { frame, .. } = Request::decode(&frame).unwrap() else { panic!() };
+    let answer = block_on(edge.finish_locally(&frame)).unwrap();
+    assert_eq!((answer.top[0].class, answer.reduced, answer.from), (282, true, block5));
+    for id in [2, 3] {
+        let out = block_on(edge.run(&photo(), opts("logits", "f32", false), id)).unwrap();
+        assert!(matches!(out, EdgeOutput::Local { reduced: true, .. }), "never cached: {out:?}");
+    }
+    // The light shard is damaged: refused, and the stage stays what it was.
+    let (b11, light11) = light.iter().find(|(b, _)| b.name() == "block11").unwrap();
+    assert!(edge.load_light_stage(*b11, &light11[..light11.len() - 3]).is_err());
+    for b in Boundary::all().filter(|b| *b > block5 && *b != Boundary::POOL) {
+        edge.load_stage(b, &whole).unwrap();
+    }
+    assert_eq!(edge.loaded_through(), Boundary::LOGITS);
+    assert!(!edge.load_light_stage(*b11, light11).unwrap(), "a full stage stays full");
+    let answer = block_on(edge.finish_locally(&frame)).unwrap();
+    assert_eq!((answer.top[0].class, answer.reduced), (282, false));
 }

@@ -19,6 +19,7 @@
 
 pub mod crowd;
 pub mod netns;
+pub mod progressive;
 pub mod report;
 pub mod start;
 pub mod stats;
@@ -572,10 +573,33 @@ pub struct Args {
     /// Links of the start-up lab (link profiles; loopback is always measured).
     #[arg(long, value_delimiter = ',', default_value = "4g,3g", requires = "start")]
     start_links: Vec<String>,
+    /// The progressive lab instead: time to the light model's answer and to the server's, per
+    /// link, over the photos of `--images`; report in `reports/lab-progressive` unless `--out`
+    /// is given. Needs root (a network namespace).
+    #[arg(long, conflicts_with_all = ["clients", "start"], requires = "images")]
+    progressive: bool,
+    /// Photos for the progressive lab (e.g. ../shared/data/imagenet-dev).
+    #[arg(long, requires = "progressive")]
+    images: Option<PathBuf>,
+    /// Photos per link in the progressive lab.
+    #[arg(long, default_value_t = 100, requires = "progressive")]
+    limit: usize,
+    /// Links of the progressive lab (link profiles; loopback is always measured).
+    #[arg(long, value_delimiter = ',', default_value = "4g,3g", requires = "progressive")]
+    progressive_links: Vec<String>,
 }
 
 /// `cargo xtask lab ...`: build what the lab needs, run it, write the report.
 pub fn run(a: Args) -> Result<()> {
+    if let (true, Some(images)) = (a.progressive, &a.images) {
+        prepare_binaries()?;
+        let out = a.out.clone().unwrap_or_else(progressive::default_out);
+        let args: Vec<String> = std::env::args().skip(2).collect();
+        let command = format!("./run.sh lab {}", args.join(" ")).trim_end().to_string();
+        progressive::lab(&a.progressive_links, images, a.limit, &out, &command)?;
+        eprintln!("lab: report in {}", out.join("README.md").display());
+        return Ok(());
+    }
     if a.start {
         prepare_binaries()?;
         let out = a.out.unwrap_or_else(start::default_out);

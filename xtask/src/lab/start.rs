@@ -27,7 +27,7 @@ pub fn default_out() -> PathBuf {
 }
 
 /// The link emulator inside the namespace, killed on drop.
-struct Proxy(Child);
+pub(super) struct Proxy(Child);
 
 impl Drop for Proxy {
     fn drop(&mut self) {
@@ -37,7 +37,7 @@ impl Drop for Proxy {
 }
 
 /// Start `netem --link rtt:<ms>` in `ns` in front of `upstream`; returns it and its address.
-fn start_delay(ns: &Netns, upstream: &str, rtt_ms: f64) -> Result<(Proxy, String)> {
+pub(super) fn start_delay(ns: &Netns, upstream: &str, rtt_ms: f64) -> Result<(Proxy, String)> {
     let bin = target_dir().join("debug/netem");
     let mut child = ns
         .command(&bin)

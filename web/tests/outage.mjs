@@ -1,0 +1,307 @@
+// Outages in Chromium: the demo page classifies a stream of frames in auto mode while the link
+// to the server is cut (connections reset) and later silenced (a black hole: nothing answers,
+// nothing closes). Every frame must get an answer (reduced, from the light model), the backlog
+// must survive a reload during the outage, and when the link returns every kept answer must be
+// finished by the server: version 2, full quality, in order, once each. Then a progressive
+// request: the light model's answer first, the server's after it.
+// Run by `cargo xtask test` after e2e.mjs, with SPLIT_URL set to the server.
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import net from "node:net";
+import { GPU_ARGS, withPage } from "./browser.mjs";
+
+const server = new URL(process.env.SPLIT_URL ?? "");
+assert.ok(server.port, "set SPLIT_URL to the server's base URL (cargo xtask test does)");
+const STEP_TIMEOUT_MS = 120_000;
+const SAMPLES = ["chelsea", "coffee", "camera"];
+
+/**
+ * A TCP proxy in front of the server whose WebSocket link the test can take down: "reset"
+ * closes the WebSockets through it and refuses new ones (a server that died, Wi-Fi dropped),
+ * "blackhole" holds every byte of them (a link gone silent: nothing answers, nothing closes),
+ * "up" forwards again (held bytes included, as TCP would deliver them). Pages and files load
+ * throughout: the page's origin stays reachable, the inference link does not.
+ */
+class CuttableLink {
+  constructor(upstreamPort) {
+    this.upstreamPort = upstreamPort;
+    this.mode = "up";
+    this.links = new Set();
+    this.server = net.createServer((client) => this.accept(client));
+  }
+
+  listen() {
+    return new Promise((resolve) => this.server.listen(0, "127.0.0.1", () => resolve(this.server.address().port)));
+  }
+
+  accept(client) {
+    client.on("error", () => {});
+    client.once("data", (first) => {
+      const ws = /^GET \/ws[ ?]/.test(first.toString("latin1", 0, 12));
+      if (ws && this.mode === "reset") return client.destroy();
+      const upstream = net.connect(this.upstreamPort, "127.0.0.1");
+      upstream.on("error", () => client.destroy());
+      client.on("close", () => upstream.destroy());
+      upstream.on("close", () => client.destroy());
+      const link = { client, upstream, held: [] };
+      // Each direction goes through `forward`, which holds bytes while the link is a black hole.
+      const forward = (to) => (chunk) => (ws && this.mode === "blackhole" ? link.held.push([to, chunk]) : to.write(chunk));
+      forward(upstream)(first);
+      client.on("data", forward(upstream));
+      upstream.on("data", forward(client));
+      if (ws) {
+        this.links.add(link);
+        client.on("close", () => this.links.delete(link));
+      }
+    });
+  }
+
+  set(mode) {
+    this.mode = mode;
+    for (const link of this.links) {
+      if (mode === "reset") {
+        link.client.destroy();
+        link.upstream.destroy();
+      } else if (mode === "up") {
+        for (const [to, chunk] of link.held.splice(0)) to.write(chunk);
+      }
+    }
+  }
+
+  close() {
+    for (const link of this.links) link.client.destroy();
+    this.server.close();
+  }
+}
+
+/** Start a server of this test's own (`SPLIT_SERVER_CMD`: its command line as JSON, set by
+ * `cargo xtask test`); resolves to `{ child, port }` once it listens. */
+function startOwnServer() {
+  const [bin, ...args] = JSON.parse(process.env.SPLIT_SERVER_CMD);
+  const child = spawn(bin, args, { stdio: ["ignore", "pipe", "ignore"], env: { ...process.env, RUST_LOG: "warn" } });
+  return new Promise((resolve, reject) => {
+    child.on("exit", (code) => reject(new Error(`the test's own server exited (${code})`)));
+    let text = "";
+    child.stdout.on("data", (d) => {
+      text += d;
+      const m = /split-inference demo: (\S+)/.exec(text);
+      if (m) resolve({ child, port: Number(new URL(m[1]).port) });
+    });
+  });
+}
+
+/** Screenshots at desktop and phone sizes into `$SCREENSHOT_DIR`, when it is set (to look at). */
+async function screenshots(page, name) {
+  const dir = process.env.SCREENSHOT_DIR;
+  if (!dir) return;
+  for (const [w, h] of [[1280, 800], [390, 844]]) {
+    await page.setViewportSize({ width: w, height: h });
+    await page.screenshot({ path: `${dir}/${name}-${w}.png`, fullPage: true });
+  }
+  await page.setViewportSize({ width: 1280, height: 800 });
+}
+
+/** Classify each sample in auto mode, one after another, with labels `${prefix}${i}`. */
+const classifySamples = (page, prefix) => page.evaluate(async ({ samples, prefix }) => {
+  const c = window.splitClient;
+  const out = [];
+  for (const [i, s] of samples.entries()) {
+    const bytes = new Uint8Array(await (await fetch(`samples/${s}.png`)).arrayBuffer());
+    const r = await c.classify(bytes, "auto", { label: `${prefix}${i}` });
+    out.push({ id: r.id, quality: r.quality, resumable: r.resumable ?? false, mode: r.mode, top1: r.top[0].class });
+  }
+  return out;
+}, { samples: SAMPLES, prefix });
+
+/** Wait until every id in `ids` has a final update (version 2). */
+const finished = (page, ids) => page.waitForFunction((ids) => ids.every((id) =>
+  (window.splitUpdates ?? []).some((u) => u.id === id && u.version === 2 && u.final)), ids, { timeout: STEP_TIMEOUT_MS });
+
+const link = new CuttableLink(Number(server.port));
+const port = await link.listen();
+// At most 1 MB of full weights on the device: auto never picks edge only (which would download
+// all 18.5 MB), so the edge holds block5's stages and the light model covers the rest.
+const pageUrl = `http://127.0.0.1:${port}/?weights=block5&max_edge_mb=1`;
+
+const ready = (page) => page.waitForFunction(() => ["ready", "failed"].includes(document.body.dataset.state), null, { timeout: STEP_TIMEOUT_MS });
+
+try {
+  await withPage(GPU_ARGS.cpu, async (page) => {
+    const errors = [];
+    page.on("pageerror", (e) => errors.push(e.message));
+    await page.exposeFunction("setLink", (mode) => link.set(mode));
+    await page.goto(pageUrl);
+    await ready(page);
+    assert.equal(await page.evaluate(() => document.body.dataset.state), "ready", "the page loads through the link");
+
+    // The backlog's bounds, on a database of its own: the oldest entries go, the count says so,
+    // and what is kept is there when the backlog is opened again.
+    const bounds = await page.evaluate(async () => {
+      const { Backlog, MAX_BACKLOG_ENTRIES } = await import("/client/backlog.js");
+      const name = "split-inference-bounds-test";
+      const b = await Backlog.open(name);
+      for (let i = 0; i < MAX_BACKLOG_ENTRIES + 2; i++) {
+        await b.add({ id: `e${i}`, frame: new Uint8Array(100), createdAt: i, top: [] });
+      }
+      await b.add({ id: `e${MAX_BACKLOG_ENTRIES + 1}`, frame: new Uint8Array(100), createdAt: 0, top: [] }); // a repeat
+      await b.remove("e5");
+      const again = await Backlog.open(name);
+      const out = { size: b.size, dropped: b.dropped, first: b.first().id, reopened: again.entries.map((e) => e.id),
+                    max: MAX_BACKLOG_ENTRIES };
+      indexedDB.deleteDatabase(name);
+      return out;
+    });
+    assert.deepEqual([bounds.size, bounds.dropped, bounds.first], [bounds.max - 1, 2, "e2"], "the oldest two dropped, e5 removed");
+    assert.equal(bounds.reopened.length, bounds.max - 1, "what was kept is read back");
+    assert.deepEqual([bounds.reopened[0], bounds.reopened.at(-1)], ["e2", `e${bounds.max + 1}`], "oldest first");
+    assert.ok(!bounds.reopened.includes("e5"), "a removed entry stays removed");
+
+    // A first auto request with the link up; the light model then downloads in the background.
+    const warm = await page.evaluate(async () => {
+      const c = window.splitClient;
+      const bytes = new Uint8Array(await (await fetch("samples/chelsea.png")).arrayBuffer());
+      const r = await c.classify(bytes, "auto", { label: "warm-up" });
+      for (let i = 0; i < 600 && !(await c.weightsState()).light; i++) await new Promise((f) => setTimeout(f, 100));
+      return { quality: r.quality, version: r.version, weights: await c.weightsState() };
+    });
+    console.log("outage: before the cut", warm);
+    assert.deepEqual([warm.quality, warm.version], ["full", 1], "the link up: a full answer");
+    assert.equal(warm.weights.light, "int8", "the light model is loaded in the background");
+    assert.notEqual(warm.weights.through, "logits", "the full weights stay those of the edge's stages");
+
+    // A camera-like stream of six frames, the link reset after the second.
+    const stream = await page.evaluate(async (samples) => {
+      const c = window.splitClient;
+      const images = await Promise.all(samples.map(async (s) => new Uint8Array(await (await fetch(`samples/${s}.png`)).arrayBuffer())));
+      const out = [];
+      let cutAt = null;
+      for (let i = 0; i < 6; i++) {
+        if (i === 2) {
+          await window.setLink("reset");
+          cutAt = performance.now();
+        }
+        const r = await c.classify(images[i % 3], "auto", { stream: true, label: `frame${i}` });
+        out.push({ i, id: r.id, quality: r.quality, version: r.version, model: r.model, resumable: r.resumable ?? false,
+                   top1: r.top[0].class, mode: r.mode, split: r.split, fallback: r.fallback ?? null,
+                   afterCutMs: cutAt == null ? null : performance.now() - cutAt });
+      }
+      return { frames: out, backlog: await c.backlogState() };
+    }, SAMPLES);
+    console.table(stream.frames);
+    const cut = stream.frames.slice(2);
+    assert.ok(stream.frames.slice(0, 2).every((f) => f.quality === "full"), "before the cut: full answers");
+    assert.ok(cut.every((f) => f.quality === "reduced" && f.model === "int8" && f.resumable),
+      "after the cut: every frame answered by the light model, its features kept");
+    assert.deepEqual(stream.backlog.entries, cut.length, "the backlog holds each reduced answer once");
+    assert.ok(stream.backlog.persistent, "the backlog is in IndexedDB");
+    console.log(`outage: first reduced answer ${cut[0].afterCutMs.toFixed(0)} ms after the cut`);
+
+    // A reload during the outage: the backlog is still there.
+    await page.reload();
+    await ready(page);
+    const afterReload = await page.evaluate(() => window.splitClient.backlogState());
+    assert.equal(afterReload.entries, cut.length, "the backlog survives a reload");
+    assert.equal(await page.evaluate(() => (window.splitUpdates ?? []).length), 0, "nothing finished while the link is down");
+
+    // The link is back: the reloaded page finishes every kept answer, oldest first, once each.
+    const restoredAt = Date.now();
+    link.set("up");
+    await page.waitForFunction((n) => (window.splitUpdates ?? []).filter((u) => u.final).length >= n && document.body.dataset.backlog === "0",
+      cut.length, { timeout: STEP_TIMEOUT_MS });
+    const drainMs = Date.now() - restoredAt;
+    await new Promise((f) => setTimeout(f, 1000)); // a duplicate would arrive by now
+    const updates = await page.evaluate(() => window.splitUpdates);
+    console.table(updates.map((u) => ({ id: u.id.slice(0, 8), label: u.label, version: u.version, quality: u.quality,
+                                        top1: u.top[0].class, before: u.previousTop[0].class, changed: u.changed, waitedMs: Math.round(u.waitedMs) })));
+    console.log(`outage: backlog of ${cut.length} finished ${drainMs} ms after the link returned`);
+    assert.deepEqual(updates.map((u) => u.id), cut.map((f) => f.id), "every kept answer finished once, in order");
+    assert.ok(updates.every((u) => u.version === 2 && u.quality === "full" && u.final), "version 2, full quality");
+    for (const [k, u] of updates.entries()) {
+      assert.equal(u.previousTop[0].class, cut[k].top1, "the update names the answer it replaces");
+    }
+    assert.equal(await page.evaluate(() => document.querySelectorAll("#resumed-list li").length), cut.length,
+      "the page lists the finished answers");
+
+    // A black hole: nothing answers and nothing closes; the request is still answered, by the
+    // light model, when its deadline passes; the link returns and it is finished.
+    const silent = await page.evaluate(async () => {
+      const c = window.splitClient;
+      const bytes = new Uint8Array(await (await fetch("samples/coffee.png")).arrayBuffer());
+      await window.setLink("blackhole");
+      const t = performance.now();
+      const r = await c.classify(bytes, "auto", { label: "silent" });
+      const ms = performance.now() - t;
+      await window.setLink("up");
+      return { id: r.id, quality: r.quality, resumable: r.resumable ?? false, placement: r.placement, fallback: r.fallback ?? null, ms };
+    });
+    console.log("outage: black hole", silent);
+    assert.equal(silent.quality, "reduced", "a silent link: answered by the light model");
+    await page.waitForFunction((id) => (window.splitUpdates ?? []).some((u) => u.id === id && u.version === 2), silent.id,
+      { timeout: STEP_TIMEOUT_MS });
+
+    // Progressive: the light model's answer first (version 1, reduced), the server's after it.
+    const progressive = await page.evaluate(async () => {
+      const c = window.splitClient;
+      const bytes = new Uint8Array(await (await fetch("samples/camera.png")).arrayBuffer());
+      const id = "progressive-camera";
+      const t = performance.now();
+      const r = await c.classify(bytes, "block5", { id, progressive: true });
+      return { result: { version: r.version, quality: r.quality, top1: r.top[0].class, ms: performance.now() - t },
+               updates: window.splitUpdates.filter((u) => u.id === id).map((u) => ({ version: u.version, quality: u.quality, top1: u.top[0].class })) };
+    });
+    console.log("outage: progressive", JSON.stringify(progressive));
+    assert.deepEqual(progressive.updates.map((u) => [u.version, u.quality]), [[1, "reduced"], [2, "full"]],
+      "the light model's answer, then the server's");
+    assert.deepEqual([progressive.result.version, progressive.result.quality], [2, "full"]);
+
+    // A server killed (SIGKILL: no close frame, no goodbye) and started again.
+    if (process.env.SPLIT_SERVER_CMD) {
+      let own = await startOwnServer();
+      link.upstreamPort = own.port;
+      link.set("reset"); // the page's next connection goes to that server
+      link.set("up");
+      const pong = await page.evaluate(() => window.splitClient.ping(0, 10_000));
+      assert.ok(pong, "the test's own server answers a ping");
+      const exited = new Promise((f) => own.child.once("exit", f));
+      own.child.kill("SIGKILL");
+      await exited;
+      const killedAt = Date.now();
+      const during = await classifySamples(page, "killed-");
+      console.table(during);
+      // A photo the server already answered at this split comes from the edge's cache, in full.
+      assert.ok(during.every((r) => (r.quality === "reduced" && r.resumable) || (r.quality === "full" && r.mode === "cache")),
+        "the server dead: reduced answers, kept (or the server's earlier answer from the cache)");
+      const kept = during.filter((r) => r.resumable).map((r) => r.id);
+      assert.ok(kept.length >= 2, "photos the server never saw are kept");
+      // The page itself, as a person uses it: the answer says the light model gave it.
+      await page.click('button[data-sample="chelsea"]');
+      await page.selectOption("#split", "auto");
+      await page.click("#classify");
+      await page.waitForFunction(() => document.querySelector("#result").dataset.quality, null, { timeout: STEP_TIMEOUT_MS });
+      const shown = await page.evaluate(() => ({ quality: document.querySelector("#result").dataset.quality,
+        text: document.querySelector("#quality").textContent, waiting: document.querySelector("#backlog").textContent }));
+      assert.equal(shown.quality, "reduced", `the page shows a reduced answer: ${JSON.stringify(shown)}`);
+      assert.match(shown.text, /light model/, "and says which model answered");
+      await screenshots(page, "outage");
+      own = await startOwnServer();
+      link.upstreamPort = own.port;
+      const restartedAt = Date.now();
+      await finished(page, kept);
+      // The answer on screen becomes the server's.
+      await page.waitForFunction(() => document.querySelector("#result").dataset.version === "2", null, { timeout: STEP_TIMEOUT_MS });
+      assert.equal(await page.evaluate(() => document.querySelector("#result").dataset.quality), "full", "the page shows the server's answer");
+      await screenshots(page, "resumed");
+      const updates = await page.evaluate((ids) => window.splitUpdates.filter((u) => ids.includes(u.id)), kept);
+      assert.deepEqual(updates.map((u) => u.id), kept, "finished once each, in order");
+      console.log(`outage: server killed; ${kept.length} answers kept for ${restartedAt - killedAt} ms, ` +
+                  `finished ${Date.now() - restartedAt} ms after the restart`);
+      own.child.kill("SIGKILL");
+    } else {
+      console.log("outage: SPLIT_SERVER_CMD not set: the server-killed phase needs a server this test may kill");
+    }
+    assert.deepEqual(errors, [], "no page errors");
+  });
+  console.log("outage: passed");
+} finally {
+  link.close();
+}
