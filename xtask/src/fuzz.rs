@@ -1,5 +1,6 @@
 //! `cargo xtask fuzz [seconds]`: run the libFuzzer targets: `decode_frame` (the frame and codec
-//! decoders) and `decode_image` (the image decoders and preprocessing an upload goes through).
+//! decoders), `decode_image` (the image decoders and preprocessing an upload goes through) and
+//! `decode_weights` (the weights, light-model and calibration containers a browser downloads).
 //!
 //! Seeds the corpora with valid frames of every codec path ([`sample_frames`]) and the sample
 //! photos (whole, as JPEG, and cut short), installs `cargo-fuzz` into the cache if needed, and
@@ -20,8 +21,8 @@ pub struct Args {
     /// How long to fuzz each target, seconds.
     #[arg(default_value_t = 60)]
     seconds: u64,
-    /// Which target: `decode_frame`, `decode_image`, or `all`.
-    #[arg(long, default_value = "all", value_parser = ["all", "decode_frame", "decode_image"])]
+    /// Which target: `decode_frame`, `decode_image`, `decode_weights`, or `all`.
+    #[arg(long, default_value = "all", value_parser = ["all", "decode_frame", "decode_image", "decode_weights"])]
     target: String,
 }
 
@@ -44,7 +45,29 @@ fn seed(fuzz_dir: &std::path::Path, calibration: &Calibration) -> Result<()> {
         std::fs::write(images.join(format!("{name}.jpg")), &jpeg)?;
         std::fs::write(images.join(format!("{name}-cut.jpg")), &jpeg[..jpeg.len() / 2])?;
     }
-    eprintln!("fuzz: {} seed frames, 9 seed images in {}", seeds.len(), fuzz_dir.display());
+    // Containers as the target takes them: a kind byte, then the file without its magic and
+    // checksum (the target puts them back). The smallest stage, in f32, int8 and int4.
+    let weights = fuzz_dir.join("corpus/decode_weights");
+    std::fs::create_dir_all(&weights)?;
+    let file = split_shared::model::read_weights(&crate::setup::ensure_weights()?)?;
+    let block0 = "block0".parse()?;
+    let shard = split_shared::model::weight_shard(&file, block0).context("block0 has weights")?;
+    let quantized = |how| split_shared::container::quantize(&shard, how);
+    use split_shared::container::Quantization::{Int4Grouped, Int8PerChannel};
+    for (name, kind, bytes) in [
+        ("f32", 0u8, shard.to_bytes(split_shared::model::WEIGHTS_MAGIC)),
+        ("int8", 1, quantized(Int8PerChannel)),
+        ("int4", 1, quantized(Int4Grouped { group: 32 })),
+    ] {
+        let mut seed = vec![kind];
+        seed.extend_from_slice(&bytes[4..bytes.len() - 8]);
+        std::fs::write(weights.join(format!("block0-{name}")), seed)?;
+    }
+    eprintln!(
+        "fuzz: {} seed frames, 9 seed images, 3 seed weight files in {}",
+        seeds.len(),
+        fuzz_dir.display()
+    );
     Ok(())
 }
 
@@ -77,7 +100,7 @@ pub fn run(a: Args) -> Result<()> {
         anyhow::ensure!(ok.success(), "cargo install cargo-fuzz failed");
     }
     let targets: &[&str] = match a.target.as_str() {
-        "all" => &["decode_frame", "decode_image"],
+        "all" => &["decode_frame", "decode_image", "decode_weights"],
         one => &[one][..],
     };
     for target in targets {
