@@ -415,7 +415,11 @@ async function main() {
   // `?max_edge_mb=1`: auto never places more than 1 MB of weights on this device (a phone short
   // of storage; the light model for outages does not count).
   const maxEdgeMb = Number(params.get("max_edge_mb"));
-  const constraints = maxEdgeMb > 0 ? { max_edge_param_bytes: Math.round(maxEdgeMb * 1e6) } : undefined;
+  // `?privacy_floor=block5`: no features before block5, and never the photo, leave this device.
+  const floor = params.get("privacy_floor");
+  const constraints = maxEdgeMb > 0 || floor
+    ? { ...(maxEdgeMb > 0 ? { max_edge_param_bytes: Math.round(maxEdgeMb * 1e6) } : {}), ...(floor ? { privacy_floor: floor } : {}) }
+    : undefined;
   const labels = { wasm: "Loading the wasm module…", weights: "Downloading weights", "light-weights": "Downloading the light model", calibration: "Downloading the codec calibration", profiling: "Timing this device for the planner…", "warm-up": "Compiling and warming up the model…", ready: "Ready" };
   client = await SplitClient.create({
     backend,

@@ -2,7 +2,7 @@
 // Checked by `tsc` against `tests/types-check.ts` in `./run.sh test`.
 
 /** Every failure of the client: a stable, machine-readable `code` and a message for developers.
- * Codes: "network", "timeout", "bad_option", "no_cost_table", "webgpu_unavailable",
+ * Codes: "network", "timeout", "bad_option", "no_cost_table", "privacy_floor", "no_light_model", "webgpu_unavailable",
  * "bad_weights", "weights_missing", "bad_calibration", "backend", "internal", or an error code the server sent
  * ("malformed", "shape_mismatch", "bad_image", "busy", "rate_limited", "calibration_mismatch",
  * "keyframe_required", "unsupported_codec", ...). */
@@ -45,9 +45,12 @@ export interface BoundaryInfo {
   bytesF32: number;
 }
 
-/** Limits for `split: "auto"`. */
+/** Limits for `split: "auto"`; the privacy floor binds every request. */
 export interface Constraints {
-  /** Never send features before this boundary (name or index), and never the image. */
+  /** Never send features before this boundary (name or index), and never the image: auto
+   * never places a request there, an explicit "cloud" or shallower split is refused with
+   * `privacy_floor`, and an answer kept for the server during an outage is cut at the floor
+   * or deeper. */
   privacy_floor?: string | number;
   /** Never use a codec whose top-1 agreement with the uncompressed model may be below this:
    * held against the lower end of its 95% interval on the cost table's photos (default 0.98). */

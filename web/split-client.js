@@ -91,6 +91,14 @@ export class SplitClient {
       throw new SplitError("bad_option", `unknown fallback ${options.fallback}; use "light" or "full"`);
     }
     client.fallback = info.light_model ? options.fallback ?? "light" : "full";
+    // The privacy floor may be a boundary name: "that boundary and deeper only".
+    const constraints = { privacy_floor: 0, min_agreement: 0.98, max_edge_param_bytes: null, ...options.constraints };
+    if (typeof constraints.privacy_floor === "string") {
+      constraints.privacy_floor = boundaryIndex(constraints.privacy_floor);
+      if (constraints.privacy_floor < 0) throw new SplitError("bad_option", `unknown boundary ${options.constraints.privacy_floor}`);
+    }
+    /** The first boundary whose features may leave this device (0: any, the photo included). */
+    client.privacyFloor = constraints.privacy_floor;
     client.resilience = await Resilience.create(client, options.onUpdate ?? (() => {}));
     // Every new connection is a chance to finish what waited for the server.
     client.connection.onOpen = () => client.resilience.scheduleDrain(true);
@@ -108,15 +116,7 @@ export class SplitClient {
       // A phone is not the profiling machine: time this device (the stages loaded so far; all
       // of them again once they are) and scale the edge column.
       await client.profilePlanner(planner);
-      if (options.constraints) {
-        // The privacy floor may be a boundary name: it means "that boundary and deeper only".
-        const k = { privacy_floor: 0, min_agreement: 0.98, max_edge_param_bytes: null, ...options.constraints };
-        if (typeof k.privacy_floor === "string") {
-          k.privacy_floor = boundaryIndex(k.privacy_floor);
-          if (k.privacy_floor < 0) throw new SplitError("bad_option", `unknown boundary ${options.constraints.privacy_floor}`);
-        }
-        await wasmCall(() => planner.setConstraints(k));
-      }
+      if (options.constraints) await wasmCall(() => planner.setConstraints(constraints));
     }
     onProgress({ stage: "ready", fraction: 1 });
     if (planner) client.adaptive = new Adaptive(client, planner, options.onSwitch ?? (() => {}));
@@ -305,6 +305,7 @@ export class SplitClient {
     }
     const resultId = options.id ?? newResultId();
     const codec = options.codec ?? this.defaultCodec;
+    this.checkPrivacy(split);
     const started = performance.now();
     ({ image, options } = await this.prepare(image, split, options));
     for (let attempt = 0; ; attempt++) {
@@ -380,6 +381,18 @@ export class SplitClient {
         totalMs: performance.now() - started,
         load: reply.load,
       };
+    }
+  }
+
+  /** Refuse a split that would send what the privacy floor keeps here: the photo (cloud) or
+   * features of a boundary before the floor. */
+  checkPrivacy(split) {
+    if (this.privacyFloor <= 0 || split === "edge") return;
+    const at = split === "cloud" ? 0 : boundaryIndex(split);
+    if (at >= 0 && at < this.privacyFloor) {
+      const floor = wasm.boundaries()[this.privacyFloor].name;
+      throw new SplitError("privacy_floor", `${split === "cloud" ? "the photo" : `features at ${split}`} may not leave this device: ` +
+        `the privacy floor is ${floor}; split at ${floor} or deeper, or run edge only`);
     }
   }
 

@@ -80,13 +80,19 @@ export class Resilience {
       const r = await client.classify(image, "edge", { ...options, id: resultId });
       return { ...r, fallback: reason };
     }
+    // The frame is cut where the request would have been, else as deep as the full weights
+    // reach; never before the privacy floor (the server sees it later): below the floor with
+    // no full stage there, nothing is kept and the answer stays reduced.
     const have = weights.through;
-    const cut = boundaryIndex(split) > 0 && boundaryIndex(split) <= boundaryIndex(have) ? split : have;
+    const floor = client.privacyFloor;
+    const ok = (b) => boundaryIndex(b) > 0 && boundaryIndex(b) <= boundaryIndex(have) && boundaryIndex(b) >= floor;
+    const cut = ok(split) ? split : ok(have) ? have : "input";
     const base = { split: cut, backend: client.backend, bytesSent: 0, serverMs: 0, serverCached: false,
                    roundTripMs: 0, load: null, id: resultId, version: 1, fallback: reason };
     const id = client.nextId++;
     if (cut === "input") {
-      // Nothing held in full: the light model from the image; nothing to finish later.
+      // Nothing held in full (at or past the floor): the light model from the image; nothing
+      // to finish later.
       const out = await wasmCall(() => client.edge.run(image, "logits", id, "f32", false));
       const edgeMs = performance.now() - started;
       return { ...base, mode: "edge", codec: "f32", top: out.top, quality: out.quality, model: weights.lightModel,

@@ -295,11 +295,53 @@ try {
       assert.deepEqual(updates.map((u) => u.id), kept, "finished once each, in order");
       console.log(`outage: server killed; ${kept.length} answers kept for ${restartedAt - killedAt} ms, ` +
                   `finished ${Date.now() - restartedAt} ms after the restart`);
+      link.upstreamPort = Number(server.port); // back to the shared server for what follows
       own.child.kill("SIGKILL");
     } else {
       console.log("outage: SPLIT_SERVER_CMD not set: the server-killed phase needs a server this test may kill");
     }
     assert.deepEqual(errors, [], "no page errors");
+  });
+
+  // A privacy floor at block5: the photo and features before block5 never cross the WebSocket,
+  // through auto's choices, an outage and its backlog; asking for them is refused. Every frame
+  // the page sends is captured and read: byte 6 is its kind (2 image, 4 model input), byte 16
+  // a features frame's boundary.
+  await withPage(GPU_ARGS.cpu, async (page) => {
+    const sent = [];
+    page.on("websocket", (ws) => ws.on("framesent", ({ payload }) => typeof payload !== "string" && sent.push(Buffer.from(payload))));
+    await page.exposeFunction("setLink", (mode) => link.set(mode));
+    await page.goto(`${pageUrl}&privacy_floor=block5`);
+    await ready(page);
+    const out = await page.evaluate(async (samples) => {
+      const c = window.splitClient;
+      const images = await Promise.all(samples.map(async (s) => new Uint8Array(await (await fetch(`samples/${s}.png`)).arrayBuffer())));
+      const refused = async (split) => {
+        try { await c.classify(images[0], split); return null; } catch (e) { return e.code; }
+      };
+      const codes = { cloud: await refused("cloud"), block3: await refused("block3"), block5: await refused("block5") };
+      const auto = [];
+      // Two photos with the link up; the third, which the server never saw (none of it is in
+      // the edge's cache of answers), during the outage.
+      for (const image of images.slice(0, 2)) auto.push((await c.classify(image, "auto")).placement);
+      for (let i = 0; i < 600 && !(await c.weightsState()).light; i++) await new Promise((f) => setTimeout(f, 100));
+      await window.setLink("reset");
+      const r = await c.classify(images[2], "auto");
+      await window.setLink("up");
+      return { codes, auto, outage: { quality: r.quality, resumable: r.resumable ?? false, split: r.split, id: r.id } };
+    }, SAMPLES);
+    console.log("outage: privacy floor", JSON.stringify(out));
+    assert.deepEqual(out.codes, { cloud: "privacy_floor", block3: "privacy_floor", block5: null }, "splits before the floor are refused");
+    assert.ok(out.auto.every((p) => p.mode !== "cloud_only"), "auto never uploads the photo");
+    assert.ok(out.outage.resumable && out.outage.quality === "reduced", "an outage answer is still kept");
+    await finished(page, [out.outage.id]);
+    const kinds = sent.map((f) => ({ kind: f[6], boundary: f[6] === 1 ? f[16] : null }));
+    const floor = 7; // input 0, stem 1, block0 2, ... block5 7
+    assert.ok(kinds.length >= 4, `frames were captured: ${kinds.length}`); // block5, two auto, the backlog
+    assert.ok(kinds.every((k) => k.kind !== 2 && k.kind !== 4), "no photo was sent");
+    assert.ok(kinds.every((k) => k.kind !== 1 || k.boundary >= floor),
+      `no features before block5 were sent: ${JSON.stringify(kinds.filter((k) => k.kind === 1))}`);
+    console.log(`outage: privacy floor: ${kinds.length} frames sent, none an image, features at boundaries ${[...new Set(kinds.filter((k) => k.kind === 1).map((k) => k.boundary))]}`);
   });
   console.log("outage: passed");
 } finally {
