@@ -132,6 +132,8 @@ export interface CreateOptions {
    * weights of every stage (17 MB after block5), answers always full.
    */
   fallback?: "light" | "full";
+  /** Noise on every request's features (see `ClassifyOptions.noise`). */
+  noise?: string;
   /** Called with a newer version of a result: the light model's answer first (`progressive`),
    * or the server's answer to a result given reduced (after an outage, even after a reload:
    * `id` is then one an earlier page got). Versions only go up. */
@@ -174,6 +176,11 @@ export interface ClassifyOptions {
   progressive?: boolean;
   /** A name kept with a backlog entry (e.g. the file name), returned in its update. */
   label?: string;
+  /** Noise added to the features before they leave this device (default: the client's
+   * `noise`): "gauss:<scale>" or "laplace:<scale>", scale a fraction of each channel's
+   * calibrated range, in (0, 4]; a fresh random draw per request. Trades agreement for how
+   * well the features reveal the photo (docs/privacy.md). */
+  noise?: string;
 }
 
 /** A newer version of a result (`onUpdate`). */

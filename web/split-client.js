@@ -69,7 +69,9 @@ export class SplitClient {
    *   token, when it requires one), onConnection (the WebSocket's state as it changes), worker
    *   (default: true on a page that can start one), onUpdate (a newer version of a result:
    *   the server's answer to one given reduced), fallback ("light", the default: outages are
-   *   answered with the light model; "full": auto downloads every stage's full weights)
+   *   answered with the light model; "full": auto downloads every stage's full weights),
+   *   noise (added to every request's features before they leave: "gauss:<scale>" or
+   *   "laplace:<scale>", a fraction of each channel's calibrated range)
    */
   static async create(options = {}) {
     const worker = options.worker ?? (typeof window !== "undefined" && typeof Worker !== "undefined");
@@ -99,6 +101,8 @@ export class SplitClient {
     }
     /** The first boundary whose features may leave this device (0: any, the photo included). */
     client.privacyFloor = constraints.privacy_floor;
+    /** Noise on every request's features unless a request says otherwise ("gauss:0.02"). */
+    client.noise = options.noise ?? null;
     client.resilience = await Resilience.create(client, options.onUpdate ?? (() => {}));
     // Every new connection is a chance to finish what waited for the server.
     client.connection.onOpen = () => client.resilience.scheduleDrain(true);
@@ -321,7 +325,8 @@ export class SplitClient {
         this.edgeRunning = true;
         let out;
         try {
-          out = await wasmCall(() => this.edge.run(image, split === "edge" ? "logits" : split, id, codec, Boolean(options.stream)));
+          out = await wasmCall(() => this.edge.run(image, split === "edge" ? "logits" : split, id, codec, Boolean(options.stream),
+                                                   ...this.noiseArgs(options)));
         } finally {
           this.edgeRunning = false;
         }
@@ -382,6 +387,15 @@ export class SplitClient {
         load: reply.load,
       };
     }
+  }
+
+  /** The noise the features get before they leave (`options.noise`, else the client's), and a
+   * fresh random seed for its draw: `[noise, seed]`, or `[]` without noise. */
+  noiseArgs(options) {
+    const noise = options.noise ?? this.noise;
+    if (!noise) return [];
+    const [hi, lo] = crypto.getRandomValues(new Uint32Array(2));
+    return [noise, hi * 2 ** 21 + (lo >>> 11)]; // 53 random bits: exact in a double
   }
 
   /** Refuse a split that would send what the privacy floor keeps here: the photo (cloud) or

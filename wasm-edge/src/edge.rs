@@ -7,7 +7,8 @@ use std::collections::HashMap;
 use burn::tensor::{Device, Tensor};
 use split_shared::cache::{ContentKey, LruCache};
 use split_shared::codec::{
-    Calibration, DEFAULT_KEYFRAME_INTERVAL, DecodeContext, EncodeContext, Setting, StreamEncoder,
+    Calibration, DEFAULT_KEYFRAME_INTERVAL, DecodeContext, EncodeContext, Noise, Setting,
+    StreamEncoder,
 };
 use split_shared::labels::{Prediction, TOP_K, top_k};
 use split_shared::model::{Boundary, EfficientNetLite0, Features, ModelError, NUM_CLASSES};
@@ -47,7 +48,7 @@ pub enum EdgeOutput {
 }
 
 /// How to run one image.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RunOptions {
     /// Where to stop; `logits` runs everything here.
     pub split: Boundary,
@@ -55,6 +56,8 @@ pub struct RunOptions {
     pub setting: Setting,
     /// Code against the previous frame of this session's stream (camera frames).
     pub stream: bool,
+    /// Noise added to the features before they are coded, and the seed of its draw.
+    pub noise: Option<(Noise, u64)>,
 }
 
 struct EdgeState {
@@ -234,6 +237,9 @@ impl EdgeRunner {
             options.setting.to_string().as_bytes(),
             &[u8::from(options.stream)],
             &calibration.to_le_bytes(),
+            // The noise's kind and scale, not its seed: an answer to noisy features stands for
+            // the content at that noise level.
+            options.noise.map(|(n, _)| n.to_string()).unwrap_or_default().as_bytes(),
         ])
     }
 
@@ -292,6 +298,11 @@ impl EdgeRunner {
         }
         let mut state = self.state.borrow_mut();
         let EdgeState { calibration, stream, .. } = &mut *state;
+        let features = match (options.noise, calibration.as_ref()) {
+            (None, _) => features,
+            (Some((noise, seed)), Some(c)) => noise.apply(features, c, seed)?,
+            (Some(_), None) => return Err(split_shared::codec::CodecError::NoCalibration.into()),
+        };
         let ctx =
             EncodeContext::new(calibration.as_ref()).with_stream(options.stream.then_some(stream));
         let frame = FeaturesFrame::encode(&features, options.setting, ctx)?;

@@ -205,9 +205,12 @@ impl EdgeSession {
     /// Run `image` (JPEG or PNG bytes) up to `split` (a boundary name such as `"block5"`;
     /// `"logits"` runs everything locally), coding the features with `codec` (`"f32"`, the
     /// default, or e.g. `"q4"`, `"q2-r16"`); with `stream` true, as the next frame of this
-    /// session's camera stream (residuals against the previous frame). Resolves to
+    /// session's camera stream (residuals against the previous frame). With `noise`
+    /// (`"gauss:<scale>"` or `"laplace:<scale>"`), that noise is added to the features before
+    /// they are coded, drawn from `seed` (pick one at random per request). Resolves to
     /// `{ frame: Uint8Array, delta }` to send, `{ top }` when the split is `"logits"`, or
     /// `{ top, cached: true }` for content already classified with the same options.
+    #[allow(clippy::too_many_arguments)] // the positional arguments of the JS call
     pub fn run(
         &self,
         image: Vec<u8>,
@@ -215,11 +218,17 @@ impl EdgeSession {
         request_id: f64,
         codec: Option<String>,
         stream: Option<bool>,
+        noise: Option<String>,
+        seed: Option<f64>,
     ) -> js_sys::Promise {
         let runner = Rc::clone(&self.runner);
         wasm_bindgen_futures::future_to_promise(async move {
             let (split, setting) = split_and_codec(&split, codec.as_deref().unwrap_or("f32"))?;
-            let options = RunOptions { split, setting, stream: stream.unwrap_or(false) };
+            let noise = noise
+                .map(|n| n.parse::<split_shared::codec::Noise>().map_err(|e| js::error("bad_option", e)))
+                .transpose()?
+                .map(|n| (n, seed.unwrap_or(0.0) as u64));
+            let options = RunOptions { split, setting, stream: stream.unwrap_or(false), noise };
             let out = runner.run(&image, options, request_id as u64).await.map_err(js_error)?;
             Ok(js::edge_output(&out))
         })

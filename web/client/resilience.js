@@ -109,11 +109,11 @@ export class Resilience {
     }
     let out;
     try {
-      out = await wasmCall(() => client.edge.run(image, cut, id, frameCodec, false));
+      out = await wasmCall(() => client.edge.run(image, cut, id, frameCodec, false, ...client.noiseArgs(options)));
     } catch (e) {
       if (frameCodec === "f32" || e.code === "bad_image") throw e;
       frameCodec = "f32"; // this codec is not calibrated here: send the features uncoded
-      out = await wasmCall(() => client.edge.run(image, cut, id, frameCodec, false));
+      out = await wasmCall(() => client.edge.run(image, cut, id, frameCodec, false, ...client.noiseArgs(options)));
     }
     if (out.top) {
       // The server answered this very content before: its answer, from the edge's cache.

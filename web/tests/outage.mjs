@@ -320,6 +320,11 @@ try {
         try { await c.classify(images[0], split); return null; } catch (e) { return e.code; }
       };
       const codes = { cloud: await refused("cloud"), block3: await refused("block3"), block5: await refused("block5") };
+      // Noise on the features that leave: a small scale keeps the answer; a bad one is refused.
+      const noisy = await c.classify(images[0], "block5", { noise: "gauss:0.02", codec: "q8" });
+      let badNoise = null;
+      try { await c.classify(images[0], "block5", { noise: "gauss:9" }); } catch (e) { badNoise = e.code; }
+      Object.assign(codes, { noisyTop1: noisy.top[0].class, noisyMode: noisy.mode, badNoise });
       const auto = [];
       // Two photos with the link up; the third, which the server never saw (none of it is in
       // the edge's cache of answers), during the outage.
@@ -331,13 +336,16 @@ try {
       return { codes, auto, outage: { quality: r.quality, resumable: r.resumable ?? false, split: r.split, id: r.id } };
     }, SAMPLES);
     console.log("outage: privacy floor", JSON.stringify(out));
-    assert.deepEqual(out.codes, { cloud: "privacy_floor", block3: "privacy_floor", block5: null }, "splits before the floor are refused");
+    const { noisyTop1, ...codes } = out.codes;
+    assert.deepEqual(codes, { cloud: "privacy_floor", block3: "privacy_floor", block5: null, noisyMode: "split", badNoise: "bad_option" },
+      "splits before the floor are refused; noise is taken, a bad one refused");
+    assert.ok(noisyTop1 >= 281 && noisyTop1 <= 285, `with a little noise chelsea is still a cat: ${noisyTop1}`);
     assert.ok(out.auto.every((p) => p.mode !== "cloud_only"), "auto never uploads the photo");
     assert.ok(out.outage.resumable && out.outage.quality === "reduced", "an outage answer is still kept");
     await finished(page, [out.outage.id]);
     const kinds = sent.map((f) => ({ kind: f[6], boundary: f[6] === 1 ? f[16] : null }));
     const floor = 7; // input 0, stem 1, block0 2, ... block5 7
-    assert.ok(kinds.length >= 4, `frames were captured: ${kinds.length}`); // block5, two auto, the backlog
+    assert.ok(kinds.length >= 5, `frames were captured: ${kinds.length}`); // block5, noisy, two auto, the backlog
     assert.ok(kinds.every((k) => k.kind !== 2 && k.kind !== 4), "no photo was sent");
     assert.ok(kinds.every((k) => k.kind !== 1 || k.boundary >= floor),
       `no features before block5 were sent: ${JSON.stringify(kinds.filter((k) => k.kind === 1))}`);

@@ -52,6 +52,10 @@ pub struct Args {
     /// Weights file; default: the one setup writes.
     #[arg(long)]
     weights: Option<PathBuf>,
+    /// Noise added to the features before they are coded (the privacy option):
+    /// `gauss:<scale>` or `laplace:<scale>`, a fraction of each channel's calibrated range.
+    #[arg(long)]
+    noise: Option<split_shared::codec::Noise>,
 }
 
 /// `file,class_index,...` rows (a header line is allowed first); also reads `file,top1`
@@ -170,7 +174,7 @@ pub fn run(mut o: Args) -> Result<()> {
     let device = Device::flex();
     let model = EfficientNetLite0::load(&weights_path, &device)?;
     let labels = o.labels.as_ref().map(read_csv_classes).transpose()?;
-    let needs_calibration = o.codecs.iter().any(|c| c != "f32");
+    let needs_calibration = o.codecs.iter().any(|c| c != "f32") || o.noise.is_some();
     let calibration = match (&o.calibration, needs_calibration) {
         (_, false) => None,
         (Some(p), true) => Some(p.clone()),
@@ -233,8 +237,11 @@ pub fn run(mut o: Args) -> Result<()> {
         for split in &splits {
             let start = Instant::now();
             x = model.forward_range(x, at, *split)?;
-            let features = Features::from_tensor(*split, x.clone())?;
+            let mut features = Features::from_tensor(*split, x.clone())?;
             edge_s += start.elapsed().as_secs_f64();
+            if let (Some(noise), Some(c)) = (o.noise, calibration.as_ref()) {
+                features = noise.apply(features, c, i as u64)?;
+            }
             at = *split;
             for ((_, codec), t) in rows.iter().zip(&mut tallies).filter(|((s, _), _)| s == split) {
                 let setting = setting_at(codec, *split, calibration.as_ref())?;
@@ -272,6 +279,9 @@ pub fn run(mut o: Args) -> Result<()> {
     let accuracy =
         |a: usize, b: usize| if b == 0 { "–".to_string() } else { format!("{:.1}%", pct(a, b)) };
     println!("images: {} from {}", files.len(), o.images.display());
+    if let Some(noise) = o.noise {
+        println!("noise: {noise} added to the features before coding");
+    }
     if labelled > 0 {
         println!(
             "unsplit model top-1 accuracy: {:.1}% ({full_top1}/{labelled})",

@@ -9,6 +9,9 @@ pub enum CodecError {
     /// A setting name that does not parse.
     #[error("unknown codec setting {0:?}; use f32 or q<bits>[-r<rank>][-packed], e.g. q4, q2-r16")]
     BadSetting(String),
+    /// A noise option that does not parse.
+    #[error("unknown noise {0:?}; use gauss:<scale> or laplace:<scale> with a scale in (0, 4]")]
+    BadNoise(String),
     /// A quantized setting was used where no calibration is loaded.
     #[error("no codec calibration is loaded; run `cargo xtask setup` (or `calibrate`)")]
     NoCalibration,

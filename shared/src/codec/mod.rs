@@ -15,6 +15,7 @@ mod calibration;
 pub mod entropy;
 mod error;
 pub mod fit;
+mod noise;
 pub mod quant;
 mod setting;
 mod stream;
@@ -23,6 +24,7 @@ pub use calibration::{
     BoundaryTables, CALIBRATION_MAGIC, CALIBRATION_VERSION, Calibration, PcaTables, QuantTable,
 };
 pub use error::CodecError;
+pub use noise::{Noise, NoiseKind};
 pub use quant::{ClipRange, Projection};
 pub use setting::{QuantSetting, SUPPORTED_BITS, Setting};
 pub use stream::{DEFAULT_KEYFRAME_INTERVAL, MAX_STREAMS, StreamDecoder, StreamEncoder, StreamPos};

@@ -201,6 +201,7 @@ impl ErrorCode {
             | CodecError::RankTooLarge { .. } => Self::UnsupportedCodec,
             CodecError::BatchNotOne(_) => Self::ShapeMismatch,
             CodecError::BadSetting(_)
+            | CodecError::BadNoise(_)
             | CodecError::BadCalibration(_)
             | CodecError::BadPayload(_) => Self::Malformed,
         }

@@ -21,7 +21,7 @@ fn photo() -> Vec<u8> {
 }
 
 fn opts(split: &str, setting: &str, stream: bool) -> RunOptions {
-    RunOptions { split: split.parse().unwrap(), setting: setting.parse().unwrap(), stream }
+    RunOptions { split: split.parse().unwrap(), setting: setting.parse().unwrap(), stream, noise: None }
 }
 
 /// What the server would answer for a features frame.
@@ -214,4 +214,23 @@ fn the_light_model_answers_reduced_until_the_full_stages_arrive() {
     assert!(!edge.load_light_stage(*b11, light11).unwrap(), "a full stage stays full");
     let answer = block_on(edge.finish_locally(&frame)).unwrap();
     assert_eq!((answer.top[0].class, answer.reduced), (282, false));
+}
+
+/// Noise on the features: the frame changes with the seed (and not without one), the answer
+/// stays a cat at a small scale, and an unknown kind is refused before anything runs.
+#[test]
+fn noise_changes_the_frame_not_the_answer() {
+    let runner = runner();
+    runner.set_cache_entries(0);
+    let noisy = |seed| RunOptions { noise: Some(("gauss:0.02".parse().unwrap(), seed)), ..opts("block5", "q6", false) };
+    let frame = |o| match block_on(runner.run(&photo(), o, 1)).unwrap() {
+        EdgeOutput::Remote { frame, .. } => frame,
+        other => panic!("{other:?}"),
+    };
+    let (clean, a, b, a_again) = (frame(opts("block5", "q6", false)), frame(noisy(1)), frame(noisy(2)), frame(noisy(1)));
+    assert_ne!(clean, a, "noise changes the features");
+    assert_ne!(a, b, "another seed, another draw");
+    assert_eq!(a, a_again, "the same seed, the same draw");
+    assert!((281..=285).contains(&cloud(&runner, &a)[0].class), "still a cat");
+    assert!("gauss:0".parse::<Noise>().is_err());
 }
