@@ -225,7 +225,9 @@ impl EdgeSession {
         wasm_bindgen_futures::future_to_promise(async move {
             let (split, setting) = split_and_codec(&split, codec.as_deref().unwrap_or("f32"))?;
             let noise = noise
-                .map(|n| n.parse::<split_shared::codec::Noise>().map_err(|e| js::error("bad_option", e)))
+                .map(|n| {
+                    n.parse::<split_shared::codec::Noise>().map_err(|e| js::error("bad_option", e))
+                })
                 .transpose()?
                 .map(|n| (n, seed.unwrap_or(0.0) as u64));
             let options = RunOptions { split, setting, stream: stream.unwrap_or(false), noise };

@@ -68,7 +68,8 @@ struct Pcg(u64);
 impl Pcg {
     fn next_u32(&mut self) -> u32 {
         let old = self.0;
-        self.0 = old.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        self.0 =
+            old.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
         let xorshifted = (((old >> 18) ^ old) >> 27) as u32;
         xorshifted.rotate_right((old >> 59) as u32)
     }
@@ -84,7 +85,9 @@ impl NoiseKind {
     fn draw(self, rng: &mut Pcg) -> f64 {
         match self {
             // Box–Muller, one of the pair.
-            Self::Gaussian => (-2.0 * rng.uniform().ln()).sqrt() * (std::f64::consts::TAU * rng.uniform()).cos(),
+            Self::Gaussian => {
+                (-2.0 * rng.uniform().ln()).sqrt() * (std::f64::consts::TAU * rng.uniform()).cos()
+            }
             Self::Laplace => {
                 let u = rng.uniform() - 0.5;
                 -u.signum() * (1.0 - 2.0 * u.abs()).ln()
@@ -100,12 +103,16 @@ impl Noise {
     /// # Errors
     /// [`CodecError::NotCalibrated`] when the calibration has no 8-bit table at the features'
     /// boundary (its ranges scale the noise).
-    pub fn apply(self, features: Features, calibration: &Calibration, seed: u64) -> Result<Features, CodecError> {
+    pub fn apply(
+        self,
+        features: Features,
+        calibration: &Calibration,
+        seed: u64,
+    ) -> Result<Features, CodecError> {
         let boundary = features.boundary();
-        let table = calibration
-            .at(boundary)
-            .and_then(|t| t.raw.get(&8))
-            .ok_or_else(|| CodecError::NotCalibrated { boundary, setting: format!("noise {self}") })?;
+        let table = calibration.at(boundary).and_then(|t| t.raw.get(&8)).ok_or_else(|| {
+            CodecError::NotCalibrated { boundary, setting: format!("noise {self}") }
+        })?;
         let [_, channels, h, w] = features.dims();
         let plane = h * w;
         let widths: Vec<f64> =
@@ -136,7 +143,9 @@ mod tests {
         for name in ["gauss:0.1", "laplace:0.05", "gauss:4"] {
             assert_eq!(name.parse::<Noise>().unwrap().to_string(), name);
         }
-        for bad in ["gauss", "gauss:0", "gauss:-1", "gauss:5", "uniform:0.1", "gauss:x", "laplace:NaN"] {
+        for bad in
+            ["gauss", "gauss:0", "gauss:-1", "gauss:5", "uniform:0.1", "gauss:x", "laplace:NaN"]
+        {
             assert!(bad.parse::<Noise>().is_err(), "{bad}");
         }
     }
@@ -144,7 +153,9 @@ mod tests {
     #[test]
     fn the_generator_draws_the_right_spread() {
         let n = 200_000;
-        for (kind, std) in [(NoiseKind::Gaussian, 1.0), (NoiseKind::Laplace, std::f64::consts::SQRT_2)] {
+        for (kind, std) in
+            [(NoiseKind::Gaussian, 1.0), (NoiseKind::Laplace, std::f64::consts::SQRT_2)]
+        {
             let mut rng = Pcg(7);
             let draws: Vec<f64> = (0..n).map(|_| kind.draw(&mut rng)).collect();
             let mean = draws.iter().sum::<f64>() / n as f64;

@@ -21,7 +21,12 @@ fn photo() -> Vec<u8> {
 }
 
 fn opts(split: &str, setting: &str, stream: bool) -> RunOptions {
-    RunOptions { split: split.parse().unwrap(), setting: setting.parse().unwrap(), stream, noise: None }
+    RunOptions {
+        split: split.parse().unwrap(),
+        setting: setting.parse().unwrap(),
+        stream,
+        noise: None,
+    }
 }
 
 /// What the server would answer for a features frame.
@@ -222,12 +227,16 @@ fn the_light_model_answers_reduced_until_the_full_stages_arrive() {
 fn noise_changes_the_frame_not_the_answer() {
     let runner = runner();
     runner.set_cache_entries(0);
-    let noisy = |seed| RunOptions { noise: Some(("gauss:0.02".parse().unwrap(), seed)), ..opts("block5", "q6", false) };
+    let noisy = |seed| RunOptions {
+        noise: Some(("gauss:0.02".parse().unwrap(), seed)),
+        ..opts("block5", "q6", false)
+    };
     let frame = |o| match block_on(runner.run(&photo(), o, 1)).unwrap() {
         EdgeOutput::Remote { frame, .. } => frame,
         other => panic!("{other:?}"),
     };
-    let (clean, a, b, a_again) = (frame(opts("block5", "q6", false)), frame(noisy(1)), frame(noisy(2)), frame(noisy(1)));
+    let (clean, a, b, a_again) =
+        (frame(opts("block5", "q6", false)), frame(noisy(1)), frame(noisy(2)), frame(noisy(1)));
     assert_ne!(clean, a, "noise changes the features");
     assert_ne!(a, b, "another seed, another draw");
     assert_eq!(a, a_again, "the same seed, the same draw");
