@@ -440,9 +440,7 @@ export class SplitClient {
   async keepReduced(partial, resultId, split, codec, frame, options, reason, started) {
     const resumable = split !== "cloud";
     if (resumable) {
-      await this.resilience.backlog.add({ id: resultId, frame, split, codec, top: partial.top, model: partial.model,
-                                          createdAt: Date.now(), label: options.label ?? null });
-      this.resilience.scheduleDrain();
+      await this.resilience.keep({ id: resultId, frame, split, codec, top: partial.top, model: partial.model, label: options.label });
     }
     const totalMs = performance.now() - started;
     return { id: resultId, version: 1, quality: "reduced", model: partial.model, mode: "edge", split, codec,

@@ -125,12 +125,18 @@ export class Resilience {
     const edgeMs = performance.now() - started;
     const reduced = local.quality === "reduced";
     if (reduced) {
-      await this.backlog.add({ id: resultId, frame: out.frame, split: cut, codec: frameCodec, top: local.top,
-                               model: weights.lightModel, createdAt: Date.now(), label: options.label ?? null });
-      this.scheduleDrain();
+      await this.keep({ id: resultId, frame: out.frame, split: cut, codec: frameCodec, top: local.top,
+                        model: weights.lightModel, label: options.label });
     }
     return { ...base, mode: "edge", codec: frameCodec, top: local.top, quality: local.quality,
              model: reduced ? weights.lightModel : "full", edgeMs, totalMs: edgeMs, resumable: reduced };
+  }
+
+  /** Keep a reduced answer's frame for the server (`{ id, frame, split, codec, top, model,
+   * label }`) and try to send it. */
+  async keep(entry) {
+    await this.backlog.add({ ...entry, label: entry.label ?? null, createdAt: Date.now() });
+    this.scheduleDrain();
   }
 
   /** `{ entries, bytes, dropped, persistent }` of the backlog. */

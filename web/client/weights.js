@@ -73,22 +73,13 @@ export class EdgeWeights {
   ensureLight() {
     const light = this.info.light_model;
     if (!light) return Promise.reject(new SplitError("no_light_model", "the server publishes no light model"));
-    const run = this.queue.then(() => this.loadLight(light.shards));
-    this.queue = run.catch(() => {});
-    return run;
+    return this.enqueue(() => this.loadLight(light.shards));
   }
 
   async loadLight(shards) {
     const have = boundaryIndex(this.edge.reachableThrough);
     const needed = shards.filter((s) => boundaryIndex(s.name) > have);
-    const total = needed.reduce((sum, s) => sum + s.bytes, 0);
-    const loaded = new Map();
-    const progress = (s) => (p) => {
-      loaded.set(s.name, p.loaded);
-      const sum = [...loaded.values()].reduce((a, b) => a + b, 0);
-      this.onProgress({ stage: "light-weights", loaded: sum, total, fraction: total ? Math.min(1, sum / total) : 1, cached: p.cached });
-    };
-    const files = await Promise.all(needed.map((s) => fetchCached(serverUrl(s.url, this.base), s.id, "light-weights", progress(s), s.bytes)));
+    const files = await this.fetchAll(needed, "light-weights");
     for (const [i, s] of needed.entries()) {
       await wasmCall(() => this.edge.loadLightStage(s.name, files[i]));
       this.lightBytes += files[i].length;
@@ -102,20 +93,39 @@ export class EdgeWeights {
   ensure(through) {
     const target = boundaryIndex(through);
     if (target < 0) return Promise.reject(new SplitError("bad_option", `unknown boundary ${through}`));
-    const run = this.queue.then(() => this.load(target));
-    this.queue = run.catch(() => {}); // a failed download does not block the next attempt
+    return this.enqueue(() => this.load(target));
+  }
+
+  /** Run `f` after the loads queued before it; a failed one does not block the next. */
+  enqueue(f) {
+    const run = this.queue.then(f);
+    this.queue = run.catch(() => {});
     return run;
+  }
+
+  /** Download `shards` at once, with one progress (`stage`) for their sum; `cached` when
+   * every one came from Cache Storage. */
+  fetchAll(shards, stage) {
+    const total = shards.reduce((sum, s) => sum + s.bytes, 0);
+    const loaded = new Map();
+    let cached = true;
+    const progress = (s) => (p) => {
+      loaded.set(s.name, p.loaded);
+      cached &&= Boolean(p.cached);
+      const sum = [...loaded.values()].reduce((a, b) => a + b, 0);
+      this.onProgress({ stage, loaded: sum, total, fraction: total ? Math.min(1, sum / total) : 1, cached });
+    };
+    return Promise.all(shards.map((s) => fetchCached(serverUrl(s.url, this.base), s.id, stage, progress(s), s.bytes)));
   }
 
   async load(target) {
     const have = boundaryIndex(this.through);
     if (target <= have) return;
-    const url = (path) => serverUrl(path, this.base);
     const shards = this.info.weights_shards;
     if (!shards) {
       // A server from before shards: the whole file, every stage.
       const { weights_url: path, weights_id: id, weights_bytes: size } = this.info;
-      const bytes = await fetchCached(url(path), id, "weights", this.onProgress, size);
+      const bytes = await fetchCached(serverUrl(path, this.base), id, "weights", this.onProgress, size);
       await wasmCall(() => this.edge.loadWeights(bytes));
       this.bytes += bytes.length;
       return;
@@ -124,16 +134,7 @@ export class EdgeWeights {
       const k = boundaryIndex(s.name);
       return k > have && k <= target;
     });
-    const total = needed.reduce((sum, s) => sum + s.bytes, 0);
-    const loaded = new Map();
-    let cached = true;
-    const progress = (s) => (p) => {
-      loaded.set(s.name, p.loaded);
-      cached &&= Boolean(p.cached);
-      const sum = [...loaded.values()].reduce((a, b) => a + b, 0);
-      this.onProgress({ stage: "weights", loaded: sum, total, fraction: total ? Math.min(1, sum / total) : 1, cached });
-    };
-    const files = await Promise.all(needed.map((s) => fetchCached(url(s.url), s.id, "weights", progress(s), s.bytes)));
+    const files = await this.fetchAll(needed, "weights");
     // In forward order, so a failure leaves a usable prefix loaded.
     for (const [i, s] of needed.entries()) {
       await wasmCall(() => this.edge.loadStage(s.name, files[i]));

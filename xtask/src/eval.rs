@@ -92,6 +92,19 @@ fn parse_csv_classes(text: &str) -> Result<HashMap<String, usize>> {
     Ok(out)
 }
 
+/// The JPEG and PNG files of `dir`, sorted by name.
+pub(crate) fn image_files(dir: &std::path::Path) -> Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            matches!(p.extension().and_then(|e| e.to_str()), Some("jpg" | "jpeg" | "png" | "JPEG"))
+        })
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
 fn logits_of(t: Tensor<4>) -> Vec<f32> {
     t.into_data().try_to_vec::<f32>().expect("f32 logits")
 }
@@ -187,15 +200,8 @@ pub fn run(mut o: Args) -> Result<()> {
     .transpose()?;
     let reference = o.reference.as_ref().map(read_csv_classes).transpose()?;
 
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&o.images)
-        .with_context(|| format!("reading {}", o.images.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            matches!(p.extension().and_then(|e| e.to_str()), Some("jpg" | "jpeg" | "png" | "JPEG"))
-        })
-        .collect();
-    files.sort();
-    let files: Vec<PathBuf> = files.into_iter().skip(o.skip).take(o.limit).collect();
+    let files: Vec<PathBuf> =
+        image_files(&o.images)?.into_iter().skip(o.skip).take(o.limit).collect();
     if files.is_empty() {
         bail!("no .jpg or .png images in {}", o.images.display());
     }

@@ -54,14 +54,7 @@ pub fn run(o: Args) -> Result<()> {
     let full = EfficientNetLite0::from_weights(&weights, &device)?;
     let labels = o.images.join("labels.csv");
     let labels = labels.exists().then(|| crate::eval::read_csv_classes(&labels)).transpose()?;
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&o.images)
-        .with_context(|| format!("reading {}", o.images.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            matches!(p.extension().and_then(|e| e.to_str()), Some("jpg" | "jpeg" | "png" | "JPEG"))
-        })
-        .collect();
-    files.sort();
+    let mut files = crate::eval::image_files(&o.images)?;
     files.truncate(o.limit);
     if files.is_empty() {
         bail!("no .jpg or .png images in {}", o.images.display());
@@ -121,12 +114,13 @@ pub fn run(o: Args) -> Result<()> {
         }
     }
     let n = files.len() as u32;
+    // Bytes of each stage's f32 shard, serialized once.
+    let f32_sizes: Vec<(Boundary, usize)> = split_shared::model::weight_shards(&weights)
+        .iter()
+        .map(|(b, s)| (*b, s.to_bytes(split_shared::model::WEIGHTS_MAGIC).len()))
+        .collect();
     let f32_bytes = |split: Boundary| -> usize {
-        split_shared::model::weight_shards(&weights)
-            .iter()
-            .filter(|(b, _)| *b > split)
-            .map(|(_, s)| s.to_bytes(split_shared::model::WEIGHTS_MAGIC).len())
-            .sum()
+        f32_sizes.iter().filter(|(b, _)| *b > split).map(|(_, n)| n).sum()
     };
     println!("images: {n} from {}", o.images.display());
     if labelled > 0 {

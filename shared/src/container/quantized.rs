@@ -18,14 +18,13 @@
 //! fnv1a-64 of every byte above, u64
 //! ```
 
-use super::{ContainerError, Cursor, TensorFile, fnv1a64};
+use super::tensor_file::{finish, open, read_name_dims, seal, write_header, write_name_dims};
+use super::{ContainerError, TensorFile};
 
 /// Layout version this build reads and writes.
 pub const QUANTIZED_FILE_VERSION: u16 = 1;
+/// Header bytes before the first tensor (a capacity hint).
 const HEADER_LEN: usize = 12;
-const CHECKSUM_LEN: usize = 8;
-const MAX_NDIM: usize = 4;
-const MAX_TENSORS: usize = 4096;
 
 /// How a tensor's values are stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,17 +62,9 @@ fn max_level(bits: u8) -> f32 {
 /// Quantize `weights` (see the module docs) and write the file.
 pub fn quantize(weights: &TensorFile, how: Quantization) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER_LEN + weights.num_values() + 64);
-    out.extend_from_slice(&QUANTIZED_MAGIC);
-    out.extend_from_slice(&QUANTIZED_FILE_VERSION.to_le_bytes());
-    out.extend_from_slice(&0u16.to_le_bytes());
-    out.extend_from_slice(&(weights.names().count() as u32).to_le_bytes());
+    write_header(&mut out, QUANTIZED_MAGIC, QUANTIZED_FILE_VERSION, weights.names().count());
     for (name, dims, data) in weights.iter() {
-        out.extend_from_slice(&(name.len() as u16).to_le_bytes());
-        out.extend_from_slice(name.as_bytes());
-        out.push(dims.len() as u8);
-        for d in dims {
-            out.extend_from_slice(&(*d as u32).to_le_bytes());
-        }
+        write_name_dims(&mut out, name, dims);
         if dims.len() < 2 {
             out.push(32);
             for v in data {
@@ -105,9 +96,7 @@ pub fn quantize(weights: &TensorFile, how: Quantization) -> Vec<u8> {
             }));
         }
     }
-    let sum = fnv1a64(&out);
-    out.extend_from_slice(&sum.to_le_bytes());
-    out
+    seal(out)
 }
 
 /// First four bytes of a quantized weights file.
@@ -119,37 +108,11 @@ pub const QUANTIZED_MAGIC: [u8; 4] = *b"SPLQ";
 /// A [`ContainerError`] naming the first problem: wrong magic or version, a checksum mismatch
 /// (a corrupt or partial download), or an absurd header.
 pub fn dequantize(bytes: &[u8]) -> Result<TensorFile, ContainerError> {
-    if bytes.len() < HEADER_LEN + CHECKSUM_LEN || bytes[..4] != QUANTIZED_MAGIC {
-        return Err(ContainerError::BadMagic {
-            expected: String::from_utf8_lossy(&QUANTIZED_MAGIC).into_owned(),
-        });
-    }
-    let (body, tail) = bytes.split_at(bytes.len() - CHECKSUM_LEN);
-    if fnv1a64(body) != u64::from_le_bytes(tail.try_into().expect("8 bytes")) {
-        return Err(ContainerError::Checksum);
-    }
+    let (mut r, count) = open(bytes, QUANTIZED_MAGIC, QUANTIZED_FILE_VERSION)?;
     let malformed = |m: String| ContainerError::Malformed(m);
-    let mut r = Cursor::new(&body[4..]);
-    let version = r.u16()?;
-    if version != QUANTIZED_FILE_VERSION {
-        return Err(ContainerError::Version { got: version, supported: QUANTIZED_FILE_VERSION });
-    }
-    r.u16()?;
-    let count = r.u32()? as usize;
-    if count > MAX_TENSORS {
-        return Err(malformed(format!("{count} tensors is more than the limit {MAX_TENSORS}")));
-    }
     let mut out = TensorFile::new();
     for _ in 0..count {
-        let len = r.u16()? as usize;
-        let name = std::str::from_utf8(r.take(len)?)
-            .map_err(|_| malformed("tensor name is not utf-8".into()))?
-            .to_string();
-        let ndim = r.u8()? as usize;
-        if ndim > MAX_NDIM {
-            return Err(malformed(format!("tensor {name} has {ndim} dimensions")));
-        }
-        let dims = (0..ndim).map(|_| r.u32().map(|d| d as usize)).collect::<Result<Vec<_>, _>>()?;
+        let (name, dims) = read_name_dims(&mut r)?;
         // Every stored value takes at least half a byte: a count the rest cannot hold is a lie.
         let numel = dims
             .iter()
@@ -184,10 +147,7 @@ pub fn dequantize(bytes: &[u8]) -> Result<TensorFile, ContainerError> {
         };
         out.insert(name, dims, data);
     }
-    let extra = r.rest().len();
-    if extra > 0 {
-        return Err(malformed(format!("{extra} bytes after the last tensor")));
-    }
+    finish(r)?;
     Ok(out)
 }
 

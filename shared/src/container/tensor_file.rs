@@ -139,24 +139,14 @@ impl TensorFile {
     pub fn to_bytes(&self, magic: [u8; 4]) -> Vec<u8> {
         let mut out =
             Vec::with_capacity(HEADER_LEN + self.num_values() * 4 + 64 * self.tensors.len());
-        out.extend_from_slice(&magic);
-        out.extend_from_slice(&TENSOR_FILE_VERSION.to_le_bytes());
-        out.extend_from_slice(&0u16.to_le_bytes());
-        out.extend_from_slice(&(self.tensors.len() as u32).to_le_bytes());
+        write_header(&mut out, magic, TENSOR_FILE_VERSION, self.tensors.len());
         for (name, dims, data) in &self.tensors {
-            out.extend_from_slice(&(name.len() as u16).to_le_bytes());
-            out.extend_from_slice(name.as_bytes());
-            out.push(dims.len() as u8);
-            for d in dims {
-                out.extend_from_slice(&(*d as u32).to_le_bytes());
-            }
+            write_name_dims(&mut out, name, dims);
             for v in data {
                 out.extend_from_slice(&v.to_le_bytes());
             }
         }
-        let sum = fnv1a64(&out);
-        out.extend_from_slice(&sum.to_le_bytes());
-        out
+        seal(out)
     }
 
     /// Parse and verify a file written by [`Self::to_bytes`] with `magic`.
@@ -165,42 +155,10 @@ impl TensorFile {
     /// A [`ContainerError`] naming the first problem: wrong magic or version, a checksum
     /// mismatch (a corrupt or partial download), or an absurd header.
     pub fn from_bytes(bytes: &[u8], magic: [u8; 4]) -> Result<Self, ContainerError> {
-        if bytes.len() < HEADER_LEN + CHECKSUM_LEN || bytes[..4] != magic {
-            return Err(ContainerError::BadMagic {
-                expected: String::from_utf8_lossy(&magic).into_owned(),
-            });
-        }
-        let (body, tail) = bytes.split_at(bytes.len() - CHECKSUM_LEN);
-        let stored = u64::from_le_bytes(tail.try_into().expect("8 bytes"));
-        if fnv1a64(body) != stored {
-            return Err(ContainerError::Checksum);
-        }
-        let mut r = Cursor::new(&body[4..]);
-        let version = r.u16()?;
-        if version != TENSOR_FILE_VERSION {
-            return Err(ContainerError::Version { got: version, supported: TENSOR_FILE_VERSION });
-        }
-        r.u16()?;
-        let count = r.u32()? as usize;
-        if count > MAX_TENSORS {
-            return Err(ContainerError::Malformed(format!(
-                "{count} tensors is more than the limit {MAX_TENSORS}"
-            )));
-        }
+        let (mut r, count) = open(bytes, magic, TENSOR_FILE_VERSION)?;
         let mut out = Self::new();
         for _ in 0..count {
-            let len = r.u16()? as usize;
-            let name = std::str::from_utf8(r.take(len)?)
-                .map_err(|_| ContainerError::Malformed("tensor name is not utf-8".into()))?
-                .to_string();
-            let ndim = r.u8()? as usize;
-            if ndim > MAX_NDIM {
-                return Err(ContainerError::Malformed(format!(
-                    "tensor {name} has {ndim} dimensions"
-                )));
-            }
-            let dims =
-                (0..ndim).map(|_| r.u32().map(|d| d as usize)).collect::<Result<Vec<_>, _>>()?;
+            let (name, dims) = read_name_dims(&mut r)?;
             let numel = dims.iter().try_fold(1usize, |a, d| a.checked_mul(*d));
             let nbytes =
                 numel.and_then(|n| n.checked_mul(4)).filter(|n| *n <= r.remaining()).ok_or_else(
@@ -213,12 +171,92 @@ impl TensorFile {
                 .collect();
             out.insert(name, dims, data);
         }
-        let extra = r.rest().len();
-        if extra > 0 {
-            return Err(ContainerError::Malformed(format!("{extra} bytes after the last tensor")));
-        }
+        finish(r)?;
         Ok(out)
     }
+}
+
+// The layout both containers share (this one, and the quantized one in `quantized.rs`): a
+// header of magic, version and tensor count; per tensor its name and dims; a checksum at the end.
+
+/// Start a file: magic, version, a reserved u16, the tensor count.
+pub(super) fn write_header(out: &mut Vec<u8>, magic: [u8; 4], version: u16, count: usize) {
+    out.extend_from_slice(&magic);
+    out.extend_from_slice(&version.to_le_bytes());
+    out.extend_from_slice(&0u16.to_le_bytes());
+    out.extend_from_slice(&(count as u32).to_le_bytes());
+}
+
+/// A tensor's name and dims, before its values.
+pub(super) fn write_name_dims(out: &mut Vec<u8>, name: &str, dims: &[usize]) {
+    out.extend_from_slice(&(name.len() as u16).to_le_bytes());
+    out.extend_from_slice(name.as_bytes());
+    out.push(dims.len() as u8);
+    for d in dims {
+        out.extend_from_slice(&(*d as u32).to_le_bytes());
+    }
+}
+
+/// End a file with the checksum of everything before it.
+pub(super) fn seal(mut out: Vec<u8>) -> Vec<u8> {
+    let sum = fnv1a64(&out);
+    out.extend_from_slice(&sum.to_le_bytes());
+    out
+}
+
+/// Check a file's magic, checksum and version; returns a reader at the first tensor and the
+/// tensor count.
+pub(super) fn open(
+    bytes: &[u8],
+    magic: [u8; 4],
+    version: u16,
+) -> Result<(Cursor<'_>, usize), ContainerError> {
+    if bytes.len() < HEADER_LEN + CHECKSUM_LEN || bytes[..4] != magic {
+        return Err(ContainerError::BadMagic {
+            expected: String::from_utf8_lossy(&magic).into_owned(),
+        });
+    }
+    let (body, tail) = bytes.split_at(bytes.len() - CHECKSUM_LEN);
+    let stored = u64::from_le_bytes(tail.try_into().expect("8 bytes"));
+    if fnv1a64(body) != stored {
+        return Err(ContainerError::Checksum);
+    }
+    let mut r = Cursor::new(&body[4..]);
+    let got = r.u16()?;
+    if got != version {
+        return Err(ContainerError::Version { got, supported: version });
+    }
+    r.u16()?;
+    let count = r.u32()? as usize;
+    if count > MAX_TENSORS {
+        return Err(ContainerError::Malformed(format!(
+            "{count} tensors is more than the limit {MAX_TENSORS}"
+        )));
+    }
+    Ok((r, count))
+}
+
+/// A tensor's name and dims.
+pub(super) fn read_name_dims(r: &mut Cursor<'_>) -> Result<(String, Vec<usize>), ContainerError> {
+    let len = r.u16()? as usize;
+    let name = std::str::from_utf8(r.take(len)?)
+        .map_err(|_| ContainerError::Malformed("tensor name is not utf-8".into()))?
+        .to_string();
+    let ndim = r.u8()? as usize;
+    if ndim > MAX_NDIM {
+        return Err(ContainerError::Malformed(format!("tensor {name} has {ndim} dimensions")));
+    }
+    let dims = (0..ndim).map(|_| r.u32().map(|d| d as usize)).collect::<Result<Vec<_>, _>>()?;
+    Ok((name, dims))
+}
+
+/// Refuse bytes left after the last tensor.
+pub(super) fn finish(r: Cursor<'_>) -> Result<(), ContainerError> {
+    let extra = r.rest().len();
+    if extra > 0 {
+        return Err(ContainerError::Malformed(format!("{extra} bytes after the last tensor")));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -9,10 +9,9 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use split_perf::netem::PROFILES;
 
 use super::netns::Netns;
-use super::start::start_delay;
+use super::start::over_links;
 use super::{read_json, server_args};
 use crate::paths;
 use crate::server::start_server;
@@ -61,24 +60,9 @@ pub fn lab(links: &[String], images: &Path, limit: usize, out: &Path, command: &
     let ns = Netns::create()?;
     let server = start_server(&server_args(&["--host", &ns.host_ip, "--allow-plaintext"]))?;
     let upstream = server.url.trim_start_matches("http://").trim_end_matches('/').to_string();
-    let mut all = Vec::new();
-    eprintln!("lab: progressive answers on loopback");
-    let (proxy, addr) = start_delay(&ns, &upstream, 0.0)?;
-    all.push((
-        "loopback".to_string(),
-        measure(&ns, &format!("http://{addr}/"), images, limit, "loopback")?,
-    ));
-    drop(proxy);
-    for name in links {
-        let link = PROFILES
-            .iter()
-            .find(|p| p.name == name)
-            .with_context(|| format!("unknown link {name}; use a profile such as 4g or 3g"))?;
-        eprintln!("lab: progressive answers over {name}");
-        ns.shape(link)?;
-        let (_proxy, addr) = start_delay(&ns, &upstream, link.rtt_ms)?;
-        all.push((name.clone(), measure(&ns, &format!("http://{addr}/"), images, limit, name)?));
-    }
+    let all = over_links(&ns, &upstream, links, "progressive answers", |url, link| {
+        measure(&ns, url, images, limit, link)
+    })?;
     drop(server);
     write(&all, images, out, command)
 }

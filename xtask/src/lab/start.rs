@@ -27,7 +27,7 @@ pub fn default_out() -> PathBuf {
 }
 
 /// The link emulator inside the namespace, killed on drop.
-pub(super) struct Proxy(Child);
+struct Proxy(Child);
 
 impl Drop for Proxy {
     fn drop(&mut self) {
@@ -37,7 +37,7 @@ impl Drop for Proxy {
 }
 
 /// Start `netem --link rtt:<ms>` in `ns` in front of `upstream`; returns it and its address.
-pub(super) fn start_delay(ns: &Netns, upstream: &str, rtt_ms: f64) -> Result<(Proxy, String)> {
+fn start_delay(ns: &Netns, upstream: &str, rtt_ms: f64) -> Result<(Proxy, String)> {
     let bin = target_dir().join("debug/netem");
     let mut child = ns
         .command(&bin)
@@ -88,24 +88,40 @@ pub fn lab(links: &[String], out: &Path, command: &str) -> Result<()> {
     // The namespace's address is this machine's own (a veth pair): clear text never leaves it.
     let server = start_server(&server_args(&["--host", &ns.host_ip, "--allow-plaintext"]))?;
     let upstream = server.url.trim_start_matches("http://").trim_end_matches('/').to_string();
-    // The page is opened at the emulator's loopback address in the namespace: a secure context
-    // (Cache Storage, cross-origin isolation and the threaded build), as on an HTTPS site.
-    eprintln!("lab: start-up on loopback");
-    let (proxy, addr) = start_delay(&ns, &upstream, 0.0)?;
-    let mut rows = measure(&ns, &format!("http://{addr}/"), "loopback")?;
+    let per_link =
+        over_links(&ns, &upstream, links, "start-up", |url, link| measure(&ns, url, link))?;
+    drop(server);
+    let rows: Vec<_> = per_link.into_iter().flat_map(|(_, rows)| rows).collect();
+    write(&rows, links, out, command)
+}
+
+/// `measure(url, link)` on loopback (the veth unshaped, no delay) and then over each of
+/// `links` (the veth shaped at the profile's rates, the emulator adding its round trip), the
+/// page at the emulator's loopback address in the namespace: a secure context (Cache Storage,
+/// cross-origin isolation and the threaded build), as on an HTTPS site. `what` names the lab
+/// in the progress lines.
+pub(super) fn over_links<T>(
+    ns: &Netns,
+    upstream: &str,
+    links: &[String],
+    what: &str,
+    mut measure: impl FnMut(&str, &str) -> Result<T>,
+) -> Result<Vec<(String, T)>> {
+    eprintln!("lab: {what} on loopback");
+    let (proxy, addr) = start_delay(ns, upstream, 0.0)?;
+    let mut out = vec![("loopback".to_string(), measure(&format!("http://{addr}/"), "loopback")?)];
     drop(proxy);
     for name in links {
         let link = PROFILES
             .iter()
             .find(|p| p.name == name)
             .with_context(|| format!("unknown link {name}; use a profile such as 4g or 3g"))?;
-        eprintln!("lab: start-up over {name}");
+        eprintln!("lab: {what} over {name}");
         ns.shape(link)?;
-        let (_proxy, addr) = start_delay(&ns, &upstream, link.rtt_ms)?;
-        rows.extend(measure(&ns, &format!("http://{addr}/"), name)?);
+        let (_proxy, addr) = start_delay(ns, upstream, link.rtt_ms)?;
+        out.push((name.clone(), measure(&format!("http://{addr}/"), name)?));
     }
-    drop(server);
-    write(&rows, links, out, command)
+    Ok(out)
 }
 
 fn write(rows: &[serde_json::Value], links: &[String], out: &Path, command: &str) -> Result<()> {
