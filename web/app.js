@@ -1,5 +1,6 @@
 // The demo page: wires the DOM to SplitClient. All inference logic lives in split-client.js.
 import { LiveCamera } from "./camera.js";
+import { showSeen } from "./seen.js";
 import { SplitClient } from "./split-client.js";
 
 const $ = (id) => document.getElementById(id);
@@ -115,6 +116,7 @@ function setImage(bytes, name) {
   $("preview").alt = `the photo to classify: ${name}`;
   $("classify").disabled = !client;
   document.body.dataset.image = name;
+  if (client) drawNetwork();
 }
 
 function clearImage() {
@@ -124,6 +126,7 @@ function clearImage() {
   $("note").hidden = true;
   $("classify").disabled = true;
   delete document.body.dataset.image;
+  $("seen").hidden = true;
 }
 
 async function loadSample(name) {
@@ -189,6 +192,7 @@ function drawNetwork() {
     caption = `${split === "auto" ? "auto chose: " : ""}${here} · ${sent} · ${there}`;
   }
   $("network-caption").textContent = caption;
+  showSeen($("seen"), image?.name, cut < 0 ? null : bounds[cut].name).catch(showError);
   $("network").setAttribute("aria-label", caption);
   $("network-figure").hidden = false;
 }
@@ -415,7 +419,8 @@ async function main() {
   // `?max_edge_mb=1`: auto never places more than 1 MB of weights on this device (a phone short
   // of storage; the light model for outages does not count).
   const maxEdgeMb = Number(params.get("max_edge_mb"));
-  // `?privacy_floor=block5`: no features before block5, and never the photo, leave this device.
+  // `?privacy_floor=block5`: no features before block5, and never the photo, leave this device;
+  // `?privacy_floor=default`: the measured floor (docs/privacy.md).
   const floor = params.get("privacy_floor");
   const constraints = maxEdgeMb > 0 || floor
     ? { ...(maxEdgeMb > 0 ? { max_edge_param_bytes: Math.round(maxEdgeMb * 1e6) } : {}), ...(floor ? { privacy_floor: floor } : {}) }

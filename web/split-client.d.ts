@@ -50,7 +50,8 @@ export interface Constraints {
   /** Never send features before this boundary (name or index), and never the image: auto
    * never places a request there, an explicit "cloud" or shallower split is refused with
    * `privacy_floor`, and an answer kept for the server during an outage is cut at the floor
-   * or deeper. */
+   * or deeper. `"default"`: the measured floor, the earliest boundary whose features a
+   * white-box attacker could not reconstruct into a recognisable photo (docs/privacy.md). */
   privacy_floor?: string | number;
   /** Never use a codec whose top-1 agreement with the uncompressed model may be below this:
    * held against the lower end of its 95% interval on the cost table's photos (default 0.98). */

@@ -93,8 +93,10 @@ export class SplitClient {
       throw new SplitError("bad_option", `unknown fallback ${options.fallback}; use "light" or "full"`);
     }
     client.fallback = info.light_model ? options.fallback ?? "light" : "full";
-    // The privacy floor may be a boundary name: "that boundary and deeper only".
+    // The privacy floor may be a boundary name: "that boundary and deeper only"; "default" is
+    // the measured one (the earliest whose features no longer reconstruct into the photo).
     const constraints = { privacy_floor: 0, min_agreement: 0.98, max_edge_param_bytes: null, ...options.constraints };
+    if (constraints.privacy_floor === "default") constraints.privacy_floor = wasm.defaultPrivacyFloor();
     if (typeof constraints.privacy_floor === "string") {
       constraints.privacy_floor = boundaryIndex(constraints.privacy_floor);
       if (constraints.privacy_floor < 0) throw new SplitError("bad_option", `unknown boundary ${options.constraints.privacy_floor}`);

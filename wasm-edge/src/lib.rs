@@ -368,3 +368,10 @@ pub fn decode_reply(frame: &[u8]) -> Result<JsValue, JsValue> {
 pub fn boundaries() -> JsValue {
     js::boundaries()
 }
+
+/// The boundary `privacy_floor: "default"` means: the earliest whose features a white-box
+/// attacker could not reconstruct into a recognisable photo (docs/privacy.md).
+#[wasm_bindgen(js_name = defaultPrivacyFloor)]
+pub fn default_privacy_floor() -> String {
+    split_shared::plan::DEFAULT_PRIVACY_FLOOR.name().to_string()
+}

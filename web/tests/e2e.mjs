@@ -223,6 +223,27 @@ async function pageChecks(page, name) {
   await step("coffee selected", page.waitForFunction(() => document.body.dataset.image === "coffee"));
   const stale = await page.evaluate(() => ({ hidden: document.querySelector("#result").hidden, items: document.querySelectorAll("#top li").length }));
   assert.deepEqual(stale, { hidden: true, items: 0 }, `${name}: the previous photo's answer is cleared`);
+  // Next to a sample, what the server could reconstruct from the chosen split (the offline
+  // inversion, web/samples/seen): recognisable after block5, not after the head conv; for cloud
+  // only the photo itself; for the visitor's own photos nothing is computed.
+  const seenAt = async (split, cut) => {
+    await page.selectOption("#split", split);
+    await step(`seen at ${split}`, page.waitForFunction((c) => {
+      const f = document.querySelector("#seen");
+      const img = f.querySelector("img");
+      return !f.hidden && f.dataset.cut === c && (img.hidden || (img.complete && img.naturalWidth > 0 && f.dataset.verdict));
+    }, cut));
+    return page.evaluate(() => {
+      const f = document.querySelector("#seen");
+      const img = f.querySelector("img");
+      return { verdict: f.dataset.verdict ?? null, width: img.hidden ? 0 : img.naturalWidth, caption: f.querySelector("figcaption").textContent };
+    });
+  };
+  const seen = { block5: await seenAt("block5", "block5"), head: await seenAt("head", "head"), cloud: await seenAt("cloud", "input") };
+  assert.deepEqual([seen.block5.verdict, seen.block5.width], ["recognisable", 224], `${name}: seen after block5: ${JSON.stringify(seen.block5)}`);
+  assert.deepEqual([seen.head.verdict, seen.head.width], ["not recognisable", 224], `${name}: seen after head: ${JSON.stringify(seen.head)}`);
+  assert.match(seen.cloud.caption, /the photo itself/, `${name}: cloud only sends the photo`);
+  assert.equal(seen.cloud.width, 0, `${name}: no reconstruction for cloud only`);
   // A refused file is not left selected as if it were the previous one.
   await page.setInputFiles("#file", { name: "notes.pdf", mimeType: "application/pdf", buffer: Buffer.from("%PDF-1.7") });
   const refused = await page.evaluate(() => ({ error: !document.querySelector("#error").hidden, image: document.body.dataset.image ?? null,
@@ -242,6 +263,7 @@ async function pageChecks(page, name) {
   await page.setInputFiles("#file", new URL("../samples/chelsea.png", import.meta.url).pathname);
   await step("chosen file selected", page.waitForFunction(() => document.body.dataset.image === "chelsea.png"));
   assert.equal(await page.evaluate(() => document.querySelector("#error").hidden), true, `${name}: the error goes with a new photo`);
+  assert.match(await page.textContent("#seen figcaption"), /three samples only/, `${name}: nothing is reconstructed of the visitor's photo`);
   await page.selectOption("#split", "block5");
   await page.focus("#classify");
   await page.keyboard.press("Enter");

@@ -351,6 +351,24 @@ try {
       `no features before block5 were sent: ${JSON.stringify(kinds.filter((k) => k.kind === 1))}`);
     console.log(`outage: privacy floor: ${kinds.length} frames sent, none an image, features at boundaries ${[...new Set(kinds.filter((k) => k.kind === 1).map((k) => k.boundary))]}`);
   });
+  // `privacy_floor: "default"` is the measured floor (head, docs/privacy.md): block15 is
+  // refused, naming it; head is taken.
+  await withPage(GPU_ARGS.cpu, async (page) => {
+    await page.goto(`${pageUrl.split("?")[0]}?weights=block5&privacy_floor=default`);
+    await ready(page);
+    const out = await page.evaluate(async () => {
+      const c = window.splitClient;
+      const image = new Uint8Array(await (await fetch("samples/chelsea.png")).arrayBuffer());
+      let refused = null;
+      try { await c.classify(image, "block15"); } catch (e) { refused = { code: e.code, message: e.message }; }
+      const taken = await c.classify(image, "head");
+      return { refused, taken: { mode: taken.mode, split: taken.split, top1: taken.top[0].class } };
+    });
+    console.log("outage: default privacy floor", JSON.stringify(out));
+    assert.equal(out.refused?.code, "privacy_floor", "block15 is before the default floor");
+    assert.match(out.refused.message, /privacy floor is head/, "the refusal names the measured floor");
+    assert.deepEqual([out.taken.mode, out.taken.split], ["split", "head"], "a split at the floor is taken");
+  });
   console.log("outage: passed");
 } finally {
   link.close();

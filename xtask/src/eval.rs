@@ -126,7 +126,11 @@ struct Tally {
 }
 
 /// A codec name with `-r/k` resolved to `channels / k` at `split` (at most the calibrated rank).
-fn setting_at(name: &str, split: Boundary, calibration: Option<&Calibration>) -> Result<Setting> {
+pub(crate) fn setting_at(
+    name: &str,
+    split: Boundary,
+    calibration: Option<&Calibration>,
+) -> Result<Setting> {
     let max_rank = calibration
         .and_then(|c| c.at(split))
         .and_then(|t| t.pca.as_ref())

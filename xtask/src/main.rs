@@ -14,7 +14,8 @@
 //! - `onnx`: ONNX export of the model and ONNX Runtime (CPU) against burn `flex`;
 //! - `lab`: the performance lab (throughput, links, browser, baselines) and its report;
 //! - `stream-eval`: bytes per frame of a synthetic camera pan with and without residuals;
-//! - `fuzz`: the libFuzzer target on the frame and codec decoders (nightly).
+//! - `fuzz`: the libFuzzer target on the frame and codec decoders (nightly);
+//! - `invert`, `adversarial`: the white-box attacks that measure privacy (docs/privacy.md).
 
 mod browser;
 mod calibrate;
@@ -31,6 +32,7 @@ mod onnx;
 mod ops_profile;
 mod paths;
 mod plan_sim;
+mod privacy;
 mod profile;
 mod prune;
 mod server;
@@ -95,6 +97,12 @@ enum Task {
     Lab(lab::Args),
     /// The libFuzzer target on the frame and codec decoders (nightly).
     Fuzz(fuzz::Args),
+    /// Reconstruct photos from the features the server receives (white-box inversion): PSNR and
+    /// SSIM per boundary, codec and noise (builds xtask with burn's autodiff).
+    Invert(privacy::InvertArgs),
+    /// Adversarial photos crafted against the public model, with and without the feature
+    /// noise's random draw (builds xtask with burn's autodiff).
+    Adversarial(privacy::AdversarialArgs),
 }
 
 fn main() -> Result<()> {
@@ -113,5 +121,7 @@ fn main() -> Result<()> {
         Task::Onnx(a) => onnx::run(a),
         Task::Lab(a) => lab::run(a),
         Task::Fuzz(a) => fuzz::run(a),
+        Task::Invert(a) => privacy::invert(a),
+        Task::Adversarial(a) => privacy::adversarial(a),
     }
 }
