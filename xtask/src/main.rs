@@ -97,8 +97,8 @@ enum Task {
     Lab(lab::Args),
     /// The libFuzzer target on the frame and codec decoders (nightly).
     Fuzz(fuzz::Args),
-    /// Reconstruct photos from the features the server receives (white-box inversion): PSNR and
-    /// SSIM per boundary, codec and noise (builds xtask with burn's autodiff).
+    /// Reconstruct photos from the features the server receives (white-box inversion): PSNR,
+    /// SSIM and layout kept per boundary, codec and noise (builds xtask with burn's autodiff).
     Invert(privacy::InvertArgs),
     /// Adversarial photos crafted against the public model, with and without the feature
     /// noise's random draw (builds xtask with burn's autodiff).

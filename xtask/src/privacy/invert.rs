@@ -86,7 +86,7 @@ pub fn run(o: InvertArgs) -> Result<()> {
     if photos.is_empty() {
         bail!("no photos to attack");
     }
-    if o.tv.len() != 1 && o.tv.len() != o.boundaries.len() {
+    if o.tv.len() > 1 && o.tv.len() != o.boundaries.len() {
         bail!("--tv takes one value or one per boundary ({} boundaries)", o.boundaries.len());
     }
     std::fs::create_dir_all(&o.out).with_context(|| format!("creating {}", o.out.display()))?;

@@ -74,9 +74,10 @@ pub struct InvertArgs {
     /// Adam step size in pixel units, decayed to zero on a cosine.
     #[arg(long, default_value_t = 0.05)]
     lr: f64,
-    /// Weight of the total-variation prior: one value, or one per boundary (an attacker tunes
-    /// it to the boundary on photos of its own; deeper features need a stronger prior).
-    #[arg(long, value_delimiter = ',', default_value = "5,5,5,25,25,100,100,100,100,100")]
+    /// Weight of the total-variation prior: one value, or one per boundary; default, by
+    /// boundary: 5 up to block1, 25 to block5, 100 after (tuned on chelsea: deeper features
+    /// need a stronger prior).
+    #[arg(long, value_delimiter = ',')]
     tv: Vec<f64>,
     /// Folder of the report.
     #[arg(long, default_value = "reports/privacy")]
@@ -93,7 +94,13 @@ pub struct InvertArgs {
 impl InvertArgs {
     /// The prior's weight at the `i`-th boundary.
     fn tv_at(&self, i: usize) -> f64 {
-        self.tv.get(i).or(self.tv.last()).copied().unwrap_or(25.0)
+        match self.tv.as_slice() {
+            [] if self.boundaries[i] <= Boundary::block(1).expect("block1 exists") => 5.0,
+            [] if self.boundaries[i] <= Boundary::block(5).expect("block5 exists") => 25.0,
+            [] => 100.0,
+            [one] => *one,
+            many => many[i],
+        }
     }
 
     fn photos(&self) -> Vec<PathBuf> {
