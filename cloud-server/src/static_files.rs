@@ -10,6 +10,7 @@ pub const SERVED: &[&str] = &[
     "index.html",
     "app.js",
     "camera.js",
+    "seen.js",
     "style.css",
     "split-client.js",
     "split-client.d.ts",
