@@ -63,4 +63,17 @@ mod tests {
         assert!(!servable(&root, Path::new("samples/passwd")), "a symlink out of the folder");
         std::fs::remove_dir_all(&root).unwrap();
     }
+
+    /// Every page file at the web folder's top (scripts, styles, the page) is on the list: one
+    /// left off is a 404 the page's imports fail on.
+    #[test]
+    fn every_page_file_is_served() {
+        let web = Path::new(env!("CARGO_MANIFEST_DIR")).join("../web");
+        for entry in std::fs::read_dir(&web).unwrap() {
+            let name = entry.unwrap().file_name().into_string().unwrap();
+            if [".js", ".css", ".html"].iter().any(|ext| name.ends_with(ext)) {
+                assert!(SERVED.contains(&name.as_str()), "web/{name} is not served");
+            }
+        }
+    }
 }
