@@ -103,7 +103,9 @@ pub fn structure(a: &[f32], b: &[f32], h: usize, w: usize, factor: usize) -> f64
         sxx += (u - mx) * (u - mx);
         syy += (v - my) * (v - my);
     }
-    if sxx == 0.0 || syy == 0.0 { 0.0 } else { sxy / (sxx * syy).sqrt() }
+    // A flat image has no layout (its variance is rounding error at most).
+    let flat = 1e-12 * n;
+    if sxx <= flat || syy <= flat { 0.0 } else { sxy / (sxx * syy).sqrt() }
 }
 
 #[cfg(test)]
