@@ -188,13 +188,22 @@ try {
       return { frames: out, backlog: await c.backlogState() };
     }, SAMPLES);
     console.table(stream.frames);
-    const cut = stream.frames.slice(2);
+    // After the cut every frame is answered: by the light model with its features kept, or, for
+    // a photo the stream showed before, from the edge's cache of the server's earlier answer
+    // (whether a repeat reaches the cache before auto moves to the edge is a matter of timing).
+    const after = stream.frames.slice(2);
+    const cut = after.filter((f) => f.mode !== "cache");
     assert.ok(stream.frames.slice(0, 2).every((f) => f.quality === "full"), "before the cut: full answers");
+    assert.ok(cut.length >= 1 && cut[0].i === 2, "the first new photo after the cut is answered on the device");
     assert.ok(cut.every((f) => f.quality === "reduced" && f.model === "int8" && f.resumable),
-      "after the cut: every frame answered by the light model, its features kept");
+      "after the cut: every frame not in the cache answered by the light model, its features kept");
+    for (const f of after.filter((f) => f.mode === "cache")) {
+      assert.ok(f.i >= 3 && f.quality === "full" && f.top1 === stream.frames[f.i - 3].top1,
+        `frame ${f.i} from the cache is the same photo's earlier answer`);
+    }
     assert.deepEqual(stream.backlog.entries, cut.length, "the backlog holds each reduced answer once");
     assert.ok(stream.backlog.persistent, "the backlog is in IndexedDB");
-    console.log(`outage: first reduced answer ${cut[0].afterCutMs.toFixed(0)} ms after the cut`);
+    console.log(`outage: first reduced answer ${cut[0].afterCutMs.toFixed(0)} ms after the cut; ${after.length - cut.length} of ${after.length} from the edge cache`);
 
     // A reload during the outage: the backlog is still there.
     await page.reload();
