@@ -10,7 +10,7 @@ use split_shared::labels::top_k;
 use split_shared::model::{Boundary, EfficientNetLite0, Features};
 
 use super::attack::{WhiteBox, one_image};
-use super::{AdversarialArgs, image_pixels, pixels_to_image};
+use super::{AdversarialArgs, image_pixels, received};
 use crate::{calibrate, eval, setup};
 
 /// The pipeline a request takes: edge to the split, noise, codec, server.
@@ -24,18 +24,10 @@ struct Pipeline {
 impl Pipeline {
     /// Top-1 of `pixels` through the split with `noise` drawn from `seed`.
     fn answer(&self, pixels: &[f32], noise: Option<Noise>, seed: u64) -> Result<u16> {
-        let device = Device::flex();
-        let x = split_shared::image::to_input_tensor(&pixels_to_image(pixels), &device);
-        let b = self.split;
-        let f = Features::from_tensor(b, self.model.forward_range(x, Boundary::INPUT, b)?)?;
-        let f = match noise {
-            Some(n) => n.apply(f, &self.calibration, seed)?,
-            None => f,
-        };
-        let setting = eval::setting_at(&self.codec, b, Some(&self.calibration))?;
-        let frame = eval::encode_as_edge(seed, &f, setting, Some(&self.calibration), None)?;
-        let (decoded, _) = eval::decode_as_server(&frame, Some(&self.calibration), None)?;
-        let logits = self.model.forward_range(decoded.to_tensor(&device), b, Boundary::LOGITS)?;
+        let (b, calibration) = (self.split, &self.calibration);
+        let (decoded, _) = received(&self.model, pixels, b, &self.codec, noise, calibration, seed)?;
+        let x = decoded.to_tensor(&Device::flex());
+        let logits = self.model.forward_range(x, b, Boundary::LOGITS)?;
         Ok(top_k(&logits.into_data().try_to_vec::<f32>().expect("f32 logits"), 1)[0].class)
     }
 

@@ -9,11 +9,11 @@ use anyhow::{Context, Result, bail};
 use burn::tensor::Device;
 use serde::Serialize;
 use split_shared::codec::{Calibration, Noise};
-use split_shared::model::{Boundary, EfficientNetLite0, Features, INPUT_SIZE};
+use split_shared::model::{Boundary, EfficientNetLite0, INPUT_SIZE};
 
 use super::attack::{InvertOptions, WhiteBox};
 use super::metrics::{psnr, ssim, structure};
-use super::{InvertArgs, image_pixels, pixels_to_image};
+use super::{InvertArgs, image_pixels, pixels_to_image, received};
 use crate::{calibrate, eval, setup};
 
 /// One reconstruction's measurements.
@@ -36,31 +36,6 @@ struct Row {
     chance: f64,
     feature_error: f64,
     seconds: f64,
-}
-
-/// What the server receives at `boundary` for `pixels`: the edge's features, noise added if
-/// asked, coded and decoded exactly as browser and server do. Returns the values and the
-/// frame's size.
-fn received(
-    model: &EfficientNetLite0,
-    pixels: &[f32],
-    boundary: Boundary,
-    codec: &str,
-    noise: Option<Noise>,
-    calibration: &Calibration,
-    seed: u64,
-) -> Result<(Vec<f32>, usize)> {
-    let device = Device::flex();
-    let x = split_shared::image::to_input_tensor(&pixels_to_image(pixels), &device);
-    let f = Features::from_tensor(boundary, model.forward_range(x, Boundary::INPUT, boundary)?)?;
-    let f = match noise {
-        Some(n) => n.apply(f, calibration, seed)?,
-        None => f,
-    };
-    let setting = eval::setting_at(codec, boundary, Some(calibration))?;
-    let frame = eval::encode_as_edge(seed, &f, setting, Some(calibration), None)?;
-    let (decoded, _) = eval::decode_as_server(&frame, Some(calibration), None)?;
-    Ok((decoded.into_values(), frame.len()))
 }
 
 fn noise_name(n: Option<Noise>) -> String {
@@ -94,7 +69,8 @@ pub fn run(o: InvertArgs) -> Result<()> {
     let mut rows: Vec<Row> = Vec::new();
     // Every reconstruction, by row, and every photo: for the chance level afterwards.
     let mut recons: Vec<Vec<f32>> = Vec::new();
-    let mut originals: Vec<Vec<f32>> = Vec::new();
+    let originals: Vec<Vec<f32>> =
+        photos.iter().map(|(p, _)| image_pixels(p)).collect::<Result<_>>()?;
     let mut row_photo: Vec<usize> = Vec::new();
     // Reconstructions of the samples, per condition then photo then boundary: the figure.
     let mut drawn: Vec<Vec<f32>> = Vec::new();
@@ -105,16 +81,14 @@ pub fn run(o: InvertArgs) -> Result<()> {
     for (codec, noise) in &conditions {
         for (index, (path, sample)) in photos.iter().enumerate() {
             let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or("photo").to_string();
-            let original = image_pixels(path)?;
-            if originals.len() < photos.len() {
-                originals.push(original.clone());
-            }
+            let original = &originals[index];
             for (b, &boundary) in o.boundaries.iter().enumerate() {
                 let options = InvertOptions { steps: o.steps, lr: o.lr, tv: o.tv_at(b) };
                 let start = Instant::now();
                 let seed = index as u64;
                 let (z, bytes) =
-                    received(&model, &original, boundary, codec, *noise, &calibration, seed)?;
+                    received(&model, original, boundary, codec, *noise, &calibration, seed)?;
+                let z = z.into_values();
                 let inv = attacker.invert(boundary, &z, &options, |_, _| {})?;
                 let row = Row {
                     photo: if *sample { name.clone() } else { format!("held-back #{index}") },
@@ -123,9 +97,9 @@ pub fn run(o: InvertArgs) -> Result<()> {
                     codec: codec.clone(),
                     noise: noise_name(*noise),
                     bytes,
-                    psnr_db: psnr(&original, &inv.pixels),
-                    ssim: ssim(&original, &inv.pixels, INPUT_SIZE, INPUT_SIZE),
-                    structure: structure(&original, &inv.pixels, INPUT_SIZE, INPUT_SIZE, 4),
+                    psnr_db: psnr(original, &inv.pixels),
+                    ssim: ssim(original, &inv.pixels, INPUT_SIZE, INPUT_SIZE),
+                    structure: structure(original, &inv.pixels, INPUT_SIZE, INPUT_SIZE, 4),
                     chance: f64::NAN,
                     feature_error: inv.feature_error,
                     seconds: start.elapsed().as_secs_f64(),
@@ -158,7 +132,7 @@ pub fn run(o: InvertArgs) -> Result<()> {
                 rows.push(row);
             }
             if *sample {
-                drawn.push(original);
+                drawn.push(original.clone());
             }
         }
     }

@@ -183,6 +183,32 @@ fn relaunch() -> Result<()> {
     crate::cmd::run(&mut cargo)
 }
 
+/// What the server receives at `boundary` for `pixels`: the edge's features, noise added if
+/// asked, coded and decoded exactly as browser and server do; and the frame's size.
+#[cfg(feature = "invert")]
+fn received(
+    model: &split_shared::model::EfficientNetLite0,
+    pixels: &[f32],
+    boundary: Boundary,
+    codec: &str,
+    noise: Option<split_shared::codec::Noise>,
+    calibration: &split_shared::codec::Calibration,
+    seed: u64,
+) -> Result<(split_shared::model::Features, usize)> {
+    use split_shared::model::Features;
+    let device = burn::tensor::Device::flex();
+    let x = split_shared::image::to_input_tensor(&pixels_to_image(pixels), &device);
+    let f = Features::from_tensor(boundary, model.forward_range(x, Boundary::INPUT, boundary)?)?;
+    let f = match noise {
+        Some(n) => n.apply(f, calibration, seed)?,
+        None => f,
+    };
+    let setting = crate::eval::setting_at(codec, boundary, Some(calibration))?;
+    let frame = crate::eval::encode_as_edge(seed, &f, setting, Some(calibration), None)?;
+    let (decoded, _) = crate::eval::decode_as_server(&frame, Some(calibration), None)?;
+    Ok((decoded, frame.len()))
+}
+
 /// A photo preprocessed as the network sees it, as `[3, 224, 224]` values in `[0, 1]`.
 pub(crate) fn image_pixels(path: &Path) -> Result<Vec<f32>> {
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
