@@ -160,7 +160,7 @@ export interface CreateOptions {
 }
 
 export interface ClassifyOptions {
-  /** "f32", or "q<bits>[-r<rank>][-packed]"; default: the server's recommendation. */
+  /** "f32", "q<bits>[-r<rank>][-packed]" or "s<level>" (0–24); default: the server's recommendation. */
   codec?: string;
   /** Code against the previous frame (camera streams). */
   stream?: boolean;

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use split_shared::codec::{Calibration, DEFAULT_SETTING, SUPPORTED_BITS, Setting};
+use split_shared::codec::{Calibration, SUPPORTED_BITS, Setting};
 use split_shared::model::{BoundaryInfo, NUM_BOUNDARIES, boundary_table};
 use split_shared::protocol::{MAX_FRAME_BYTES, PROTOCOL_VERSION};
 
@@ -136,7 +136,8 @@ impl ServerInfo {
             .calibration
             .as_ref()
             .map(|(c, path)| CalibrationInfo::of(c, path, &state.calibration_parts));
-        let default_codec = if calibration.is_some() { DEFAULT_SETTING } else { Setting::F32 };
+        let default_codec =
+            state.calibration.as_ref().map_or(Setting::F32, |(c, _)| c.default_setting());
         Self {
             calibration,
             default_codec,

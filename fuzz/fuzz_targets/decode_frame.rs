@@ -20,9 +20,10 @@ fn calibration() -> &'static Calibration {
 fuzz_target!(|data: &[u8]| {
     static STREAMS: OnceLock<Mutex<StreamDecoder>> = OnceLock::new();
     let calibration = calibration();
-    // Let the fuzzer reach the coded paths: stamp this calibration's id into coded frames.
+    // Let the fuzzer reach the coded paths: stamp this calibration's id into coded and
+    // allocated frames (both carry it 4 bytes into their parameters).
     let mut frame = data.to_vec();
-    if frame.len() >= 48 && frame[17] == 2 {
+    if frame.len() >= 48 && (frame[17] == 2 || frame[17] == 3) {
         let ndim = usize::from(frame[18]).min(4);
         let at = 20 + 4 * ndim + 4;
         if frame.len() >= at + 8 {

@@ -113,7 +113,7 @@ impl Frames {
                 at = boundary;
             }
             let features = Features::from_tensor(boundary, x.clone())?;
-            let calibration = matches!(codec, Setting::Quant(_)).then_some(&calibration);
+            let calibration = (codec != Setting::F32).then_some(&calibration);
             let frame = FeaturesFrame::encode(&features, codec, EncodeContext::new(calibration))
                 .with_context(|| format!("coding {boundary} with {codec}"))?;
             frames.insert(

@@ -73,7 +73,7 @@ impl Workload {
                 let features = Features::from_tensor(*split, x)?;
                 let calibration = match codec {
                     Setting::F32 => None,
-                    Setting::Quant(_) => Some(
+                    Setting::Quant(_) | Setting::Alloc(_) => Some(
                         Calibration::load(&split_paths::calibration_file())
                             .context("run `./run.sh setup`")?,
                     ),

@@ -5,7 +5,9 @@
 //! [`POSITIONS_PER_IMAGE`] spatial positions per image), then for each bit depth picks the
 //! per-channel clip range with the least quantization error and counts symbol frequencies; and it
 //! learns a PCA projection of the channel vector (components by decreasing variance) with tables
-//! of its own. Without `--images` it uses the three bundled CC0 photos, each in 30 crops and
+//! of its own. For the `s<level>` settings it measures each channel's sensitivity: how far the
+//! model's answer moves (KL divergence) when noise is added to that channel alone, on a few of
+//! the images ([`sensitivity`]). Without `--images` it uses the three bundled CC0 photos, each in 30 crops and
 //! flips: enough for working tables, though a few hundred photos of the target domain calibrate
 //! better (see the README's codec section for measured figures of both).
 
@@ -16,9 +18,11 @@ use anyhow::{Context, Result, bail};
 use burn::tensor::Device;
 use nalgebra::{DMatrix, SymmetricEigen};
 use split_shared::codec::fit::fit_table;
-use split_shared::codec::{BoundaryTables, Calibration, PcaTables, Projection, SUPPORTED_BITS};
+use split_shared::codec::{
+    AllocTable, BoundaryTables, Calibration, PcaTables, Projection, SUPPORTED_BITS,
+};
 use split_shared::image::{RgbImage, center_crop_resize, to_input_tensor};
-use split_shared::model::{Boundary, EfficientNetLite0};
+use split_shared::model::{Boundary, EfficientNetLite0, Features, MAX_BATCH};
 
 use crate::{paths, setup};
 
@@ -26,6 +30,13 @@ use crate::{paths, setup};
 const POSITIONS_PER_IMAGE: usize = 256;
 /// Most principal components stored per boundary.
 const DEFAULT_MAX_RANK: usize = 128;
+/// Images the channel sensitivities are measured on by default (each costs one run of the
+/// rest of the network per channel and boundary: about half a minute for all boundaries).
+const DEFAULT_SENSITIVITY_IMAGES: usize = 6;
+/// Noise added to a channel to measure its sensitivity, as a fraction of the channel's spread
+/// in that image: small enough for the KL to be quadratic in it, large enough to stay clear
+/// of f32 rounding in the logits.
+const PROBE_FRACTION: f64 = 0.1;
 
 /// Fit the codec's tables to real activations and write the calibration file.
 #[derive(clap::Args, Debug)]
@@ -48,6 +59,23 @@ pub struct Args {
     /// Most principal components stored per boundary.
     #[arg(long, default_value_t = DEFAULT_MAX_RANK)]
     max_rank: usize,
+    /// Images (spread evenly over the set) to measure channel sensitivities on, for the
+    /// `s<level>` settings; 0 leaves those settings uncalibrated.
+    #[arg(long, default_value_t = DEFAULT_SENSITIVITY_IMAGES)]
+    sensitivity_images: usize,
+    /// How `s<level>` steps are spread over channels: by measured `sensitivity`, or in
+    /// proportion to each channel's `spread` (every channel alike; for comparison).
+    #[arg(long, value_enum, default_value_t = Allocation::Sensitivity)]
+    allocation: Allocation,
+}
+
+/// How the `s<level>` settings divide their steps among channels.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Allocation {
+    /// By each channel's measured effect on the answer.
+    Sensitivity,
+    /// Steps proportional to each channel's spread, as if every channel mattered alike.
+    Spread,
 }
 
 struct Options {
@@ -57,6 +85,8 @@ struct Options {
     out: PathBuf,
     boundaries: Vec<Boundary>,
     max_rank: usize,
+    sensitivity_images: usize,
+    allocation: Allocation,
 }
 
 /// The boundaries calibrated by default: every block output, the stem and the head.
@@ -76,6 +106,8 @@ fn options(a: Args) -> Result<Options> {
         out: a.out.unwrap_or_else(split_paths::calibration_file),
         boundaries,
         max_rank: a.max_rank,
+        sensitivity_images: a.sensitivity_images,
+        allocation: a.allocation,
     })
 }
 
@@ -146,24 +178,49 @@ fn inputs(o: &Options) -> Result<Vec<RgbImage>> {
     }
 }
 
-/// Per boundary: `channels` rows of samples, position-aligned across channels.
+/// What one pass over the images collects per boundary.
+struct Collected {
+    /// `channels` rows of samples, position-aligned across channels.
+    samples: Vec<Vec<f32>>,
+    /// Per channel: summed sensitivity, and the number of images it was measured on.
+    sensitivity: Vec<f64>,
+    probed: usize,
+}
+
 fn collect(
     model: &EfficientNetLite0,
     images: &[RgbImage],
     boundaries: &[Boundary],
-) -> Result<BTreeMap<Boundary, Vec<Vec<f32>>>> {
+    sensitivity_images: usize,
+) -> Result<BTreeMap<Boundary, Collected>> {
     let device = Device::flex();
-    let mut samples: BTreeMap<Boundary, Vec<Vec<f32>>> =
-        boundaries.iter().map(|b| (*b, vec![Vec::new(); b.info().shape[0]])).collect();
+    let mut out: BTreeMap<Boundary, Collected> = boundaries
+        .iter()
+        .map(|b| {
+            let c = b.info().shape[0];
+            (*b, Collected { samples: vec![Vec::new(); c], sensitivity: vec![0.0; c], probed: 0 })
+        })
+        .collect();
     let last = *boundaries.iter().max().expect("at least one boundary");
+    let probe_every = images.len().div_ceil(sensitivity_images.max(1)).max(1);
+    let probes = sensitivity_images.min(images.len());
     for (i, img) in images.iter().enumerate() {
+        let probe = probes > 0 && i % probe_every == 0 && i / probe_every < probes;
         let mut x = to_input_tensor(img, &device);
         let mut at = Boundary::INPUT;
         for b in Boundary::all().filter(|b| *b > Boundary::INPUT && *b <= last) {
             x = model.forward_range(x, at, b)?;
             at = b;
-            let Some(rows) = samples.get_mut(&b) else { continue };
+            let Some(collected) = out.get_mut(&b) else { continue };
             let values = x.clone().into_data().try_to_vec::<f32>().expect("f32 activations");
+            if probe && std::env::var_os("SPLIT_CODING_GAIN").is_some() {
+                spatial_gain(b, &values);
+            }
+            if probe {
+                sensitivity(model, b, &values, i as u64, &mut collected.sensitivity)?;
+                collected.probed += 1;
+            }
+            let rows = &mut collected.samples;
             let positions = values.len() / rows.len();
             let stride = positions.div_ceil(POSITIONS_PER_IMAGE).max(1);
             let offset = i % stride;
@@ -171,11 +228,124 @@ fn collect(
                 row.extend(channel.iter().skip(offset).step_by(stride));
             }
         }
-        if (i + 1) % 25 == 0 {
-            eprintln!("calibrate: {}/{} images", i + 1, images.len());
+        if (i + 1) % 25 == 0 || probe {
+            eprintln!(
+                "calibrate: {}/{} images{}",
+                i + 1,
+                images.len(),
+                if probe { " (channel sensitivities measured on this one)" } else { "" }
+            );
         }
     }
-    Ok(samples)
+    Ok(out)
+}
+
+/// Add, per channel, KL(p(x) ‖ p(x + n_c)) / s_c² for one image's activations `values` at `b`,
+/// where n_c is Gaussian noise of deviation s_c on channel c alone (s_c a fixed fraction of
+/// the channel's spread in this image). For small noise the KL is quadratic, so this is the
+/// KL per unit of noise variance: what uniform quantization with step Δ costs, times Δ²/12.
+fn sensitivity(
+    model: &EfficientNetLite0,
+    b: Boundary,
+    values: &[f32],
+    seed: u64,
+    out: &mut [f64],
+) -> Result<()> {
+    let device = Device::flex();
+    let [c, h, w] = b.info().shape;
+    let positions = h * w;
+    let logits = |batch: Vec<f32>, n: usize| -> Result<Vec<Vec<f64>>> {
+        let x = Features::new(b, &[n, c, h, w], batch)?.to_tensor(&device);
+        let y = model.forward_range(x, b, Boundary::LOGITS)?;
+        let flat = y.into_data().try_to_vec::<f32>().expect("f32 logits");
+        Ok(flat.chunks_exact(flat.len() / n).map(log_softmax).collect())
+    };
+    let clean = logits(values.to_vec(), 1)?.remove(0);
+    let p: Vec<f64> = clean.iter().map(|l| l.exp()).collect();
+    let mut rng = Normal::new(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ b.index() as u64);
+    let channels: Vec<usize> = (0..c).collect();
+    for group in channels.chunks(MAX_BATCH) {
+        let mut batch = Vec::with_capacity(group.len() * values.len());
+        let mut scales = Vec::with_capacity(group.len());
+        for &ch in group {
+            let plane = &values[ch * positions..(ch + 1) * positions];
+            let mean = plane.iter().map(|v| f64::from(*v)).sum::<f64>() / positions as f64;
+            let var = plane.iter().map(|v| (f64::from(*v) - mean).powi(2)).sum::<f64>()
+                / positions as f64;
+            // A channel flat in this image: probe at a small absolute scale instead.
+            let s = PROBE_FRACTION * var.sqrt().max(1e-2);
+            scales.push(s);
+            let mut copy = values.to_vec();
+            for v in &mut copy[ch * positions..(ch + 1) * positions] {
+                *v += (s * rng.sample()) as f32;
+            }
+            batch.extend(copy);
+        }
+        for ((&ch, s), q) in group.iter().zip(&scales).zip(logits(batch, group.len())?) {
+            let kl: f64 = p.iter().zip(&clean).zip(&q).map(|((p, lp), lq)| p * (lp - lq)).sum();
+            out[ch] += kl.max(0.0) / (s * s);
+        }
+    }
+    Ok(())
+}
+
+/// Diagnostic: the high-rate gain of predicting each value from its left and top neighbours
+/// (least squares per channel), bits per value.
+fn spatial_gain(b: Boundary, values: &[f32]) {
+    let [c, h, w] = b.info().shape;
+    let mut gain = 0.0;
+    for plane in values.chunks_exact(h * w) {
+        let mean = plane.iter().map(|v| f64::from(*v)).sum::<f64>() / (h * w) as f64;
+        let at = |y: usize, x: usize| f64::from(plane[y * w + x]) - mean;
+        let (mut sxx, mut sll, mut stt, mut slt, mut sxl, mut sxt) = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
+        for y in 1..h {
+            for x in 1..w {
+                let (v, l, t) = (at(y, x), at(y, x - 1), at(y - 1, x));
+                sxx += v * v;
+                sll += l * l;
+                stt += t * t;
+                slt += l * t;
+                sxl += v * l;
+                sxt += v * t;
+            }
+        }
+        let det = sll * stt - slt * slt;
+        if sxx <= 0.0 || det <= 1e-12 {
+            continue;
+        }
+        let a = (sxl * stt - sxt * slt) / det;
+        let bb = (sxt * sll - sxl * slt) / det;
+        let residual = (sxx - a * sxl - bb * sxt).max(0.01 * sxx);
+        gain += 0.5 * (sxx / residual).log2();
+    }
+    eprintln!("coding gain: {b} left/top prediction: {:.3} bits/value", gain / c as f64);
+}
+
+fn log_softmax(logits: &[f32]) -> Vec<f64> {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits.iter().map(|l| f64::from(l - max).exp()).sum();
+    logits.iter().map(|l| f64::from(l - max) - sum.ln()).collect()
+}
+
+/// Standard normal samples from a seeded xorshift generator (Box–Muller).
+struct Normal(u64);
+
+impl Normal {
+    fn new(seed: u64) -> Self {
+        Self(seed | 1)
+    }
+
+    fn uniform(&mut self) -> f64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        ((self.0 >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    }
+
+    fn sample(&mut self) -> f64 {
+        let (u, v) = (self.uniform(), self.uniform());
+        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
+    }
 }
 
 /// Principal components of the channel vectors: mean and the top `max_rank` eigenvectors of the
@@ -189,7 +359,19 @@ fn pca(rows: &[Vec<f32>], max_rank: usize) -> Projection {
         .collect();
     let x = DMatrix::<f64>::from_fn(c, n, |i, j| f64::from(rows[i][j] - mean[i]));
     let cov = (&x * x.transpose()) / n as f64;
+    let diag: Vec<f64> = (0..c).map(|i| cov[(i, i)]).collect();
     let eig = SymmetricEigen::new(cov);
+    if std::env::var_os("SPLIT_CODING_GAIN").is_some() {
+        // High-rate coding gain of decorrelating the channels, bits per value, with variances
+        // floored at 1% of the mean (finer detail than any useful step).
+        let floor = 0.01 * diag.iter().sum::<f64>() / c as f64;
+        let sum_log =
+            |v: &mut dyn Iterator<Item = f64>| v.map(|x| x.max(floor).log2()).sum::<f64>();
+        let gain = 0.5
+            * (sum_log(&mut diag.iter().copied()) - sum_log(&mut eig.eigenvalues.iter().copied()))
+            / c as f64;
+        eprintln!("coding gain: channels decorrelated: {gain:.3} bits/value");
+    }
     let mut order: Vec<usize> = (0..c).collect();
     order.sort_by(|a, b| eig.eigenvalues[*b].total_cmp(&eig.eigenvalues[*a]));
     let rank = max_rank.min(c);
@@ -208,8 +390,41 @@ fn pca(rows: &[Vec<f32>], max_rank: usize) -> Projection {
     Projection { mean, basis, max_rank: rank }
 }
 
-fn tables_for(rows: &[Vec<f32>], max_rank: usize) -> Result<BoundaryTables> {
+fn tables_for(
+    collected: &Collected,
+    max_rank: usize,
+    allocation: Allocation,
+) -> Result<BoundaryTables> {
+    let rows = &collected.samples;
     let mut t = BoundaryTables::default();
+    if collected.probed > 0 {
+        let (mut center, mut spread) = (Vec::new(), Vec::new());
+        for r in rows {
+            let n = r.len().max(1) as f64;
+            let mean = r.iter().map(|v| f64::from(*v)).sum::<f64>() / n;
+            let var = r.iter().map(|v| (f64::from(*v) - mean).powi(2)).sum::<f64>() / n;
+            center.push(mean as f32);
+            spread.push(var.sqrt() as f32);
+        }
+        let mut weight: Vec<f32> =
+            collected.sensitivity.iter().map(|s| (s / collected.probed as f64) as f32).collect();
+        if allocation == Allocation::Spread {
+            // Same total predicted distortion, shared in proportion to each channel's variance.
+            let sent: Vec<(f32, f32)> = weight
+                .iter()
+                .zip(&spread)
+                .filter(|(_, s)| **s > 0.0)
+                .map(|(w, s)| (*w, *s))
+                .collect();
+            let k = sent.iter().map(|(w, s)| f64::from(w * s * s)).sum::<f64>()
+                / sent.len().max(1) as f64;
+            weight = spread
+                .iter()
+                .map(|s| if *s > 0.0 { (k / f64::from(s * s)) as f32 } else { 0.0 })
+                .collect();
+        }
+        t.alloc = Some(AllocTable::new(center, spread, weight)?);
+    }
     for bits in SUPPORTED_BITS {
         t.raw.insert(bits, fit_table(bits, rows)?);
     }
@@ -266,14 +481,19 @@ fn calibrate(o: &Options) -> Result<PathBuf> {
             images.len()
         ),
     }
-    let samples = collect(&model, &images, &o.boundaries)?;
+    let collected = collect(&model, &images, &o.boundaries, o.sensitivity_images)?;
     let mut boundaries = BTreeMap::new();
-    for (b, rows) in samples {
-        boundaries.insert(b, tables_for(&rows, o.max_rank)?);
+    for (b, c) in collected {
+        boundaries.insert(b, tables_for(&c, o.max_rank, o.allocation)?);
+        let sent = boundaries[&b].alloc.as_ref().map_or(String::new(), |t| {
+            let count = |level| t.steps(level).iter().filter(|s| **s > 0.0).count();
+            format!("; channels sent at s8/s12/s16: {}/{}/{}", count(8), count(12), count(16))
+        });
         eprintln!(
-            "calibrate: {b} fitted ({} channels, {} samples each)",
+            "calibrate: {b} fitted ({} channels, {} samples each, sensitivities from {} images{sent})",
             b.info().shape[0],
-            rows[0].len()
+            c.samples[0].len(),
+            c.probed
         );
     }
     let calibration = Calibration::new(images.len() as u32, boundaries);

@@ -4,7 +4,7 @@
 //! send, decode it as the server does, run the cloud half, and compare with the unsplit network
 //! (and, when given, with labels and with another implementation's top-1 predictions).
 //!
-//! `cargo xtask eval --help` lists the options. `--codecs` lists codec settings (`f32`, `q<bits>[-r<rank>][-packed]`); a rank written `/k`
+//! `cargo xtask eval --help` lists the options. `--codecs` lists codec settings (`f32`, `q<bits>[-r<rank>][-packed]`, `s<level>`); a rank written `/k`
 //! means "channels / k" at each split. Every (split, codec) pair gets a row with bytes per image,
 //! bits per value, ratios to f32 and to a JPEG (quality 90) of the 224x224 input, agreement with
 //! the unsplit model, accuracy, and codec encode/decode time.
@@ -40,7 +40,8 @@ pub struct Args {
     /// Use at most N images.
     #[arg(long, default_value_t = usize::MAX, hide_default_value = true)]
     limit: usize,
-    /// Codec settings: `f32`, `q<bits>[-r<rank>][-packed]`; a rank `/k` means channels / k.
+    /// Codec settings: `f32`, `q<bits>[-r<rank>][-packed]`, `s<level>`; a rank `/k` means
+    /// channels / k.
     #[arg(long, value_delimiter = ',', default_value = "f32")]
     codecs: Vec<String>,
     /// Calibration file; default: the one setup writes.
@@ -56,6 +57,11 @@ pub struct Args {
     /// `gauss:<scale>` or `laplace:<scale>`, a fraction of each channel's calibrated range.
     #[arg(long)]
     noise: Option<split_shared::codec::Noise>,
+    /// Also draw the rate curves: `<PREFIX>-agreement.svg` (answers changed against bits per
+    /// value) and `<PREFIX>-kl.svg` (mean KL of the answers, −log10), a series per split and
+    /// codec family.
+    #[arg(long, value_name = "PREFIX")]
+    svg: Option<PathBuf>,
 }
 
 /// `file,class_index,...` rows (a header line is allowed first); also reads `file,top1`
@@ -115,6 +121,8 @@ struct Tally {
     top1: usize,
     top5: usize,
     agree_full: usize,
+    /// Summed KL(unsplit ‖ split) of the answers, nats.
+    kl: f64,
     bytes: usize,
     payload: usize,
     values: usize,
@@ -223,7 +231,8 @@ pub fn run(mut o: Args) -> Result<()> {
         let img = split_shared::image::preprocess(&std::fs::read(path)?)
             .with_context(|| format!("preprocessing {name}"))?;
         let input = split_shared::image::to_input_tensor(&img, &device);
-        let full = top_k(&logits_of(model.forward(input.clone())?), 5);
+        let full_logits = logits_of(model.forward(input.clone())?);
+        let full = top_k(&full_logits, 5);
         let label = labels.as_ref().and_then(|l| l.get(&name)).copied();
         if let Some(l) = label {
             labelled += 1;
@@ -264,7 +273,9 @@ pub fn run(mut o: Args) -> Result<()> {
                 t.decode_s += start.elapsed().as_secs_f64();
                 let start = Instant::now();
                 let x = decoded.to_tensor(&device);
-                let top = top_k(&logits_of(model.forward_range(x, *split, Boundary::LOGITS)?), 5);
+                let logits = logits_of(model.forward_range(x, *split, Boundary::LOGITS)?);
+                let top = top_k(&logits, 5);
+                t.kl += kl_divergence(&full_logits, &logits);
                 t.cloud_s += start.elapsed().as_secs_f64();
                 t.edge_s += edge_s;
                 t.n += 1;
@@ -308,18 +319,21 @@ pub fn run(mut o: Args) -> Result<()> {
         }
     }
     println!(
-        "| split | codec | bytes/image | bits/value | vs f32 | vs JPEG q90 | agreement | top-1 | top-5 | edge ms | encode ms | decode ms | cloud ms |"
+        "| split | codec | bytes/image | bits/value | vs f32 | vs JPEG q90 | agreement | 95% interval | KL, nats | top-1 | top-5 | edge ms | encode ms | decode ms | cloud ms |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for ((split, codec), t) in rows.iter().zip(&tallies) {
         let n = t.n.max(1) as f64;
         println!(
-            "| {split} | {codec} | {} | {:.3} | {:.1}x | {:.3} | {:.2}% | {} | {} | {:.1} | {:.2} | {:.2} | {:.1} |",
+            "| {split} | {codec} | {} | {:.3} | {:.1}x | {:.3} | {:.2}% | {:.1}–{:.1}% | {:.2e} | {} | {} | {:.1} | {:.2} | {:.2} | {:.1} |",
             t.bytes / t.n.max(1),
             8.0 * t.payload as f64 / t.values.max(1) as f64,
             (4 * t.values) as f64 / t.payload.max(1) as f64,
             t.bytes as f64 / t.jpeg.max(1) as f64,
             pct(t.agree_full, t.n),
+            100.0 * wilson(t.agree_full, t.n).0,
+            100.0 * wilson(t.agree_full, t.n).1,
+            t.kl / n,
             accuracy(t.top1, labelled),
             accuracy(t.top5, labelled),
             1e3 * t.edge_s / n,
@@ -331,12 +345,127 @@ pub fn run(mut o: Args) -> Result<()> {
     if let Some(t) = tallies.first() {
         println!("mean JPEG q90 of the 224x224 input: {} bytes", t.jpeg / t.n.max(1));
     }
+    if let Some(prefix) = &o.svg {
+        write_curves(prefix, &rows, &tallies, files.len())?;
+    }
     Ok(())
+}
+
+/// The rate curves of a run: one series per split and codec family (`q`: fixed bit depths,
+/// `s`: allocated levels), f32 and projections left out.
+fn write_curves(
+    prefix: &std::path::Path,
+    rows: &[(Boundary, String)],
+    tallies: &[Tally],
+    images: usize,
+) -> Result<()> {
+    use crate::lab::svg::{Series, Style, xy_chart};
+    let mut agreement: Vec<Series> = Vec::new();
+    let mut kl: Vec<Series> = Vec::new();
+    for ((split, codec), t) in rows.iter().zip(tallies) {
+        let family = match codec.chars().next() {
+            Some('q') if !codec.contains('-') => "q",
+            Some('s') => "s",
+            _ => continue,
+        };
+        let name = format!("{split} {family}");
+        let bits = 8.0 * t.payload as f64 / t.values.max(1) as f64;
+        let n = t.n.max(1) as f64;
+        let changed = 100.0 - 100.0 * t.agree_full as f64 / n;
+        // Points past 10% changed would flatten the region that matters.
+        let points = [
+            (&mut agreement, (changed <= 10.0).then_some(changed)),
+            (&mut kl, Some(-(t.kl / n).max(1e-9).log10())),
+        ];
+        for (list, y) in points {
+            let Some(y) = y else { continue };
+            match list.iter_mut().find(|s| s.name == name) {
+                Some(s) => s.points.push((bits, y)),
+                None => list.push(Series {
+                    name: name.clone(),
+                    points: vec![(bits, y)],
+                    style: Style::Line { dashed: family == "q" },
+                }),
+            }
+        }
+    }
+    for s in agreement.iter_mut().chain(kl.iter_mut()) {
+        s.points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
+    let write = |suffix: &str, svg: String| -> Result<()> {
+        let mut path = prefix.as_os_str().to_owned();
+        path.push(suffix);
+        std::fs::write(&path, svg)
+            .with_context(|| format!("writing {}", PathBuf::from(&path).display()))?;
+        eprintln!("eval: wrote {}", PathBuf::from(path).display());
+        Ok(())
+    };
+    write(
+        "-agreement.svg",
+        xy_chart(
+            &format!(
+                "Top-1 answers changed by the codec ({images} photos; goal ≤ 0.5%; ≤ 10% shown)"
+            ),
+            "bits per value",
+            "changed, %",
+            &agreement,
+            None,
+        ),
+    )?;
+    write(
+        "-kl.svg",
+        xy_chart(
+            &format!("Mean KL(unsplit ‖ split) of the answers ({images} photos; higher is closer)"),
+            "bits per value",
+            "−log10 KL (nats)",
+            &kl,
+            None,
+        ),
+    )
+}
+
+/// KL(p ‖ q) in nats between the softmax of two logit vectors.
+pub(crate) fn kl_divergence(p_logits: &[f32], q_logits: &[f32]) -> f64 {
+    let log_softmax = |l: &[f32]| -> Vec<f64> {
+        let max = l.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let sum: f64 = l.iter().map(|v| f64::from(v - max).exp()).sum();
+        l.iter().map(|v| f64::from(v - max) - sum.ln()).collect()
+    };
+    let (lp, lq) = (log_softmax(p_logits), log_softmax(q_logits));
+    lp.iter().zip(&lq).map(|(a, b)| a.exp() * (a - b)).sum::<f64>().max(0.0)
+}
+
+/// 95% Wilson interval of `k` agreements in `n` photos, as fractions.
+pub(crate) fn wilson(k: usize, n: usize) -> (f64, f64) {
+    use split_shared::plan::wilson_lower;
+    let (k, n) = (k as u32, n as u32);
+    if n == 0 { (0.0, 1.0) } else { (wilson_lower(k, n), 1.0 - wilson_lower(n - k, n)) }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::parse_csv_classes;
+    use super::{kl_divergence, parse_csv_classes, wilson};
+
+    #[test]
+    fn kl_is_zero_for_equal_answers_and_grows_with_the_difference() {
+        let a = [1.0f32, 2.0, 3.0];
+        assert!(kl_divergence(&a, &a) < 1e-12);
+        // Shifting every logit alike changes nothing.
+        assert!(kl_divergence(&a, &[11.0, 12.0, 13.0]) < 1e-9);
+        let near = kl_divergence(&a, &[1.0, 2.0, 2.5]);
+        let far = kl_divergence(&a, &[3.0, 2.0, 1.0]);
+        assert!(0.0 < near && near < far, "{near} {far}");
+    }
+
+    #[test]
+    fn wilson_interval_brackets_the_rate_and_narrows_with_n() {
+        let (lo, hi) = wilson(398, 400);
+        assert!(lo < 0.995 && 0.995 < hi && lo > 0.98, "{lo} {hi}");
+        let (lo2, hi2) = wilson(3980, 4000);
+        assert!(hi2 - lo2 < hi - lo);
+        assert_eq!(wilson(0, 0), (0.0, 1.0));
+        assert!(wilson(10, 10).1 <= 1.0);
+    }
 
     #[test]
     fn labels_parse_strictly() {

@@ -14,6 +14,9 @@
 //! <b>.pca.mean          [C]         projection: y = basisᵀ (x - mean)
 //! <b>.pca.basis         [C, R]
 //! <b>.pca.q<bits>.lo|hi|prob        as above, per component (R of them)
+//! <b>.alloc.center      [C]         `s<level>` settings: mean per channel,
+//! <b>.alloc.spread      [C]         standard deviation per channel,
+//! <b>.alloc.weight      [C]         KL of the answer per unit noise variance on the channel
 //! part_of               [4]         a part only: the whole file's id, 16 bits per value
 //! ```
 //!
@@ -25,16 +28,17 @@
 use std::collections::BTreeMap;
 
 use super::CodecError;
+use super::alloc::AllocTable;
 use super::entropy::{self, Model, PRECISION};
 use super::quant::{ClipRange, Projection};
-use super::setting::{QuantSetting, SUPPORTED_BITS};
+use super::setting::{AllocSetting, QuantSetting, SUPPORTED_BITS};
 use crate::container::TensorFile;
 use crate::model::Boundary;
 
 /// First four bytes of a calibration file.
 pub const CALIBRATION_MAGIC: [u8; 4] = *b"SPLC";
 /// Layout version of the tables (inside the container's own version).
-pub const CALIBRATION_VERSION: u32 = 1;
+pub const CALIBRATION_VERSION: u32 = 2;
 
 /// Clip ranges and entropy models for one bit depth over some channels (or components).
 #[derive(Clone, Debug)]
@@ -119,6 +123,8 @@ pub struct BoundaryTables {
     pub raw: BTreeMap<u8, QuantTable>,
     /// The projection, when one was learned.
     pub pca: Option<PcaTables>,
+    /// Per-channel statistics and sensitivities for the `s<level>` settings.
+    pub alloc: Option<AllocTable>,
 }
 
 /// A loaded calibration file.
@@ -193,6 +199,23 @@ impl Calibration {
         Ok((pca.tables.get(&setting.bits).ok_or_else(missing)?, Some(&pca.projection)))
     }
 
+    /// The allocation table an `s<level>` setting uses at `boundary`.
+    ///
+    /// # Errors
+    /// [`CodecError::NotCalibrated`] when the calibration measured no sensitivities there.
+    pub fn lookup_alloc(
+        &self,
+        boundary: Boundary,
+        setting: AllocSetting,
+    ) -> Result<&AllocTable, CodecError> {
+        self.boundaries.get(&boundary).and_then(|b| b.alloc.as_ref()).ok_or_else(|| {
+            CodecError::NotCalibrated {
+                boundary,
+                setting: super::Setting::Alloc(setting).to_string(),
+            }
+        })
+    }
+
     /// Serialize (deterministically: same tables, same bytes, same id).
     pub fn to_bytes(&self) -> Vec<u8> {
         self.write(|_| true, None)
@@ -258,6 +281,12 @@ impl Calibration {
                     put_table(&mut f, &format!("{boundary}.pca.q{bits}"), t);
                 }
             }
+            if let Some(a) = &b.alloc {
+                let c = a.channels();
+                f.insert(format!("{boundary}.alloc.center"), vec![c], a.center().to_vec());
+                f.insert(format!("{boundary}.alloc.spread"), vec![c], a.spread().to_vec());
+                f.insert(format!("{boundary}.alloc.weight"), vec![c], a.weight().to_vec());
+            }
         }
         f.to_bytes(CALIBRATION_MAGIC)
     }
@@ -286,6 +315,19 @@ impl Calibration {
         };
         let mut boundaries: BTreeMap<Boundary, BoundaryTables> = BTreeMap::new();
         for (name, _, _) in f.iter() {
+            if let Some(b) = name.strip_suffix(".alloc.weight") {
+                let boundary: Boundary =
+                    b.parse().map_err(|_| bad(format!("unknown boundary in {name}")))?;
+                let c = [boundary.info().shape[0]];
+                let get = |what: &str| {
+                    f.tensor(&format!("{b}.alloc.{what}"), &c)
+                        .map(<[f32]>::to_vec)
+                        .map_err(|e| bad(e.to_string()))
+                };
+                let table = AllocTable::new(get("center")?, get("spread")?, get("weight")?)?;
+                boundaries.entry(boundary).or_default().alloc = Some(table);
+                continue;
+            }
             let Some(prefix) = name.strip_suffix(".prob") else { continue };
             let mut parts = prefix.split('.');
             let (Some(b), Some(kind), Some(q), None) =

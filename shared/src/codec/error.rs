@@ -7,7 +7,9 @@ use crate::model::Boundary;
 #[non_exhaustive]
 pub enum CodecError {
     /// A setting name that does not parse.
-    #[error("unknown codec setting {0:?}; use f32 or q<bits>[-r<rank>][-packed], e.g. q4, q2-r16")]
+    #[error(
+        "unknown codec setting {0:?}; use f32, q<bits>[-r<rank>][-packed] or s<level 0-24>, e.g. q4, q2-r16, s12"
+    )]
     BadSetting(String),
     /// A noise option that does not parse.
     #[error("unknown noise {0:?}; use gauss:<scale> or laplace:<scale> with a scale in (0, 4]")]
@@ -53,6 +55,12 @@ pub enum CodecError {
     /// The payload does not decode.
     #[error("bad codec payload: {0}")]
     BadPayload(&'static str),
+    /// An allocation level beyond [`super::alloc::MAX_LEVEL`].
+    #[error("level {0} is not supported; use s0 to s24")]
+    UnsupportedLevel(u8),
+    /// A frame coded with a context model this build does not have.
+    #[error("context model {0} is not supported; this build decodes model {1}")]
+    UnsupportedModel(u8, u8),
     /// A delta frame the decoder cannot apply: lost, reordered, or without a keyframe.
     #[error("stream {stream}: {reason}; send a keyframe")]
     KeyframeRequired {

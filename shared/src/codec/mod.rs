@@ -7,33 +7,56 @@
 //! 3. rANS entropy coding with calibrated per-channel distributions (or plain bit-packing,
 //!    `-packed`).
 //!
-//! and camera streams add keyframe + residual coding ([`StreamEncoder`]). Every table comes
+//! and camera streams add keyframe + residual coding ([`StreamEncoder`]). The `s<level>`
+//! settings ([`alloc`]) replace stages 2 and 3: steps per channel from the channel's measured
+//! effect on the answer, and context-modelled binary range coding. Every table comes
 //! from the calibration artefact ([`Calibration`]); none is compiled in. The browser encodes
 //! and the server decodes with this same code.
 
+pub mod alloc;
 mod calibration;
 pub mod entropy;
 mod error;
 pub mod fit;
 mod noise;
 pub mod quant;
+pub mod range;
 mod setting;
 mod stream;
 
+pub use alloc::AllocTable;
 pub use calibration::{
     BoundaryTables, CALIBRATION_MAGIC, CALIBRATION_VERSION, Calibration, PcaTables, QuantTable,
 };
 pub use error::CodecError;
 pub use noise::{Noise, NoiseKind};
 pub use quant::{ClipRange, Projection};
-pub use setting::{QuantSetting, SUPPORTED_BITS, Setting};
+pub use setting::{AllocSetting, QuantSetting, SUPPORTED_BITS, Setting};
 pub use stream::{DEFAULT_KEYFRAME_INTERVAL, MAX_STREAMS, StreamDecoder, StreamEncoder, StreamPos};
 
 use crate::model::{Boundary, Features};
 
-/// The setting clients use unless told otherwise (see the README's codec section for the
-/// measurements behind the choice).
-pub const DEFAULT_SETTING: Setting = Setting::Quant(QuantSetting::bits(6));
+/// The setting clients use unless told otherwise: the lowest rate that kept ≥ 99.5% top-1
+/// agreement at every boundary measured with the shipped calibration (docs/codec.md, "The
+/// default"), and fewer bytes than q6 at each of them.
+pub const DEFAULT_SETTING: Setting = Setting::Alloc(AllocSetting { level: 14 });
+
+/// The default when a calibration has no sensitivities (`--sensitivity-images 0`): the `q`
+/// setting with the same ≥ 99% agreement at every block.
+pub const DEFAULT_QUANT_SETTING: Setting = Setting::Quant(QuantSetting::bits(6));
+
+impl Calibration {
+    /// The setting to offer by default with this calibration: [`DEFAULT_SETTING`] when every
+    /// boundary it covers has the tables for it, else [`DEFAULT_QUANT_SETTING`].
+    pub fn default_setting(&self) -> Setting {
+        let Setting::Alloc(a) = DEFAULT_SETTING else { return DEFAULT_SETTING };
+        if self.boundaries().all(|b| self.lookup_alloc(b, a).is_ok()) {
+            DEFAULT_SETTING
+        } else {
+            DEFAULT_QUANT_SETTING
+        }
+    }
+}
 
 /// The codec parameters a coded features frame carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,6 +67,17 @@ pub struct CodedParams {
     pub calibration: u64,
     /// Stream position; `stream == 0` for a standalone image.
     pub pos: StreamPos,
+}
+
+/// The parameters an allocated (`s<level>`) frame carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AllocParams {
+    /// The setting used.
+    pub setting: AllocSetting,
+    /// Version of the context model ([`alloc::CONTEXT_MODEL`] when this build codes).
+    pub model: u8,
+    /// Id of the calibration file used.
+    pub calibration: u64,
 }
 
 /// A standalone (non-stream) frame position.
@@ -220,6 +254,57 @@ pub fn decode(
         Some(p) => p.unproject(&values, used),
         None => values,
     })
+}
+
+/// Encode one image's activations under an `s<level>` setting. Frames are always standalone:
+/// the context model already takes what a residual would from a still scene's neighbours,
+/// and a frame never depends on an earlier one.
+///
+/// # Errors
+/// [`CodecError::NoCalibration`], [`CodecError::NotCalibrated`] when the calibration has no
+/// allocation at this boundary, or a batch of more than one image.
+pub fn encode_alloc(
+    features: &Features,
+    setting: AllocSetting,
+    calibration: Option<&Calibration>,
+) -> Result<(AllocParams, Vec<u8>), CodecError> {
+    let calibration = calibration.ok_or(CodecError::NoCalibration)?;
+    let setting = setting.check()?;
+    let (boundary, dims) = (features.boundary(), features.dims());
+    check_dims(boundary, &dims)?;
+    let table = calibration.lookup_alloc(boundary, setting)?;
+    let payload = alloc::encode(features.values(), dims[2], dims[3], table, setting.level);
+    let params =
+        AllocParams { setting, model: alloc::CONTEXT_MODEL, calibration: calibration.id() };
+    Ok((params, payload))
+}
+
+/// Decode an `s<level>` payload back to the f32 values of `[1, C, H, W]` activations.
+///
+/// # Errors
+/// A [`CodecError`] for a missing or foreign calibration, another context model, a level out
+/// of range, or a damaged payload.
+pub fn decode_alloc(
+    boundary: Boundary,
+    dims: &[usize],
+    params: &AllocParams,
+    payload: &[u8],
+    calibration: Option<&Calibration>,
+) -> Result<Vec<f32>, CodecError> {
+    let calibration = calibration.ok_or(CodecError::NoCalibration)?;
+    if params.model != alloc::CONTEXT_MODEL {
+        return Err(CodecError::UnsupportedModel(params.model, alloc::CONTEXT_MODEL));
+    }
+    if params.calibration != calibration.id() {
+        return Err(CodecError::CalibrationMismatch {
+            expected: calibration.id(),
+            got: params.calibration,
+        });
+    }
+    let setting = params.setting.check()?;
+    check_dims(boundary, dims)?;
+    let table = calibration.lookup_alloc(boundary, setting)?;
+    alloc::decode(payload, dims[2], dims[3], table, setting.level)
 }
 
 #[cfg(test)]

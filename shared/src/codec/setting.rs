@@ -4,6 +4,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use super::CodecError;
+use super::alloc::MAX_LEVEL;
 
 /// Bit depths the calibration tables are built for.
 pub const SUPPORTED_BITS: [u8; 5] = [8, 6, 4, 3, 2];
@@ -16,6 +17,26 @@ pub enum Setting {
     /// Calibrated per-channel quantization, optionally after a low-rank projection, optionally
     /// entropy-coded.
     Quant(QuantSetting),
+    /// Steps allocated by measured sensitivity, context-modelled range coding
+    /// ([`super::alloc`]).
+    Alloc(AllocSetting),
+}
+
+/// Parameters of the sensitivity-allocated codec: one quality level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct AllocSetting {
+    /// 0 to [`MAX_LEVEL`]: each level halves the predicted distortion (KL of the answer,
+    /// 2^−level nats) and halves every channel's step every two levels.
+    pub level: u8,
+}
+
+impl AllocSetting {
+    pub(crate) fn check(self) -> Result<Self, CodecError> {
+        if self.level > MAX_LEVEL {
+            return Err(CodecError::UnsupportedLevel(self.level));
+        }
+        Ok(self)
+    }
 }
 
 /// Parameters of the quantizing codec.
@@ -51,10 +72,11 @@ impl QuantSetting {
 crate::serde_by_name!(Setting, "codec setting");
 
 impl fmt::Display for Setting {
-    /// `f32`, or `q<bits>[-r<rank>][-packed]`, e.g. `q4`, `q2-r16`, `q8-packed`.
+    /// `f32`, `q<bits>[-r<rank>][-packed]` (e.g. `q4`, `q2-r16`, `q8-packed`) or `s<level>`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::F32 => f.write_str("f32"),
+            Self::Alloc(a) => write!(f, "s{}", a.level),
             Self::Quant(q) => {
                 write!(f, "q{}", q.bits)?;
                 if q.rank > 0 {
@@ -76,6 +98,14 @@ impl FromStr for Setting {
         let bad = || CodecError::BadSetting(s.to_string());
         if s == "f32" {
             return Ok(Self::F32);
+        }
+        if let Some(level) = s.strip_prefix('s') {
+            // Digits only: `s+3` or `s 3` would otherwise parse.
+            if level.is_empty() || !level.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(bad());
+            }
+            let level = level.parse().map_err(|_| bad())?;
+            return Ok(Self::Alloc(AllocSetting { level }.check()?));
         }
         let mut parts = s.split('-');
         let bits = parts.next().and_then(|p| p.strip_prefix('q')).ok_or_else(bad)?;
@@ -99,14 +129,30 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
-        for name in ["f32", "q8", "q4", "q3-packed", "q2-r16", "q6-r8-packed"] {
+        for name in ["f32", "q8", "q4", "q3-packed", "q2-r16", "q6-r8-packed", "s0", "s12", "s24"] {
             assert_eq!(name.parse::<Setting>().unwrap().to_string(), name);
         }
     }
 
     #[test]
     fn bad_names_are_refused() {
-        for name in ["", "q", "q5", "q4-r0", "q4-x", "q4-packed-packed", "f16", "q4-r16-r8"] {
+        for name in [
+            "",
+            "q",
+            "q5",
+            "q4-r0",
+            "q4-x",
+            "q4-packed-packed",
+            "f16",
+            "q4-r16-r8",
+            "s",
+            "s25",
+            "s+3",
+            "s-1",
+            "s1.5",
+            "s300",
+            "s4-packed",
+        ] {
             assert!(name.parse::<Setting>().is_err(), "{name}");
         }
     }

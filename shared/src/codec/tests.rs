@@ -91,7 +91,93 @@ fn calibration() -> Calibration {
         pca.tables.insert(bits, fit_table(bits, &per_component).unwrap());
     }
     tables.pca = Some(pca);
+    tables.alloc = Some(alloc_table(&per_channel));
     Calibration::new(4, BTreeMap::from([(boundary(), tables)]))
+}
+
+/// Means and spreads of the samples; channel c weighs 1 + c/10, so later channels get finer
+/// steps.
+fn alloc_table(per_channel: &[Vec<f32>]) -> AllocTable {
+    let (mut center, mut spread, mut weight) = (Vec::new(), Vec::new(), Vec::new());
+    for (c, v) in per_channel.iter().enumerate() {
+        let mean = v.iter().sum::<f32>() / v.len() as f32;
+        let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f32>() / v.len() as f32;
+        center.push(mean);
+        spread.push(var.sqrt());
+        weight.push(1.0 + c as f32 / 10.0);
+    }
+    AllocTable::new(center, spread, weight).unwrap()
+}
+
+fn features(x: &[f32]) -> Features {
+    Features::new(boundary(), &B5, x.to_vec()).unwrap()
+}
+
+#[test]
+fn allocated_settings_round_trip_through_the_stored_calibration() {
+    let cal = calibration();
+    let stored = Calibration::from_bytes(&cal.to_bytes()).unwrap();
+    let part = Calibration::from_bytes(&cal.part(boundary()).unwrap()).unwrap();
+    let x = activations(42);
+    let mut last_len = usize::MAX;
+    for level in [12u8, 8, 4, 0] {
+        let s = AllocSetting { level };
+        let (params, payload) = encode_alloc(&features(&x), s, Some(&cal)).unwrap();
+        assert_eq!(params.model, alloc::CONTEXT_MODEL);
+        assert!(payload.len() < last_len, "coarser levels cost fewer bytes");
+        last_len = payload.len();
+        // The stored file and a one-boundary part code bit-identically.
+        for other in [&stored, &part] {
+            assert_eq!(
+                encode_alloc(&features(&x), s, Some(other)).unwrap(),
+                (params, payload.clone())
+            );
+        }
+        let back = decode_alloc(boundary(), &B5, &params, &payload, Some(&stored)).unwrap();
+        let steps = cal.lookup_alloc(boundary(), s).unwrap().steps(level);
+        for (i, (a, b)) in x.iter().zip(&back).enumerate() {
+            let step = steps[i / (B5[2] * B5[3])];
+            if step > 0.0 {
+                assert!((a - b).abs() <= step / 2.0 + 1e-4, "level {level}: value {i}");
+            }
+        }
+    }
+}
+
+#[test]
+fn allocated_frames_refuse_foreign_models_calibrations_and_levels() {
+    let cal = calibration();
+    let x = activations(7);
+    let (params, payload) =
+        encode_alloc(&features(&x), AllocSetting { level: 10 }, Some(&cal)).unwrap();
+    let decode = |p: AllocParams| decode_alloc(boundary(), &B5, &p, &payload, Some(&cal));
+    assert_eq!(
+        decode(AllocParams { model: 2, ..params }).unwrap_err(),
+        CodecError::UnsupportedModel(2, 1)
+    );
+    assert!(matches!(
+        decode(AllocParams { calibration: params.calibration ^ 1, ..params }),
+        Err(CodecError::CalibrationMismatch { .. })
+    ));
+    assert_eq!(
+        decode(AllocParams { setting: AllocSetting { level: 25 }, ..params }).unwrap_err(),
+        CodecError::UnsupportedLevel(25)
+    );
+    assert!(
+        decode_alloc(boundary(), &B5, &params, &payload[..payload.len() - 1], Some(&cal)).is_err()
+    );
+    // A calibration without sensitivities leaves the settings uncalibrated, by name.
+    let mut bare = BoundaryTables::default();
+    bare.raw.insert(4, cal.lookup(boundary(), QuantSetting::bits(4)).unwrap().0.clone());
+    let bare = Calibration::new(1, BTreeMap::from([(boundary(), bare)]));
+    assert_eq!(bare.default_setting(), DEFAULT_QUANT_SETTING, "the default falls back to q");
+    assert_eq!(cal.default_setting(), DEFAULT_SETTING);
+    let err = encode_alloc(&features(&x), AllocSetting { level: 10 }, Some(&bare)).unwrap_err();
+    assert_eq!(err.to_string(), "no calibration for s10 at block5");
+    assert_eq!(
+        encode_alloc(&features(&x), AllocSetting { level: 10 }, None).unwrap_err(),
+        CodecError::NoCalibration
+    );
 }
 
 fn settings() -> Vec<QuantSetting> {

@@ -96,6 +96,8 @@ impl WireError {
             Self::UnsupportedVersion { .. } => ErrorCode::UnsupportedVersion,
             Self::PayloadTooLarge { .. } => ErrorCode::TooLarge,
             Self::UnknownModel { .. } => ErrorCode::UnknownModel,
+            // A codec from a newer client: say so rather than call the frame garbage.
+            Self::UnsupportedEncoding(_) => ErrorCode::UnsupportedCodec,
             _ => ErrorCode::Malformed,
         }
     }
@@ -197,6 +199,8 @@ impl ErrorCode {
             CodecError::CalibrationMismatch { .. } => Self::CalibrationMismatch,
             CodecError::NoCalibration
             | CodecError::UnsupportedBits(_)
+            | CodecError::UnsupportedLevel(_)
+            | CodecError::UnsupportedModel(..)
             | CodecError::NotCalibrated { .. }
             | CodecError::RankTooLarge { .. } => Self::UnsupportedCodec,
             CodecError::BatchNotOne(_) => Self::ShapeMismatch,

@@ -42,6 +42,10 @@ impl FeaturesFrame {
                 let (params, payload) = codec::encode(features, q, ctx)?;
                 (Encoding::Coded(params), payload)
             }
+            Setting::Alloc(a) => {
+                let (params, payload) = codec::encode_alloc(features, a, ctx.calibration)?;
+                (Encoding::Allocated(params), payload)
+            }
         };
         Ok(Self {
             boundary: features.boundary(),
@@ -77,6 +81,9 @@ impl FeaturesFrame {
             }
             Encoding::Coded(params) => {
                 codec::decode(self.boundary, &dims, params, &self.payload, ctx)?
+            }
+            Encoding::Allocated(params) => {
+                codec::decode_alloc(self.boundary, &dims, params, &self.payload, ctx.calibration)?
             }
         };
         Ok(Features::new(self.boundary, &dims, values)?)

@@ -2,8 +2,11 @@
 //!
 //! Features body: `boundary u8 | encoding u8 | ndim u8 | reserved u8 | dims u32 x ndim |
 //! [coded only: bits u8 | flags u8 | rank u16 | calibration u64 | stream u32 | seq u32] |
-//! payload_len u32 | payload`, where encoding 1 is little-endian f32 and 2 is the quantizing
-//! codec (see [`crate::codec`]); flags bit 0 = entropy-coded, bit 1 = delta frame.
+//! [allocated only: level u8 | model u8 | reserved u16 | calibration u64] |
+//! payload_len u32 | payload`, where encoding 1 is little-endian f32, 2 the quantizing codec and
+//! 3 the sensitivity-allocated one (see [`crate::codec`]); flags bit 0 = entropy-coded, bit 1 =
+//! delta frame. The encoding byte versions the codec: a side that does not know an encoding
+//! answers `unsupported_codec`, and frames of the encodings it knows keep decoding.
 //! Image body: `payload_len u32 | payload` (JPEG or PNG bytes).
 //! Ping body: `payload_len u32 | payload` (any bytes: a bandwidth probe, or none).
 //! Input body: `payload_len u32 | payload` (a JPEG or PNG of exactly the model's 224x224 input).
@@ -12,7 +15,7 @@ use super::{
     FeaturesFrame, HEADER_LEN, MAX_PAYLOAD_BYTES, WireError, finish, kind, read_header,
     write_header,
 };
-use crate::codec::{CodedParams, QuantSetting, StreamPos};
+use crate::codec::{AllocParams, AllocSetting, CodedParams, QuantSetting, StreamPos};
 use crate::container::Cursor;
 use crate::model::Boundary;
 
@@ -23,11 +26,14 @@ pub enum Encoding {
     F32,
     /// The quantizing codec with these parameters.
     Coded(CodedParams),
+    /// The sensitivity-allocated, context-modelled codec.
+    Allocated(AllocParams),
 }
 
 mod encoding_id {
     pub const F32: u8 = 1;
     pub const CODED: u8 = 2;
+    pub const ALLOCATED: u8 = 3;
 }
 const FLAG_ENTROPY: u8 = 1;
 const FLAG_DELTA: u8 = 2;
@@ -88,6 +94,7 @@ impl Request {
                 let code = match encoding {
                     Encoding::F32 => encoding_id::F32,
                     Encoding::Coded(_) => encoding_id::CODED,
+                    Encoding::Allocated(_) => encoding_id::ALLOCATED,
                 };
                 out.extend_from_slice(&[boundary.index(), code, shape.len() as u8, 0]);
                 for d in shape {
@@ -101,6 +108,10 @@ impl Request {
                     out.extend_from_slice(&p.calibration.to_le_bytes());
                     out.extend_from_slice(&p.pos.stream.to_le_bytes());
                     out.extend_from_slice(&p.pos.seq.to_le_bytes());
+                }
+                if let Encoding::Allocated(p) = encoding {
+                    out.extend_from_slice(&[p.setting.level, p.model, 0, 0]);
+                    out.extend_from_slice(&p.calibration.to_le_bytes());
                 }
                 out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
                 out.extend_from_slice(payload);
@@ -159,6 +170,7 @@ impl Request {
                 let encoding = match code {
                     encoding_id::F32 => Encoding::F32,
                     encoding_id::CODED => Encoding::Coded(read_params(&mut c)?),
+                    encoding_id::ALLOCATED => Encoding::Allocated(read_alloc_params(&mut c)?),
                     other => return Err(WireError::UnsupportedEncoding(other)),
                 };
                 let len = read_payload_len(&mut c)?;
@@ -210,6 +222,14 @@ fn read_params(c: &mut Cursor<'_>) -> Result<CodedParams, WireError> {
     })
 }
 
+fn read_alloc_params(c: &mut Cursor<'_>) -> Result<AllocParams, WireError> {
+    let level = c.u8()?;
+    let model = c.u8()?;
+    c.u16()?;
+    let calibration = c.u64()?;
+    Ok(AllocParams { setting: AllocSetting { level }, model, calibration })
+}
+
 fn read_payload_len(c: &mut Cursor<'_>) -> Result<usize, WireError> {
     let len = c.u32()? as usize;
     if len > MAX_PAYLOAD_BYTES {
@@ -250,6 +270,35 @@ mod tests {
         Request::Features { id: 9, frame }
     }
 
+    fn allocated() -> Request {
+        let frame = FeaturesFrame {
+            boundary: Boundary::block(5).unwrap(),
+            encoding: Encoding::Allocated(AllocParams {
+                setting: AllocSetting { level: 12 },
+                model: 1,
+                calibration: 0xfedc_ba98_7654_3210,
+            }),
+            shape: vec![1, 40, 28, 28],
+            payload: vec![0, 9, 8, 7, 6, 5],
+        };
+        Request::Features { id: 10, frame }
+    }
+
+    #[test]
+    fn allocated_params_round_trip_and_an_unknown_encoding_is_unsupported_not_malformed() {
+        let bytes = allocated().to_bytes();
+        assert_eq!(Request::decode(&bytes).unwrap(), allocated());
+        for cut in 0..bytes.len() {
+            assert!(Request::decode(&bytes[..cut]).is_err(), "{cut}");
+        }
+        // Byte 17 is the encoding: a later codec (4) is refused as unsupported.
+        let mut b = bytes.clone();
+        b[17] = 4;
+        let err = Request::decode(&b).unwrap_err();
+        assert_eq!(err, WireError::UnsupportedEncoding(4));
+        assert_eq!(err.code(), crate::protocol::ErrorCode::UnsupportedCodec);
+    }
+
     #[test]
     fn coded_params_round_trip_and_unknown_flags_are_refused() {
         let r = coded();
@@ -268,6 +317,7 @@ mod tests {
         for r in [
             features(),
             coded(),
+            allocated(),
             Request::Image { id: u64::MAX, payload: vec![0xff, 0xd8, 1, 2, 3] },
             Request::Input { id: 9, payload: vec![0x89, b'P', b'N', b'G'] },
             Request::Ping { id: 3, payload: vec![7; 100] },

@@ -3,7 +3,7 @@
 
 use super::{FeaturesFrame, Request};
 use crate::codec::{
-    Calibration, EncodeContext, QuantSetting, SUPPORTED_BITS, Setting, StreamEncoder,
+    AllocSetting, Calibration, EncodeContext, QuantSetting, SUPPORTED_BITS, Setting, StreamEncoder,
 };
 use crate::model::{Boundary, Features};
 
@@ -24,7 +24,8 @@ pub fn synthetic_activations(boundary: Boundary, seed: u32) -> Features {
 }
 
 /// Encoded request frames at every calibrated boundary: f32, each bit depth (entropy-coded and
-/// packed), a projection, and a keyframe followed by two residual frames of a stream.
+/// packed), a projection, allocated levels from coarse to fine, and a keyframe followed by two
+/// residual frames of a stream.
 pub fn sample_frames(calibration: &Calibration) -> Vec<Vec<u8>> {
     let mut frames = Vec::new();
     for (n, boundary) in calibration.boundaries().enumerate() {
@@ -35,6 +36,9 @@ pub fn sample_frames(calibration: &Calibration) -> Vec<Vec<u8>> {
             settings.push(Setting::Quant(QuantSetting { bits, rank: 0, entropy: false }));
         }
         settings.push(Setting::Quant(QuantSetting { bits: 3, rank: 8, entropy: true }));
+        for level in [2, 8, 12, 16, 24] {
+            settings.push(Setting::Alloc(AllocSetting { level }));
+        }
         for (i, setting) in settings.into_iter().enumerate() {
             let id = (n * 100 + i) as u64;
             let ctx = EncodeContext::new(Some(calibration));

@@ -19,6 +19,11 @@ pub enum Style {
     Step,
     /// Dots only.
     Points,
+    /// Dots joined in order, solid or dashed (a rate curve).
+    Line {
+        /// Dashed rather than solid.
+        dashed: bool,
+    },
 }
 
 /// One named series.
@@ -161,6 +166,24 @@ pub fn xy_chart(
                         sy(*y)
                     );
                 }
+            }
+            Style::Line { dashed } => {
+                let mut d = String::new();
+                for (j, (x, y)) in pts.iter().enumerate() {
+                    let _ =
+                        write!(d, "{}{:.1},{:.1}", if j == 0 { "M" } else { " L" }, sx(*x), sy(*y));
+                    let _ = write!(
+                        out,
+                        r#"<circle cx="{:.1}" cy="{:.1}" r="2.5" fill="{color}"/>"#,
+                        sx(*x),
+                        sy(*y)
+                    );
+                }
+                let dash = if dashed { r#" stroke-dasharray="5 3""# } else { "" };
+                let _ = write!(
+                    out,
+                    r#"<path d="{d}" fill="none" stroke="{color}" stroke-width="1.5"{dash}/>"#
+                );
             }
             Style::Step => {
                 let mut d = String::new();
