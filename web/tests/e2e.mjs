@@ -15,7 +15,7 @@ const UNREACHABLE = "ws://127.0.0.1:65534/ws";
 // SwiftShader's WebGPU is a software rasterizer: slow, but correct.
 const STEP_TIMEOUT_MS = 300_000;
 
-const CODECS = ["f32", "q8", "q6", "q4", "q3", "q2", "q4-packed", "q2-r16", "q3-r40", "s12", "s8"];  // block8 has 80 channels
+const CODECS = ["f32", "q8", "q6", "q4", "q3", "q2", "q4-packed", "q2-r16", "q3-r40", "s14", "s8"];  // block8 has 80 channels
 
 /** Every codec through the wasm encoder and the server's decoder, then the cache and a stream. */
 async function codecChecks(page, name) {
