@@ -275,6 +275,9 @@ try {
       own.child.kill("SIGKILL");
       await exited;
       const killedAt = Date.now();
+      // Auto and the backlog now code block5 alike (both s14), so the edge's cache holds the
+      // server's answers to every sample: switch it off to see what happens to new work.
+      await page.evaluate(() => window.splitClient.setCacheEntries(0));
       const during = await classifySamples(page, "killed-");
       console.table(during);
       // A photo the server already answered at this split comes from the edge's cache, in full.
