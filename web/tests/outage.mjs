@@ -327,6 +327,9 @@ try {
     await ready(page);
     const out = await page.evaluate(async (samples) => {
       const c = window.splitClient;
+      // Every classification below must reach the wire to be captured: auto codes block5 as the
+      // explicit block5 request does (s14), so the edge's cache would answer the repeats.
+      await c.setCacheEntries(0);
       const images = await Promise.all(samples.map(async (s) => new Uint8Array(await (await fetch(`samples/${s}.png`)).arrayBuffer())));
       const refused = async (split) => {
         try { await c.classify(images[0], split); return null; } catch (e) { return e.code; }
