@@ -277,10 +277,10 @@ const CODECS = {
   q2: "q2 — 2 bits/value + rANS",
   "q4-packed": "q4-packed — 4 bits/value, no entropy coding",
   "q2-r16": "q2-r16 — 16 principal components, 2 bits + rANS",
-  s14: "s14 — steps by measured sensitivity, context coding (finest)",
-  s12: "s12 — steps by measured sensitivity, context coding",
-  s10: "s10 — steps by measured sensitivity, context coding",
-  s8: "s8 — steps by measured sensitivity, context coding (coarse)",
+  s14: "s14 — steps by sensitivity + context coding",
+  s12: "s12 — a little coarser than s14",
+  s10: "s10 — coarser still",
+  s8: "s8 — coarse: about 1 answer in 100 changes",
 };
 
 function fillCodecs() {
