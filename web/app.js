@@ -280,7 +280,7 @@ const CODECS = {
   s14: "s14 — steps by sensitivity + context coding",
   s12: "s12 — a little coarser than s14",
   s10: "s10 — coarser still",
-  s8: "s8 — coarse: about 1 answer in 100 changes",
+  s8: "s8 — the coarsest offered, fewest bytes",
 };
 
 function fillCodecs() {
