@@ -36,9 +36,9 @@ pub use stream::{DEFAULT_KEYFRAME_INTERVAL, MAX_STREAMS, StreamDecoder, StreamEn
 
 use crate::model::{Boundary, Features};
 
-/// The setting clients use unless told otherwise: the lowest rate that kept ≥ 99.5% top-1
-/// agreement at every boundary measured with the shipped calibration (docs/codec.md, "The
-/// default"), and fewer bytes than q6 at each of them.
+/// The setting clients use unless told otherwise: with the shipped calibration, the lowest
+/// level at ≥ 99.5% top-1 agreement (or within one photo of it in 500) at block5, block11,
+/// block15 and the head, and fewer bytes than q6 at each (docs/codec.md, "The default").
 pub const DEFAULT_SETTING: Setting = Setting::Alloc(AllocSetting { level: 14 });
 
 /// The default when a calibration has no sensitivities (`--sensitivity-images 0`): the `q`
