@@ -24,6 +24,7 @@ use split_shared::codec::{
 use split_shared::image::{RgbImage, center_crop_resize, to_input_tensor};
 use split_shared::model::{Boundary, EfficientNetLite0, Features, MAX_BATCH};
 
+use crate::eval::{kl_of_log_probs, log_softmax};
 use crate::{paths, setup};
 
 /// Spatial positions sampled per image and boundary.
@@ -261,7 +262,6 @@ fn sensitivity(
         Ok(flat.chunks_exact(flat.len() / n).map(log_softmax).collect())
     };
     let clean = logits(values.to_vec(), 1)?.remove(0);
-    let p: Vec<f64> = clean.iter().map(|l| l.exp()).collect();
     let mut rng = Normal::new(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ b.index() as u64);
     let channels: Vec<usize> = (0..c).collect();
     for group in channels.chunks(MAX_BATCH) {
@@ -282,8 +282,7 @@ fn sensitivity(
             batch.extend(copy);
         }
         for ((&ch, s), q) in group.iter().zip(&scales).zip(logits(batch, group.len())?) {
-            let kl: f64 = p.iter().zip(&clean).zip(&q).map(|((p, lp), lq)| p * (lp - lq)).sum();
-            out[ch] += kl.max(0.0) / (s * s);
+            out[ch] += kl_of_log_probs(&clean, &q) / (s * s);
         }
     }
     Ok(())
@@ -319,12 +318,6 @@ fn spatial_gain(b: Boundary, values: &[f32]) {
         gain += 0.5 * (sxx / residual).log2();
     }
     eprintln!("coding gain: {b} left/top prediction: {:.3} bits/value", gain / c as f64);
-}
-
-fn log_softmax(logits: &[f32]) -> Vec<f64> {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let sum: f64 = logits.iter().map(|l| f64::from(l - max).exp()).sum();
-    logits.iter().map(|l| f64::from(l - max) - sum.ln()).collect()
 }
 
 /// Standard normal samples from a seeded xorshift generator (Box–Muller).

@@ -424,15 +424,21 @@ fn write_curves(
     )
 }
 
+/// Log-probabilities of a logit vector (softmax, computed stably in f64).
+pub(crate) fn log_softmax(logits: &[f32]) -> Vec<f64> {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits.iter().map(|v| f64::from(v - max).exp()).sum();
+    logits.iter().map(|v| f64::from(v - max) - sum.ln()).collect()
+}
+
+/// KL(p ‖ q) in nats between two distributions given as log-probabilities.
+pub(crate) fn kl_of_log_probs(lp: &[f64], lq: &[f64]) -> f64 {
+    lp.iter().zip(lq).map(|(a, b)| a.exp() * (a - b)).sum::<f64>().max(0.0)
+}
+
 /// KL(p ‖ q) in nats between the softmax of two logit vectors.
 pub(crate) fn kl_divergence(p_logits: &[f32], q_logits: &[f32]) -> f64 {
-    let log_softmax = |l: &[f32]| -> Vec<f64> {
-        let max = l.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let sum: f64 = l.iter().map(|v| f64::from(v - max).exp()).sum();
-        l.iter().map(|v| f64::from(v - max) - sum.ln()).collect()
-    };
-    let (lp, lq) = (log_softmax(p_logits), log_softmax(q_logits));
-    lp.iter().zip(&lq).map(|(a, b)| a.exp() * (a - b)).sum::<f64>().max(0.0)
+    kl_of_log_probs(&log_softmax(p_logits), &log_softmax(q_logits))
 }
 
 /// 95% Wilson interval of `k` agreements in `n` photos, as fractions.

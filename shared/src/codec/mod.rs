@@ -127,6 +127,14 @@ impl<'a> DecodeContext<'a> {
     }
 }
 
+/// A frame names the calibration it was coded with; only that one decodes it.
+fn same_calibration(calibration: &Calibration, got: u64) -> Result<(), CodecError> {
+    if got != calibration.id() {
+        return Err(CodecError::CalibrationMismatch { expected: calibration.id(), got });
+    }
+    Ok(())
+}
+
 fn check_dims(boundary: Boundary, dims: &[usize]) -> Result<usize, CodecError> {
     crate::model::check_shape(boundary, dims)
         .map_err(|_| CodecError::BadPayload("shape does not match the boundary"))?;
@@ -198,12 +206,7 @@ pub fn decode(
     ctx: DecodeContext<'_>,
 ) -> Result<Vec<f32>, CodecError> {
     let calibration = ctx.calibration.ok_or(CodecError::NoCalibration)?;
-    if params.calibration != calibration.id() {
-        return Err(CodecError::CalibrationMismatch {
-            expected: calibration.id(),
-            got: params.calibration,
-        });
-    }
+    same_calibration(calibration, params.calibration)?;
     let setting = params.setting.check()?;
     let positions = check_dims(boundary, dims)?;
     let (table, projection) = calibration.lookup(boundary, setting)?;
@@ -295,12 +298,7 @@ pub fn decode_alloc(
     if params.model != alloc::CONTEXT_MODEL {
         return Err(CodecError::UnsupportedModel(params.model, alloc::CONTEXT_MODEL));
     }
-    if params.calibration != calibration.id() {
-        return Err(CodecError::CalibrationMismatch {
-            expected: calibration.id(),
-            got: params.calibration,
-        });
-    }
+    same_calibration(calibration, params.calibration)?;
     let setting = params.setting.check()?;
     check_dims(boundary, dims)?;
     let table = calibration.lookup_alloc(boundary, setting)?;
