@@ -175,30 +175,61 @@ fn prefix_index(class: usize, i: u32) -> usize {
     class * PREFIX_CONTEXTS + (i as usize).min(PREFIX_CONTEXTS - 1)
 }
 
-/// What the decoder already knows around position `(y, x)` of a channel's plane.
+/// What the decoder already knows around a position of a channel's plane.
 #[derive(Clone, Copy)]
 struct Neighbours {
     activity: usize,
     sign: usize,
 }
 
-fn neighbours(plane: &[i32], width: usize, y: usize, x: usize) -> Neighbours {
-    let at = |yy: usize, xx: usize| plane[yy * width + xx];
-    let left = if x > 0 { at(y, x - 1) } else { 0 };
-    let top = if y > 0 { at(y - 1, x) } else { 0 };
-    let top_left = if x > 0 && y > 0 { at(y - 1, x - 1) } else { 0 };
-    let top_right = if y > 0 && x + 1 < width { at(y - 1, x + 1) } else { 0 };
-    let m = |v: i32| v.unsigned_abs().min(8);
-    let a = 2 * m(left) + 2 * m(top) + m(top_left) + m(top_right);
-    let activity = match a {
-        0 => 0,
-        1..=2 => 1,
-        3..=4 => 2,
-        5..=8 => 3,
-        _ => 4,
-    };
-    let sign = ((left.signum() + 1) * 3 + (top.signum() + 1)) as usize;
-    Neighbours { activity, sign }
+/// Activity bucket of a weighted neighbour sum `2·left + 2·top + top-left + top-right` (each
+/// magnitude capped at 8): 0, 1–2, 3–4, 5–8, more.
+const ACTIVITY_OF_SUM: [u8; 49] = {
+    let mut t = [4u8; 49];
+    let mut a = 0;
+    while a < 49 {
+        t[a] = match a {
+            0 => 0,
+            1..=2 => 1,
+            3..=4 => 2,
+            5..=8 => 3,
+            _ => 4,
+        };
+        a += 1;
+    }
+    t
+};
+
+/// The symbols of one channel as coded so far, with a border of zeros (one row above, one
+/// column either side) so that every position has a left, top, top-left and top-right
+/// neighbour without a bounds test; the border is never written, so a plane serves every
+/// channel in turn (a position's neighbours are always written before it, in this channel).
+struct Plane {
+    cells: Vec<i32>,
+    stride: usize,
+}
+
+impl Plane {
+    fn new(height: usize, width: usize) -> Self {
+        let stride = width + 2;
+        Self { cells: vec![0; (height + 1) * stride], stride }
+    }
+
+    /// Index of `(y, x)` in `cells`.
+    fn at(&self, y: usize, x: usize) -> usize {
+        (y + 1) * self.stride + x + 1
+    }
+
+    fn neighbours(&self, p: usize) -> Neighbours {
+        let above = p - self.stride;
+        let (left, top) = (self.cells[p - 1], self.cells[above]);
+        let (top_left, top_right) = (self.cells[above - 1], self.cells[above + 1]);
+        let m = |v: i32| v.unsigned_abs().min(8);
+        let a = 2 * m(left) + 2 * m(top) + m(top_left) + m(top_right);
+        let activity = usize::from(ACTIVITY_OF_SUM[a as usize]);
+        let sign = ((left.signum() + 1) * 3 + (top.signum() + 1)) as usize;
+        Neighbours { activity, sign }
+    }
 }
 
 /// The grid point nearest a channel's mean, in steps: symbols count steps from there, so the
@@ -213,9 +244,8 @@ fn anchor(center: f32, step: f32) -> i32 {
 /// Quantize one value to a signed symbol: steps from the anchor.
 fn quantize(value: f32, anchor: i32, step: f32) -> i32 {
     let r = value / step - anchor as f32;
-    // NaN fails both comparisons and becomes 0.
-    let magnitude = (r.abs() + ROUNDING).floor();
-    let magnitude = if magnitude >= 1.0 { magnitude.min(MAX_MAGNITUDE as f32) as i32 } else { 0 };
+    // Truncation is the floor of a non-negative number; the cast saturates and makes NaN 0.
+    let magnitude = ((r.abs() + ROUNDING) as u32).min(MAX_MAGNITUDE) as i32;
     if r < 0.0 { -magnitude } else { magnitude }
 }
 
@@ -236,7 +266,7 @@ pub fn encode(
     let steps = table.steps(level);
     let mut enc = Encoder::new();
     let mut ctx = Contexts::new();
-    let mut plane = vec![0i32; positions];
+    let mut plane = Plane::new(height, width);
     for (c, channel) in values.chunks_exact(positions).enumerate() {
         let step = steps[c];
         if step == 0.0 {
@@ -244,12 +274,14 @@ pub fn encode(
         }
         let class = class(table.spread[c], step);
         let anchor = anchor(table.center[c], step);
-        for (i, v) in channel.iter().enumerate() {
-            let (y, x) = (i / width, i % width);
-            let n = neighbours(&plane, width, y, x);
-            let q = quantize(*v, anchor, step);
-            plane[i] = q;
-            code_symbol(&mut enc, &mut ctx, class, n, q);
+        for (y, row) in channel.chunks_exact(width).enumerate() {
+            let start = plane.at(y, 0);
+            for (x, v) in row.iter().enumerate() {
+                let n = plane.neighbours(start + x);
+                let q = quantize(*v, anchor, step);
+                plane.cells[start + x] = q;
+                code_symbol(&mut enc, &mut ctx, class, n, q);
+            }
         }
     }
     enc.finish()
@@ -299,7 +331,7 @@ pub fn decode(
     let steps = table.steps(level);
     let mut dec = Decoder::new(payload)?;
     let mut ctx = Contexts::new();
-    let mut plane = vec![0i32; positions];
+    let mut plane = Plane::new(height, width);
     let mut out = Vec::with_capacity(table.channels() * positions);
     for (c, step) in steps.iter().enumerate() {
         let center = table.center[c];
@@ -309,11 +341,14 @@ pub fn decode(
         }
         let class = class(table.spread[c], *step);
         let anchor = anchor(center, *step);
-        for i in 0..positions {
-            let n = neighbours(&plane, width, i / width, i % width);
-            let q = decode_symbol(&mut dec, &mut ctx, class, n)?;
-            plane[i] = q;
-            out.push(dequantize(q, anchor, *step));
+        for y in 0..height {
+            let start = plane.at(y, 0);
+            for p in start..start + width {
+                let n = plane.neighbours(p);
+                let q = decode_symbol(&mut dec, &mut ctx, class, n)?;
+                plane.cells[p] = q;
+                out.push(dequantize(q, anchor, *step));
+            }
         }
         if dec.overran() {
             return Err(CodecError::BadPayload("range-coded payload ends too early"));
