@@ -40,6 +40,7 @@ pub mod cache;
 pub mod codec;
 pub mod container;
 pub mod error;
+pub mod group;
 pub mod image;
 pub mod labels;
 pub mod model;
