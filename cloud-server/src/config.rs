@@ -130,6 +130,12 @@ pub struct Config {
     /// Prefer the environment variable: flags show in `ps`.
     #[arg(long, env = "SPLIT_TOKEN", hide_env_values = true, value_parser = Token::parse)]
     pub token: Option<Token>,
+    /// Device groups (`/group`) held at once; a further `create` gets `too_many_groups`.
+    #[arg(long, env = "SPLIT_MAX_GROUPS", default_value_t = 256)]
+    pub max_groups: usize,
+    /// Seconds a group's join code admits new devices after the group started.
+    #[arg(long, env = "SPLIT_GROUP_CODE_TTL", default_value_t = split_shared::group::CODE_TTL_S)]
+    pub group_code_ttl: u64,
 }
 
 /// A bearer token; its `Debug` output hides it so it never reaches a log.

@@ -9,12 +9,15 @@
 //! socket loop), `routes` (HTTP), `static_files` (what of the web folder is served), `tls`
 //! (certificates), `info` (the `/api/info` contract), `shards` (weights and calibration cut per
 //! boundary),
-//! `metrics` (what `/metrics` counts).
+//! `metrics` (what `/metrics` counts), `groups` and `group_ws` (device groups: the registry and
+//! the `/group` socket).
 
 mod config;
 mod engine;
 mod error;
 mod frame_guard;
+mod group_ws;
+pub mod groups;
 mod info;
 pub mod ipnet;
 mod limits;

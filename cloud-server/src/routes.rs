@@ -77,6 +77,7 @@ pub fn config_app(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
         let web_dir = state.web_dir.as_path().to_path_buf();
         cfg.app_data(web::Data::new(state))
             .route("/ws", web::get().to(crate::ws::websocket))
+            .route("/group", web::get().to(crate::group_ws::group_socket))
             .route("/api/info", web::get().to(info))
             .route("/api/info", web::head().to(info))
             .route("/livez", web::get().to(livez))

@@ -66,6 +66,8 @@ pub struct AppState {
     pub ready_queue: usize,
     /// Set once when the server starts shutting down: sessions close, `/readyz` fails.
     pub drain: Arc<tokio::sync::watch::Sender<bool>>,
+    /// Device groups (`/group`).
+    pub groups: Arc<crate::groups::Groups>,
 }
 
 /// Answers by content key: the boundary served from and the top-5.
@@ -210,6 +212,10 @@ impl AppState {
             metrics,
             ready_queue: config.ready_queue.unwrap_or(queue / 2).max(1),
             drain: Arc::new(tokio::sync::watch::channel(false).0),
+            groups: Arc::new(crate::groups::Groups::new(crate::groups::GroupLimits {
+                max_groups: config.max_groups,
+                code_ttl: std::time::Duration::from_secs(config.group_code_ttl),
+            })),
         })
     }
 

@@ -77,9 +77,67 @@ fn client_ip(req: &HttpRequest, state: &AppState) -> Option<std::net::IpAddr> {
 }
 
 /// The connection's raw bytes as actix-web boxes them.
-type RawStream = std::pin::Pin<
+pub(crate) type RawStream = std::pin::Pin<
     Box<dyn futures_util::Stream<Item = Result<web::Bytes, actix_web::error::PayloadError>>>,
 >;
+
+/// A socket that passed every check: its session, its messages, and its place among the open
+/// connections (held for the session's life).
+pub(crate) struct Upgraded {
+    pub session: actix_ws::Session,
+    pub stream: actix_ws::AggregatedMessageStream,
+    pub admitted: crate::limits::Admitted,
+}
+
+/// The checks every WebSocket of this server passes (origin, draining, token, connection
+/// limits) and the upgrade, with messages over `max_bytes` refused from their header. The
+/// response, and the socket when it was accepted.
+pub(crate) async fn checked_upgrade(
+    req: &HttpRequest,
+    body: web::Payload,
+    state: &AppState,
+    max_bytes: usize,
+) -> actix_web::Result<(HttpResponse, Option<Upgraded>)> {
+    if let Err(why) = origin_allowed(req, state) {
+        log::warn!("refused a WebSocket from {:?}: {why}", req.peer_addr());
+        state.metrics.refused("origin");
+        return Ok((HttpResponse::Forbidden().body(why), None));
+    }
+    if state.draining() {
+        state.metrics.refused("draining");
+        let body = "this server is shutting down; connect again (to another replica)";
+        return Ok((HttpResponse::ServiceUnavailable().body(body), None));
+    }
+    if !authorized(req, state) {
+        state.metrics.refused("unauthorized");
+        log::warn!("refused a WebSocket from {:?}: missing or wrong token", req.peer_addr());
+        let response = HttpResponse::Unauthorized()
+            .insert_header((actix_web::http::header::WWW_AUTHENTICATE, "Bearer"))
+            .body(
+                "this server requires a token: Authorization: Bearer, or subprotocol bearer.TOKEN",
+            );
+        return Ok((response, None));
+    }
+    let admitted = match state.connections.admit(client_ip(req, state)) {
+        Ok(a) => a,
+        Err(why) => {
+            log::warn!("refused a WebSocket from {:?}: {why}", req.peer_addr());
+            state.metrics.refused("connections");
+            return Ok((HttpResponse::ServiceUnavailable().body(why), None));
+        }
+    };
+    // A message over the limit is refused from its frame header (see `frame_guard`): actix-ws
+    // alone would buffer the whole frame before comparing its length.
+    let guarded = FrameGuard::new(body.into_inner(), max_bytes);
+    let mut raw = actix_web::dev::Payload::Stream { payload: Box::pin(guarded) as RawStream };
+    let body = <web::Payload as actix_web::FromRequest>::from_request(req, &mut raw).await?;
+    // A browser that offered `split.v1` (with its token) must see it selected, or it drops the
+    // connection; a client that offered nothing gets no subprotocol.
+    let (response, session, stream) = actix_ws::handle_with_protocols(req, body, &[SUBPROTOCOL])?;
+    let stream =
+        stream.max_frame_size(max_bytes).aggregate_continuations().max_continuation_size(max_bytes);
+    Ok((response, Some(Upgraded { session, stream, admitted })))
+}
 
 /// `GET /ws`: upgrade and serve the session on the current worker's event loop.
 pub async fn websocket(
@@ -87,47 +145,29 @@ pub async fn websocket(
     body: web::Payload,
     state: web::Data<AppState>,
 ) -> actix_web::Result<HttpResponse> {
-    if let Err(why) = origin_allowed(&req, &state) {
-        log::warn!("refused a WebSocket from {:?}: {why}", req.peer_addr());
-        state.metrics.refused("origin");
-        return Ok(HttpResponse::Forbidden().body(why));
+    let (response, upgraded) = checked_upgrade(&req, body, &state, MAX_FRAME_BYTES).await?;
+    if let Some(Upgraded { session, stream, admitted }) = upgraded {
+        rt::spawn(serve_session(session, stream, state.into_inner(), admitted));
     }
-    if state.draining() {
-        state.metrics.refused("draining");
-        return Ok(HttpResponse::ServiceUnavailable()
-            .body("this server is shutting down; connect again (to another replica)"));
-    }
-    if !authorized(&req, &state) {
-        state.metrics.refused("unauthorized");
-        log::warn!("refused a WebSocket from {:?}: missing or wrong token", req.peer_addr());
-        return Ok(HttpResponse::Unauthorized()
-            .insert_header((actix_web::http::header::WWW_AUTHENTICATE, "Bearer"))
-            .body(
-                "this server requires a token: Authorization: Bearer, or subprotocol bearer.TOKEN",
-            ));
-    }
-    let admitted = match state.connections.admit(client_ip(&req, &state)) {
-        Ok(a) => a,
-        Err(why) => {
-            log::warn!("refused a WebSocket from {:?}: {why}", req.peer_addr());
-            state.metrics.refused("connections");
-            return Ok(HttpResponse::ServiceUnavailable().body(why));
-        }
-    };
-    // A message over the limit is refused from its frame header (see `frame_guard`): actix-ws
-    // alone would buffer the whole frame before comparing its length.
-    let guarded = FrameGuard::new(body.into_inner(), MAX_FRAME_BYTES);
-    let mut raw = actix_web::dev::Payload::Stream { payload: Box::pin(guarded) as RawStream };
-    let body = <web::Payload as actix_web::FromRequest>::from_request(&req, &mut raw).await?;
-    // A browser that offered `split.v1` (with its token) must see it selected, or it drops the
-    // connection; a client that offered nothing gets no subprotocol.
-    let (response, session, stream) = actix_ws::handle_with_protocols(&req, body, &[SUBPROTOCOL])?;
-    let stream = stream
-        .max_frame_size(MAX_FRAME_BYTES)
-        .aggregate_continuations()
-        .max_continuation_size(MAX_FRAME_BYTES);
-    rt::spawn(serve_session(session, stream, state.into_inner(), admitted));
     Ok(response)
+}
+
+/// The close reason for a framing error on a socket whose messages may be `max_bytes` long.
+pub(crate) fn framing_close(
+    e: &actix_ws::ProtocolError,
+    max_bytes: usize,
+    state: &AppState,
+) -> CloseReason {
+    if is_overflow(e) {
+        state.metrics.refused("too_large");
+        log::warn!("closing a session that sent a message over {max_bytes} bytes");
+        CloseReason {
+            code: CloseCode::Size,
+            description: Some(format!("message too large: the limit is {max_bytes} bytes")),
+        }
+    } else {
+        CloseReason { code: CloseCode::Protocol, description: Some(e.to_string()) }
+    }
 }
 
 /// What reading the socket gave: a message, a framing error, or the end of the connection.
@@ -136,7 +176,11 @@ type Incoming = Option<Result<AggregatedMessage, actix_ws::ProtocolError>>;
 /// Send a binary message; false when the session is over (closed, or the client stopped
 /// reading for the write timeout: the socket's buffers and the session's outbound queue are
 /// full).
-async fn send(session: &mut actix_ws::Session, bytes: Vec<u8>, state: &AppState) -> bool {
+pub(crate) async fn send(
+    session: &mut actix_ws::Session,
+    bytes: Vec<u8>,
+    state: &AppState,
+) -> bool {
     state.metrics.sent(bytes.len());
     match tokio::time::timeout(state.write_timeout, session.binary(bytes)).await {
         Ok(Ok(())) => true,
@@ -260,21 +304,7 @@ async fn serve_session(
             Some(Err(e)) => {
                 // Oversized or malformed WebSocket framing: the stream cannot be resynchronized.
                 log::debug!("closing session: {e}");
-                let reason = if is_overflow(&e) {
-                    state.metrics.refused("too_large");
-                    log::warn!(
-                        "closing a session that sent a message over {MAX_FRAME_BYTES} bytes"
-                    );
-                    CloseReason {
-                        code: CloseCode::Size,
-                        description: Some(format!(
-                            "message too large: the limit is {MAX_FRAME_BYTES} bytes"
-                        )),
-                    }
-                } else {
-                    CloseReason { code: CloseCode::Protocol, description: Some(e.to_string()) }
-                };
-                break Some(reason);
+                break Some(framing_close(&e, MAX_FRAME_BYTES, &state));
             }
             None => return,
         }

@@ -163,26 +163,27 @@ pub fn plan_chain(
     // best[i][b]: the best chain whose last stage is device i ending at boundary b, with the
     // stage it came from.
     let mut best = vec![vec![(f64::INFINITY, usize::MAX, usize::MAX); n]; order.len()];
-    for b in privacy_floor..=last {
+    for (b, cell) in best[0].iter_mut().enumerate().skip(privacy_floor) {
         if fits(asker, net, 0, b) {
-            best[0][b] = (compute_ms(asker, net, 0, b), usize::MAX, 0);
+            *cell = (compute_ms(asker, net, 0, b), usize::MAX, 0);
         }
     }
     for i in 1..order.len() {
-        for j in 0..i {
-            for a in 0..last {
-                let (acc, _, _) = best[j][a];
+        let (done, rest) = best.split_at_mut(i);
+        let row = &mut rest[0];
+        for (j, prev) in done.iter().enumerate() {
+            for (a, (acc, _, _)) in prev.iter().enumerate().take(last) {
                 if !acc.is_finite() {
                     continue;
                 }
                 let hop = hop_ms(&order[j].link, &order[i].link, net.bytes[a]);
-                for b in a + 1..=last {
+                for (b, cell) in row.iter_mut().enumerate().skip(a + 1) {
                     if !fits(order[i], net, a, b) {
                         break;
                     }
-                    let cost = combine(acc, hop, compute_ms(order[i], net, a, b));
-                    if cost < best[i][b].0 {
-                        best[i][b] = (cost, j, a);
+                    let cost = combine(*acc, hop, compute_ms(order[i], net, a, b));
+                    if cost < cell.0 {
+                        *cell = (cost, j, a);
                     }
                 }
             }

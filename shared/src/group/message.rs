@@ -175,6 +175,8 @@ pub enum GroupErrorCode {
     AlreadyJoined,
     /// No member with that peer number.
     UnknownPeer,
+    /// That member is not reading its messages (its queue on the server is full).
+    PeerBusy,
     /// Too many joins or messages from this address; retry later.
     RateLimited,
 }
@@ -193,6 +195,7 @@ impl GroupErrorCode {
             Self::NotJoined => "not_joined",
             Self::AlreadyJoined => "already_joined",
             Self::UnknownPeer => "unknown_peer",
+            Self::PeerBusy => "peer_busy",
             Self::RateLimited => "rate_limited",
         }
     }

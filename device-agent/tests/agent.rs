@@ -1,0 +1,186 @@
+//! The native agent in a real group on the real server: it joins by code, reports itself as a
+//! native device with a measured speed, and answers relayed image and feature frames with the
+//! answer the unsplit model gives; a bad frame gets a typed error and the agent goes on.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_codec::Framed;
+use awc::BoxedSocket;
+use awc::ws::{Codec, Frame, Message};
+use device_agent::{Agent, AgentOptions};
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use split_shared::codec::{EncodeContext, Setting};
+use split_shared::group::relay::RelayFrame;
+use split_shared::model::{Boundary, Features};
+use split_shared::protocol::{ErrorCode, FeaturesFrame, Reply, Request};
+
+type Socket = Framed<BoxedSocket, Codec>;
+
+const CHELSEA: &[u8] = include_bytes!("../../web/samples/chelsea.png");
+/// ImageNet's cat classes: tabby, tiger cat, Persian, Siamese, Egyptian cat.
+const CATS: std::ops::RangeInclusive<u16> = 281..=285;
+
+async fn next(ws: &mut Socket) -> Frame {
+    tokio::time::timeout(Duration::from_secs(120), async {
+        loop {
+            match ws.next().await.expect("socket open").expect("valid frame") {
+                Frame::Ping(_) | Frame::Pong(_) => continue,
+                other => return other,
+            }
+        }
+    })
+    .await
+    .expect("a message within 120 s")
+}
+
+async fn next_json(ws: &mut Socket) -> Value {
+    loop {
+        if let Frame::Text(t) = next(ws).await {
+            return serde_json::from_slice(&t).unwrap();
+        }
+    }
+}
+
+/// Relay `request` to `peer` and wait for its reply.
+async fn ask(ws: &mut Socket, peer: u32, request: &[u8]) -> Reply {
+    let envelope = RelayFrame { peer, payload: request }.to_bytes();
+    ws.send(Message::Binary(envelope.into())).await.unwrap();
+    loop {
+        if let Frame::Binary(b) = next(ws).await {
+            let frame = RelayFrame::parse(&b).unwrap();
+            assert_eq!(frame.peer, peer, "the answer names who sent it");
+            return Reply::decode(frame.payload).unwrap();
+        }
+    }
+}
+
+fn top1(reply: &Reply) -> u16 {
+    match reply {
+        Reply::Result { top, .. } => top[0].class,
+        other => panic!("expected a result, got {other:?}"),
+    }
+}
+
+#[actix_web::test]
+async fn the_agent_joins_and_answers_relayed_frames() {
+    let config = cloud_server::Config::for_tests();
+    let state = cloud_server::AppState::load(&config)
+        .expect("weights missing: run `cargo xtask setup` (or set SPLIT_WEIGHTS)");
+    let calibration_path = split_paths::calibration_file();
+    let served = state.clone();
+    let srv = actix_test::start(move || {
+        actix_web::App::new().configure(cloud_server::config_app(served.clone()))
+    });
+    let (_, mut phone) = awc::Client::new().ws(srv.url("/group")).connect().await.unwrap();
+    let device = json!({ "id": "phone", "name": "phone", "backend": "cpu", "ms_per_image": 90.0 });
+    phone
+        .send(Message::Text(json!({ "type": "create", "device": device }).to_string().into()))
+        .await
+        .unwrap();
+    let joined = next_json(&mut phone).await;
+    let code = joined["code"].as_str().unwrap().to_string();
+
+    let agent = Arc::new(
+        Agent::load(&split_paths::weights_file(), Some(&calibration_path)).expect("weights"),
+    );
+    let options = AgentOptions {
+        url: srv.url("/group").replace("http://", "ws://"),
+        code: Some(code.to_lowercase()),
+        id: "tv".into(),
+        name: "living-room TV".into(),
+        token: None,
+        on_joined: None,
+    };
+    let running = actix_web::rt::spawn(device_agent::run(agent.clone(), options));
+
+    // The agent appears as a native member with the speed it measured.
+    let members = next_json(&mut phone).await;
+    let tv = &members["members"][1];
+    assert_eq!(
+        (tv["id"].as_str(), tv["backend"].as_str()),
+        (Some("tv"), Some("native")),
+        "{members}"
+    );
+    assert!(tv["ms_per_image"].as_f64().unwrap() > 0.0);
+    let peer = tv["peer"].as_u64().unwrap() as u32;
+
+    // A whole image: the full network on the agent.
+    let reply =
+        ask(&mut phone, peer, &Request::Image { id: 1, payload: CHELSEA.to_vec() }.to_bytes())
+            .await;
+    assert!(CATS.contains(&top1(&reply)), "{reply:?}");
+    let Reply::Result { from, .. } = &reply else { unreachable!() };
+    assert_eq!(*from, Boundary::INPUT);
+
+    // Features at block5 in the default codec, as the phone's edge would send them: the agent
+    // finishes the network and gives the answer the unsplit model gives.
+    let img = split_shared::image::preprocess(CHELSEA).unwrap();
+    let device = burn::tensor::Device::flex();
+    let model =
+        split_shared::EfficientNetLite0::load(&split_paths::weights_file(), &device).unwrap();
+    let x = split_shared::image::to_input_tensor(&img, &device);
+    let full = model.forward_range(x.clone(), Boundary::INPUT, Boundary::LOGITS).unwrap();
+    let full: Vec<f32> = full.into_data().try_to_vec::<f32>().unwrap();
+    let expected = split_shared::labels::top_k(&full, 1)[0].class;
+    let split = "block5".parse::<Boundary>().unwrap();
+    let features =
+        Features::from_tensor(split, model.forward_range(x, Boundary::INPUT, split).unwrap())
+            .unwrap();
+    let calibration = split_shared::codec::Calibration::load(&calibration_path).unwrap();
+    let setting: Setting = calibration.default_setting();
+    let frame =
+        FeaturesFrame::encode(&features, setting, EncodeContext::new(Some(&calibration))).unwrap();
+    let reply = ask(&mut phone, peer, &Request::Features { id: 2, frame }.to_bytes()).await;
+    assert_eq!(top1(&reply), expected);
+    let Reply::Result { from, id, .. } = &reply else { unreachable!() };
+    assert_eq!((*from, *id), (split, 2));
+
+    // A frame that is not a request: a typed error, and the agent still answers after it.
+    let reply = ask(&mut phone, peer, b"SPLT garbage").await;
+    assert!(matches!(reply, Reply::Error { code: ErrorCode::Malformed, .. }), "{reply:?}");
+    let reply = ask(
+        &mut phone,
+        peer,
+        &Request::Image { id: 3, payload: b"not an image".to_vec() }.to_bytes(),
+    )
+    .await;
+    assert!(matches!(reply, Reply::Error { id: 3, code: ErrorCode::BadImage, .. }), "{reply:?}");
+    let reply =
+        ask(&mut phone, peer, &Request::Image { id: 4, payload: CHELSEA.to_vec() }.to_bytes())
+            .await;
+    assert!(CATS.contains(&top1(&reply)));
+    running.abort();
+}
+
+#[actix_web::test]
+async fn a_refused_join_is_an_error_with_the_servers_reason() {
+    let config = cloud_server::Config::for_tests();
+    let state = cloud_server::AppState::load(&config).expect("weights");
+    let srv = actix_test::start(move || {
+        actix_web::App::new().configure(cloud_server::config_app(state.clone()))
+    });
+    let agent = Arc::new(Agent::load(&split_paths::weights_file(), None).unwrap());
+    let options = AgentOptions {
+        url: srv.url("/group").replace("http://", "ws://"),
+        code: Some("ZZZZZZ".into()),
+        id: "tv".into(),
+        name: "tv".into(),
+        token: None,
+        on_joined: None,
+    };
+    let err = device_agent::run(agent, options).await.unwrap_err().to_string();
+    assert!(err.contains("unknown_group"), "{err}");
+    let unreachable = AgentOptions {
+        url: "ws://127.0.0.1:9/group".into(),
+        code: None,
+        id: "tv".into(),
+        name: "tv".into(),
+        token: None,
+        on_joined: None,
+    };
+    let agent = Arc::new(Agent::load(&split_paths::weights_file(), None).unwrap());
+    let err = device_agent::run(agent, unreachable).await.unwrap_err().to_string();
+    assert!(err.contains("connecting to ws://127.0.0.1:9/group"), "{err}");
+}
