@@ -334,6 +334,106 @@ impl EdgeRunner {
         })
     }
 
+    /// Answer a request another member of a device group relayed here, as the server would:
+    /// an image or model input runs the whole network, a features frame the rest of it from
+    /// its boundary. The reply frame: a result, or a typed error (never a panic, whatever the
+    /// bytes). `now` is a clock in ms, for the timings the reply carries.
+    pub async fn answer_request(&self, frame: &[u8], now: fn() -> f64) -> Vec<u8> {
+        let id = split_shared::protocol::peek_request_id(frame).unwrap_or(0);
+        let start = now();
+        let reply = match self.compute_request(frame).await {
+            Ok((id, from, top)) => {
+                let us = ((now() - start) * 1e3).clamp(0.0, f64::from(u32::MAX)) as u32;
+                Reply::Result {
+                    id,
+                    from,
+                    top,
+                    timings: split_shared::protocol::ServerTimings {
+                        compute_us: us,
+                        ..Default::default()
+                    },
+                    load: split_shared::protocol::ServerLoad {
+                        queued: 0,
+                        workers: 1,
+                        recent_us: us,
+                    },
+                }
+            }
+            Err((code, message)) => Reply::error(id, code, message),
+        };
+        reply.to_bytes()
+    }
+
+    async fn compute_request(
+        &self,
+        frame: &[u8],
+    ) -> Result<(u64, Boundary, Vec<Prediction>), (ErrorCode, String)> {
+        let fail = |e: split_shared::Error| (ErrorCode::of(&e), e.to_string());
+        match Request::decode(frame).map_err(|e| (e.code(), e.to_string()))? {
+            request @ (Request::Image { .. } | Request::Input { .. }) => {
+                let (id, img) = match request {
+                    Request::Input { id, payload } => {
+                        (id, split_shared::image::decode_input(&payload))
+                    }
+                    Request::Image { id, payload } => {
+                        (id, split_shared::image::preprocess(&payload))
+                    }
+                    _ => unreachable!("matched above"),
+                };
+                let img = img.map_err(fail)?;
+                let options = RunOptions {
+                    split: Boundary::LOGITS,
+                    setting: split_shared::codec::Setting::F32,
+                    stream: false,
+                    noise: None,
+                };
+                match self.run_pixels(&img, options, id).await.map_err(fail)? {
+                    EdgeOutput::Local { top, .. } => Ok((id, Boundary::INPUT, top)),
+                    _ => Err((ErrorCode::Internal, "the whole network did not run here".into())),
+                }
+            }
+            Request::Features { id, frame } => {
+                let answer = self.finish_locally(&frame).await.map_err(fail)?;
+                Ok((id, answer.from, answer.top))
+            }
+            Request::Ping { .. } => {
+                Err((ErrorCode::UnsupportedMessage, "a device answers requests, not pings".into()))
+            }
+        }
+    }
+
+    /// A middle stage of a pipeline across devices: decode `frame`'s features, run the
+    /// loaded stages from its boundary to `to`, and code the result with `setting` for the
+    /// next device.
+    ///
+    /// # Errors
+    /// When the frame does not decode here, `to` is not after its boundary, a stage is not
+    /// loaded, or the setting is not calibrated at `to`.
+    pub async fn continue_features(
+        &self,
+        frame: &FeaturesFrame,
+        to: Boundary,
+        setting: split_shared::codec::Setting,
+    ) -> split_shared::Result<FeaturesFrame> {
+        let features = {
+            let state = self.state.borrow();
+            frame.decode(DecodeContext::new(state.calibration.as_ref()))?
+        };
+        let from = features.boundary();
+        if to <= from {
+            return Err(ModelError::BackwardRange { from, to }.into());
+        }
+        let x = features.to_tensor(&self.device);
+        let x = self.model.borrow().forward_range(x, from, to)?;
+        let features = read_features(to, x).await?;
+        let state = self.state.borrow();
+        Ok(FeaturesFrame::encode(
+            &features,
+            setting,
+            EncodeContext::new(state.calibration.as_ref()),
+        )?)
+    }
+
     /// Decode a reply frame; a result for a request this runner sent fills the cache, and a
     /// `keyframe_required` error makes the stream's next frame a keyframe.
     ///

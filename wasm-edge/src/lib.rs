@@ -178,6 +178,38 @@ impl EdgeSession {
         })
     }
 
+    /// Answer a request frame another device relayed here (a device group's task or the
+    /// last stage of a pipeline), as the server would: resolves to the reply frame's bytes, a
+    /// result or a typed error.
+    #[wasm_bindgen(js_name = answerRequest)]
+    pub fn answer_request(&self, frame: Vec<u8>) -> js_sys::Promise {
+        let runner = Rc::clone(&self.runner);
+        wasm_bindgen_futures::future_to_promise(async move {
+            let reply = runner.answer_request(&frame, js::now_ms).await;
+            Ok(js_sys::Uint8Array::from(reply.as_slice()).into())
+        })
+    }
+
+    /// A middle stage of a pipeline: run a relayed features frame on from its boundary to
+    /// `to` and code the result with `codec` for the next device. Resolves to the new
+    /// request frame (same request id).
+    #[wasm_bindgen(js_name = continueRequest)]
+    pub fn continue_request(&self, frame: Vec<u8>, to: String, codec: String) -> js_sys::Promise {
+        let runner = Rc::clone(&self.runner);
+        wasm_bindgen_futures::future_to_promise(async move {
+            let (to, setting) = split_and_codec(&to, &codec)?;
+            let Request::Features { id, frame } = Request::decode(&frame).map_err(js_error)? else {
+                return Err(js::error(
+                    "bad_option",
+                    "not a features frame: a pipeline stage takes features",
+                ));
+            };
+            let next = runner.continue_features(&frame, to, setting).await.map_err(js_error)?;
+            let bytes = Request::Features { id, frame: next }.to_bytes();
+            Ok(js_sys::Uint8Array::from(bytes.as_slice()).into())
+        })
+    }
+
     /// Run a blank image through the loaded stages once, so shader compilation and buffer
     /// allocation do not land on the user's first request.
     #[wasm_bindgen(js_name = warmUp)]
@@ -374,4 +406,34 @@ pub fn boundaries() -> JsValue {
 #[wasm_bindgen(js_name = defaultPrivacyFloor)]
 pub fn default_privacy_floor() -> String {
     split_shared::plan::DEFAULT_PRIVACY_FLOOR.name().to_string()
+}
+
+/// Share `count` items over a device group's members in proportion to their speed
+/// (`shared::group::tasks`): `msPerItem[i]` and `transferMs[i]` describe member i; returns
+/// the member index of each item.
+#[wasm_bindgen(js_name = planTasks)]
+pub fn plan_tasks(count: u32, ms_per_item: Vec<f64>, transfer_ms: Vec<f64>) -> Vec<u32> {
+    let workers: Vec<_> = ms_per_item
+        .iter()
+        .zip(transfer_ms.iter().chain(std::iter::repeat(&0.0)))
+        .map(|(ms, t)| split_shared::group::tasks::Worker { ms_per_item: *ms, transfer_ms: *t })
+        .collect();
+    let (plan, _) = split_shared::group::tasks::assign(count as usize, &workers);
+    plan.into_iter().map(|w| w as u32).collect()
+}
+
+/// Plan a pipeline across devices (`shared::group::chain`) from the cost table's JSON, the
+/// edge profile that gives each stage's share of compute (`"browser-wasm-cpu"`), the codec
+/// features travel in, and the devices as JSON: `{ asker, others, privacyFloor, goal }` with
+/// each device `{ peer, msPerImage, memoryBytes?, lowPower?, mbps, latencyMs }` and goal
+/// `"latency"` or `"throughput"`. Returns `{ stages: [{ peer, from, to, computeMs, sendBytes,
+/// sendMs }], latencyMs, periodMs }` with boundary names.
+#[wasm_bindgen(js_name = planChain)]
+pub fn plan_chain(
+    cost_table: &str,
+    profile: &str,
+    codec: &str,
+    request: JsValue,
+) -> Result<JsValue, JsValue> {
+    planner::plan_chain(cost_table, profile, codec, request)
 }

@@ -190,3 +190,114 @@ impl AdaptivePlanner {
         to_object(&self.policy.explain(timeout_ms))
     }
 }
+
+/// One device as the page describes it to [`plan_chain`].
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ChainDevice {
+    peer: u32,
+    ms_per_image: f64,
+    #[serde(default)]
+    memory_bytes: Option<f64>,
+    #[serde(default)]
+    low_power: bool,
+    mbps: f64,
+    latency_ms: f64,
+}
+
+impl From<ChainDevice> for split_shared::group::chain::Node {
+    fn from(d: ChainDevice) -> Self {
+        Self {
+            peer: d.peer,
+            ms_per_image: d.ms_per_image,
+            memory_bytes: d.memory_bytes,
+            low_power: d.low_power,
+            link: split_shared::group::chain::Link { mbps: d.mbps, ms: d.latency_ms },
+        }
+    }
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ChainRequest {
+    asker: ChainDevice,
+    others: Vec<ChainDevice>,
+    #[serde(default)]
+    privacy_floor: String,
+    goal: String,
+}
+
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ChainStage {
+    peer: u32,
+    from: &'static str,
+    to: &'static str,
+    compute_ms: f64,
+    send_bytes: f64,
+    send_ms: f64,
+}
+
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ChainPlan {
+    stages: Vec<ChainStage>,
+    latency_ms: f64,
+    period_ms: f64,
+}
+
+/// See `planChain` in `lib.rs`.
+pub fn plan_chain(
+    cost_table: &str,
+    profile: &str,
+    codec: &str,
+    request: JsValue,
+) -> Result<JsValue, JsValue> {
+    use split_shared::group::chain::{Goal, Network};
+    use split_shared::model::Boundary;
+    let table =
+        CostTable::from_json(cost_table).map_err(|e| crate::js::error("bad_cost_table", e))?;
+    let codec = codec.parse().map_err(|e| crate::js::error("bad_option", e))?;
+    let net = Network::from_cost_table(&table, profile, codec)
+        .map_err(|e| crate::js::error("bad_cost_table", e))?;
+    let request: ChainRequest = from_object(&request, "bad_option")?;
+    let goal = match request.goal.as_str() {
+        "latency" => Goal::Latency,
+        "throughput" => Goal::Throughput,
+        other => {
+            return Err(crate::js::error(
+                "bad_option",
+                format!("unknown goal {other:?}; use \"latency\" or \"throughput\""),
+            ));
+        }
+    };
+    let floor = if request.privacy_floor.is_empty() {
+        0
+    } else {
+        let b: Boundary =
+            request.privacy_floor.parse().map_err(|e| crate::js::error("bad_option", e))?;
+        usize::from(b.index())
+    };
+    let others: Vec<_> = request.others.into_iter().map(Into::into).collect();
+    let chain =
+        split_shared::group::chain::plan_chain(&net, &request.asker.into(), &others, floor, goal)
+            .map_err(|e| crate::js::error("no_plan", e))?;
+    let name = |i: usize| Boundary::all().nth(i).map_or("logits", |b| b.name());
+    let plan = ChainPlan {
+        stages: chain
+            .stages
+            .iter()
+            .map(|s| ChainStage {
+                peer: s.peer,
+                from: name(s.from),
+                to: name(s.to),
+                compute_ms: s.compute_ms,
+                send_bytes: s.send_bytes,
+                send_ms: s.send_ms,
+            })
+            .collect(),
+        latency_ms: chain.latency_ms,
+        period_ms: chain.period_ms,
+    };
+    Ok(to_object(&plan))
+}

@@ -29,9 +29,54 @@ pub struct Network {
     pub params: Vec<f64>,
 }
 
+/// Bytes of the answer that returns to the asker (a result frame with the top 5).
+pub const ANSWER_BYTES: f64 = 128.0;
+
 impl Network {
     fn last(&self) -> usize {
         self.compute.len() - 1
+    }
+
+    /// The network as the cost table measured it: compute shares from the edge profile
+    /// `profile`, bytes of `codec` at each boundary (a boundary where it was not measured is
+    /// never a cut), the image's bytes at the input, and each stage's weights.
+    ///
+    /// # Errors
+    /// [`ChainError::BadNetwork`] for an unknown profile or one without the whole network.
+    pub fn from_cost_table(
+        table: &crate::plan::CostTable,
+        profile: &str,
+        codec: crate::codec::Setting,
+    ) -> Result<Self, ChainError> {
+        let edge = table.edge.get(profile).ok_or(ChainError::BadNetwork("unknown edge profile"))?;
+        let total = edge
+            .ms
+            .last()
+            .copied()
+            .flatten()
+            .filter(|t| *t > 0.0)
+            .ok_or(ChainError::BadNetwork("the edge profile does not reach the logits"))?;
+        let mut compute = Vec::with_capacity(edge.ms.len());
+        let mut at = 0.0f64;
+        for ms in &edge.ms {
+            // An unmeasured boundary costs what the one before it did: a cut there is as good.
+            at = ms.map_or(at, |m| m.max(at));
+            compute.push(at / total);
+        }
+        let last = compute.len() - 1;
+        let bytes = (0..=last)
+            .map(|b| match b {
+                0 => table.image_bytes,
+                b if b == last => ANSWER_BYTES,
+                b => table.codecs[b]
+                    .iter()
+                    .find(|c| c.codec == codec)
+                    .map_or(f64::INFINITY, |c| c.bytes),
+            })
+            .collect();
+        let params =
+            crate::model::Boundary::all().map(|b| b.info().cumulative_param_bytes as f64).collect();
+        Ok(Self { compute, bytes, params })
     }
 }
 
@@ -114,6 +159,9 @@ pub enum ChainError {
 }
 
 fn hop_ms(from: &Link, to: &Link, bytes: f64) -> f64 {
+    if !bytes.is_finite() {
+        return f64::INFINITY;
+    }
     let mbps = from.mbps.min(to.mbps).max(1e-6);
     bytes * 8.0 / (mbps * 1000.0) + (from.ms + to.ms) / 2.0
 }
@@ -330,6 +378,32 @@ mod tests {
         let c = plan_chain(&net(), &node(1, 100.0), &[tired], 0, Goal::Latency).unwrap();
         assert_eq!(placement(&c), vec![(1, 0, 4)], "60 ms at 4x is slower than doing it");
         assert_ne!(placement(&rested), placement(&c));
+    }
+
+    #[test]
+    fn the_shipped_cost_table_describes_the_network() {
+        let text = include_str!("../../../profiles/cost-table.json");
+        let table = crate::plan::CostTable::from_json(text).unwrap();
+        let setting = "q6".parse().unwrap();
+        let net = Network::from_cost_table(&table, "browser-wasm-cpu", setting).unwrap();
+        assert_eq!(net.compute.len(), crate::model::Boundary::all().count());
+        assert_eq!((net.compute[0], *net.compute.last().unwrap()), (0.0, 1.0));
+        assert!(net.compute.windows(2).all(|w| w[1] >= w[0]));
+        assert_eq!(net.bytes[0], table.image_bytes);
+        let block5 = crate::model::Boundary::all().position(|b| b.name() == "block5").unwrap();
+        assert!(
+            net.bytes[block5] > 1000.0 && net.bytes[block5] < 20_000.0,
+            "{}",
+            net.bytes[block5]
+        );
+        // Three equal devices stream at about three times one's rate, cut where q6 was measured.
+        let asker = node(1, 100.0);
+        let others = [node(2, 100.0), node(3, 100.0)];
+        let c = plan_chain(&net, &asker, &others, 0, Goal::Throughput).unwrap();
+        assert_eq!(c.stages.len(), 3);
+        assert!(c.period_ms < 45.0, "{c:?}");
+        assert!(c.stages.iter().all(|s| s.send_bytes.is_finite()));
+        assert!(Network::from_cost_table(&table, "no-such-device", setting).is_err());
     }
 
     #[test]

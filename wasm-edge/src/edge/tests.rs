@@ -243,3 +243,44 @@ fn noise_changes_the_frame_not_the_answer() {
     assert!((281..=285).contains(&cloud(&runner, &a)[0].class), "still a cat");
     assert!("gauss:0".parse::<Noise>().is_err());
 }
+
+fn clock() -> f64 {
+    0.0
+}
+
+/// A device group's three-device pipeline on one runner standing in for each device: stage 1
+/// codes block5, stage 2 runs on to block11 and codes again, stage 3 answers; the answer is
+/// the unsplit model's, and relayed images and junk are answered as the server would.
+#[test]
+fn pipeline_stages_and_relayed_requests_answer_like_the_server() {
+    let runner = runner();
+    let local = block_on(runner.run(&photo(), opts("logits", "f32", false), 1)).unwrap();
+    let EdgeOutput::Local { top: unsplit, .. } = local else { panic!("local") };
+    let out = block_on(runner.run(&photo(), opts("block5", "s14", false), 7)).unwrap();
+    let EdgeOutput::Remote { frame, .. } = out else { panic!("a frame") };
+    let Request::Features { frame: first, .. } = Request::decode(&frame).unwrap() else {
+        panic!("features")
+    };
+    let block11: Boundary = "block11".parse().unwrap();
+    let second =
+        block_on(runner.continue_features(&first, block11, "s14".parse().unwrap())).unwrap();
+    assert_eq!(second.boundary, block11);
+    let request = Request::Features { id: 7, frame: second }.to_bytes();
+    let reply = Reply::decode(&block_on(runner.answer_request(&request, clock))).unwrap();
+    let Reply::Result { id, from, top, .. } = reply else { panic!("{reply:?}") };
+    assert_eq!((id, from, top[0].class), (7, block11, unsplit[0].class));
+
+    let image = Request::Image { id: 8, payload: photo() }.to_bytes();
+    let reply = Reply::decode(&block_on(runner.answer_request(&image, clock))).unwrap();
+    assert!(
+        matches!(&reply, Reply::Result { id: 8, from: Boundary::INPUT, top, .. } if top[0].class == unsplit[0].class)
+    );
+    let junk = Reply::decode(&block_on(runner.answer_request(b"SPLT", clock))).unwrap();
+    assert!(matches!(junk, Reply::Error { code: ErrorCode::Malformed, .. }), "{junk:?}");
+    let bad = Request::Image { id: 9, payload: vec![1, 2, 3] }.to_bytes();
+    let bad = Reply::decode(&block_on(runner.answer_request(&bad, clock))).unwrap();
+    assert!(matches!(bad, Reply::Error { id: 9, code: ErrorCode::BadImage, .. }), "{bad:?}");
+    // A stage may not run backwards.
+    let stem: Boundary = "stem".parse().unwrap();
+    assert!(block_on(runner.continue_features(&first, stem, "f32".parse().unwrap())).is_err());
+}
