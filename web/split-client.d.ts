@@ -281,6 +281,110 @@ export interface AdaptivePlanner {
   deadlineMs(timeoutMs: number): number;
 }
 
+/** A device group member as every member sees it (`shared/src/group/message.rs`). */
+export interface GroupMember {
+  /** Its number in the group: what frames and signals address. */
+  peer: number;
+  /** The stable id it chose, and its name for people. */
+  id: string;
+  name: string;
+  backend: "webgpu" | "cpu" | "native";
+  /** Measured ms for the whole network on one image. */
+  ms_per_image: number;
+  memory_mb?: number;
+  power: { state: "charging" } | { state: "battery"; level: number } | { state: "unknown" };
+  /** Requests it is working on, as it last reported. */
+  load: number;
+  last_seen_ms: number;
+}
+
+export interface GroupState {
+  /** The join code (6 characters; typed on another device, or read off a QR code). */
+  code: string;
+  /** Seconds the code still admits new devices. */
+  codeExpiresS: number;
+  /** This device's peer number. */
+  you: number;
+  members: GroupMember[];
+}
+
+export interface GroupOptions {
+  /** The group to join; without one a new group starts. */
+  code?: string;
+  /** The name other members see. */
+  name?: string;
+  /** A stable id (default: one kept in localStorage). */
+  id?: string;
+  /** This device's speed, ms for the whole network (default: measured when joining). */
+  msPerImage?: number;
+  /** Every change of the member list. */
+  onMembers?: (group: GroupState) => void;
+  /** A refusal after joining (a frame to a member that left, ...). */
+  onError?: (error: SplitError) => void;
+  /** Batch progress of `classifyAll` (a client in a worker). */
+  onProgress?: (progress: GroupProgress) => void;
+  /** The first pipeline stage on this device runs at least to this boundary (default "stem":
+   * the photo never leaves). */
+  privacyFloor?: string;
+  /** The codec features travel in between members (default: the client's). */
+  codec?: string;
+}
+
+export interface GroupProgress {
+  done: number;
+  total: number;
+  /** Images answered so far, by peer. */
+  counts: Record<string, number>;
+}
+
+export interface GroupTaskResult {
+  index: number;
+  top: Prediction[];
+  /** Who answered, and how the photo got there. */
+  peer: number;
+  device: string;
+  via: "local" | "relay";
+  ms: number;
+}
+
+export interface ChainStage {
+  peer: number;
+  from: string;
+  to: string;
+  computeMs?: number;
+  sendBytes?: number;
+  sendMs?: number;
+  device?: string;
+}
+
+export interface GroupPipelineResult {
+  top: Prediction[];
+  mode: "pipeline";
+  /** Which device ran which blocks, in order. */
+  stages: ChainStage[];
+  /** How the features travelled between devices. */
+  via: "local" | "relay";
+  /** What the planner predicted (null for an explicit chain). */
+  predicted: { latencyMs: number | null; periodMs: number | null };
+  totalMs: number;
+  /** Times a stage's device left and the chain was planned again. */
+  replans: number;
+}
+
+export interface DeviceGroup extends GroupState {
+  describe(): GroupState;
+  /** Share a batch over the members by measured speed; results in input order. */
+  classifyAll(images: Uint8Array[], options?: { onProgress?: (p: GroupProgress) => void }): Promise<GroupTaskResult[]>;
+  /** One image through a pipeline across the members. */
+  classify(image: Uint8Array, options?: { goal?: "latency" | "throughput"; stages?: { peer: number; to: string }[] }):
+    Promise<GroupPipelineResult>;
+  /** The chain the planner would pick now. */
+  plan(goal?: "latency" | "throughput"): Promise<{ stages: ChainStage[]; latencyMs: number; periodMs: number }>;
+  /** Requests this device answered for others, and in progress now. */
+  stats(): { answered: number; load: number } | Promise<{ answered: number; load: number }>;
+  leave(): void | Promise<void>;
+}
+
 export class SplitClient {
   /** Load the wasm module and the weights, pick WebGPU or the CPU, and prepare the connection. */
   static create(options?: CreateOptions): Promise<SplitClient>;
@@ -330,6 +434,12 @@ export class SplitClient {
   /** Time the codec alone in this browser, per run. */
   benchCodec(image: Uint8Array, split: string, codec: string, repeats?: number):
     Promise<{ bytes: number; encodeMs: number; decodeMs: number }>;
+  /** Join a device group (start one without `options.code`): this device lends its model to
+   * the group, and can share a batch over it or run a pipeline across it. */
+  joinGroup(options?: GroupOptions): Promise<DeviceGroup>;
+  /** Share `count` items over workers of the given speeds (ms per item, transfer ms): the
+   * worker index of each item (`shared/src/group/tasks.rs`). */
+  planTasks(count: number, msPerItem: number[], transferMs: number[]): number[] | Promise<number[]>;
   /** Close the connection and stop probing. */
   close(): void;
   /** A client in a worker: stop the worker (weights, connection and all); later calls fail

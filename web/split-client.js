@@ -37,6 +37,7 @@ import {
   SplitError, browserDecodedPng, fetchCached, loadWasm, modelInputJpeg, serverUrl, wasm, wasmCall,
 } from "./client/wasm.js";
 import { EdgeWeights, boundaryIndex } from "./client/weights.js";
+import { DeviceGroup } from "./client/group.js";
 
 export { SplitError };
 
@@ -118,6 +119,7 @@ export class SplitClient {
     if (info.cost_table_url) {
       onProgress({ stage: "profiling", fraction: null });
       const table = await (await fetch(serverUrl(info.cost_table_url, base))).text();
+      client.costTable = table;
       planner = await wasmCall(() => new wasm.AdaptivePlanner(table, edge.backend === "webgpu" ? "browser-webgpu" : "browser-wasm-cpu"));
       // A phone is not the profiling machine: time this device (the stages loaded so far; all
       // of them again once they are) and scale the edge column.
@@ -490,6 +492,49 @@ export class SplitClient {
   }
 
   /** Close the connection and stop probing. */
+  /**
+   * Join a device group (or start one without `options.code`): this device lends its model to
+   * the group's members and can share a batch over them or run a pipeline across them.
+   * @param {object} [options]  code, name, id, msPerImage, onMembers, onError, privacyFloor,
+   *   codec (see `client/group.js`)
+   * @returns {Promise<DeviceGroup>}
+   */
+  joinGroup(options = {}) {
+    return DeviceGroup.open(this, options);
+  }
+
+  /** Answer a request frame another device relayed (a group member's task or last stage):
+   * the reply frame's bytes. */
+  answerRequest(frame) {
+    return wasmCall(() => this.edge.answerRequest(frame));
+  }
+
+  /** A pipeline's middle stage: run a features frame on to `to`, coded with `codec`. */
+  continueRequest(frame, to, codec) {
+    return wasmCall(() => this.edge.continueRequest(frame, to, codec));
+  }
+
+  /** The first stage of a pipeline: `image` run to `split`, its features coded with `codec`,
+   * as a request frame with id `id`. */
+  async edgeFrame(image, split, codec, id) {
+    await this.prepareEdge(split, codec);
+    const out = await wasmCall(() => this.edge.run(image, split, id, codec, false));
+    if (!out.frame) throw new SplitError("bad_option", `no frame to send at ${split}`);
+    return out.frame;
+  }
+
+  /** Share `count` items over workers of the given speeds (`group::tasks`): each item's worker. */
+  planTasks(count, msPerItem, transferMs) {
+    return Array.from(wasm.planTasks(count, Float64Array.from(msPerItem), Float64Array.from(transferMs)));
+  }
+
+  /** Cut the network across devices (`group::chain`), priced with the server's cost table. */
+  planChain(request, codec = this.defaultCodec) {
+    if (!this.costTable) throw new SplitError("no_cost_table", "the server publishes no cost table; a pipeline needs one");
+    const profile = this.backend === "webgpu" ? "browser-webgpu" : "browser-wasm-cpu";
+    return wasmCall(() => wasm.planChain(this.costTable, profile, codec, request));
+  }
+
   close() {
     this.adaptive?.stop();
     this.connection.close();

@@ -4,7 +4,9 @@
 //!
 //! What it answers is the protocol's own: a relayed [`Request::Image`] or [`Request::Input`]
 //! runs the whole network, a relayed [`Request::Features`] the rest of it from the frame's
-//! boundary, and the answer is a [`Reply`] frame, relayed back to whoever asked. No WebRTC: a
+//! boundary, and the answer is a [`Reply`] frame, relayed back to whoever asked. As a
+//! pipeline's middle stage (a `route` signal before the frame names the stages after it) it
+//! runs its blocks and passes the features on, and the last stage answers the asker. No WebRTC: a
 //! maintained Rust WebRTC stack would double this crate's build; the relay carries the same
 //! frames.
 
@@ -89,6 +91,31 @@ impl Agent {
             },
             Err((code, message)) => Reply::error(id, code, message),
         }
+    }
+
+    /// A pipeline's middle stage: decode a features request frame, run on to `to`, and code
+    /// the result with `setting` as the next request frame (same id).
+    ///
+    /// # Errors
+    /// A frame that is not features, does not decode, or a range that does not go forward.
+    pub fn continue_request(
+        &self,
+        frame: &[u8],
+        to: Boundary,
+        setting: split_shared::codec::Setting,
+    ) -> Result<Vec<u8>> {
+        let Request::Features { id, frame } = Request::decode(frame)? else {
+            anyhow::bail!("a pipeline stage takes a features frame");
+        };
+        let features = frame.decode(DecodeContext::new(self.calibration.as_ref()))?;
+        let x = self.model.forward_range(features.to_tensor(&self.device), frame.boundary, to)?;
+        let features = split_shared::Features::from_tensor(to, x)?;
+        let next = split_shared::protocol::FeaturesFrame::encode(
+            &features,
+            setting,
+            split_shared::codec::EncodeContext::new(self.calibration.as_ref()),
+        )?;
+        Ok(Request::Features { id, frame: next }.to_bytes())
     }
 
     fn compute(&self, frame: &[u8]) -> Result<Computed, (ErrorCode, String)> {

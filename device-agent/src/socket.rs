@@ -12,7 +12,64 @@ use serde_json::{Value, json};
 use split_shared::group::relay::RelayFrame;
 use split_shared::group::{HEARTBEAT_INTERVAL_S, PowerState};
 
+use std::collections::{HashMap, VecDeque};
+
+use split_shared::protocol::{ErrorCode, Reply};
+
 use crate::Agent;
+
+/// Routes kept per sender before their frames arrive (a sender that sends routes and no
+/// frames cannot grow this without end).
+const MAX_ROUTES_PER_PEER: usize = 64;
+
+/// What to send for one relayed request: its answer to the asker, or, as a middle stage, the
+/// route and the features for the next stage.
+async fn serve(
+    agent: &Arc<Agent>,
+    from: u32,
+    request: Vec<u8>,
+    route: Option<Value>,
+) -> Result<Vec<Message>> {
+    let id = split_shared::protocol::peek_request_id(&request).unwrap_or(0);
+    let asker = route.as_ref().and_then(|r| r["answerTo"].as_u64()).map_or(from, |p| p as u32);
+    let stage = route.as_ref().and_then(|r| r["stages"].get(0)).cloned();
+    let to = stage.as_ref().and_then(|s| s["to"].as_str()).unwrap_or("logits").to_string();
+    let worker = agent.clone();
+    if to == "logits" {
+        let reply = actix_web::rt::task::spawn_blocking(move || worker.answer(&request)).await?;
+        let back = RelayFrame { peer: asker, payload: &reply.to_bytes() }.to_bytes();
+        return Ok(vec![Message::Binary(back.into())]);
+    }
+    let route = route.expect("a stage comes from a route");
+    let codec: split_shared::codec::Setting =
+        route["codec"].as_str().unwrap_or("f32").parse().context("the route's codec")?;
+    let boundary: split_shared::model::Boundary = to.parse().context("the route's boundary")?;
+    let next = actix_web::rt::task::spawn_blocking(move || {
+        worker.continue_request(&request, boundary, codec)
+    })
+    .await?;
+    let rest: Vec<Value> = route["stages"].as_array().map(|s| s[1..].to_vec()).unwrap_or_default();
+    let Some(peer) = rest.first().and_then(|s| s["peer"].as_u64()).map(|p| p as u32) else {
+        bail!("a route with no stage after this one");
+    };
+    let next = match next {
+        Ok(frame) => frame,
+        Err(e) => {
+            // The asker hears why, as a typed error of its request, instead of waiting.
+            log::warn!("a pipeline stage failed: {e:#}");
+            let reply = Reply::error(id, ErrorCode::Malformed, format!("pipeline stage: {e:#}"));
+            let back = RelayFrame { peer: asker, payload: &reply.to_bytes() }.to_bytes();
+            return Ok(vec![Message::Binary(back.into())]);
+        }
+    };
+    let mut onward = route.clone();
+    onward["stages"] = Value::Array(rest);
+    let signal = json!({ "type": "signal", "to": peer, "data": { "route": onward } });
+    Ok(vec![
+        Message::Text(signal.to_string().into()),
+        Message::Binary(RelayFrame { peer, payload: &next }.to_bytes().into()),
+    ])
+}
 
 /// A callback with the group's join code.
 pub type OnJoined = Arc<dyn Fn(&str) + Send + Sync>;
@@ -63,6 +120,8 @@ pub async fn run(agent: Arc<Agent>, options: AgentOptions) -> Result<String> {
     socket.send(Message::Text(hello.to_string().into())).await?;
     let mut tick = tokio::time::interval(Duration::from_secs(HEARTBEAT_INTERVAL_S));
     let mut joined = false;
+    // Pipeline routes per sender, in order: the next frame from that sender follows the first.
+    let mut routes: HashMap<u32, VecDeque<Value>> = HashMap::new();
     loop {
         tokio::select! {
             msg = socket.next() => {
@@ -83,6 +142,14 @@ pub async fn run(agent: Arc<Agent>, options: AgentOptions) -> Result<String> {
                                 bail!("the server refused to admit this device: {}: {}", v["code"], v["message"]);
                             }
                             Some("error") => log::warn!("the server refused a message: {}", v["message"]),
+                            Some("signal") if v["data"]["route"].is_object() => {
+                                let from = v["from"].as_u64().unwrap_or(0) as u32;
+                                let route = v["data"]["route"].clone();
+                                let queue = routes.entry(from).or_default();
+                                if queue.len() < MAX_ROUTES_PER_PEER {
+                                    queue.push_back(route);
+                                }
+                            }
                             // No WebRTC here: a peer's offer goes unanswered and it relays.
                             _ => {}
                         }
@@ -96,10 +163,10 @@ pub async fn run(agent: Arc<Agent>, options: AgentOptions) -> Result<String> {
                             }
                         };
                         let (from, request) = (envelope.peer, envelope.payload.to_vec());
-                        let worker = agent.clone();
-                        let reply = actix_web::rt::task::spawn_blocking(move || worker.answer(&request)).await?;
-                        let back = RelayFrame { peer: from, payload: &reply.to_bytes() }.to_bytes();
-                        socket.send(Message::Binary(back.into())).await?;
+                        let route = routes.get_mut(&from).and_then(VecDeque::pop_front);
+                        for message in serve(&agent, from, request, route).await? {
+                            socket.send(message).await?;
+                        }
                     }
                     Frame::Ping(p) => socket.send(Message::Pong(p)).await?,
                     Frame::Close(reason) => return Ok(format!("closed by the server: {reason:?}")),

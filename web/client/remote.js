@@ -41,6 +41,7 @@ export class RemoteSplitClient {
     const onUpdate = options.onUpdate ?? (() => {});
     worker.onmessage = ({ data }) => {
       if (data.event === "progress") return onProgress(data.value);
+      if (data.event?.startsWith("group")) return this.group?.event(data.event, data.value);
       if (data.event === "connection") {
         this.connectionState = data.value;
         return onConnection(data.value);
@@ -161,9 +162,84 @@ export class RemoteSplitClient {
     this.call("close").catch(() => {});
   }
 
+  /** Share `count` items over workers of the given speeds (`SplitClient.planTasks`). */
+  planTasks(count, msPerItem, transferMs) {
+    return this.call("planTasks", count, msPerItem, transferMs);
+  }
+
+  /** Join a device group from the worker; the page's handle on it (`client/group.js`). */
+  async joinGroup(options = {}) {
+    const { onMembers, onError, onProgress, ...rest } = options;
+    const handle = new RemoteDeviceGroup(this, { onMembers, onError, onProgress });
+    this.group = handle;
+    try {
+      handle.update(await this.call("joinGroup", rest));
+    } catch (e) {
+      this.group = null;
+      throw e;
+    }
+    return handle;
+  }
+
   /** Stop the worker: the weights and the connection go with it; calls fail afterwards. */
   terminate() {
     this.worker.terminate();
     this.failPending(new SplitError("worker", "the client was terminated"));
   }
 }
+
+/** A device group joined in the worker, as the page sees it: the same methods as
+ * `DeviceGroup`, every call a message. */
+class RemoteDeviceGroup {
+  constructor(remote, { onMembers, onError, onProgress }) {
+    this.remote = remote;
+    this.onMembers = onMembers ?? (() => {});
+    this.onError = onError ?? ((e) => console.warn("device group:", e.message));
+    this.onProgress = onProgress ?? (() => {});
+    this.code = null;
+    this.you = 0;
+    this.members = [];
+  }
+
+  update(state) {
+    Object.assign(this, { code: state.code, codeExpiresS: state.codeExpiresS, you: state.you, members: state.members });
+  }
+
+  event(kind, value) {
+    if (kind === "group") {
+      this.update(value);
+      this.onMembers(value);
+    } else if (kind === "group-error") {
+      this.onError(new SplitError(value.code, value.message));
+    } else if (kind === "group-progress") {
+      this.onProgress(value);
+    }
+  }
+
+  describe() {
+    return { code: this.code, codeExpiresS: this.codeExpiresS, you: this.you, members: this.members };
+  }
+
+  classifyAll(images, options = {}) {
+    if (options.onProgress) this.onProgress = options.onProgress;
+    return this.remote.call("groupClassifyAll", images);
+  }
+
+  classify(image, options = {}) {
+    return this.remote.call("groupClassify", image, options);
+  }
+
+  plan(goal = "latency") {
+    return this.remote.call("groupPlan", goal);
+  }
+
+  stats() {
+    return this.remote.call("groupStats");
+  }
+
+  leave() {
+    this.remote.group = null;
+    return this.remote.call("leaveGroup");
+  }
+}
+

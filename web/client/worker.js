@@ -7,10 +7,19 @@
 //        { event: "progress" | "switch" | "connection" | "update", value }
 //                                            `onProgress` / `onSwitch` / `onConnection` / `onUpdate`
 //                                            as they happen
+//        { event: "group" | "group-error" | "group-progress", value }
+//                                            a device group's members, refusals and batch progress
 
 import { SplitClient, SplitError } from "../split-client.js";
 
 let client = null;
+/** This worker's device group, when the page joined one (`client/group.js`). */
+let group = null;
+
+function inGroup() {
+  if (!group) throw new SplitError("not_joined", "join a device group first");
+  return group;
+}
 
 /** What the page may call; each returns something structured-cloneable. */
 const methods = {
@@ -38,6 +47,26 @@ const methods = {
   setDefaultCodec: (codec) => { client.defaultCodec = codec; },
   connect: async () => { await client.connect(); },
   close: () => client.close(),
+  planTasks: (count, msPerItem, transferMs) => client.planTasks(count, msPerItem, transferMs),
+  async joinGroup(options) {
+    if (group) throw new SplitError("already_joined", `this client is in group ${group.code}; leave it first`);
+    group = await client.joinGroup({
+      ...options,
+      onMembers: (value) => postMessage({ event: "group", value }),
+      onError: (e) => postMessage({ event: "group-error", value: { code: e.code, message: e.message } }),
+    });
+    return group.describe();
+  },
+  groupClassifyAll: (images) => inGroup().classifyAll(images, {
+    onProgress: (value) => postMessage({ event: "group-progress", value }),
+  }),
+  groupClassify: (image, options) => inGroup().classify(image, options),
+  groupPlan: (goal) => inGroup().plan(goal),
+  groupStats: () => ({ answered: inGroup().answered, load: inGroup().load }),
+  leaveGroup: () => {
+    group?.leave();
+    group = null;
+  },
 };
 
 onmessage = async ({ data: { id, method, args } }) => {

@@ -68,6 +68,17 @@ pub fn test_all() -> Result<()> {
         .current_dir(&web)
         .env("SPLIT_URL", &server.url)
         .env("SPLIT_SERVER_CMD", command))?;
+    // Device groups: three browsers and the native agent share a batch, run pipelines, and
+    // lose a member mid-stream.
+    run(cargo().args(["build", "-p", "device-agent"]))?;
+    let agent = crate::cmd::target_dir().join("debug/device-agent");
+    run(Command::new("node")
+        .arg("tests/group.mjs")
+        .current_dir(&web)
+        .env("SPLIT_URL", &server.url)
+        .env("AGENT_BIN", agent)
+        .env("SPLIT_WEIGHTS", &weights)
+        .env("SPLIT_CALIBRATION", &calibration))?;
     drop(server);
     crate::cluster::check_manifests()?;
     // Scale-out: replicas behind HAProxy, one killed under load, nothing lost.
@@ -129,6 +140,7 @@ fn check_package(web: &std::path::Path) -> Result<()> {
         "client/weights.js",
         "client/backlog.js",
         "client/resilience.js",
+        "client/group.js",
         "pkg/wasm_edge_bg.wasm",
         "pkg-cpu/wasm_edge.js",
         "pkg-cpu-relaxed/wasm_edge_bg.wasm",
@@ -138,8 +150,14 @@ fn check_package(web: &std::path::Path) -> Result<()> {
     }
     let threads_helper = files.iter().any(|f| f.starts_with("pkg-cpu-threads/snippets/"));
     anyhow::ensure!(threads_helper, "the client package lacks the threaded build's worker helpers");
-    for demo in ["app.js", "index.html", "tests/e2e.mjs", "tests/outage.mjs", "examples/embed.html"]
-    {
+    for demo in [
+        "app.js",
+        "index.html",
+        "tests/e2e.mjs",
+        "tests/outage.mjs",
+        "tests/group.mjs",
+        "examples/embed.html",
+    ] {
         anyhow::ensure!(!files.contains(&demo), "the client package ships {demo}");
     }
     // Build stamps and what the benchmarks copy next to the WebGPU build stay out.

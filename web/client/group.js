@@ -1,0 +1,451 @@
+// A device group: this device's membership in a group of devices that pool their compute
+// (docs/multi-device.md). It lives beside the `SplitClient` whose model it lends (in the
+// client's worker by default; `remote.js` gives the page the same API), talks to the server's
+// `/group` socket, and does three things:
+//
+//   - answers what other members send it: a whole image (a task of someone's batch) or the
+//     features of a pipeline stage, which it runs on and passes to the next stage or answers;
+//   - `classifyAll(images)`: shares a batch over the members in proportion to their measured
+//     speed (the shared crate's `group::tasks`), results in input order, items of a member that
+//     leaves shared out again;
+//   - `classify(image)`: one image through a pipeline across members, cut where the shared
+//     chain planner says (`group::chain`), re-planned and re-sent when a stage leaves.
+//
+// Frames between members are the protocol's own request and reply frames, in the relay
+// envelope of shared/src/group/relay.rs, passed on by the server (`via: "relay"`).
+
+import { SplitError, wasm, wasmCall } from "./wasm.js";
+
+/** The relay envelope (shared/src/group/relay.rs): "SPLG", version u16, reserved u16, peer u32. */
+const RELAY_MAGIC = [0x53, 0x50, 0x4c, 0x47];
+const RELAY_VERSION = 1;
+const RELAY_HEADER_BYTES = 12;
+/** `group::HEARTBEAT_INTERVAL_S`: how often this device reports its status. */
+const HEARTBEAT_MS = 5_000;
+/** How long a request to another member may take before it counts as lost. */
+const MEMBER_TIMEOUT_MS = 60_000;
+/** Routes kept per sender before their frames arrive (`device-agent` keeps as many). */
+const MAX_ROUTES_PER_PEER = 64;
+
+function wrap(peer, frame) {
+  const out = new Uint8Array(RELAY_HEADER_BYTES + frame.length);
+  out.set(RELAY_MAGIC, 0);
+  const view = new DataView(out.buffer);
+  view.setUint16(4, RELAY_VERSION, true);
+  view.setUint32(8, peer, true);
+  out.set(frame, RELAY_HEADER_BYTES);
+  return out;
+}
+
+function unwrap(bytes) {
+  if (bytes.length < RELAY_HEADER_BYTES || RELAY_MAGIC.some((b, i) => bytes[i] !== b)) return null;
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.length);
+  return { peer: view.getUint32(8, true), frame: bytes.subarray(RELAY_HEADER_BYTES) };
+}
+
+/** The Battery Status API where the browser has it (Chromium), else "unknown". */
+async function powerState() {
+  try {
+    const battery = await navigator.getBattery?.();
+    if (!battery) return { state: "unknown" };
+    return battery.charging ? { state: "charging" } : { state: "battery", level: battery.level };
+  } catch {
+    return { state: "unknown" };
+  }
+}
+
+/** A stable id for this browser profile, kept in localStorage where there is one. */
+function deviceId() {
+  const fresh = () => `dev-${crypto.getRandomValues(new Uint32Array(2)).join("")}`;
+  try {
+    const stored = globalThis.localStorage?.getItem("split-device-id");
+    if (stored) return stored;
+    const id = fresh();
+    globalThis.localStorage?.setItem("split-device-id", id);
+    return id;
+  } catch {
+    return fresh();
+  }
+}
+
+export class DeviceGroup {
+  /**
+   * Join the group `options.code`, or start one without a code.
+   * @param {object} client  the `SplitClient` whose model this device lends (all stages loaded)
+   * @param {object} options  code, name, id, msPerImage (else measured now), onMembers,
+   *   onError (a refusal after joining), privacyFloor (a boundary name: the first stage of this
+   *   device's pipelines keeps at least that), codec (features between members; default: the
+   *   client's)
+   */
+  static async open(client, options = {}) {
+    const url = new URL(client.connection.url);
+    url.pathname = url.pathname.replace(/\/ws$/, "/group");
+    await client.prepareEdge("logits", client.defaultCodec);
+    const msPerImage = options.msPerImage ?? (await client.profileEdge(1)).ms.at(-1);
+    const device = {
+      id: options.id ?? deviceId(),
+      name: options.name ?? (client.backend === "webgpu" ? "browser (WebGPU)" : "browser (CPU)"),
+      backend: client.backend === "webgpu" ? "webgpu" : "cpu",
+      ms_per_image: msPerImage,
+      power: await powerState(),
+    };
+    const socket = new WebSocket(url, client.connection.protocols);
+    socket.binaryType = "arraybuffer";
+    const group = new DeviceGroup(client, socket, device, options);
+    await new Promise((resolve, reject) => {
+      socket.onopen = () => {
+        const hello = options.code
+          ? { type: "join", code: String(options.code).toUpperCase(), device }
+          : { type: "create", device };
+        socket.send(JSON.stringify(hello));
+      };
+      socket.onerror = () => reject(new SplitError("network", `cannot open ${url}`));
+      socket.onclose = (e) => reject(new SplitError("network", `${url} closed: ${e.code} ${e.reason}`));
+      group.joining = { resolve, reject };
+    });
+    socket.onclose = (e) => group.closed(e);
+    socket.onerror = () => {};
+    group.heartbeat = setInterval(() => group.sendStatus(), HEARTBEAT_MS);
+    return group;
+  }
+
+  constructor(client, socket, device, options) {
+    this.client = client;
+    this.socket = socket;
+    this.device = device;
+    this.codec = options.codec ?? client.defaultCodec;
+    this.privacyFloor = options.privacyFloor ?? "";
+    this.onMembers = options.onMembers ?? (() => {});
+    this.onError = options.onError ?? ((e) => console.warn("device group:", e.message));
+    /** The group's join code, this device's peer number, and everyone in the group. */
+    this.code = null;
+    this.you = 0;
+    this.members = [];
+    /** Requests this device is working on for others: reported in every status. */
+    this.load = 0;
+    /** Replies awaited, by request id: { resolve, reject, peers, timer }. */
+    this.pending = new Map();
+    /** Pipeline routes received, per sender, in order: the next frame from that sender follows
+     * the first one (the server keeps one sender's messages in order). */
+    this.routes = new Map();
+    this.nextId = 1;
+    this.answered = 0;
+    socket.onmessage = ({ data }) => {
+      if (typeof data === "string") this.onText(JSON.parse(data));
+      else this.onBinary(new Uint8Array(data));
+    };
+  }
+
+  /** The member with peer number `peer`. */
+  member(peer) {
+    return this.members.find((m) => m.peer === peer);
+  }
+
+  onText(message) {
+    switch (message.type) {
+      case "joined":
+        this.code = message.code;
+        this.codeExpiresS = message.code_expires_s;
+        this.you = message.you;
+        this.setMembers(message.members);
+        this.joining?.resolve();
+        this.joining = null;
+        break;
+      case "members":
+        this.setMembers(message.members);
+        break;
+      case "signal":
+        if (message.data?.route) {
+          const queue = this.routes.get(message.from) ?? [];
+          if (queue.length < MAX_ROUTES_PER_PEER) queue.push(message.data.route);
+          this.routes.set(message.from, queue);
+        } else if (message.data?.failed) {
+          // A pipeline stage could not go on: its request fails with the stage's reason.
+          const { id, code, text } = message.data.failed;
+          const wait = this.pending.get(id);
+          if (wait) {
+            this.pending.delete(id);
+            clearTimeout(wait.timer);
+            wait.reject(new SplitError(code ?? "internal", `peer ${message.from}: ${text}`));
+          }
+        }
+        break;
+      case "error": {
+        const error = new SplitError(message.code, message.message);
+        if (this.joining) {
+          this.joining.reject(error);
+          this.joining = null;
+          this.socket.close();
+        } else {
+          this.onError(error);
+        }
+        break;
+      }
+      default:
+        break;
+    }
+  }
+
+  setMembers(members) {
+    const gone = this.members.filter((m) => !members.some((n) => n.peer === m.peer));
+    this.members = members;
+    // A request waiting on a member that left cannot be answered: its owner re-plans.
+    for (const m of gone) {
+      for (const [id, wait] of this.pending) {
+        if (wait.peers.includes(m.peer)) {
+          this.pending.delete(id);
+          clearTimeout(wait.timer);
+          wait.reject(new SplitError("member_left", `${m.name} (peer ${m.peer}) left the group`));
+        }
+      }
+    }
+    try {
+      this.onMembers(this.describe());
+    } catch (e) {
+      console.error("onMembers callback failed", e);
+    }
+  }
+
+  /** The group as plain data: code, you, members. */
+  describe() {
+    return { code: this.code, codeExpiresS: this.codeExpiresS, you: this.you, members: this.members };
+  }
+
+  async sendStatus() {
+    if (this.socket.readyState !== WebSocket.OPEN) return;
+    this.socket.send(JSON.stringify({ type: "status", load: this.load, power: await powerState() }));
+  }
+
+  closed(event) {
+    clearInterval(this.heartbeat);
+    for (const wait of this.pending.values()) {
+      clearTimeout(wait.timer);
+      wait.reject(new SplitError("network", `the group's socket closed: ${event.code} ${event.reason}`));
+    }
+    this.pending.clear();
+  }
+
+  /** A frame from another member: a reply to one of ours, or a request for us. */
+  async onBinary(bytes) {
+    const envelope = unwrap(bytes);
+    if (!envelope) return;
+    let reply = null;
+    try {
+      reply = wasm.decodeReply(envelope.frame);
+    } catch {
+      // Not a reply: a request (a bad one is answered with a typed error).
+    }
+    if (reply) {
+      const wait = this.pending.get(reply.id);
+      if (!wait) return;
+      this.pending.delete(reply.id);
+      clearTimeout(wait.timer);
+      if (reply.kind === "error") wait.reject(new SplitError(reply.code, reply.message));
+      else wait.resolve({ ...reply, answeredBy: envelope.peer });
+      return;
+    }
+    const route = this.routes.get(envelope.peer)?.shift();
+    this.load++;
+    try {
+      await this.serve(envelope.peer, envelope.frame, route);
+    } catch (e) {
+      // The asker hears why instead of waiting for an answer that will not come.
+      if (route) this.signal(route.answerTo, { failed: { id: route.id, code: e.code ?? "internal", text: e.message } });
+      this.onError(e);
+    } finally {
+      this.load--;
+    }
+  }
+
+  /** Answer a request, or run a pipeline stage on and pass it to the next one. */
+  async serve(from, frame, route) {
+    const stage = route?.stages?.[0];
+    // The codec's tables where the features arrive and where they leave.
+    if (stage && route.codec !== "f32") {
+      await this.client.ensureCalibration(stage.from);
+      if (stage.to !== "logits") await this.client.ensureCalibration(stage.to);
+    }
+    if (!stage || stage.to === "logits") {
+      const reply = await this.client.answerRequest(frame);
+      this.answered++;
+      this.send(route ? route.answerTo : from, reply);
+      return;
+    }
+    const next = await this.client.continueRequest(frame, stage.to, route.codec);
+    const rest = route.stages.slice(1);
+    this.signal(rest[0].peer, { route: { ...route, stages: rest } });
+    this.send(rest[0].peer, next);
+  }
+
+  send(peer, frame) {
+    this.socket.send(wrap(peer, frame));
+  }
+
+  signal(peer, data) {
+    this.socket.send(JSON.stringify({ type: "signal", to: peer, data }));
+  }
+
+  /** Wait for the reply to request `id`, which involves `peers` (it fails if one leaves). */
+  awaitReply(id, peers) {
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.pending.delete(id);
+        reject(new SplitError("timeout", `no answer from peers ${peers.join(", ")} in ${MEMBER_TIMEOUT_MS} ms`));
+      }, MEMBER_TIMEOUT_MS);
+      this.pending.set(id, { resolve, reject, peers, timer });
+    });
+  }
+
+  /**
+   * Classify a batch over the group: each member takes a share in proportion to its measured
+   * speed, one image at a time; results come back in input order, each saying which device
+   * answered. A member that leaves loses nothing: what it had not answered is shared out again.
+   * @param {Uint8Array[]} images  JPEG or PNG bytes
+   * @param {object} [options]  onProgress({ done, total, counts })
+   * @returns {Promise<object[]>}  { index, top, peer, device, via: "local" | "relay", ms }
+   */
+  async classifyAll(images, options = {}) {
+    const onProgress = options.onProgress ?? (() => {});
+    const results = new Array(images.length);
+    const counts = {};
+    let todo = images.map((_, i) => i);
+    let done = 0;
+    while (todo.length > 0) {
+      const members = this.members.slice();
+      const plan = await this.client.planTasks(todo.length, members.map((m) => m.ms_per_image), members.map(() => 0));
+      const queues = members.map(() => []);
+      todo.forEach((item, k) => queues[plan[k]].push(item));
+      const left = [];
+      await Promise.all(members.map(async (m, w) => {
+        for (let q = 0; q < queues[w].length; q++) {
+          const index = queues[w][q];
+          const started = performance.now();
+          try {
+            const top = await this.runOn(m.peer, images[index]);
+            const via = m.peer === this.you ? "local" : "relay";
+            results[index] = { index, top, peer: m.peer, device: m.name, via, ms: performance.now() - started };
+            counts[m.peer] = (counts[m.peer] ?? 0) + 1;
+            onProgress({ done: ++done, total: images.length, counts: { ...counts } });
+          } catch (e) {
+            if (e.code !== "member_left" && e.code !== "timeout" && e.code !== "network") throw e;
+            // This member is gone: the rest of its queue goes to the others.
+            left.push(...queues[w].slice(q));
+            return;
+          }
+        }
+      }));
+      todo = left;
+      if (todo.length > 0 && this.members.length === 0) throw new SplitError("network", "no member left in the group");
+    }
+    return results;
+  }
+
+  /** The top-5 of one whole image on member `peer` (this device: locally). */
+  async runOn(peer, image) {
+    const id = this.nextId++;
+    const frame = wasm.encodeImageRequest(id, image);
+    if (peer === this.you) {
+      const reply = wasm.decodeReply(await this.client.answerRequest(frame));
+      if (reply.kind === "error") throw new SplitError(reply.code, reply.message);
+      return reply.top;
+    }
+    const answer = this.awaitReply(id, [peer]);
+    this.send(peer, frame);
+    return (await answer).top;
+  }
+
+  /**
+   * The chain the planner picks now over the group's members for `goal` ("latency" or
+   * "throughput"): { stages: [{ peer, from, to, computeMs, sendBytes, sendMs }], latencyMs,
+   * periodMs }.
+   */
+  async plan(goal = "latency") {
+    const node = (m) => ({
+      peer: m.peer,
+      msPerImage: m.ms_per_image,
+      lowPower: m.power?.state === "battery" && m.power.level < 0.2,
+      // Members of one group share a local network: 100 Mbit/s, 2 ms each way as a default
+      // until links are measured.
+      mbps: 100,
+      latencyMs: 2,
+    });
+    const me = this.member(this.you);
+    const others = this.members.filter((m) => m.peer !== this.you).map(node);
+    // The photo itself never leaves this device: its first stage runs at least the stem.
+    const floor = this.privacyFloor && this.privacyFloor !== "input" ? this.privacyFloor : "stem";
+    return this.client.planChain({ asker: node(me), others, privacyFloor: floor, goal }, this.codec);
+  }
+
+  /**
+   * One image through a pipeline across the group's members: this device runs the first
+   * stage, each next member runs its blocks on and passes the features along, the last answers
+   * here. If a stage's member leaves meanwhile, the plan is made again without it and this
+   * device's features (kept until the answer) go out again.
+   * @param {Uint8Array} image  JPEG or PNG bytes
+   * @param {object} [options]  goal ("latency", the default, or "throughput"); stages (an
+   *   explicit chain instead of the planner's: [{ peer, to }], this device first, the last
+   *   stage's `to` "logits"; used while all its members are in the group)
+   * @returns {Promise<object>}  { top, mode: "pipeline", stages: [{ peer, device, from, to }],
+   *   via, predicted: { latencyMs, periodMs }, totalMs, replans }
+   */
+  async classify(image, options = {}) {
+    const started = performance.now();
+    const goal = options.goal ?? "latency";
+    let replans = 0;
+    let kept = null; // this device's first-stage frame, by its cut
+    const chosen = options.stages;
+    for (;;) {
+      const usable = chosen && chosen[0]?.peer === this.you && chosen.every((s) => this.member(s.peer));
+      const chain = usable ? this.explicitChain(chosen) : await this.plan(goal);
+      const [first, ...rest] = chain.stages;
+      const id = this.nextId++;
+      const describe = (s) => ({ peer: s.peer, device: this.member(s.peer)?.name, from: s.from, to: s.to });
+      const stages = chain.stages.map(describe);
+      const predicted = { latencyMs: chain.latencyMs, periodMs: chain.periodMs };
+      if (rest.length === 0) {
+        const top = await this.runOn(this.you, image);
+        return { top, mode: "pipeline", stages, via: "local", predicted, totalMs: performance.now() - started, replans };
+      }
+      if (kept?.to !== first.to) {
+        const out = await this.client.edgeFrame(image, first.to, this.codec, id);
+        kept = { to: first.to, frame: out };
+      }
+      const frame = wasm.withRequestId(kept.frame, id);
+      const route = { id, answerTo: this.you, codec: this.codec, stages: rest.map((s) => ({ peer: s.peer, from: s.from, to: s.to })) };
+      const answer = this.awaitReply(id, rest.map((s) => s.peer));
+      this.signal(rest[0].peer, { route });
+      this.send(rest[0].peer, frame);
+      try {
+        const reply = await answer;
+        return { top: reply.top, mode: "pipeline", stages, via: "relay", predicted, totalMs: performance.now() - started, replans };
+      } catch (e) {
+        if (e.code !== "member_left" || replans >= 3) throw e;
+        replans++;
+      }
+    }
+  }
+
+  /** What this device did for the group: requests answered, and in progress now. */
+  stats() {
+    return { answered: this.answered, load: this.load };
+  }
+
+  /** An app's own chain in the planner's shape (no predictions). */
+  explicitChain(stages) {
+    let from = "input";
+    const out = stages.map((s) => {
+      const stage = { peer: s.peer, from, to: s.to };
+      from = s.to;
+      return stage;
+    });
+    if (from !== "logits") throw new SplitError("bad_option", "the last stage of a chain must run to \"logits\"");
+    return { stages: out, latencyMs: null, periodMs: null };
+  }
+
+  /** Leave the group and close its socket. */
+  leave() {
+    clearInterval(this.heartbeat);
+    if (this.socket.readyState === WebSocket.OPEN) this.socket.send(JSON.stringify({ type: "leave" }));
+    this.socket.close();
+  }
+}

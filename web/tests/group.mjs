@@ -1,0 +1,151 @@
+// Device groups in real browsers: three Chromium instances (each its own profile, CPU backend)
+// and the native device agent join one group on the real server, then
+//   - share a batch of 21 photos in proportion to their measured speed (every photo answered
+//     once, in order, with the unsplit model's top-1; counts as the speeds say, not turns);
+//   - run pipelines across three devices (page → page → agent, page → page → page, and the
+//     planner's own chain), each giving the unsplit model's top-1 and saying who ran what;
+//   - lose a device mid-stream (its browser closed): no request lost, the plan changes, the
+//     answers stay right.
+// Run by `cargo xtask test`, which starts the server and sets SPLIT_URL (and AGENT_BIN).
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { GPU_ARGS, withPage } from "./browser.mjs";
+
+const url = process.env.SPLIT_URL;
+assert.ok(url, "set SPLIT_URL to the server's base URL (cargo xtask test does)");
+const target = process.env.CARGO_TARGET_DIR ?? `${process.env.HOME}/.cache/splitinfer/target`;
+const agentBin = process.env.AGENT_BIN ?? `${target}/debug/device-agent`;
+const TIMEOUT_MS = 300_000;
+
+async function openPage(page, name) {
+  page.on("pageerror", (e) => console.error(`${name}: ${e.message}`));
+  await page.goto(new URL("?backend=cpu&weights=all", url).href);
+  await page.waitForFunction(() => ["ready", "failed"].includes(document.body.dataset.state), null, { timeout: TIMEOUT_MS });
+  assert.equal(await page.evaluate(() => document.body.dataset.state), "ready", `${name} loads`);
+}
+
+/** Join (or, without a code, start) a group from `page`; the group's code and this peer. */
+function join(page, name, code) {
+  return page.evaluate(async ({ name, code }) => {
+    window.splitGroup = await window.splitClient.joinGroup({ name, id: name, code });
+    return { code: window.splitGroup.code, you: window.splitGroup.you };
+  }, { name, code });
+}
+
+function startAgent(code) {
+  const groupUrl = new URL("group", url.replace(/^http/, "ws")).href;
+  const child = spawn(agentBin, ["--group", code, "--server", groupUrl, "--id", "agent", "--name", "native agent"],
+    { stdio: ["ignore", "pipe", "inherit"] });
+  return new Promise((resolve, reject) => {
+    child.on("error", reject);
+    child.on("exit", (c) => reject(new Error(`device-agent exited (${c})`)));
+    child.stdout.on("data", (d) => { if (/in group/.test(d.toString())) resolve(child); });
+  });
+}
+
+const waitMembers = (page, n) =>
+  page.waitForFunction((n) => window.splitGroup?.members.length === n, n, { timeout: TIMEOUT_MS });
+
+await withPage(GPU_ARGS.cpu, (a) => withPage(GPU_ARGS.cpu, (b) => withPage(GPU_ARGS.cpu, async (c) => {
+  await Promise.all([openPage(a, "A"), openPage(b, "B"), openPage(c, "C")]);
+  const { code, you: peerA } = await join(a, "A");
+  const { you: peerB } = await join(b, "B", code.toLowerCase());
+  const { you: peerC } = await join(c, "C", code);
+  const agent = await startAgent(code);
+  try {
+    await waitMembers(a, 4);
+    const members = await a.evaluate(() => window.splitGroup.members);
+    console.table(members.map((m) => ({ peer: m.peer, name: m.name, backend: m.backend, ms_per_image: m.ms_per_image.toFixed(1) })));
+    const peerAgent = members.find((m) => m.backend === "native").peer;
+
+    // The unsplit answers, on A alone.
+    const unsplit = await a.evaluate(async () => {
+      const out = {};
+      for (const n of ["chelsea", "coffee", "camera"]) {
+        const img = new Uint8Array(await (await fetch(`samples/${n}.png`)).arrayBuffer());
+        out[n] = (await window.splitClient.classify(img, "edge")).top[0].class;
+      }
+      return out;
+    });
+
+    // 1. A batch shared over the group.
+    const batch = await a.evaluate(async () => {
+      const names = ["chelsea", "coffee", "camera"];
+      const bytes = {};
+      for (const n of names) bytes[n] = new Uint8Array(await (await fetch(`samples/${n}.png`)).arrayBuffer());
+      const order = Array.from({ length: 21 }, (_, i) => names[(i * 5 + (i >> 2)) % 3]);
+      const g = window.splitGroup;
+      const expected = await window.splitClient.planTasks(order.length, g.members.map((m) => m.ms_per_image), g.members.map(() => 0));
+      const started = performance.now();
+      const results = await g.classifyAll(order.map((n) => bytes[n]));
+      return { order, results, expected, peers: g.members.map((m) => m.peer), ms: performance.now() - started };
+    });
+    assert.equal(batch.results.length, 21);
+    const counts = {};
+    batch.results.forEach((r, i) => {
+      assert.equal(r.index, i, "results in input order");
+      assert.equal(r.top[0].class, unsplit[batch.order[i]], `photo ${i} (${batch.order[i]}) on peer ${r.peer}`);
+      counts[r.peer] = (counts[r.peer] ?? 0) + 1;
+    });
+    const planned = {};
+    batch.expected.forEach((w) => { planned[batch.peers[w]] = (planned[batch.peers[w]] ?? 0) + 1; });
+    console.log("task split counts", counts, "planned from the measured speeds", planned, `${batch.ms.toFixed(0)} ms`);
+    assert.deepEqual(counts, planned, "each device took what its measured speed gives it");
+    // Round-robin gives every device 5 or 6 whatever its speed: here a device measured 1.5x
+    // faster than another never takes fewer photos, and somewhere takes at least two more.
+    const speed = Object.fromEntries(members.map((m) => [m.peer, m.ms_per_image]));
+    const pairs = members.flatMap((f) => members.filter((s) => speed[f.peer] * 1.5 <= speed[s.peer]).map((s) => [f.peer, s.peer]));
+    assert.ok(pairs.length > 0, `the measured speeds ${JSON.stringify(speed)} should differ by 1.5x somewhere (the agent is native)`);
+    const took = (p) => counts[p] ?? 0;
+    for (const [fast, slow] of pairs) {
+      assert.ok(took(fast) >= took(slow), `peer ${fast} (${speed[fast].toFixed(1)} ms) took ${took(fast)}, peer ${slow} (${speed[slow].toFixed(1)} ms) ${took(slow)}`);
+    }
+    assert.ok(pairs.some(([fast, slow]) => took(fast) >= took(slow) + 2), `shares ${JSON.stringify(counts)} barely follow the speeds`);
+
+    // 2. Pipelines across three devices.
+    const pipeline = (image, options) => a.evaluate(async ({ image, options }) => {
+      const img = new Uint8Array(await (await fetch(`samples/${image}.png`)).arrayBuffer());
+      return window.splitGroup.classify(img, options);
+    }, { image, options });
+    const viaAgent = await pipeline("chelsea", { stages: [{ peer: peerA, to: "block5" }, { peer: peerB, to: "block11" }, { peer: peerAgent, to: "logits" }] });
+    console.log("A → B → agent:", viaAgent.stages, viaAgent.via, `${viaAgent.totalMs.toFixed(0)} ms`);
+    assert.equal(viaAgent.top[0].class, unsplit.chelsea);
+    assert.deepEqual(viaAgent.stages.map((s) => [s.peer, s.from, s.to]),
+      [[peerA, "input", "block5"], [peerB, "block5", "block11"], [peerAgent, "block11", "logits"]]);
+    assert.equal(viaAgent.via, "relay");
+    const browsersOnly = await pipeline("coffee", { stages: [{ peer: peerA, to: "block2" }, { peer: peerC, to: "block8" }, { peer: peerB, to: "logits" }] });
+    assert.equal(browsersOnly.top[0].class, unsplit.coffee, "A → C → B");
+    assert.deepEqual(browsersOnly.stages.map((s) => s.peer), [peerA, peerC, peerB]);
+    const planned3 = await pipeline("camera", { goal: "throughput" });
+    console.log("planner's chain for throughput:", planned3.stages, planned3.predicted);
+    assert.equal(planned3.top[0].class, unsplit.camera);
+    assert.equal(planned3.stages[0].peer, peerA, "the asker starts the chain");
+    assert.notEqual(planned3.stages[0].to, "input", "the photo stays on the asker");
+
+    // 3. A device closed mid-stream.
+    await a.evaluate(({ peerA, peerC, peerAgent }) => {
+      window.streamResults = [];
+      window.streamDone = (async () => {
+        const names = ["chelsea", "coffee", "camera", "chelsea", "coffee", "camera"];
+        for (const n of names) {
+          const img = new Uint8Array(await (await fetch(`samples/${n}.png`)).arrayBuffer());
+          const r = await window.splitGroup.classify(img, { stages: [{ peer: peerA, to: "block5" }, { peer: peerC, to: "block11" }, { peer: peerAgent, to: "logits" }] });
+          window.streamResults.push({ name: n, top1: r.top[0].class, peers: r.stages.map((s) => s.peer), replans: r.replans });
+        }
+      })();
+    }, { peerA, peerC, peerAgent });
+    await a.waitForFunction(() => window.streamResults.length >= 1, null, { timeout: TIMEOUT_MS });
+    await c.context().close();
+    await a.evaluate(() => window.streamDone);
+    const stream = await a.evaluate(() => window.streamResults);
+    console.table(stream);
+    assert.equal(stream.length, 6, "no request lost");
+    for (const r of stream) assert.equal(r.top1, unsplit[r.name], `${r.name} after C left`);
+    assert.ok(stream[0].peers.includes(peerC), "C took part before it left");
+    assert.ok(!stream.at(-1).peers.includes(peerC), "the plan changed without C");
+    await waitMembers(a, 3);
+    console.log("group: all passed");
+  } finally {
+    agent.kill();
+  }
+})));
