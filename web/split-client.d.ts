@@ -374,12 +374,20 @@ export interface GroupPipelineResult {
 export interface DeviceGroup extends GroupState {
   describe(): GroupState;
   /** Share a batch over the members by measured speed; results in input order. */
-  classifyAll(images: Uint8Array[], options?: { onProgress?: (p: GroupProgress) => void }): Promise<GroupTaskResult[]>;
+  classifyAll(images: Uint8Array[], options?: { onProgress?: (p: GroupProgress) => void; peers?: number[] }): Promise<GroupTaskResult[]>;
   /** One image through a pipeline across the members. */
-  classify(image: Uint8Array, options?: { goal?: "latency" | "throughput"; stages?: { peer: number; to: string }[] }):
+  classify(image: Uint8Array, options?: { goal?: "latency" | "throughput"; stages?: { peer: number; to: string }[]; peers?: number[] }):
     Promise<GroupPipelineResult>;
+  /** The view this device contributes to a fusion (JPEG or PNG bytes; null takes it back). */
+  setView(image: Uint8Array | null): void | Promise<void>;
+  /** One fused answer from several members' views of one object. */
+  fuse(options?: { rule?: "mean" | "confidence"; peers?: number[] }): Promise<{
+    top: Prediction[]; mode: "fusion"; rule: string;
+    views: { peer: number; device: string; top: Prediction[] }[];
+    missing: { peer: number; device: string; code: string }[];
+  }>;
   /** The chain the planner would pick now. */
-  plan(goal?: "latency" | "throughput"): Promise<{ stages: ChainStage[]; latencyMs: number; periodMs: number }>;
+  plan(goal?: "latency" | "throughput", peers?: number[] | null): Promise<{ stages: ChainStage[]; latencyMs: number; periodMs: number }>;
   /** Requests this device answered for others, and in progress now. */
   stats(): { answered: number; load: number } | Promise<{ answered: number; load: number }>;
   leave(): void | Promise<void>;

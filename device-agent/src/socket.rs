@@ -150,6 +150,14 @@ pub async fn run(agent: Arc<Agent>, options: AgentOptions) -> Result<String> {
                                     queue.push_back(route);
                                 }
                             }
+                            Some("signal") if v["data"]["view"].is_object() => {
+                                // No camera here: a fusion asking for this device's view hears so.
+                                let failed = json!({ "type": "signal", "to": v["from"], "data": { "failed": {
+                                    "id": v["data"]["view"]["id"], "code": "no_view",
+                                    "text": "the native agent has no view to classify",
+                                } } });
+                                socket.send(Message::Text(failed.to_string().into())).await?;
+                            }
                             // No WebRTC here: a peer's offer goes unanswered and it relays.
                             _ => {}
                         }

@@ -13,7 +13,7 @@ fn set(obj: &Object, key: &str, value: impl Into<JsValue>) {
     let _ = Reflect::set(obj, &JsValue::from_str(key), &value.into());
 }
 
-fn predictions(top: &[Prediction]) -> Array {
+pub fn predictions(top: &[Prediction]) -> Array {
     top.iter()
         .map(|p| {
             let o = Object::new();

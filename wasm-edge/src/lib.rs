@@ -437,3 +437,28 @@ pub fn plan_chain(
 ) -> Result<JsValue, JsValue> {
     planner::plan_chain(cost_table, profile, codec, request)
 }
+
+/// Fuse several devices' top lists about one object (`shared::group::fusion`): `views` is an
+/// array of `[{ class, prob }]` lists, `rule` `"mean"` or `"confidence"`; returns the fused
+/// top 5.
+#[wasm_bindgen(js_name = fuseViews)]
+pub fn fuse_views(views: JsValue, rule: &str) -> Result<JsValue, JsValue> {
+    #[derive(serde::Deserialize)]
+    struct Entry {
+        class: u16,
+        prob: f32,
+    }
+    let rule: split_shared::group::fusion::Rule =
+        rule.parse().map_err(|e: String| js::error("bad_option", e))?;
+    let views: Vec<Vec<Entry>> = js::from_object(&views, "bad_option")?;
+    let views: Vec<Vec<split_shared::labels::Prediction>> = views
+        .into_iter()
+        .map(|v| {
+            v.into_iter()
+                .map(|e| split_shared::labels::Prediction { class: e.class, prob: e.prob })
+                .collect()
+        })
+        .collect();
+    let fused = split_shared::group::fusion::fuse(&views, rule, split_shared::labels::TOP_K);
+    Ok(js::predictions(&fused).into())
+}

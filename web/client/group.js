@@ -159,6 +159,8 @@ export class DeviceGroup {
           const queue = this.routes.get(message.from) ?? [];
           if (queue.length < MAX_ROUTES_PER_PEER) queue.push(message.data.route);
           this.routes.set(message.from, queue);
+        } else if (message.data?.view) {
+          this.answerView(message.from, message.data.view.id);
         } else if (message.data?.failed) {
           // A pipeline stage could not go on: its request fails with the stage's reason.
           const { id, code, text } = message.data.failed;
@@ -301,17 +303,20 @@ export class DeviceGroup {
    * speed, one image at a time; results come back in input order, each saying which device
    * answered. A member that leaves loses nothing: what it had not answered is shared out again.
    * @param {Uint8Array[]} images  JPEG or PNG bytes
-   * @param {object} [options]  onProgress({ done, total, counts })
+   * @param {object} [options]  onProgress({ done, total, counts }); peers (default: every
+   *   member)
    * @returns {Promise<object[]>}  { index, top, peer, device, via: "local" | "relay", ms }
    */
   async classifyAll(images, options = {}) {
+    const chosen = (m) => !options.peers || options.peers.includes(m.peer);
     const onProgress = options.onProgress ?? (() => {});
     const results = new Array(images.length);
     const counts = {};
     let todo = images.map((_, i) => i);
     let done = 0;
     while (todo.length > 0) {
-      const members = this.members.slice();
+      const members = this.members.filter(chosen);
+      if (members.length === 0) throw new SplitError("network", "no chosen member is in the group");
       const plan = await this.client.planTasks(todo.length, members.map((m) => m.ms_per_image), members.map(() => 0));
       const queues = members.map(() => []);
       todo.forEach((item, k) => queues[plan[k]].push(item));
@@ -335,7 +340,6 @@ export class DeviceGroup {
         }
       }));
       todo = left;
-      if (todo.length > 0 && this.members.length === 0) throw new SplitError("network", "no member left in the group");
     }
     return results;
   }
@@ -359,7 +363,7 @@ export class DeviceGroup {
    * "throughput"): { stages: [{ peer, from, to, computeMs, sendBytes, sendMs }], latencyMs,
    * periodMs }.
    */
-  async plan(goal = "latency") {
+  async plan(goal = "latency", peers = null) {
     const node = (m) => ({
       peer: m.peer,
       msPerImage: m.ms_per_image,
@@ -370,7 +374,7 @@ export class DeviceGroup {
       latencyMs: 2,
     });
     const me = this.member(this.you);
-    const others = this.members.filter((m) => m.peer !== this.you).map(node);
+    const others = this.members.filter((m) => m.peer !== this.you && (!peers || peers.includes(m.peer))).map(node);
     // The photo itself never leaves this device: its first stage runs at least the stem.
     const floor = this.privacyFloor && this.privacyFloor !== "input" ? this.privacyFloor : "stem";
     return this.client.planChain({ asker: node(me), others, privacyFloor: floor, goal }, this.codec);
@@ -384,7 +388,8 @@ export class DeviceGroup {
    * @param {Uint8Array} image  JPEG or PNG bytes
    * @param {object} [options]  goal ("latency", the default, or "throughput"); stages (an
    *   explicit chain instead of the planner's: [{ peer, to }], this device first, the last
-   *   stage's `to` "logits"; used while all its members are in the group)
+   *   stage's `to` "logits"; used while all its members are in the group); peers (the
+   *   members the planner may use; default: all)
    * @returns {Promise<object>}  { top, mode: "pipeline", stages: [{ peer, device, from, to }],
    *   via, predicted: { latencyMs, periodMs }, totalMs, replans }
    */
@@ -396,7 +401,7 @@ export class DeviceGroup {
     const chosen = options.stages;
     for (;;) {
       const usable = chosen && chosen[0]?.peer === this.you && chosen.every((s) => this.member(s.peer));
-      const chain = usable ? this.explicitChain(chosen) : await this.plan(goal);
+      const chain = usable ? this.explicitChain(chosen) : await this.plan(goal, options.peers ?? null);
       const [first, ...rest] = chain.stages;
       const id = this.nextId++;
       const describe = (s) => ({ peer: s.peer, device: this.member(s.peer)?.name, from: s.from, to: s.to });
@@ -423,6 +428,60 @@ export class DeviceGroup {
         replans++;
       }
     }
+  }
+
+  /** The view this device contributes to a fusion (the latest camera frame, a photo): JPEG
+   * or PNG bytes; null takes it back. */
+  setView(image) {
+    this.view = image ?? null;
+  }
+
+  /** Another member asks what this device sees: its answer for its own view, or why not. */
+  async answerView(from, id) {
+    if (!this.view) {
+      this.signal(from, { failed: { id, code: "no_view", text: `${this.device.name} has no view to classify` } });
+      return;
+    }
+    this.load++;
+    try {
+      this.send(from, await this.client.answerRequest(wasm.encodeImageRequest(id, this.view)));
+      this.answered++;
+    } finally {
+      this.load--;
+    }
+  }
+
+  /**
+   * One answer from several devices' views of the same object: each member asked (and this
+   * device, with its own view) classifies what it sees, and the answers are fused
+   * (`group::fusion`: "mean" of the probabilities, the default, or "confidence"-weighted).
+   * @param {object} [options]  rule, peers (default: every member)
+   * @returns {Promise<object>}  { top, mode: "fusion", rule, views: [{ peer, device, top }],
+   *   missing: [{ peer, device, code }] }
+   */
+  async fuse(options = {}) {
+    const rule = options.rule ?? "mean";
+    const peers = options.peers ?? this.members.map((m) => m.peer);
+    const ask = async (peer) => {
+      const device = this.member(peer)?.name;
+      try {
+        if (peer === this.you) {
+          if (!this.view) throw new SplitError("no_view", "this device has no view: call setView first");
+          return { peer, device, top: await this.runOn(this.you, this.view) };
+        }
+        const id = this.nextId++;
+        const answer = this.awaitReply(id, [peer]);
+        this.signal(peer, { view: { id } });
+        return { peer, device, top: (await answer).top };
+      } catch (e) {
+        return { peer, device, code: e.code ?? "internal" };
+      }
+    };
+    const answers = await Promise.all(peers.map(ask));
+    const views = answers.filter((a) => a.top);
+    if (views.length === 0) throw new SplitError("no_view", "no member had a view to classify");
+    const top = await wasmCall(() => wasm.fuseViews(views.map((v) => v.top), rule));
+    return { top, mode: "fusion", rule, views, missing: answers.filter((a) => !a.top) };
   }
 
   /** What this device did for the group: requests answered, and in progress now. */

@@ -221,16 +221,25 @@ class RemoteDeviceGroup {
   }
 
   classifyAll(images, options = {}) {
-    if (options.onProgress) this.onProgress = options.onProgress;
-    return this.remote.call("groupClassifyAll", images);
+    const { onProgress, ...rest } = options;
+    if (onProgress) this.onProgress = onProgress;
+    return this.remote.call("groupClassifyAll", images, rest);
   }
 
   classify(image, options = {}) {
     return this.remote.call("groupClassify", image, options);
   }
 
-  plan(goal = "latency") {
-    return this.remote.call("groupPlan", goal);
+  plan(goal = "latency", peers = null) {
+    return this.remote.call("groupPlan", goal, peers);
+  }
+
+  setView(image) {
+    return this.remote.call("groupSetView", image);
+  }
+
+  fuse(options = {}) {
+    return this.remote.call("groupFuse", options);
   }
 
   stats() {

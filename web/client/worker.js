@@ -57,11 +57,14 @@ const methods = {
     });
     return group.describe();
   },
-  groupClassifyAll: (images) => inGroup().classifyAll(images, {
+  groupClassifyAll: (images, options) => inGroup().classifyAll(images, {
+    ...options,
     onProgress: (value) => postMessage({ event: "group-progress", value }),
   }),
   groupClassify: (image, options) => inGroup().classify(image, options),
-  groupPlan: (goal) => inGroup().plan(goal),
+  groupPlan: (goal, peers) => inGroup().plan(goal, peers),
+  groupSetView: (image) => inGroup().setView(image),
+  groupFuse: (options) => inGroup().fuse(options),
   groupStats: () => ({ answered: inGroup().answered, load: inGroup().load }),
   leaveGroup: () => {
     group?.leave();

@@ -4,6 +4,8 @@
 //     once, in order, with the unsplit model's top-1; counts as the speeds say, not turns);
 //   - run pipelines across three devices (page → page → agent, page → page → page, and the
 //     planner's own chain), each giving the unsplit model's top-1 and saying who ran what;
+//   - fuse two pages' views of one photo (each page's own top-5 reported, the fused one the
+//     mean), a member without a view saying so;
 //   - lose a device mid-stream (its browser closed): no request lost, the plan changes, the
 //     answers stay right.
 // Run by `cargo xtask test`, which starts the server and sets SPLIT_URL (and AGENT_BIN).
@@ -16,6 +18,8 @@ assert.ok(url, "set SPLIT_URL to the server's base URL (cargo xtask test does)")
 const target = process.env.CARGO_TARGET_DIR ?? `${process.env.HOME}/.cache/splitinfer/target`;
 const agentBin = process.env.AGENT_BIN ?? `${target}/debug/device-agent`;
 const TIMEOUT_MS = 300_000;
+/** ImageNet's cat classes: tabby, tiger cat, Persian, Siamese, Egyptian cat. */
+const CATS = new Set([281, 282, 283, 284, 285]);
 
 async function openPage(page, name) {
   page.on("pageerror", (e) => console.error(`${name}: ${e.message}`));
@@ -122,7 +126,31 @@ await withPage(GPU_ARGS.cpu, (a) => withPage(GPU_ARGS.cpu, (b) => withPage(GPU_A
     assert.equal(planned3.stages[0].peer, peerA, "the asker starts the chain");
     assert.notEqual(planned3.stages[0].to, "input", "the photo stays on the asker");
 
-    // 3. A device closed mid-stream.
+    // 3. Fusion of two views: A and B each see part of chelsea (opposite 75% crops); C has no
+    // view and says so.
+    const setCrop = (page, corner) => page.evaluate(async (corner) => {
+      const blob = await (await fetch("samples/chelsea.png")).blob();
+      const whole = await createImageBitmap(blob);
+      const [w, h] = [Math.round(whole.width * 0.75), Math.round(whole.height * 0.75)];
+      const [x, y] = corner === 0 ? [0, 0] : [whole.width - w, whole.height - h];
+      const canvas = new OffscreenCanvas(w, h);
+      canvas.getContext("2d").drawImage(whole, x, y, w, h, 0, 0, w, h);
+      const png = new Uint8Array(await (await canvas.convertToBlob({ type: "image/png" })).arrayBuffer());
+      await window.splitGroup.setView(png);
+    }, corner);
+    await setCrop(a, 0);
+    await setCrop(b, 1);
+    const fused = await a.evaluate(() => window.splitGroup.fuse());
+    console.log("fused:", fused.top.slice(0, 3), "views:", fused.views.map((v) => [v.device, v.top[0]]), "missing:", fused.missing);
+    assert.deepEqual(fused.views.map((v) => v.peer).sort(), [peerA, peerB].sort(), "A's and B's views");
+    assert.ok(fused.views.every((v) => v.top.length === 5), "each device's own top-5 is reported");
+    assert.deepEqual(fused.missing.map((m) => [m.peer, m.code]).sort(), [[peerC, "no_view"], [peerAgent, "no_view"]].sort());
+    assert.ok(CATS.has(fused.top[0].class), `fused top-1 ${fused.top[0].class} is a cat`);
+    const probOf = (v, cls) => v.top.find((p) => p.class === cls)?.prob ?? 0;
+    const mean = (probOf(fused.views[0], fused.top[0].class) + probOf(fused.views[1], fused.top[0].class)) / 2;
+    assert.ok(Math.abs(fused.top[0].prob - mean) < 1e-5, `the fused probability ${fused.top[0].prob} is the mean ${mean}`);
+
+    // 4. A device closed mid-stream.
     await a.evaluate(({ peerA, peerC, peerAgent }) => {
       window.streamResults = [];
       window.streamDone = (async () => {

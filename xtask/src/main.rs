@@ -24,6 +24,7 @@ mod cluster;
 mod cmd;
 mod convert;
 mod eval;
+mod fusion;
 mod fuzz;
 mod lab;
 mod light;
@@ -83,6 +84,8 @@ enum Task {
     Test,
     /// Accuracy and agreement of split inference over a folder of images.
     Eval(eval::Args),
+    /// Two devices' views of each photo, alone and fused (docs/multi-device.md).
+    Fusion(fusion::Args),
     /// The light model's candidates: bytes, agreement with the full model, time.
     Light(light::Args),
     /// Bytes per frame of a synthetic camera pan with and without stream residuals.
@@ -114,6 +117,7 @@ fn main() -> Result<()> {
         Task::Cluster(a) => cluster::run(a),
         Task::Test => ci::test_all(),
         Task::Eval(a) => eval::run(a),
+        Task::Fusion(a) => fusion::run(a),
         Task::StreamEval(a) => stream_eval::run(a),
         Task::Light(a) => light::run(a),
         Task::Profile(a) => profile::run(a),

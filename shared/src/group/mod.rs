@@ -11,12 +11,14 @@
 //!   ([`crate::protocol`]), so a device answers a relayed request exactly as the server would;
 //! - [`tasks`]: how a batch is shared out over members in proportion to their measured speed;
 //! - [`chain`]: where to cut the network across a chain of devices (and the cloud), for the
-//!   fastest single answer or the highest stream throughput.
+//!   fastest single answer or the highest stream throughput;
+//! - [`fusion`]: several devices' answers about one object fused into one.
 //!
 //! The limits below bound what one group or one message may cost the server; each is named
 //! so clients can stay under it and tests can aim at it.
 
 pub mod chain;
+pub mod fusion;
 pub mod message;
 pub mod relay;
 pub mod tasks;
