@@ -24,6 +24,9 @@ const RELAY_HEADER_BYTES = 12;
 const HEARTBEAT_MS = 5_000;
 /** How long a request to another member may take before it counts as lost. */
 const MEMBER_TIMEOUT_MS = 60_000;
+/** Photos of a batch in flight to another member at once (measured in docs/multi-device.md:
+ * one at a time left a native member idle for most of each of the coordinator's own photos). */
+const REMOTE_IN_FLIGHT = 4;
 /** Routes kept per sender before their frames arrive (`device-agent` keeps as many). */
 const MAX_ROUTES_PER_PEER = 64;
 
@@ -322,22 +325,36 @@ export class DeviceGroup {
       todo.forEach((item, k) => queues[plan[k]].push(item));
       const left = [];
       await Promise.all(members.map(async (m, w) => {
-        for (let q = 0; q < queues[w].length; q++) {
-          const index = queues[w][q];
-          const started = performance.now();
-          try {
-            const top = await this.runOn(m.peer, images[index]);
-            const via = m.peer === this.you ? "local" : "relay";
-            results[index] = { index, top, peer: m.peer, device: m.name, via, ms: performance.now() - started };
-            counts[m.peer] = (counts[m.peer] ?? 0) + 1;
-            onProgress({ done: ++done, total: images.length, counts: { ...counts } });
-          } catch (e) {
-            if (e.code !== "member_left" && e.code !== "timeout" && e.code !== "network") throw e;
-            // This member is gone: the rest of its queue goes to the others.
-            left.push(...queues[w].slice(q));
-            return;
+        // Another member gets its next photos while it works on one, so the relay's round trip
+        // overlaps its compute, and it keeps working while this device's own compute holds
+        // up the thread that would send it more; this device takes one at a time.
+        const depth = m.peer === this.you ? 1 : REMOTE_IN_FLIGHT;
+        const queue = queues[w];
+        let cursor = 0;
+        let gone = false;
+        await Promise.all(Array.from({ length: depth }, async () => {
+          while (!gone && cursor < queue.length) {
+            const index = queue[cursor++];
+            const started = performance.now();
+            try {
+              const top = await this.runOn(m.peer, images[index]);
+              const via = m.peer === this.you ? "local" : "relay";
+              results[index] = { index, top, peer: m.peer, device: m.name, via, ms: performance.now() - started };
+              counts[m.peer] = (counts[m.peer] ?? 0) + 1;
+              onProgress({ done: ++done, total: images.length, counts: { ...counts } });
+            } catch (e) {
+              if (e.code !== "member_left" && e.code !== "timeout" && e.code !== "network") throw e;
+              // This member is gone: what it held and the rest of its queue go to the others.
+              left.push(index);
+              if (!gone) {
+                gone = true;
+                left.push(...queue.slice(cursor));
+                cursor = queue.length;
+              }
+              return;
+            }
           }
-        }
+        }));
       }));
       todo = left;
     }

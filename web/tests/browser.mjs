@@ -20,11 +20,32 @@ export async function withPage(args, body) {
     executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium", headless: true, args: [...BASE_ARGS, ...args] });
   try {
     const page = context.pages()[0] ?? (await context.newPage());
+    // Which browser this is, for tools that look at its processes (`browserPids`).
+    page.splitProfile = profile;
     return await body(page);
   } finally {
     await context.close();
     rmSync(profile, { recursive: true, force: true });
   }
+}
+
+/** Every process of the browser whose profile directory is `profile` (the browser process,
+ * named by its --user-data-dir, and all below it). */
+export function browserPids(profile) {
+  const parent = new Map();
+  const roots = [];
+  for (const pid of readdirSync("/proc").filter((p) => /^\d+$/.test(p))) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+      parent.set(Number(pid), Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]));
+      if (readFileSync(`/proc/${pid}/cmdline`, "utf8").includes(`--user-data-dir=${profile}`)) roots.push(Number(pid));
+    } catch { /* exited meanwhile */ }
+  }
+  const below = (pid) => {
+    for (let p = pid; p; p = parent.get(p)) if (roots.includes(p)) return true;
+    return false;
+  };
+  return [...parent.keys()].filter(below);
 }
 
 /** CPU ms (user + system) used so far by the processes below this one (the browsers it

@@ -7,17 +7,27 @@
 // devices' do: A the threaded relaxed-SIMD build, B the single-threaded relaxed one, C plain
 // SIMD), and with AGENT_BIN the native agent. For 1, 2 and 3 browsers (then + the agent):
 // task-split images/s against the fastest member alone, pipeline stream frames/s (the
-// planner's throughput chain, as many frames in flight as stages) against the fastest member
+// planner's throughput chain, two more frames in flight than stages) against the fastest member
 // alone, single-image pipeline latency P50/P95, and what the planner predicted. Every device
 // shares this machine's cores; docs/multi-device.md says what that limits.
-import { spawn } from "node:child_process";
-import { GPU_ARGS, withPage } from "./browser.mjs";
+import { execFileSync, spawn } from "node:child_process";
+import { GPU_ARGS, browserPids, withPage } from "./browser.mjs";
 
 const url = process.env.SPLIT_URL ?? "http://127.0.0.1:8080/";
 const PHOTOS = Number(process.env.PHOTOS ?? 30);
 const FRAMES = Number(process.env.FRAMES ?? 24);
 const TIMEOUT_MS = 600_000;
 const BUILDS = [["A", "cpu-threads"], ["B", "cpu-relaxed"], ["C", "cpu"]];
+/** Browsers to open (1 to 3). */
+const BROWSERS = Number(process.env.BROWSERS ?? 3);
+/** `PIN=A:0,agent:1`: give devices cores of their own (taskset), so that two of them compute
+ * in parallel as two real devices would instead of sharing both cores. */
+const PIN = Object.fromEntries((process.env.PIN ?? "").split(",").filter(Boolean).map((p) => p.split(":")));
+const pin = (pids, core) => {
+  for (const pid of pids) {
+    try { execFileSync("taskset", ["-a", "-p", "-c", String(core), String(pid)], { stdio: "ignore" }); } catch { /* exited */ }
+  }
+};
 
 async function open(page, name, build, code) {
   await page.goto(new URL(`?backend=cpu&weights=all&wasm=${build}`, url).href);
@@ -32,7 +42,9 @@ async function open(page, name, build, code) {
 }
 
 function startAgent(code) {
-  const child = spawn(process.env.AGENT_BIN, ["--group", code, "--server", new URL("group", url.replace(/^http/, "ws")).href, "--id", "agent"],
+  const taskset = PIN.agent != null ? ["taskset", "-c", PIN.agent] : [];
+  const [cmd, ...args] = [...taskset, process.env.AGENT_BIN, "--group", code];
+  const child = spawn(cmd, [...args, "--server", new URL("group", url.replace(/^http/, "ws")).href, "--id", "agent"],
     { stdio: ["ignore", "pipe", "ignore"] });
   return new Promise((resolve) => child.stdout.on("data", (d) => { if (/in group/.test(d.toString())) resolve(child); }));
 }
@@ -53,7 +65,8 @@ const batch = (a, peers) => a.evaluate(async ({ peers, n }) => {
 const stream = (a, peers) => a.evaluate(async ({ peers, n }) => {
   const g = window.splitGroup;
   const plan = await g.plan("throughput", peers);
-  const inFlight = Math.max(1, plan.stages.length);
+  // Enough frames in flight to keep every stage and hop busy.
+  const inFlight = plan.stages.length + 2;
   let next = 0;
   const t = performance.now();
   await Promise.all(Array.from({ length: inFlight }, async () => {
@@ -80,21 +93,27 @@ const latency = (a, peers) => a.evaluate(async ({ peers }) => {
 }, { peers });
 
 await withPage(GPU_ARGS.cpu, (pa) => withPage(GPU_ARGS.cpu, (pb) => withPage(GPU_ARGS.cpu, async (pc) => {
-  const pages = [pa, pb, pc];
+  const pages = [pa, pb, pc].slice(0, BROWSERS);
+  pages.forEach((p, i) => { if (PIN[BUILDS[i][0]] != null) pin(browserPids(p.splitProfile), PIN[BUILDS[i][0]]); });
   const first = await open(pa, ...BUILDS[0]);
   const peers = [first.you];
-  for (let i = 1; i < 3; i++) peers.push((await open(pages[i], ...BUILDS[i], first.code)).you);
+  for (let i = 1; i < pages.length; i++) peers.push((await open(pages[i], ...BUILDS[i], first.code)).you);
+  // Processes a page started while loading (its worker's renderer already existed) pinned too.
+  pages.forEach((p, i) => { if (PIN[BUILDS[i][0]] != null) pin(browserPids(p.splitProfile), PIN[BUILDS[i][0]]); });
   const agent = process.env.AGENT_BIN ? await startAgent(first.code) : null;
-  await pa.waitForFunction((n) => window.splitGroup.members.length === n, agent ? 4 : 3);
+  await pa.waitForFunction((n) => window.splitGroup.members.length === n, pages.length + (agent ? 1 : 0));
   const members = await pa.evaluate(() => window.splitGroup.members);
   console.log("| device | backend | measured ms / image |\n|---|---|---|");
   for (const m of members) console.log(`| ${m.name} (peer ${m.peer}) | ${m.backend} | ${m.ms_per_image.toFixed(1)} |`);
-  const sets = [[peers[0]], peers.slice(0, 2), peers];
+  const sets = [[peers[0]], peers.slice(0, 2), peers].slice(0, pages.length);
   if (agent) sets.push(members.map((m) => m.peer));
   // Each member alone, one image after another: its images/s is also the frames/s it would
   // stream at by itself. The baseline of a set is its fastest member's.
   const alone = {};
+  for (const m of members) await batch(pa, [m.peer]); // warm every member up first
   for (const m of members) alone[m.peer] = (await batch(pa, [m.peer])).perS;
+  console.log("\n| device alone | img/s |\n|---|---|");
+  for (const m of members) console.log(`| ${m.name} | ${alone[m.peer].toFixed(1)} |`);
   console.log("\n| devices | task split img/s | × fastest alone | counts | stream fps | × fastest alone | predicted fps | chain (peer:from→to) | bytes per hop | latency P50 / P95 ms | predicted ms |");
   console.log("|---|---|---|---|---|---|---|---|---|---|---|");
   for (const set of sets) {
