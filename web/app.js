@@ -1,5 +1,6 @@
 // The demo page: wires the DOM to SplitClient. All inference logic lives in split-client.js.
 import { LiveCamera } from "./camera.js";
+import { setupDevices } from "./devices.js";
 import { showSeen } from "./seen.js";
 import { SplitClient } from "./split-client.js";
 
@@ -497,6 +498,7 @@ async function start() {
     fillCodecs();
     drawNetwork();
     $("split").addEventListener("change", drawNetwork);
+    setupDevices(client, () => image?.bytes ?? null, showError);
     if (client.hasPlanner) {
       // One refresh at a time: a worker busy with an edge run answers late.
       let drawing = false;

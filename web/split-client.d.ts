@@ -306,6 +306,9 @@ export interface GroupState {
   /** This device's peer number. */
   you: number;
   members: GroupMember[];
+  /** Direct (WebRTC) channels to other browsers, by peer: "open" or "connecting"; a member
+   * without one is reached through the server. */
+  links?: Record<string, "open" | "connecting">;
 }
 
 export interface GroupOptions {
@@ -328,6 +331,8 @@ export interface GroupOptions {
   privacyFloor?: string;
   /** The codec features travel in between members (default: the client's). */
   codec?: string;
+  /** Direct WebRTC channels to the other browsers (default true). */
+  p2p?: boolean;
 }
 
 export interface GroupProgress {
@@ -343,7 +348,7 @@ export interface GroupTaskResult {
   /** Who answered, and how the photo got there. */
   peer: number;
   device: string;
-  via: "local" | "relay";
+  via: "local" | "p2p" | "relay";
   ms: number;
 }
 
@@ -362,8 +367,11 @@ export interface GroupPipelineResult {
   mode: "pipeline";
   /** Which device ran which blocks, in order. */
   stages: ChainStage[];
-  /** How the features travelled between devices. */
-  via: "local" | "relay";
+  /** How the features travelled: "p2p" when every hop went over a direct channel, "relay"
+   * when every one went through the server, else "mixed". */
+  via: "local" | "p2p" | "relay" | "mixed";
+  /** Each hop's way, the answer's last. */
+  hops: ("p2p" | "relay")[];
   /** What the planner predicted (null for an explicit chain). */
   predicted: { latencyMs: number | null; periodMs: number | null };
   totalMs: number;

@@ -11,6 +11,7 @@ pub const SERVED: &[&str] = &[
     "app.js",
     "camera.js",
     "seen.js",
+    "devices.js",
     "style.css",
     "split-client.js",
     "split-client.d.ts",

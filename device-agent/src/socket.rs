@@ -35,10 +35,23 @@ async fn serve(
     let stage = route.as_ref().and_then(|r| r["stages"].get(0)).cloned();
     let to = stage.as_ref().and_then(|s| s["to"].as_str()).unwrap_or("logits").to_string();
     let worker = agent.clone();
+    // How the request travelled so far; every hop from here goes through the relay.
+    let hops = |route: &Value| {
+        let mut hops = route["hops"].as_array().cloned().unwrap_or_default();
+        hops.push(json!("relay"));
+        Value::Array(hops)
+    };
     if to == "logits" {
         let reply = actix_web::rt::task::spawn_blocking(move || worker.answer(&request)).await?;
         let back = RelayFrame { peer: asker, payload: &reply.to_bytes() }.to_bytes();
-        return Ok(vec![Message::Binary(back.into())]);
+        let mut out = Vec::new();
+        if let Some(route) = &route {
+            // The asker learns how every hop went, before the answer.
+            let report = json!({ "type": "signal", "to": asker, "data": { "hops": { "id": route["id"], "list": hops(route) } } });
+            out.push(Message::Text(report.to_string().into()));
+        }
+        out.push(Message::Binary(back.into()));
+        return Ok(out);
     }
     let route = route.expect("a stage comes from a route");
     let codec: split_shared::codec::Setting =
@@ -64,6 +77,7 @@ async fn serve(
     };
     let mut onward = route.clone();
     onward["stages"] = Value::Array(rest);
+    onward["hops"] = hops(&route);
     let signal = json!({ "type": "signal", "to": peer, "data": { "route": onward } });
     Ok(vec![
         Message::Text(signal.to_string().into()),

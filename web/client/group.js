@@ -12,8 +12,10 @@
 //     chain planner says (`group::chain`), re-planned and re-sent when a stage leaves.
 //
 // Frames between members are the protocol's own request and reply frames, in the relay
-// envelope of shared/src/group/relay.rs, passed on by the server (`via: "relay"`).
+// envelope of shared/src/group/relay.rs: over a WebRTC DataChannel between two browsers once
+// it is open (`via: "p2p"`, client/peer.js), else passed on by the server (`via: "relay"`).
 
+import { BridgedLinks, PeerLinks } from "./peer.js";
 import { SplitError, wasm, wasmCall } from "./wasm.js";
 
 /** The relay envelope (shared/src/group/relay.rs): "SPLG", version u16, reserved u16, peer u32. */
@@ -131,11 +133,17 @@ export class DeviceGroup {
     /** Pipeline routes received, per sender, in order: the next frame from that sender follows
      * the first one (the server keeps one sender's messages in order). */
     this.routes = new Map();
+    /** How each pipeline request's hops went, by request id (the last stage reports). */
+    this.hops = new Map();
     this.nextId = 1;
     this.answered = 0;
+    /** Direct channels to the other browsers (off with `options.p2p === false`): held here on
+     * a page, by the page for a group in the client's worker (`options.bridge`). */
+    this.peers = options.bridge ? new BridgedLinks(this, options.bridge) : new PeerLinks(this);
+    if (options.p2p === false) this.peers.available = false;
     socket.onmessage = ({ data }) => {
       if (typeof data === "string") this.onText(JSON.parse(data));
-      else this.onBinary(new Uint8Array(data));
+      else this.onRelayed(new Uint8Array(data));
     };
   }
 
@@ -158,22 +166,8 @@ export class DeviceGroup {
         this.setMembers(message.members);
         break;
       case "signal":
-        if (message.data?.route) {
-          const queue = this.routes.get(message.from) ?? [];
-          if (queue.length < MAX_ROUTES_PER_PEER) queue.push(message.data.route);
-          this.routes.set(message.from, queue);
-        } else if (message.data?.view) {
-          this.answerView(message.from, message.data.view.id);
-        } else if (message.data?.failed) {
-          // A pipeline stage could not go on: its request fails with the stage's reason.
-          const { id, code, text } = message.data.failed;
-          const wait = this.pending.get(id);
-          if (wait) {
-            this.pending.delete(id);
-            clearTimeout(wait.timer);
-            wait.reject(new SplitError(code ?? "internal", `peer ${message.from}: ${text}`));
-          }
-        }
+        if (message.data?.webrtc) this.peers.onSignal(message.from, message.data.webrtc);
+        else this.onSignalData(message.from, message.data, "relay");
         break;
       case "error": {
         const error = new SplitError(message.code, message.message);
@@ -191,9 +185,79 @@ export class DeviceGroup {
     }
   }
 
+  /** A signal from another member, through the server or over a direct channel. */
+  onSignalData(from, data, via) {
+    if (data?.route) {
+      // Routes queue per sender and path: a route arrives the way its frame does.
+      const key = `${from}/${via}`;
+      const queue = this.routes.get(key) ?? [];
+      if (queue.length < MAX_ROUTES_PER_PEER) queue.push(data.route);
+      this.routes.set(key, queue);
+    } else if (data?.hops) {
+      this.hops.set(data.hops.id, data.hops.list);
+    } else if (data?.view) {
+      this.answerView(from, data.view.id);
+    } else if (data?.failed) {
+      // A pipeline stage could not go on: its request fails with the stage's reason.
+      const { id, code, text } = data.failed;
+      const wait = this.pending.get(id);
+      if (wait) {
+        this.pending.delete(id);
+        clearTimeout(wait.timer);
+        wait.reject(new SplitError(code ?? "internal", `peer ${from}: ${text}`));
+      }
+    }
+  }
+
+  /** What arrives on a direct channel: signals as text, frames as bytes. */
+  onChannelText(peer, data) {
+    this.onSignalData(peer, data, "p2p");
+  }
+
+  onChannelBinary(peer, bytes) {
+    const envelope = unwrap(bytes);
+    // The channel says who sent it, whatever the envelope claims.
+    if (envelope) this.onFrame(peer, envelope.frame, "p2p");
+  }
+
+  /** A frame the server relayed. */
+  onRelayed(bytes) {
+    const envelope = unwrap(bytes);
+    if (envelope) this.onFrame(envelope.peer, envelope.frame, "relay");
+  }
+
+  /** A channel opened or closed. */
+  onLinks() {
+    try {
+      this.onMembers(this.describe());
+    } catch (e) {
+      console.error("onMembers callback failed", e);
+    }
+  }
+
+  /** How to reach `peer` with a message of `bytes`: its direct channel when open and large
+   * enough, else the server. The same path for a request's route and its frame. */
+  path(peer, bytes = 0) {
+    const channel = this.peers.channel(peer, bytes);
+    if (channel) {
+      return {
+        via: "p2p",
+        send: (frame) => channel.send(wrap(this.you, frame)),
+        signal: (data) => channel.send(JSON.stringify(data)),
+      };
+    }
+    return { via: "relay", send: (frame) => this.send(peer, frame), signal: (data) => this.signal(peer, data) };
+  }
+
+  /** A signal through the server (WebRTC setup). */
+  signalServer(peer, data) {
+    this.signal(peer, data);
+  }
+
   setMembers(members) {
     const gone = this.members.filter((m) => !members.some((n) => n.peer === m.peer));
     this.members = members;
+    this.peers.update(members);
     // A request waiting on a member that left cannot be answered: its owner re-plans.
     for (const m of gone) {
       for (const [id, wait] of this.pending) {
@@ -213,7 +277,7 @@ export class DeviceGroup {
 
   /** The group as plain data: code, you, members. */
   describe() {
-    return { code: this.code, codeExpiresS: this.codeExpiresS, you: this.you, members: this.members };
+    return { code: this.code, codeExpiresS: this.codeExpiresS, you: this.you, members: this.members, links: this.peers.states() };
   }
 
   async sendStatus() {
@@ -223,6 +287,7 @@ export class DeviceGroup {
 
   closed(event) {
     clearInterval(this.heartbeat);
+    this.peers.close();
     for (const wait of this.pending.values()) {
       clearTimeout(wait.timer);
       wait.reject(new SplitError("network", `the group's socket closed: ${event.code} ${event.reason}`));
@@ -231,12 +296,10 @@ export class DeviceGroup {
   }
 
   /** A frame from another member: a reply to one of ours, or a request for us. */
-  async onBinary(bytes) {
-    const envelope = unwrap(bytes);
-    if (!envelope) return;
+  async onFrame(from, frame, via) {
     let reply = null;
     try {
-      reply = wasm.decodeReply(envelope.frame);
+      reply = wasm.decodeReply(frame);
     } catch {
       // Not a reply: a request (a bad one is answered with a typed error).
     }
@@ -246,16 +309,16 @@ export class DeviceGroup {
       this.pending.delete(reply.id);
       clearTimeout(wait.timer);
       if (reply.kind === "error") wait.reject(new SplitError(reply.code, reply.message));
-      else wait.resolve({ ...reply, answeredBy: envelope.peer });
+      else wait.resolve({ ...reply, answeredBy: from, via });
       return;
     }
-    const route = this.routes.get(envelope.peer)?.shift();
+    const route = this.routes.get(`${from}/${via}`)?.shift();
     this.load++;
     try {
-      await this.serve(envelope.peer, envelope.frame, route);
+      await this.serve(from, frame, route, via);
     } catch (e) {
       // The asker hears why instead of waiting for an answer that will not come.
-      if (route) this.signal(route.answerTo, { failed: { id: route.id, code: e.code ?? "internal", text: e.message } });
+      if (route) this.path(route.answerTo).signal({ failed: { id: route.id, code: e.code ?? "internal", text: e.message } });
       this.onError(e);
     } finally {
       this.load--;
@@ -263,7 +326,7 @@ export class DeviceGroup {
   }
 
   /** Answer a request, or run a pipeline stage on and pass it to the next one. */
-  async serve(from, frame, route) {
+  async serve(from, frame, route, via) {
     const stage = route?.stages?.[0];
     // The codec's tables where the features arrive and where they leave.
     if (stage && route.codec !== "f32") {
@@ -273,13 +336,17 @@ export class DeviceGroup {
     if (!stage || stage.to === "logits") {
       const reply = await this.client.answerRequest(frame);
       this.answered++;
-      this.send(route ? route.answerTo : from, reply);
+      const back = this.path(route ? route.answerTo : from, reply.length);
+      // The asker learns how every hop went, on the path its answer takes.
+      if (route) back.signal({ hops: { id: route.id, list: [...(route.hops ?? []), back.via] } });
+      back.send(reply);
       return;
     }
     const next = await this.client.continueRequest(frame, stage.to, route.codec);
     const rest = route.stages.slice(1);
-    this.signal(rest[0].peer, { route: { ...route, stages: rest } });
-    this.send(rest[0].peer, next);
+    const onward = this.path(rest[0].peer, next.length);
+    onward.signal({ route: { ...route, stages: rest, hops: [...(route.hops ?? []), onward.via] } });
+    onward.send(next);
   }
 
   send(peer, frame) {
@@ -337,8 +404,7 @@ export class DeviceGroup {
             const index = queue[cursor++];
             const started = performance.now();
             try {
-              const top = await this.runOn(m.peer, images[index]);
-              const via = m.peer === this.you ? "local" : "relay";
+              const { top, via } = await this.runOn(m.peer, images[index]);
               results[index] = { index, top, peer: m.peer, device: m.name, via, ms: performance.now() - started };
               counts[m.peer] = (counts[m.peer] ?? 0) + 1;
               onProgress({ done: ++done, total: images.length, counts: { ...counts } });
@@ -361,18 +427,20 @@ export class DeviceGroup {
     return results;
   }
 
-  /** The top-5 of one whole image on member `peer` (this device: locally). */
+  /** The top-5 of one whole image on member `peer` (this device: locally), and how the
+   * image went: `{ top, via: "local" | "p2p" | "relay" }`. */
   async runOn(peer, image) {
     const id = this.nextId++;
     const frame = wasm.encodeImageRequest(id, image);
     if (peer === this.you) {
       const reply = wasm.decodeReply(await this.client.answerRequest(frame));
       if (reply.kind === "error") throw new SplitError(reply.code, reply.message);
-      return reply.top;
+      return { top: reply.top, via: "local" };
     }
     const answer = this.awaitReply(id, [peer]);
-    this.send(peer, frame);
-    return (await answer).top;
+    const path = this.path(peer, frame.length + 12);
+    path.send(frame);
+    return { top: (await answer).top, via: path.via };
   }
 
   /**
@@ -408,7 +476,9 @@ export class DeviceGroup {
    *   stage's `to` "logits"; used while all its members are in the group); peers (the
    *   members the planner may use; default: all)
    * @returns {Promise<object>}  { top, mode: "pipeline", stages: [{ peer, device, from, to }],
-   *   via, predicted: { latencyMs, periodMs }, totalMs, replans }
+   *   via ("p2p" when every hop went over a direct channel, "relay" when every one went
+   *   through the server, else "mixed"), hops (each hop's way, the answer's last),
+   *   predicted: { latencyMs, periodMs }, totalMs, replans }
    */
   async classify(image, options = {}) {
     const started = performance.now();
@@ -425,21 +495,27 @@ export class DeviceGroup {
       const stages = chain.stages.map(describe);
       const predicted = { latencyMs: chain.latencyMs, periodMs: chain.periodMs };
       if (rest.length === 0) {
-        const top = await this.runOn(this.you, image);
-        return { top, mode: "pipeline", stages, via: "local", predicted, totalMs: performance.now() - started, replans };
+        const { top } = await this.runOn(this.you, image);
+        return { top, mode: "pipeline", stages, via: "local", hops: [], predicted, totalMs: performance.now() - started, replans };
       }
       if (kept?.to !== first.to) {
         const out = await this.client.edgeFrame(image, first.to, this.codec, id);
         kept = { to: first.to, frame: out };
       }
       const frame = wasm.withRequestId(kept.frame, id);
-      const route = { id, answerTo: this.you, codec: this.codec, stages: rest.map((s) => ({ peer: s.peer, from: s.from, to: s.to })) };
       const answer = this.awaitReply(id, rest.map((s) => s.peer));
-      this.signal(rest[0].peer, { route });
-      this.send(rest[0].peer, frame);
+      const hop = this.path(rest[0].peer, frame.length + 12);
+      const route = { id, answerTo: this.you, codec: this.codec, hops: [hop.via],
+                      stages: rest.map((s) => ({ peer: s.peer, from: s.from, to: s.to })) };
+      hop.signal({ route });
+      hop.send(frame);
       try {
         const reply = await answer;
-        return { top: reply.top, mode: "pipeline", stages, via: "relay", predicted, totalMs: performance.now() - started, replans };
+        // Every hop, the answer's included, as the stages reported them.
+        const hops = this.hops.get(id) ?? [hop.via];
+        this.hops.delete(id);
+        const via = hops.every((h) => h === "p2p") ? "p2p" : hops.every((h) => h === "relay") ? "relay" : "mixed";
+        return { top: reply.top, mode: "pipeline", stages, via, hops, predicted, totalMs: performance.now() - started, replans };
       } catch (e) {
         if (e.code !== "member_left" || replans >= 3) throw e;
         replans++;
@@ -456,12 +532,13 @@ export class DeviceGroup {
   /** Another member asks what this device sees: its answer for its own view, or why not. */
   async answerView(from, id) {
     if (!this.view) {
-      this.signal(from, { failed: { id, code: "no_view", text: `${this.device.name} has no view to classify` } });
+      this.path(from).signal({ failed: { id, code: "no_view", text: `${this.device.name} has no view to classify` } });
       return;
     }
     this.load++;
     try {
-      this.send(from, await this.client.answerRequest(wasm.encodeImageRequest(id, this.view)));
+      const reply = await this.client.answerRequest(wasm.encodeImageRequest(id, this.view));
+      this.path(from, reply.length + 12).send(reply);
       this.answered++;
     } finally {
       this.load--;
@@ -484,12 +561,13 @@ export class DeviceGroup {
       try {
         if (peer === this.you) {
           if (!this.view) throw new SplitError("no_view", "this device has no view: call setView first");
-          return { peer, device, top: await this.runOn(this.you, this.view) };
+          return { peer, device, top: (await this.runOn(this.you, this.view)).top };
         }
         const id = this.nextId++;
         const answer = this.awaitReply(id, [peer]);
-        this.signal(peer, { view: { id } });
-        return { peer, device, top: (await answer).top };
+        this.path(peer).signal({ view: { id } });
+        const reply = await answer;
+        return { peer, device, top: reply.top, via: reply.via };
       } catch (e) {
         return { peer, device, code: e.code ?? "internal" };
       }
@@ -521,6 +599,7 @@ export class DeviceGroup {
   /** Leave the group and close its socket. */
   leave() {
     clearInterval(this.heartbeat);
+    this.peers.close();
     if (this.socket.readyState === WebSocket.OPEN) this.socket.send(JSON.stringify({ type: "leave" }));
     this.socket.close();
   }

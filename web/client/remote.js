@@ -2,6 +2,7 @@
 // `SplitClient`, every call a message. The wasm module, the weights and every edge run live in
 // the worker, so the page's thread only posts bytes and receives plain objects.
 
+import { PageLinks } from "./peer.js";
 import { SplitError } from "./wasm.js";
 
 export class RemoteSplitClient {
@@ -193,6 +194,9 @@ export class RemoteSplitClient {
 class RemoteDeviceGroup {
   constructor(remote, { onMembers, onError, onProgress }) {
     this.remote = remote;
+    /** The group's WebRTC connections: on the page, since a worker has none. */
+    this.pageLinks = typeof RTCPeerConnection === "undefined" ? null
+      : new PageLinks((op) => remote.call("groupPeer", op).catch(() => {}));
     this.onMembers = onMembers ?? (() => {});
     this.onError = onError ?? ((e) => console.warn("device group:", e.message));
     this.onProgress = onProgress ?? (() => {});
@@ -202,7 +206,7 @@ class RemoteDeviceGroup {
   }
 
   update(state) {
-    Object.assign(this, { code: state.code, codeExpiresS: state.codeExpiresS, you: state.you, members: state.members });
+    Object.assign(this, { code: state.code, codeExpiresS: state.codeExpiresS, you: state.you, members: state.members, links: state.links ?? {} });
   }
 
   event(kind, value) {
@@ -213,11 +217,13 @@ class RemoteDeviceGroup {
       this.onError(new SplitError(value.code, value.message));
     } else if (kind === "group-progress") {
       this.onProgress(value);
+    } else if (kind === "group-peer") {
+      this.pageLinks?.toPage(value);
     }
   }
 
   describe() {
-    return { code: this.code, codeExpiresS: this.codeExpiresS, you: this.you, members: this.members };
+    return { code: this.code, codeExpiresS: this.codeExpiresS, you: this.you, members: this.members, links: this.links };
   }
 
   classifyAll(images, options = {}) {

@@ -9,6 +9,7 @@
 //                                            as they happen
 //        { event: "group" | "group-error" | "group-progress", value }
 //                                            a device group's members, refusals and batch progress
+//        { event: "group-peer", value }        WebRTC work for the page (client/peer.js)
 
 import { SplitClient, SplitError } from "../split-client.js";
 
@@ -52,6 +53,8 @@ const methods = {
     if (group) throw new SplitError("already_joined", `this client is in group ${group.code}; leave it first`);
     group = await client.joinGroup({
       ...options,
+      // WebRTC exists on the page only: the page holds the direct channels for this group.
+      bridge: (op) => postMessage({ event: "group-peer", value: op }),
       onMembers: (value) => postMessage({ event: "group", value }),
       onError: (e) => postMessage({ event: "group-error", value: { code: e.code, message: e.message } }),
     });
@@ -66,6 +69,7 @@ const methods = {
   groupSetView: (image) => inGroup().setView(image),
   groupFuse: (options) => inGroup().fuse(options),
   groupStats: () => ({ answered: inGroup().answered, load: inGroup().load }),
+  groupPeer: (op) => inGroup().peers.fromPage(op),
   leaveGroup: () => {
     group?.leave();
     group = null;

@@ -1,5 +1,6 @@
 // Device groups in real browsers: three Chromium instances (each its own profile, CPU backend)
 // and the native device agent join one group on the real server, then
+//   - open WebRTC DataChannels between the browsers (the agent stays on the server's relay);
 //   - share a batch of 21 photos in proportion to their measured speed (every photo answered
 //     once, in order, with the unsplit model's top-1; counts as the speeds say, not turns);
 //   - run pipelines across three devices (page → page → agent, page → page → page, and the
@@ -21,9 +22,9 @@ const TIMEOUT_MS = 300_000;
 /** ImageNet's cat classes: tabby, tiger cat, Persian, Siamese, Egyptian cat. */
 const CATS = new Set([281, 282, 283, 284, 285]);
 
-async function openPage(page, name) {
+async function openPage(page, name, extra = "") {
   page.on("pageerror", (e) => console.error(`${name}: ${e.message}`));
-  await page.goto(new URL("?backend=cpu&weights=all", url).href);
+  await page.goto(new URL(`?backend=cpu&weights=all${extra}`, url).href);
   await page.waitForFunction(() => ["ready", "failed"].includes(document.body.dataset.state), null, { timeout: TIMEOUT_MS });
   assert.equal(await page.evaluate(() => document.body.dataset.state), "ready", `${name} loads`);
 }
@@ -51,14 +52,22 @@ const waitMembers = (page, n) =>
   page.waitForFunction((n) => window.splitGroup?.members.length === n, n, { timeout: TIMEOUT_MS });
 
 await withPage(GPU_ARGS.cpu, (a) => withPage(GPU_ARGS.cpu, (b) => withPage(GPU_ARGS.cpu, async (c) => {
-  await Promise.all([openPage(a, "A"), openPage(b, "B"), openPage(c, "C")]);
+  await Promise.all([openPage(a, "A"), openPage(b, "B")]);
   const { code, you: peerA } = await join(a, "A");
   const { you: peerB } = await join(b, "B", code.toLowerCase());
-  const { you: peerC } = await join(c, "C", code);
+  // C joins the way a person does: the page's join link (its Devices panel joins by itself).
+  await openPage(c, "C", `&group=${code}`);
+  await c.waitForFunction((code) => document.body.dataset.group === code && !document.querySelector("#d-group").hidden, code, { timeout: TIMEOUT_MS });
   const agent = await startAgent(code);
   try {
     await waitMembers(a, 4);
+    await c.waitForFunction(() => document.body.dataset.groupMembers === "4", null, { timeout: TIMEOUT_MS });
     const members = await a.evaluate(() => window.splitGroup.members);
+    const peerC = members.find((m) => ![peerA, peerB].includes(m.peer) && m.backend !== "native").peer;
+    // Direct WebRTC channels between the browsers (the agent has none: it stays on the relay).
+    await a.waitForFunction(({ peerB, peerC }) => window.splitGroup.links?.[peerB] === "open" && window.splitGroup.links?.[peerC] === "open",
+      { peerB, peerC }, { timeout: 60_000 });
+    assert.equal(await c.evaluate(() => document.querySelectorAll("#d-members tbody tr").length), 4, "C's panel lists the group");
     console.table(members.map((m) => ({ peer: m.peer, name: m.name, backend: m.backend, ms_per_image: m.ms_per_image.toFixed(1) })));
     const peerAgent = members.find((m) => m.backend === "native").peer;
 
@@ -88,6 +97,10 @@ await withPage(GPU_ARGS.cpu, (a) => withPage(GPU_ARGS.cpu, (b) => withPage(GPU_A
     const counts = {};
     batch.results.forEach((r, i) => {
       assert.equal(r.index, i, "results in input order");
+      // A photo goes device to device when it fits a DataChannel message (coffee.png does not).
+      const expectedVia = r.peer === peerA ? "local" : members.find((m) => m.peer === r.peer).backend === "native" ? "relay"
+        : batch.order[i] === "coffee" ? "relay" : "p2p";
+      assert.equal(r.via, expectedVia, `photo ${i} (${batch.order[i]}) to peer ${r.peer}`);
       assert.equal(r.top[0].class, unsplit[batch.order[i]], `photo ${i} (${batch.order[i]}) on peer ${r.peer}`);
       counts[r.peer] = (counts[r.peer] ?? 0) + 1;
     });
@@ -116,10 +129,13 @@ await withPage(GPU_ARGS.cpu, (a) => withPage(GPU_ARGS.cpu, (b) => withPage(GPU_A
     assert.equal(viaAgent.top[0].class, unsplit.chelsea);
     assert.deepEqual(viaAgent.stages.map((s) => [s.peer, s.from, s.to]),
       [[peerA, "input", "block5"], [peerB, "block5", "block11"], [peerAgent, "block11", "logits"]]);
-    assert.equal(viaAgent.via, "relay");
+    assert.deepEqual(viaAgent.hops, ["p2p", "relay", "relay"], "browser to browser directly, to and from the agent through the server");
+    assert.equal(viaAgent.via, "mixed");
     const browsersOnly = await pipeline("coffee", { stages: [{ peer: peerA, to: "block2" }, { peer: peerC, to: "block8" }, { peer: peerB, to: "logits" }] });
     assert.equal(browsersOnly.top[0].class, unsplit.coffee, "A → C → B");
     assert.deepEqual(browsersOnly.stages.map((s) => s.peer), [peerA, peerC, peerB]);
+    assert.deepEqual(browsersOnly.hops, ["p2p", "p2p", "p2p"], "every hop device to device");
+    assert.equal(browsersOnly.via, "p2p");
     const planned3 = await pipeline("camera", { goal: "throughput" });
     console.log("planner's chain for throughput:", planned3.stages, planned3.predicted);
     assert.equal(planned3.top[0].class, unsplit.camera);
@@ -149,6 +165,15 @@ await withPage(GPU_ARGS.cpu, (a) => withPage(GPU_ARGS.cpu, (b) => withPage(GPU_A
     const probOf = (v, cls) => v.top.find((p) => p.class === cls)?.prob ?? 0;
     const mean = (probOf(fused.views[0], fused.top[0].class) + probOf(fused.views[1], fused.top[0].class)) / 2;
     assert.ok(Math.abs(fused.top[0].prob - mean) < 1e-5, `the fused probability ${fused.top[0].prob} is the mean ${mean}`);
+
+    // The panel's album on C: shared over the group, its progress and counts shown.
+    await c.selectOption("#d-mode", "album");
+    await c.click("#d-run");
+    await c.waitForFunction(() => document.body.dataset.groupRuns === "1", null, { timeout: TIMEOUT_MS });
+    const album = await c.evaluate(() => document.querySelector("#d-out").textContent);
+    console.log("C's album:", album);
+    assert.match(album, /^12 photos in \d+ ms — /, "the panel reports the album");
+    assert.equal(await c.evaluate(() => document.querySelector("#error").hidden), true, "no error on C");
 
     // 4. A device closed mid-stream.
     await a.evaluate(({ peerA, peerC, peerAgent }) => {
