@@ -107,9 +107,9 @@ export function setupDevices(client, currentImage, showError) {
           },
         });
         const counts = {};
-        for (const r of results) counts[r.device] = (counts[r.device] ?? 0) + 1;
+        for (const r of results) counts[r.peer] = (counts[r.peer] ?? 0) + 1;
         $("d-out").textContent = `${results.length} photos in ${(performance.now() - started).toFixed(0)} ms — `
-          + Object.entries(counts).map(([d, n]) => `${d}: ${n}`).join(", ");
+          + Object.entries(counts).map(([peer, n]) => `${names[peer] ?? `peer ${peer}`}: ${n}`).join(", ");
         $("d-chain").replaceChildren();
       } else if (mode === "pipeline") {
         const photo = currentImage() ?? (await samples())[0];

@@ -87,9 +87,11 @@ export class DeviceGroup {
     url.pathname = url.pathname.replace(/\/ws$/, "/group");
     await client.prepareEdge("logits", client.defaultCodec);
     const msPerImage = options.msPerImage ?? (await client.profileEdge(1)).ms.at(-1);
+    const id = options.id ?? deviceId();
     const device = {
-      id: options.id ?? deviceId(),
-      name: options.name ?? (client.backend === "webgpu" ? "browser (WebGPU)" : "browser (CPU)"),
+      id,
+      // Two browsers of one person must not look alike: the end of the id tells them apart.
+      name: options.name ?? `${client.backend === "webgpu" ? "browser (WebGPU)" : "browser (CPU)"} ${id.slice(-4)}`,
       backend: client.backend === "webgpu" ? "webgpu" : "cpu",
       ms_per_image: msPerImage,
       power: await powerState(),
