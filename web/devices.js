@@ -2,6 +2,8 @@
 // share an album over the devices, run one photo through a pipeline across them, or fuse
 // their views. All group logic lives in client/group.js; this file only draws.
 
+import { qrSvg } from "./qr.js";
+
 const $ = (id) => document.getElementById(id);
 
 function cell(text) {
@@ -61,6 +63,8 @@ export function setupDevices(client, currentImage, showError) {
     link.search = `?group=${g.code}`;
     $("d-link").href = link.href;
     $("d-link").textContent = link.href;
+    // A phone's camera reads the link off this screen.
+    $("d-qr").innerHTML = qrSvg(link.href, 3);
     $("d-expires").textContent = `${Math.round(g.codeExpiresS / 60)} min`;
     showMembers(g);
     document.body.dataset.group = g.code;

@@ -12,6 +12,7 @@ pub const SERVED: &[&str] = &[
     "camera.js",
     "seen.js",
     "devices.js",
+    "qr.js",
     "style.css",
     "split-client.js",
     "split-client.d.ts",

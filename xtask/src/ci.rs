@@ -44,6 +44,8 @@ pub fn test_all() -> Result<()> {
         .env("SPLIT_CALIBRATION", &calibration))?;
     let web = paths::repo_root().join("web");
     ensure_browser_tools(&web)?;
+    // The Devices panel's QR encoder against an independent encoder's symbols.
+    run(Command::new("node").arg("tests/qr.mjs").current_dir(&web))?;
     // The client's TypeScript declarations against the way the README embeds it.
     run(Command::new(web.join("node_modules/.bin/tsc")).args(["-p", "."]).current_dir(&web))?;
     check_package(&web)?;
