@@ -333,6 +333,8 @@ export interface GroupOptions {
   codec?: string;
   /** Direct WebRTC channels to the other browsers (default true). */
   p2p?: boolean;
+  /** The server's group socket (default: `/group` beside the client's `/ws`). */
+  url?: string;
 }
 
 export interface GroupProgress {

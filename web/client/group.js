@@ -77,14 +77,15 @@ export class DeviceGroup {
   /**
    * Join the group `options.code`, or start one without a code.
    * @param {object} client  the `SplitClient` whose model this device lends (all stages loaded)
-   * @param {object} options  code, name, id, msPerImage (else measured now), onMembers,
+   * @param {object} options  code, name, id, url (the server's `/group` socket, when not beside
+   *   its `/ws`), p2p (false: no direct channels), msPerImage (else measured now), onMembers,
    *   onError (a refusal after joining), privacyFloor (a boundary name: the first stage of this
    *   device's pipelines keeps at least that), codec (features between members; default: the
    *   client's)
    */
   static async open(client, options = {}) {
-    const url = new URL(client.connection.url);
-    url.pathname = url.pathname.replace(/\/ws$/, "/group");
+    const url = new URL(options.url ?? client.connection.url);
+    if (!options.url) url.pathname = url.pathname.replace(/\/ws$/, "/group");
     await client.prepareEdge("logits", client.defaultCodec);
     const msPerImage = options.msPerImage ?? (await client.profileEdge(1)).ms.at(-1);
     const id = options.id ?? deviceId();

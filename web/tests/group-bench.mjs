@@ -9,9 +9,10 @@
 // task-split images/s against the fastest member alone, pipeline stream frames/s (the
 // planner's throughput chain, two more frames in flight than stages) against the fastest member
 // alone, single-image pipeline latency P50/P95, and what the planner predicted. Every device
-// shares this machine's cores; docs/multi-device.md says what that limits.
+// shares this machine's cores; docs/multi-device.md says what that limits. With LINK (below)
+// every member reaches the others through its own emulated link.
 import { execFileSync, spawn } from "node:child_process";
-import { GPU_ARGS, browserPids, withPage } from "./browser.mjs";
+import { GPU_ARGS, browserPids, startNetem, withPage } from "./browser.mjs";
 
 const url = process.env.SPLIT_URL ?? "http://127.0.0.1:8080/";
 const PHOTOS = Number(process.env.PHOTOS ?? 30);
@@ -23,6 +24,17 @@ const BROWSERS = Number(process.env.BROWSERS ?? 3);
 /** `PIN=A:0,agent:1`: give devices cores of their own (taskset), so that two of them compute
  * in parallel as two real devices would instead of sharing both cores. */
 const PIN = Object.fromEntries((process.env.PIN ?? "").split(",").filter(Boolean).map((p) => p.split(":")));
+/** `LINK=fast-wifi` (a profile of perf/src/netem.rs): every member reaches the server through
+ * its own emulated link and direct channels are off, so every hop crosses two emulated links
+ * (the sender's up, the receiver's down). The server needs `--allow-origin '*'`: the pages'
+ * group sockets then come through the emulator's address. */
+const LINK = process.env.LINK ?? null;
+const server = new URL(url);
+const groupUrl = async () => {
+  if (!LINK) return { url: undefined, stop: () => {} };
+  const netem = await startNetem(`${server.hostname}:${server.port}`, LINK);
+  return { url: `ws://${netem.addr}/group`, stop: () => netem.child.kill() };
+};
 const pin = (pids, core) => {
   for (const pid of pids) {
     try { execFileSync("taskset", ["-a", "-p", "-c", String(core), String(pid)], { stdio: "ignore" }); } catch { /* exited */ }
@@ -32,19 +44,27 @@ const pin = (pids, core) => {
 async function open(page, name, build, code) {
   await page.goto(new URL(`?backend=cpu&weights=all&wasm=${build}`, url).href);
   await page.waitForFunction(() => ["ready", "failed"].includes(document.body.dataset.state), null, { timeout: TIMEOUT_MS });
-  return page.evaluate(async ({ name, code }) => {
+  const link = await groupUrl();
+  links.push(link);
+  return page.evaluate(async ({ name, code, url, p2p }) => {
     await window.splitClient.setCacheEntries(0);
-    window.splitGroup = await window.splitClient.joinGroup({ name, id: name, code });
+    window.splitGroup = await window.splitClient.joinGroup({ name, id: name, code, url, p2p });
     window.photos = [];
     for (const n of ["chelsea", "coffee", "camera"]) window.photos.push(new Uint8Array(await (await fetch(`samples/${n}.png`)).arrayBuffer()));
     return { code: window.splitGroup.code, you: window.splitGroup.you };
-  }, { name, code });
+  }, { name, code, url: link.url, p2p: !LINK });
 }
 
-function startAgent(code) {
+/** The emulated links started, stopped at the end. */
+const links = [];
+
+async function startAgent(code) {
   const taskset = PIN.agent != null ? ["taskset", "-c", PIN.agent] : [];
   const [cmd, ...args] = [...taskset, process.env.AGENT_BIN, "--group", code];
-  const child = spawn(cmd, [...args, "--server", new URL("group", url.replace(/^http/, "ws")).href, "--id", "agent"],
+  const link = await groupUrl();
+  links.push(link);
+  const server = link.url ?? new URL("group", url.replace(/^http/, "ws")).href;
+  const child = spawn(cmd, [...args, "--server", server, "--id", "agent"],
     { stdio: ["ignore", "pipe", "ignore"] });
   return new Promise((resolve) => child.stdout.on("data", (d) => { if (/in group/.test(d.toString())) resolve(child); }));
 }
@@ -126,4 +146,5 @@ await withPage(GPU_ARGS.cpu, (pa) => withPage(GPU_ARGS.cpu, (pb) => withPage(GPU
     console.log(`| ${names} | ${b.perS.toFixed(1)} | ${(b.perS / best).toFixed(2)} | ${JSON.stringify(b.counts)} | ${s.fps.toFixed(1)} | ${(s.fps / bestFps).toFixed(2)} | ${s.predictedFps.toFixed(1)} | ${s.stages} | ${s.bytes} | ${pct(l.ms, 0.5).toFixed(0)} / ${pct(l.ms, 0.95).toFixed(0)} | ${l.predicted.toFixed(0)} |`);
   }
   agent?.kill();
+  for (const l of links) l.stop();
 })));
