@@ -45,10 +45,23 @@ struct Device {
 
 impl Device {
     async fn text(&mut self, message: &ServerMessage) -> bool {
-        let text = message.to_json();
+        self.send_text(message.to_json()).await
+    }
+
+    /// Send a text message; false when the session is over (closed, or not reading for the
+    /// write timeout).
+    async fn send_text(&mut self, text: String) -> bool {
         self.state.metrics.sent(text.len());
         let sent = tokio::time::timeout(self.state.write_timeout, self.session.text(text));
         matches!(sent.await, Ok(Ok(())))
+    }
+
+    fn rate_limited(&self) -> Refusal {
+        let message = format!(
+            "over {} messages per second from this address; retry later",
+            self.state.rate.rate()
+        );
+        (GroupErrorCode::RateLimited, message)
     }
 
     async fn refuse(&mut self, (code, message): Refusal) -> bool {
@@ -167,10 +180,7 @@ async fn serve_device(upgraded: Upgraded, state: Arc<AppState>) {
                         if state.rate.allow(admitted.ip, heard) {
                             device.control(&text).await
                         } else {
-                            device.refuse((GroupErrorCode::RateLimited, format!(
-                                "over {} messages per second from this address; retry later",
-                                state.rate.rate()
-                            ))).await
+                            device.refuse(device.rate_limited()).await
                         }
                     }
                     Some(Ok(AggregatedMessage::Binary(bytes))) => {
@@ -179,10 +189,7 @@ async fn serve_device(upgraded: Upgraded, state: Arc<AppState>) {
                         if state.rate.allow(admitted.ip, heard) {
                             device.relay(&bytes).await
                         } else {
-                            device.refuse((GroupErrorCode::RateLimited, format!(
-                                "over {} messages per second from this address; retry later",
-                                state.rate.rate()
-                            ))).await
+                            device.refuse(device.rate_limited()).await
                         }
                     }
                     Some(Ok(AggregatedMessage::Ping(bytes))) => device.session.pong(&bytes).await.is_ok(),
@@ -197,10 +204,7 @@ async fn serve_device(upgraded: Upgraded, state: Arc<AppState>) {
             }
             Some(out) = inbox.recv() => {
                 let ok = match out {
-                    Outbound::Text(text) => {
-                        state.metrics.sent(text.len());
-                        device.session.text(text).await.is_ok()
-                    }
+                    Outbound::Text(text) => device.send_text(text).await,
                     Outbound::Binary(bytes) => send(&mut device.session, bytes, &state).await,
                 };
                 if !ok {

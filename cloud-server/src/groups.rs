@@ -200,11 +200,10 @@ impl Groups {
             you: peer,
             members: group.snapshot(now),
         };
-        for (p, e) in &group.members {
-            if *p != peer {
-                let text = ServerMessage::Members { members: group.snapshot(now) }.to_json();
-                let _ = e.outbox.try_send(Outbound::Text(text));
-            }
+        // The others hear of it; the new member has the list in its `joined`.
+        let text = ServerMessage::Members { members: group.snapshot(now) }.to_json();
+        for (_, e) in group.members.iter().filter(|(p, _)| **p != peer) {
+            let _ = e.outbox.try_send(Outbound::Text(text.clone()));
         }
         Ok((Seat { code: code.to_string(), peer }, joined))
     }

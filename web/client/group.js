@@ -231,6 +231,11 @@ export class DeviceGroup {
 
   /** A channel opened or closed. */
   onLinks() {
+    this.announce();
+  }
+
+  /** Tell the app what the group looks like now. */
+  announce() {
     try {
       this.onMembers(this.describe());
     } catch (e) {
@@ -271,11 +276,7 @@ export class DeviceGroup {
         }
       }
     }
-    try {
-      this.onMembers(this.describe());
-    } catch (e) {
-      console.error("onMembers callback failed", e);
-    }
+    this.announce();
   }
 
   /** The group as plain data: code, you, members. */

@@ -242,11 +242,9 @@ export class PageLinks {
       case "signal":
         this.links.onSignal(op.peer, op.data);
         break;
-      case "send": {
-        const channel = this.links.channel(op.peer, 0);
-        channel?.send(typeof op.data === "string" ? op.data : op.data);
+      case "send":
+        this.links.channel(op.peer, 0)?.send(op.data);
         break;
-      }
       case "close":
         this.links.close();
         break;
