@@ -13,37 +13,90 @@
 //! 2. **Uniform quantization** on a grid anchored at zero, symbols counted from the grid
 //!    point nearest the channel's calibration mean; unbounded (no clip range to choose;
 //!    magnitudes up to [`MAX_MAGNITUDE`]).
-//! 3. **Context modelling.** Each symbol is binarised (zero?, sign, above 1?, above 2?, then
-//!    Exp-Golomb of the rest, its order growing with the channel's expected magnitude and its
-//!    prefix adaptive, its suffix bits equiprobable) and every decision is range-coded ([`super::range`]) with an adaptive probability
-//!    chosen by what the decoder already has: the activity of the left, top, top-left and
-//!    top-right neighbours in the same channel, and the channel's expected activity (its spread
-//!    over its step). The probabilities start at one half in every frame and adapt, so nothing
-//!    per image is sent and the model costs no storage.
+//! 3. **Context modelling** (context model 2). The expected magnitude at a position is read
+//!    from the neighbours already coded in the same channel (`2·left + 2·top + top-left +
+//!    top-right`, bucketed by its bit length: 12 activity buckets). A nonzero magnitude m is
+//!    coarsened to `(m − 1) >> k`, with k growing with that activity so the coarsened value
+//!    stays around 2, and the coarsened value's token (zero, 0–2, three bands, escape: 8
+//!    letters) is range-coded with an adaptive distribution chosen by activity bucket and the
+//!    channel's class (its calibration spread over its step). The low k bits and the bands'
+//!    extra bits go as they are into a bypass stream; the sign is coded by a second range
+//!    coder with an adaptive probability chosen by the left and top neighbours' signs.
+//!    Distributions start flat in every frame and adapt, so nothing per image is sent and the
+//!    model costs no storage. Frames of the first context model (a binarised code: zero?,
+//!    sign, above 1?, above 2?, Exp-Golomb; 1.5× slower to code) are refused as
+//!    `unsupported_codec`.
+//!
+//! A payload is three sections ([`sections`]): the tokens' range coder, the signs' range
+//! coder, the bypass bits. Two range coders rather than one let the decoder's two dependency
+//! chains overlap.
 //!
 //! Every decision's context is computed from integers and from f32 products and quotients of
 //! calibration values (IEEE-exact on every platform), so the browser and the server agree.
 
 use super::CodecError;
-use super::range::{Bit, Decoder, Encoder};
+use super::bypass::{BitReader, BitWriter};
+use super::range::{Bit, Cdf, Decoder, Encoder, SYMBOLS};
+use super::sections;
 
 /// Finest level a setting may name (a predicted KL of 2^−24 nats: far past what any answer
 /// notices; finer steps would clip real activations at [`MAX_MAGNITUDE`]).
 pub const MAX_LEVEL: u8 = 24;
 /// Version of the context model; a frame names the one it was coded with.
-pub const CONTEXT_MODEL: u8 = 1;
+pub const CONTEXT_MODEL: u8 = 2;
 /// Largest magnitude a symbol may take (larger ones are clipped by the encoder and refused by
 /// the decoder): bounds decoded values and decoding work.
 pub const MAX_MAGNITUDE: u32 = 1 << 15;
 /// A channel whose step exceeds this many times its calibration spread is not sent.
 pub const SKIP_SPREADS: f32 = 8.0;
-/// Magnitudes coded with their own adaptive decisions ("above 1?", "above 2?"); the rest of a
-/// larger one is Exp-Golomb-coded.
-const SMALL: u32 = 2;
-/// Longest Exp-Golomb prefix a decoder accepts.
-const MAX_PREFIX: u32 = 16;
-/// Adaptive prefix decisions per class (later ones share the last).
-const PREFIX_CONTEXTS: usize = 8;
+/// Expected-activity class from which magnitudes are coarsened before modelling: in a class
+/// `SHIFT_FROM + k`, a nonzero magnitude m is coded as `(m − 1) >> k` with the context's
+/// distribution and its low `k` bits as they are (nearly uniform where magnitudes are that
+/// large). Zero keeps a token of its own in every class: ReLU outputs are mostly exact zeros,
+/// which must not pay for low bits.
+const SHIFT_FROM: usize = 4;
+/// The token of magnitude zero.
+const ZERO: usize = 0;
+/// Coarsened magnitudes below this are a token each (after [`ZERO`]); larger ones share
+/// [`BANDS`].
+const DIRECT: u32 = 3;
+/// Tokens after the direct ones: (first coarsened magnitude, equiprobable bits that follow).
+/// The last token is the escape: a 4-bit length, then that many bits.
+const BANDS: [(u32, u32); 3] = [(3, 1), (5, 2), (9, 3)];
+/// First coarsened magnitude of the escape token.
+const ESCAPE_FROM: u32 = 17;
+const _: () = assert!(1 + DIRECT as usize + BANDS.len() + 1 == SYMBOLS);
+
+/// Token, its first coarsened magnitude and its extra bits, for every coarsened magnitude below
+/// [`ESCAPE_FROM`]: the encoder's lookup.
+const TOKEN_OF: [(u8, u8, u8); ESCAPE_FROM as usize] = {
+    let mut t = [(0u8, 0u8, 0u8); ESCAPE_FROM as usize];
+    let mut u = 0;
+    while u < ESCAPE_FROM as usize {
+        t[u] = if u < DIRECT as usize {
+            ((1 + u) as u8, u as u8, 0)
+        } else {
+            let mut band = BANDS.len() - 1;
+            while BANDS[band].0 as usize > u {
+                band -= 1;
+            }
+            ((1 + DIRECT as usize + band) as u8, BANDS[band].0 as u8, BANDS[band].1 as u8)
+        };
+        u += 1;
+    }
+    t
+};
+/// First coarsened magnitude and extra bits of every token but [`ZERO`] and the escape, in
+/// token order from 1: the decoder's lookup.
+const FIRST_OF_TOKEN: [(u32, u32); SYMBOLS - 2] = {
+    let mut t = [(0, 0); SYMBOLS - 2];
+    let mut i = 0;
+    while i < SYMBOLS - 2 {
+        t[i] = if i < DIRECT as usize { (i as u32, 0) } else { BANDS[i - DIRECT as usize] };
+        i += 1;
+    }
+    t
+};
 /// Rounding offset of the quantizer: 0.5 is plain rounding; less widens the zero bin.
 const ROUNDING: f32 = 0.5;
 /// Reconstruction of a nonzero symbol sits this many steps toward zero from the bin's centre.
@@ -53,7 +106,7 @@ const RECONSTRUCTION_SHIFT: f32 = 0.0;
 const CLASS_LIMITS: [f32; 9] = [0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0];
 const CLASSES: usize = CLASS_LIMITS.len() + 1;
 /// Neighbour-activity buckets.
-const ACTIVITY: usize = 5;
+const ACTIVITY: usize = 12;
 
 /// Calibrated per-channel values at one boundary.
 #[derive(Clone, Debug, PartialEq)]
@@ -143,36 +196,23 @@ fn class(spread: f32, step: f32) -> usize {
     CLASS_LIMITS.iter().take_while(|l| ratio >= **l).count()
 }
 
-/// Exp-Golomb order for a class: about log2 of the magnitudes its channels take.
-fn golomb_order(class: usize) -> u32 {
-    class.saturating_sub(4) as u32
-}
-
-/// Adaptive probabilities of one frame.
+/// Adaptive statistics of one frame.
 struct Contexts {
-    zero: Vec<Bit>,
+    magnitude: Vec<Cdf>,
+    /// Whether a value whose neighbours are all zero is zero too, per class: where a ReLU
+    /// output is silent one binary decision does the work of a symbol, at a third of the cost.
+    quiet: [Bit; CLASSES],
     sign: [Bit; 9],
-    small: Vec<Bit>,
-    prefix: Vec<Bit>,
 }
 
 impl Contexts {
     fn new() -> Self {
         Self {
-            zero: vec![Bit::default(); CLASSES * ACTIVITY],
+            magnitude: vec![Cdf::default(); CLASSES * ACTIVITY],
+            quiet: [Bit::default(); CLASSES],
             sign: [Bit::default(); 9],
-            small: vec![Bit::default(); CLASSES * ACTIVITY * SMALL as usize],
-            prefix: vec![Bit::default(); CLASSES * PREFIX_CONTEXTS],
         }
     }
-}
-
-fn small_index(class: usize, n: Neighbours, k: u32) -> usize {
-    (class * ACTIVITY + n.activity) * SMALL as usize + (k as usize - 1)
-}
-
-fn prefix_index(class: usize, i: u32) -> usize {
-    class * PREFIX_CONTEXTS + (i as usize).min(PREFIX_CONTEXTS - 1)
 }
 
 /// What the decoder already knows around a position of a channel's plane.
@@ -181,24 +221,6 @@ struct Neighbours {
     activity: usize,
     sign: usize,
 }
-
-/// Activity bucket of a weighted neighbour sum `2·left + 2·top + top-left + top-right` (each
-/// magnitude capped at 8): 0, 1–2, 3–4, 5–8, more.
-const ACTIVITY_OF_SUM: [u8; 49] = {
-    let mut t = [4u8; 49];
-    let mut a = 0;
-    while a < 49 {
-        t[a] = match a {
-            0 => 0,
-            1..=2 => 1,
-            3..=4 => 2,
-            5..=8 => 3,
-            _ => 4,
-        };
-        a += 1;
-    }
-    t
-};
 
 /// The symbols of one channel as coded so far, with a border of zeros (one row above, one
 /// column either side) so that every position has a left, top, top-left and top-right
@@ -224,11 +246,18 @@ impl Plane {
         let above = p - self.stride;
         let (left, top) = (self.cells[p - 1], self.cells[above]);
         let (top_left, top_right) = (self.cells[above - 1], self.cells[above + 1]);
-        let m = |v: i32| v.unsigned_abs().min(8);
+        // Magnitudes are at most MAX_MAGNITUDE (2^15): the sum fits easily.
+        let m = |v: i32| v.unsigned_abs();
         let a = 2 * m(left) + 2 * m(top) + m(top_left) + m(top_right);
-        let activity = usize::from(ACTIVITY_OF_SUM[a as usize]);
+        let activity = ((32 - a.leading_zeros()) as usize).min(ACTIVITY - 1);
         let sign = ((left.signum() + 1) * 3 + (top.signum() + 1)) as usize;
         Neighbours { activity, sign }
+    }
+
+    /// Low bits sent as they are at an activity: the weighted sum is about six times the
+    /// magnitude to expect, so this keeps coarsened magnitudes around 2.
+    fn shift(n: Neighbours) -> u32 {
+        n.activity.saturating_sub(SHIFT_FROM) as u32
     }
 }
 
@@ -264,7 +293,7 @@ pub fn encode(
 ) -> Vec<u8> {
     let positions = height * width;
     let steps = table.steps(level);
-    let mut enc = Encoder::new();
+    let mut out = Writers::default();
     let mut ctx = Contexts::new();
     let mut plane = Plane::new(height, width);
     for (c, channel) in values.chunks_exact(positions).enumerate() {
@@ -274,45 +303,123 @@ pub fn encode(
         }
         let class = class(table.spread[c], step);
         let anchor = anchor(table.center[c], step);
+        // The whole channel first, in a loop of its own that vectorises (the division would
+        // otherwise wait in the coding loop): a position's neighbours all come before it, so
+        // the cells after it being filled already changes nothing.
         for (y, row) in channel.chunks_exact(width).enumerate() {
             let start = plane.at(y, 0);
-            for (x, v) in row.iter().enumerate() {
-                let n = plane.neighbours(start + x);
-                let q = quantize(*v, anchor, step);
-                plane.cells[start + x] = q;
-                code_symbol(&mut enc, &mut ctx, class, n, q);
+            for (cell, v) in plane.cells[start..start + width].iter_mut().zip(row) {
+                *cell = quantize(*v, anchor, step);
+            }
+        }
+        for y in 0..height {
+            let start = plane.at(y, 0);
+            for p in start..start + width {
+                let (n, q) = (plane.neighbours(p), plane.cells[p]);
+                if n.activity == 0 {
+                    out.tokens.bit(&mut ctx.quiet[class], q != 0);
+                    if q == 0 {
+                        continue;
+                    }
+                }
+                let cdf = &mut ctx.magnitude[class * ACTIVITY + n.activity];
+                out.symbol(cdf, &mut ctx.sign[n.sign], Plane::shift(n), q);
             }
         }
     }
-    enc.finish()
+    out.finish()
 }
 
-fn code_symbol(enc: &mut Encoder, ctx: &mut Contexts, class: usize, n: Neighbours, q: i32) {
-    enc.bit(&mut ctx.zero[class * ACTIVITY + n.activity], q != 0);
-    if q == 0 {
-        return;
-    }
-    enc.bit(&mut ctx.sign[n.sign], q < 0);
-    let magnitude = q.unsigned_abs();
-    for k in 1..=SMALL {
-        let more = magnitude > k;
-        enc.bit(&mut ctx.small[small_index(class, n, k)], more);
-        if !more {
+/// The three coders of a frame, each with a section of the payload: the magnitude tokens, the
+/// signs, and the bits sent as they are. Signs have a coder of their own so that decoding
+/// them does not wait on the tokens' coder (nor it on them): the two dependency chains
+/// overlap.
+#[derive(Default)]
+struct Writers {
+    tokens: Encoder,
+    signs: Encoder,
+    bypass: BitWriter,
+}
+
+impl Writers {
+    /// Code a symbol: its coarsened magnitude's token with the context's distribution, the
+    /// token's extra bits and the magnitude's low `shift` bits as they are, then the sign.
+    fn symbol(&mut self, cdf: &mut Cdf, sign: &mut Bit, shift: u32, q: i32) {
+        if q == 0 {
+            self.tokens.symbol(cdf, ZERO);
             return;
         }
+        let v = q.unsigned_abs() - 1;
+        let u = v >> shift;
+        if let Some(&(token, from, bits)) = TOKEN_OF.get(u as usize) {
+            self.tokens.symbol(cdf, usize::from(token));
+            // The band's extra bits above the magnitude's low bits, in one write.
+            let low = v & ((1 << shift) - 1);
+            self.bypass.put(((u - u32::from(from)) << shift) | low, u32::from(bits) + shift);
+        } else {
+            self.tokens.symbol(cdf, SYMBOLS - 1);
+            let w = u - ESCAPE_FROM + 1;
+            let len = 31 - w.leading_zeros();
+            self.bypass.put(len, 4);
+            self.bypass.put(w - (1 << len), len);
+            self.bypass.put(v, shift);
+        }
+        self.signs.bit(sign, q < 0);
     }
-    // Exp-Golomb of order `order` of what is left: the bit length of (v >> order) + 1 in
-    // unary with adaptive decisions, then its remaining bits and the low `order` bits as they are.
-    let order = golomb_order(class);
-    let v = magnitude - SMALL - 1;
-    let w = (v >> order) + 1;
-    let len = 31 - w.leading_zeros();
-    for i in 0..len {
-        enc.bit(&mut ctx.prefix[prefix_index(class, i)], true);
+
+    fn finish(self) -> Vec<u8> {
+        let (tokens, signs) = (self.tokens.finish(), self.signs.finish());
+        sections::join(&[&tokens, &signs, &self.bypass.finish()])
     }
-    enc.bit(&mut ctx.prefix[prefix_index(class, len)], false);
-    enc.raw(w - (1 << len), len);
-    enc.raw(v, order);
+}
+
+/// Reads what [`Writers`] wrote.
+struct Readers<'a> {
+    tokens: Decoder<'a>,
+    signs: Decoder<'a>,
+    bypass: BitReader<'a>,
+}
+
+impl<'a> Readers<'a> {
+    fn new(payload: &'a [u8]) -> Result<Self, CodecError> {
+        let [tokens, signs, bypass] = sections::split::<3>(payload)?;
+        Ok(Self {
+            tokens: Decoder::new(tokens)?,
+            signs: Decoder::new(signs)?,
+            bypass: BitReader::new(bypass),
+        })
+    }
+
+    fn symbol(&mut self, cdf: &mut Cdf, sign: &mut Bit, shift: u32) -> Result<i32, CodecError> {
+        let token = self.tokens.symbol(cdf);
+        if token == ZERO {
+            return Ok(0);
+        }
+        let magnitude = if let Some(&(from, bits)) = FIRST_OF_TOKEN.get(token - 1) {
+            let extra = self.bypass.get(bits + shift);
+            let u = from + (extra >> shift);
+            ((u << shift) | (extra & ((1 << shift) - 1))) + 1
+        } else {
+            let len = self.bypass.get(4);
+            let u = ESCAPE_FROM - 1 + (1 << len) + self.bypass.get(len);
+            ((u << shift) | self.bypass.get(shift)) + 1
+        };
+        if magnitude > MAX_MAGNITUDE {
+            return Err(CodecError::BadPayload("symbol magnitude out of range"));
+        }
+        let q = magnitude as i32;
+        Ok(if self.signs.bit(sign) { -q } else { q })
+    }
+
+    fn overran(&self) -> bool {
+        self.tokens.overran() || self.signs.overran()
+    }
+
+    fn finish(self) -> Result<(), CodecError> {
+        self.tokens.finish()?;
+        self.signs.finish()?;
+        self.bypass.finish()
+    }
 }
 
 /// Decode a payload [`encode`] wrote back to `channels × height × width` values.
@@ -329,7 +436,7 @@ pub fn decode(
 ) -> Result<Vec<f32>, CodecError> {
     let positions = height * width;
     let steps = table.steps(level);
-    let mut dec = Decoder::new(payload)?;
+    let mut input = Readers::new(payload)?;
     let mut ctx = Contexts::new();
     let mut plane = Plane::new(height, width);
     let mut out = Vec::with_capacity(table.channels() * positions);
@@ -345,51 +452,26 @@ pub fn decode(
             let start = plane.at(y, 0);
             for p in start..start + width {
                 let n = plane.neighbours(p);
-                let q = decode_symbol(&mut dec, &mut ctx, class, n)?;
-                plane.cells[p] = q;
-                out.push(dequantize(q, anchor, *step));
+                if n.activity == 0 && !input.tokens.bit(&mut ctx.quiet[class]) {
+                    plane.cells[p] = 0;
+                    continue;
+                }
+                let cdf = &mut ctx.magnitude[class * ACTIVITY + n.activity];
+                plane.cells[p] = input.symbol(cdf, &mut ctx.sign[n.sign], Plane::shift(n))?;
             }
         }
-        if dec.overran() {
+        for y in 0..height {
+            let start = plane.at(y, 0);
+            out.extend(
+                plane.cells[start..start + width].iter().map(|q| dequantize(*q, anchor, *step)),
+            );
+        }
+        if input.overran() {
             return Err(CodecError::BadPayload("range-coded payload ends too early"));
         }
     }
-    dec.finish()?;
+    input.finish()?;
     Ok(out)
-}
-
-fn decode_symbol(
-    dec: &mut Decoder<'_>,
-    ctx: &mut Contexts,
-    class: usize,
-    n: Neighbours,
-) -> Result<i32, CodecError> {
-    if !dec.bit(&mut ctx.zero[class * ACTIVITY + n.activity]) {
-        return Ok(0);
-    }
-    let negative = dec.bit(&mut ctx.sign[n.sign]);
-    let mut magnitude = 1;
-    while magnitude <= SMALL && dec.bit(&mut ctx.small[small_index(class, n, magnitude)]) {
-        magnitude += 1;
-    }
-    if magnitude > SMALL {
-        let order = golomb_order(class);
-        let mut len = 0;
-        while dec.bit(&mut ctx.prefix[prefix_index(class, len)]) {
-            len += 1;
-            if len > MAX_PREFIX {
-                return Err(CodecError::BadPayload("escape code too long"));
-            }
-        }
-        let w = (1u32 << len) + dec.raw(len);
-        let v = ((w - 1) << order) + dec.raw(order);
-        magnitude = v.saturating_add(SMALL + 1);
-        if magnitude > MAX_MAGNITUDE {
-            return Err(CodecError::BadPayload("symbol magnitude out of range"));
-        }
-    }
-    let q = magnitude as i32;
-    Ok(if negative { -q } else { q })
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@
 //! meta                  [3]         version, calibration images, entropy precision
 //! <b>.raw.q<bits>.lo    [C]         clip range per channel
 //! <b>.raw.q<bits>.hi    [C]
-//! <b>.raw.q<bits>.prob  [C, 2^bits] fixed-point probabilities (integers)
+//! <b>.raw.q<bits>.prob  [C, 2^bits] fixed-point probabilities (stored as u16)
 //! <b>.pca.mean          [C]         projection: y = basisᵀ (x - mean)
 //! <b>.pca.basis         [C, R]
 //! <b>.pca.q<bits>.lo|hi|prob        as above, per component (R of them)
@@ -255,11 +255,11 @@ impl Calibration {
             let c = t.ranges.len();
             f.insert(format!("{prefix}.lo"), vec![c], t.ranges.iter().map(|r| r.lo).collect());
             f.insert(format!("{prefix}.hi"), vec![c], t.ranges.iter().map(|r| r.hi).collect());
-            f.insert(
-                format!("{prefix}.prob"),
-                vec![c, 1 << t.bits],
-                t.probabilities.iter().map(|p| *p as f32).collect(),
-            );
+            // Every probability is below 2^16 (each of at least 4 symbols has at least 1 of
+            // 2^PRECISION): two bytes each, half the file.
+            let probabilities: Vec<u16> =
+                t.probabilities.iter().map(|p| u16::try_from(*p).expect("below 2^16")).collect();
+            f.insert_u16(format!("{prefix}.prob"), vec![c, 1 << t.bits], &probabilities);
         };
         if let Some(id) = part_of {
             let pieces = (0..4).map(|i| ((id >> (16 * i)) & 0xffff) as f32).collect();

@@ -14,6 +14,7 @@
 //! and the server decodes with this same code.
 
 pub mod alloc;
+mod bypass;
 mod calibration;
 pub mod entropy;
 mod error;
@@ -21,6 +22,7 @@ pub mod fit;
 mod noise;
 pub mod quant;
 pub mod range;
+mod sections;
 mod setting;
 mod stream;
 

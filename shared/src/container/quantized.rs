@@ -108,7 +108,8 @@ pub const QUANTIZED_MAGIC: [u8; 4] = *b"SPLQ";
 /// A [`ContainerError`] naming the first problem: wrong magic or version, a checksum mismatch
 /// (a corrupt or partial download), or an absurd header.
 pub fn dequantize(bytes: &[u8]) -> Result<TensorFile, ContainerError> {
-    let (mut r, count) = open(bytes, QUANTIZED_MAGIC, QUANTIZED_FILE_VERSION)?;
+    let (mut r, count, _) =
+        open(bytes, QUANTIZED_MAGIC, QUANTIZED_FILE_VERSION..=QUANTIZED_FILE_VERSION)?;
     let malformed = |m: String| ContainerError::Malformed(m);
     let mut out = TensorFile::new();
     for _ in 0..count {

@@ -1,5 +1,7 @@
-//! Named little-endian f32 tensors with a checksum: the file format of the weights and of the
-//! codec calibration, each under its own magic so one is never loaded as the other.
+//! Named little-endian tensors with a checksum: the file format of the weights and of the codec
+//! calibration, each under its own magic so one is never loaded as the other. Values are f32,
+//! or 16-bit unsigned integers where the writer says they are integers (the calibration's
+//! probability tables: half the bytes).
 //!
 //! The setup step converts the PyTorch file once (folding batch norm into the convolutions);
 //! server and browser then load this file, which needs no pickle parser and is served as-is.
@@ -8,16 +10,23 @@
 //!
 //! ```text
 //! magic [4] | version u16 | reserved u16 | count u32
-//! count x { name_len u16 | name utf-8 | ndim u8 | dims u32 x ndim | f32 x prod(dims) }
+//! count x { name_len u16 | name utf-8 | ndim u8 | dims u32 x ndim | [storage u8] | values }
 //! fnv1a-64 of every byte above, u64
 //! ```
+//!
+//! Version 1 has no storage byte: every tensor is `f32 x prod(dims)`. Version 2 has it: 0 for
+//! f32 values, 1 for `u16 x prod(dims)`. A file whose tensors are all f32 is written as version
+//! 1, so the weights file keeps the layout every earlier build (and `tools/export_onnx.py`)
+//! reads.
 
 use std::collections::HashMap;
 
 use super::{Cursor, Truncated};
 
-/// Container layout version this build reads and writes.
-pub const TENSOR_FILE_VERSION: u16 = 1;
+/// Newest container layout version this build reads and writes (it reads every earlier one).
+pub const TENSOR_FILE_VERSION: u16 = 2;
+/// The layout of files whose tensors are all f32.
+const F32_ONLY_VERSION: u16 = 1;
 /// Guard against absurd headers: no tensor in this project has more dimensions, no file more
 /// tensors.
 const MAX_NDIM: usize = 4;
@@ -70,10 +79,36 @@ impl From<Truncated> for ContainerError {
     }
 }
 
-/// Named f32 tensors, in file order.
+/// How a tensor's values are stored in the file.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Storage {
+    /// Little-endian f32.
+    #[default]
+    F32,
+    /// Little-endian u16: integers from 0 to 65535.
+    U16,
+}
+
+impl Storage {
+    fn code(self) -> u8 {
+        match self {
+            Self::F32 => 0,
+            Self::U16 => 1,
+        }
+    }
+
+    fn width(self) -> usize {
+        match self {
+            Self::F32 => 4,
+            Self::U16 => 2,
+        }
+    }
+}
+
+/// Named tensors, in file order; values are read as f32 whatever their storage.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct TensorFile {
-    tensors: Vec<(String, Vec<usize>, Vec<f32>)>,
+    tensors: Vec<(String, Vec<usize>, Vec<f32>, Storage)>,
     index: HashMap<String, usize>,
 }
 
@@ -90,27 +125,36 @@ impl TensorFile {
         Self::default()
     }
 
-    /// Add a tensor; replaces one of the same name.
+    /// Add a tensor of f32 values; replaces one of the same name.
     pub fn insert(&mut self, name: impl Into<String>, dims: Vec<usize>, data: Vec<f32>) {
+        self.put(name.into(), dims, data, Storage::F32);
+    }
+
+    /// Add a tensor of 16-bit integers, stored as such (read back as f32, exactly); replaces
+    /// one of the same name.
+    pub fn insert_u16(&mut self, name: impl Into<String>, dims: Vec<usize>, data: &[u16]) {
+        self.put(name.into(), dims, data.iter().map(|v| f32::from(*v)).collect(), Storage::U16);
+    }
+
+    fn put(&mut self, name: String, dims: Vec<usize>, data: Vec<f32>, storage: Storage) {
         assert_eq!(dims.iter().product::<usize>(), data.len(), "dims and data disagree");
-        let name = name.into();
         match self.index.get(&name) {
-            Some(&i) => self.tensors[i] = (name, dims, data),
+            Some(&i) => self.tensors[i] = (name, dims, data, storage),
             None => {
                 self.index.insert(name.clone(), self.tensors.len());
-                self.tensors.push((name, dims, data));
+                self.tensors.push((name, dims, data, storage));
             }
         }
     }
 
     /// Tensor names in file order.
     pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.tensors.iter().map(|(n, _, _)| n.as_str())
+        self.tensors.iter().map(|(n, ..)| n.as_str())
     }
 
     /// Total number of f32 values.
     pub fn num_values(&self) -> usize {
-        self.tensors.iter().map(|(_, _, d)| d.len()).sum()
+        self.tensors.iter().map(|(_, _, d, _)| d.len()).sum()
     }
 
     /// The data of tensor `name`, which must have exactly `dims`.
@@ -119,7 +163,7 @@ impl TensorFile {
     /// [`ContainerError::Missing`] or [`ContainerError::Shape`].
     pub fn tensor(&self, name: &str, dims: &[usize]) -> Result<&[f32], ContainerError> {
         let &i = self.index.get(name).ok_or_else(|| ContainerError::Missing(name.into()))?;
-        let (_, have, data) = &self.tensors[i];
+        let (_, have, data, _) = &self.tensors[i];
         if have != dims {
             return Err(ContainerError::Shape {
                 name: name.into(),
@@ -132,18 +176,27 @@ impl TensorFile {
 
     /// Every tensor as `(name, dims, data)`, in file order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &[usize], &[f32])> {
-        self.tensors.iter().map(|(n, d, v)| (n.as_str(), d.as_slice(), v.as_slice()))
+        self.tensors.iter().map(|(n, d, v, _)| (n.as_str(), d.as_slice(), v.as_slice()))
     }
 
     /// Serialize to the layout in the module docs under `magic`.
     pub fn to_bytes(&self, magic: [u8; 4]) -> Vec<u8> {
         let mut out =
             Vec::with_capacity(HEADER_LEN + self.num_values() * 4 + 64 * self.tensors.len());
-        write_header(&mut out, magic, TENSOR_FILE_VERSION, self.tensors.len());
-        for (name, dims, data) in &self.tensors {
+        let all_f32 = self.tensors.iter().all(|t| t.3 == Storage::F32);
+        let version = if all_f32 { F32_ONLY_VERSION } else { TENSOR_FILE_VERSION };
+        write_header(&mut out, magic, version, self.tensors.len());
+        for (name, dims, data, storage) in &self.tensors {
             write_name_dims(&mut out, name, dims);
-            for v in data {
-                out.extend_from_slice(&v.to_le_bytes());
+            if version > F32_ONLY_VERSION {
+                out.push(storage.code());
+            }
+            match storage {
+                Storage::F32 => data.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+                // Exact: `insert_u16` is the only way in.
+                Storage::U16 => {
+                    data.iter().for_each(|v| out.extend_from_slice(&(*v as u16).to_le_bytes()))
+                }
             }
         }
         seal(out)
@@ -155,21 +208,41 @@ impl TensorFile {
     /// A [`ContainerError`] naming the first problem: wrong magic or version, a checksum
     /// mismatch (a corrupt or partial download), or an absurd header.
     pub fn from_bytes(bytes: &[u8], magic: [u8; 4]) -> Result<Self, ContainerError> {
-        let (mut r, count) = open(bytes, magic, TENSOR_FILE_VERSION)?;
+        let (mut r, count, version) = open(bytes, magic, F32_ONLY_VERSION..=TENSOR_FILE_VERSION)?;
         let mut out = Self::new();
         for _ in 0..count {
             let (name, dims) = read_name_dims(&mut r)?;
+            let storage = match version {
+                F32_ONLY_VERSION => Storage::F32,
+                _ => match r.u8()? {
+                    0 => Storage::F32,
+                    1 => Storage::U16,
+                    other => {
+                        return Err(ContainerError::Malformed(format!(
+                            "tensor {name} has storage {other}"
+                        )));
+                    }
+                },
+            };
             let numel = dims.iter().try_fold(1usize, |a, d| a.checked_mul(*d));
-            let nbytes =
-                numel.and_then(|n| n.checked_mul(4)).filter(|n| *n <= r.remaining()).ok_or_else(
-                    || ContainerError::Malformed(format!("tensor {name} {dims:?} does not fit")),
-                )?;
-            let data = r
-                .take(nbytes)?
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
-                .collect();
-            out.insert(name, dims, data);
+            let nbytes = numel
+                .and_then(|n| n.checked_mul(storage.width()))
+                .filter(|n| *n <= r.remaining())
+                .ok_or_else(|| {
+                    ContainerError::Malformed(format!("tensor {name} {dims:?} does not fit"))
+                })?;
+            let bytes = r.take(nbytes)?;
+            let data = match storage {
+                Storage::F32 => bytes
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
+                    .collect(),
+                Storage::U16 => bytes
+                    .chunks_exact(2)
+                    .map(|c| f32::from(u16::from_le_bytes(c.try_into().expect("2 bytes"))))
+                    .collect(),
+            };
+            out.put(name, dims, data, storage);
         }
         finish(r)?;
         Ok(out)
@@ -204,13 +277,13 @@ pub(super) fn seal(mut out: Vec<u8>) -> Vec<u8> {
     out
 }
 
-/// Check a file's magic, checksum and version; returns a reader at the first tensor and the
-/// tensor count.
+/// Check a file's magic, checksum and version (one of `versions`); returns a reader at the
+/// first tensor, the tensor count and the version.
 pub(super) fn open(
     bytes: &[u8],
     magic: [u8; 4],
-    version: u16,
-) -> Result<(Cursor<'_>, usize), ContainerError> {
+    versions: std::ops::RangeInclusive<u16>,
+) -> Result<(Cursor<'_>, usize, u16), ContainerError> {
     if bytes.len() < HEADER_LEN + CHECKSUM_LEN || bytes[..4] != magic {
         return Err(ContainerError::BadMagic {
             expected: String::from_utf8_lossy(&magic).into_owned(),
@@ -223,8 +296,8 @@ pub(super) fn open(
     }
     let mut r = Cursor::new(&body[4..]);
     let got = r.u16()?;
-    if got != version {
-        return Err(ContainerError::Version { got, supported: version });
+    if !versions.contains(&got) {
+        return Err(ContainerError::Version { got, supported: *versions.end() });
     }
     r.u16()?;
     let count = r.u32()? as usize;
@@ -233,7 +306,7 @@ pub(super) fn open(
             "{count} tensors is more than the limit {MAX_TENSORS}"
         )));
     }
-    Ok((r, count))
+    Ok((r, count, got))
 }
 
 /// A tensor's name and dims.
@@ -295,6 +368,32 @@ mod tests {
             TensorFile::from_bytes(&bytes, *b"SPLW"),
             Err(ContainerError::BadMagic { .. })
         ));
+    }
+
+    #[test]
+    fn integer_tensors_take_two_bytes_and_f32_only_files_keep_version_1() {
+        let f32_only = sample().to_bytes(MAGIC);
+        assert_eq!(u16::from_le_bytes([f32_only[4], f32_only[5]]), 1);
+        let mut w = sample();
+        let counts: Vec<u16> = (0..1000u32).map(|i| (i * 65) as u16).collect();
+        w.insert_u16("counts", vec![10, 100], &counts);
+        let bytes = w.to_bytes(MAGIC);
+        assert_eq!(u16::from_le_bytes([bytes[4], bytes[5]]), TENSOR_FILE_VERSION);
+        // The f32 tensors as before plus a storage byte each; the integers at two bytes.
+        let name_dims = 2 + "counts".len() + 1 + 2 * 4;
+        assert_eq!(bytes.len(), f32_only.len() + 2 + name_dims + 1 + 2 * counts.len());
+        let back = TensorFile::from_bytes(&bytes, MAGIC).unwrap();
+        assert_eq!(back, w);
+        assert_eq!(back.tensor("counts", &[10, 100]).unwrap()[999], 64935.0);
+        // A storage this build does not know is malformed, not misread.
+        let mut odd = bytes.clone();
+        let at = f32_only.len() - 8 + 2 + name_dims;
+        assert_eq!(odd[at], 1);
+        odd[at] = 7;
+        let n = odd.len() - 8;
+        let sum = fnv1a64(&odd[..n]);
+        odd[n..].copy_from_slice(&sum.to_le_bytes());
+        assert!(matches!(TensorFile::from_bytes(&odd, MAGIC), Err(ContainerError::Malformed(_))));
     }
 
     #[test]
