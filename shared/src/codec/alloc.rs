@@ -24,12 +24,13 @@
 //!    coder with an adaptive probability chosen by the left and top neighbours' signs.
 //!    Distributions start flat in every frame and adapt, so nothing per image is sent and the
 //!    model costs no storage. Frames of the first context model (a binarised code: zero?,
-//!    sign, above 1?, above 2?, Exp-Golomb; 1.5× slower to code) are refused as
+//!    sign, above 1?, above 2?, Exp-Golomb; 1.6× slower to code at block5) are refused as
 //!    `unsupported_codec`.
 //!
 //! A payload is three sections ([`sections`]): the tokens' range coder, the signs' range
-//! coder, the bypass bits. Two range coders rather than one let the decoder's two dependency
-//! chains overlap.
+//! coder, the bypass bits. Signs have a coder of their own to keep their decisions off the
+//! tokens' dependency chain in the decoder (what that saved was within this machine's noise;
+//! it costs a few bytes of section length and flush).
 //!
 //! Every decision's context is computed from integers and from f32 products and quotients of
 //! calibration values (IEEE-exact on every platform), so the browser and the server agree.
@@ -200,7 +201,7 @@ fn class(spread: f32, step: f32) -> usize {
 struct Contexts {
     magnitude: Vec<Cdf>,
     /// Whether a value whose neighbours are all zero is zero too, per class: where a ReLU
-    /// output is silent one binary decision does the work of a symbol, at a third of the cost.
+    /// output is silent one binary decision does the work of a symbol, for less.
     quiet: [Bit; CLASSES],
     sign: [Bit; 9],
 }
@@ -331,9 +332,7 @@ pub fn encode(
 }
 
 /// The three coders of a frame, each with a section of the payload: the magnitude tokens, the
-/// signs, and the bits sent as they are. Signs have a coder of their own so that decoding
-/// them does not wait on the tokens' coder (nor it on them): the two dependency chains
-/// overlap.
+/// signs, and the bits sent as they are.
 #[derive(Default)]
 struct Writers {
     tokens: Encoder,

@@ -21,7 +21,7 @@
 //! ```
 //!
 //! A browser that codes features at one boundary needs that boundary's tables only (block5's
-//! are 1% of the file): [`Calibration::part`] cuts them out with the whole file's id, so frames
+//! are 3% of the file): [`Calibration::part`] cuts them out with the whole file's id, so frames
 //! coded with a part name the calibration the server holds, and [`Calibration::merge`] adds
 //! another boundary's part later.
 

@@ -60,7 +60,7 @@ const CDF_TOTAL: i16 = ((1 << CDF_BITS) - SYMBOLS as u32 * CDF_FLOOR) as i16;
 /// Coding a symbol moves every cumulative count a fraction of the way toward the step function
 /// that symbol would have: one symbol costs one interval lookup and one pass over 8 integers,
 /// where a binarised code spends an adaptive binary decision (and a renormalisation) per step
-/// of the symbol's unary prefix (the first context model did, and took 1.5× as long to encode
+/// of the symbol's unary prefix (the first context model did, and took 1.6× as long to encode
 /// and decode; docs/codec.md). Eight letters rather than sixteen: the decoder's interval
 /// lookup and the update cost half as much, and frames came out no larger (the tail the larger
 /// alphabet modelled is nearly flat). Adaptation starts fast and slows down as the context
