@@ -29,7 +29,7 @@
 //!    sign, above 1?, above 2?, Exp-Golomb; 1.6× slower to code at block5) are refused as
 //!    `unsupported_codec`.
 //!
-//! A payload is three sections ([`sections`]): the tokens' range coder, the signs' range
+//! A payload is three sections (`sections.rs`): the tokens' range coder, the signs' range
 //! coder, the bypass bits. Signs have a coder of their own to keep their decisions off the
 //! tokens' dependency chain in the decoder (what that saved was within this machine's noise;
 //! it costs a few bytes of section length and flush).

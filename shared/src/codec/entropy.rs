@@ -46,7 +46,7 @@ pub fn model(probabilities: &[u32]) -> Result<Model, CodecError> {
         .map_err(|()| CodecError::BadCalibration("entropy table rejected".into()))
 }
 
-/// How many two-sided geometric tables [`delta_model`] offers.
+/// How many two-sided geometric tables [`delta_probabilities`] offers.
 pub const DELTA_TABLES: u8 = 12;
 /// Decay per step of each delta table, in 1/65536: from very peaked to nearly flat.
 const DELTA_DECAY: [u64; DELTA_TABLES as usize] =

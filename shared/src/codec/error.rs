@@ -2,7 +2,7 @@
 
 use crate::model::Boundary;
 
-/// A codec failure; [`CodecError::code`] is what the server answers with.
+/// A codec failure; [`crate::protocol::ErrorCode::of_codec`] is what the server answers with.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum CodecError {

@@ -7,7 +7,7 @@
 //! (15-bit cumulative counts, 12-bit probabilities, a 32-bit range, a 64-bit low word carrying
 //! into the bytes already written), so the browser and the server stay bit-exact.
 //! Equiprobable bits are not range-coded at all (that would cost the decoder a division
-//! each): they go to a [`super::bypass`] stream.
+//! each): they go to a bypass stream (`bypass.rs`).
 //!
 //! The decoder reads exactly as many bytes as the encoder wrote; reading past the end, or
 //! stopping short of it, means the payload is damaged, and [`Decoder::finish`] says so.

@@ -1,10 +1,11 @@
 //! The ground floor: reading and writing bytes, below the model, the codec and the protocol.
 //!
-//! - [`Cursor`]: a bounds-checked little-endian reader; every read past the end is a
-//!   [`Truncated`] error, never a panic. The protocol decodes frames with it, the tensor file
-//!   its header.
-//! - [`TensorFile`]: named f32 tensors with a checksum, the container of the weights (magic
-//!   "SPLW") and of the codec calibration ("SPLC"); the layers above choose the magic.
+//! - `Cursor` (crate-internal): a bounds-checked little-endian reader; every read past the
+//!   end is a [`Truncated`] error, never a panic. The protocol decodes frames with it, the
+//!   tensor file its header.
+//! - [`TensorFile`]: named tensors (f32, or 16-bit integers) with a checksum, the container of
+//!   the weights (magic "SPLW") and of the codec calibration ("SPLC"); the layers above choose
+//!   the magic.
 //! - [`quantize`] / [`dequantize`]: the same tensors in 8 or 4 bits per weight ("SPLQ"), the
 //!   file of the light model.
 //!
