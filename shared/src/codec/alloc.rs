@@ -72,33 +72,29 @@ const BANDS: [(u32, u32); 3] = [(3, 1), (5, 2), (9, 3)];
 const ESCAPE_FROM: u32 = 17;
 const _: () = assert!(1 + DIRECT as usize + BANDS.len() + 1 == SYMBOLS);
 
-/// Token, its first coarsened magnitude and its extra bits, for every coarsened magnitude below
-/// [`ESCAPE_FROM`]: the encoder's lookup.
-const TOKEN_OF: [(u8, u8, u8); ESCAPE_FROM as usize] = {
-    let mut t = [(0u8, 0u8, 0u8); ESCAPE_FROM as usize];
-    let mut u = 0;
-    while u < ESCAPE_FROM as usize {
-        t[u] = if u < DIRECT as usize {
-            ((1 + u) as u8, u as u8, 0)
-        } else {
-            let mut band = BANDS.len() - 1;
-            while BANDS[band].0 as usize > u {
-                band -= 1;
-            }
-            ((1 + DIRECT as usize + band) as u8, BANDS[band].0 as u8, BANDS[band].1 as u8)
-        };
-        u += 1;
-    }
-    t
-};
 /// First coarsened magnitude and extra bits of every token but [`ZERO`] and the escape, in
-/// token order from 1: the decoder's lookup.
+/// token order from 1.
 const FIRST_OF_TOKEN: [(u32, u32); SYMBOLS - 2] = {
     let mut t = [(0, 0); SYMBOLS - 2];
     let mut i = 0;
     while i < SYMBOLS - 2 {
         t[i] = if i < DIRECT as usize { (i as u32, 0) } else { BANDS[i - DIRECT as usize] };
         i += 1;
+    }
+    t
+};
+/// The token of every coarsened magnitude below [`ESCAPE_FROM`]: the encoder's lookup, the
+/// inverse of [`FIRST_OF_TOKEN`].
+const TOKEN_OF: [u8; ESCAPE_FROM as usize] = {
+    let mut t = [0u8; ESCAPE_FROM as usize];
+    let mut token = 1;
+    let mut u = 0;
+    while u < ESCAPE_FROM as usize {
+        if token < SYMBOLS - 2 && u as u32 >= FIRST_OF_TOKEN[token].0 {
+            token += 1;
+        }
+        t[u] = token as u8;
+        u += 1;
     }
     t
 };
@@ -354,11 +350,12 @@ impl Writers {
         }
         let v = q.unsigned_abs() - 1;
         let u = v >> shift;
-        if let Some(&(token, from, bits)) = TOKEN_OF.get(u as usize) {
+        if let Some(&token) = TOKEN_OF.get(u as usize) {
+            let (from, bits) = FIRST_OF_TOKEN[usize::from(token) - 1];
             self.tokens.symbol(cdf, usize::from(token));
             // The band's extra bits above the magnitude's low bits, in one write.
             let low = v & ((1 << shift) - 1);
-            self.bypass.put(((u - u32::from(from)) << shift) | low, u32::from(bits) + shift);
+            self.bypass.put(((u - from) << shift) | low, bits + shift);
         } else {
             self.tokens.symbol(cdf, SYMBOLS - 1);
             let w = u - ESCAPE_FROM + 1;

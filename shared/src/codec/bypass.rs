@@ -80,11 +80,12 @@ impl<'a> BitReader<'a> {
     /// last byte's padding is not zero.
     pub fn finish(self) -> Result<(), CodecError> {
         // Bytes fetched ahead and not needed are the ones `held` counts beyond the last bit.
-        let used = self.next as i64 - i64::from(self.held / 8);
-        if used > self.bytes.len() as i64 {
+        // Every held bit came from a fetched byte, so this does not underflow.
+        let used = self.next - (self.held / 8) as usize;
+        if used > self.bytes.len() {
             return Err(CodecError::BadPayload("bypass bits end too early"));
         }
-        if used < self.bytes.len() as i64 || self.acc != 0 {
+        if used < self.bytes.len() || self.acc != 0 {
             return Err(CodecError::BadPayload("bypass bits have data left over"));
         }
         Ok(())
