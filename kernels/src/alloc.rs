@@ -1,32 +1,19 @@
-//! Owned outputs without a zero-fill: the SIMD kernels write every output value exactly once,
-//! so clearing the buffer first would be one more pass over memory per layer for nothing.
+//! Owned outputs without a zero-fill: the kernels write every output value exactly once, so
+//! clearing the buffer first would be one more pass over memory per layer for nothing.
+
+use std::mem::MaybeUninit;
 
 use crate::{Activation, ConvShape, Isa, MbConvParams, MbConvShape, PointwiseShape};
 
-/// A `len`-float vector filled by `fill`, which must write every element of the slice it gets.
-///
-/// Where the kernel would fall back to the reference (which accumulates into its output),
-/// the caller passes `zeroed = true`.
-fn filled(len: usize, zeroed: bool, fill: impl FnOnce(&mut [f32])) -> Vec<f32> {
-    if zeroed {
-        let mut v = vec![0.0; len];
-        fill(&mut v);
-        return v;
-    }
+/// A `len`-float vector filled by `fill`, which must initialise every element of the slice it
+/// gets (the `*_uninit` kernels do, or panic).
+fn filled(len: usize, fill: impl FnOnce(&mut [MaybeUninit<f32>])) -> Vec<f32> {
     let mut v: Vec<f32> = Vec::with_capacity(len);
-    // SAFETY: the spare capacity holds `len` floats; f32 has no invalid bit patterns, so the
-    // slice is only "uninitialised" in the sense that its contents are arbitrary, and `fill` (a
-    // SIMD kernel) overwrites every element before anything reads it. The length is set after.
-    unsafe {
-        let spare = std::slice::from_raw_parts_mut(v.as_mut_ptr(), len);
-        fill(spare);
-        v.set_len(len);
-    }
+    fill(&mut v.spare_capacity_mut()[..len]);
+    // SAFETY: the capacity is at least `len` and `fill` initialised elements `0..len` (it
+    // returns only after writing all of them; a panic leaves `v` empty, and it is dropped).
+    unsafe { v.set_len(len) };
     v
-}
-
-fn simd(isa: Isa, channels: usize) -> bool {
-    isa != Isa::Reference && channels.is_multiple_of(isa.lanes())
 }
 
 /// [`crate::pointwise`] into a new vector.
@@ -40,8 +27,8 @@ pub fn pointwise_new(
     act: Activation,
     residual: Option<&[f32]>,
 ) -> Vec<f32> {
-    filled(s.pixels * s.c_out, !simd(isa, s.panel_width()), |out| {
-        crate::pointwise(isa, s, x, weight, bias, act, residual, out)
+    filled(s.output_len(), |out| {
+        crate::pointwise_uninit(isa, s, x, weight, bias, act, residual, out)
     })
 }
 
@@ -54,9 +41,7 @@ pub fn depthwise_new(
     bias: &[f32],
     act: Activation,
 ) -> Vec<f32> {
-    filled(s.output_len(), !simd(isa, s.c_in), |out| {
-        crate::depthwise(isa, s, x, weight, bias, act, out)
-    })
+    filled(s.output_len(), |out| crate::depthwise_uninit(isa, s, x, weight, bias, act, out))
 }
 
 /// [`crate::conv_nchw_to_nhwc`] into a new vector.
@@ -68,9 +53,7 @@ pub fn conv_nchw_to_nhwc_new(
     bias: &[f32],
     act: Activation,
 ) -> Vec<f32> {
-    filled(s.output_len(), !simd(isa, s.c_out), |out| {
-        crate::conv_nchw_to_nhwc(isa, s, x, weight, bias, act, out)
-    })
+    filled(s.output_len(), |out| crate::conv_nchw_to_nhwc_uninit(isa, s, x, weight, bias, act, out))
 }
 
 /// [`crate::mbconv`] into a new vector.
@@ -81,9 +64,5 @@ pub fn mbconv_new(
     p: &MbConvParams,
     residual: bool,
 ) -> Vec<f32> {
-    // The block's last step is the 1x1 projection: its kernel or its reference decides.
-    let project = PointwiseShape { pixels: 1, c_in: s.c_mid, c_out: s.c_out };
-    filled(s.output_len(), !simd(isa, project.panel_width()), |out| {
-        crate::mbconv(isa, s, x, p, residual, out)
-    })
+    filled(s.output_len(), |out| crate::mbconv::mbconv_uninit(isa, s, x, p, residual, out))
 }

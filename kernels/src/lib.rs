@@ -20,6 +20,10 @@
 //! SIMD intrinsics. The public functions are safe: they check every length before any pointer
 //! is formed.
 
+use std::mem::MaybeUninit;
+
+use shape::checked_len;
+
 mod alloc;
 mod depthwise;
 mod mbconv;
@@ -59,13 +63,9 @@ impl Isa {
         {
             static BEST: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
             *BEST.get_or_init(|| {
-                if std::env::var_os("SPLIT_KERNELS_NO_AVX512").is_none()
-                    && is_x86_feature_detected!("avx512f")
-                    && is_x86_feature_detected!("avx512vl")
-                    && is_x86_feature_detected!("fma")
-                {
+                if std::env::var_os("SPLIT_KERNELS_NO_AVX512").is_none() && x86_has_avx512() {
                     Isa::Avx512
-                } else if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+                } else if x86_has_avx2() {
                     Isa::Avx2
                 } else {
                     Isa::Portable
@@ -90,10 +90,10 @@ impl Isa {
         let mut out = vec![Isa::Reference, Isa::Portable];
         #[cfg(target_arch = "x86_64")]
         {
-            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            if x86_has_avx2() {
                 out.push(Isa::Avx2);
             }
-            if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512vl") {
+            if x86_has_avx512() {
                 out.push(Isa::Avx512);
             }
         }
@@ -110,6 +110,19 @@ impl Isa {
             Isa::Avx2 | Isa::Avx512 => 8,
         }
     }
+}
+
+/// Every feature the AVX2 entries are compiled with (`entries::x86::v3`).
+#[cfg(target_arch = "x86_64")]
+fn x86_has_avx2() -> bool {
+    is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+}
+
+/// Every feature the AVX-512 entries are compiled with (`entries::x86::v4`: the AVX2 set
+/// plus AVX-512F/VL): a CPU or hypervisor may report AVX-512 with AVX2 or FMA masked off.
+#[cfg(target_arch = "x86_64")]
+fn x86_has_avx512() -> bool {
+    x86_has_avx2() && is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512vl")
 }
 
 /// 1x1 convolution over NHWC with everything after it fused:
@@ -133,15 +146,31 @@ pub fn pointwise(
     residual: Option<&[f32]>,
     out: &mut [f32],
 ) {
-    assert_eq!(x.len(), s.pixels * s.c_in, "pointwise: input length");
-    assert_eq!(weight.len(), s.c_in * s.c_out, "pointwise: weight length");
+    pointwise_uninit(isa, s, x, weight, bias, act, residual, as_uninit(out))
+}
+
+/// [`pointwise`] into an output that may be uninitialised: every element is written before
+/// it returns.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn pointwise_uninit(
+    isa: Isa,
+    s: PointwiseShape,
+    x: &[f32],
+    weight: &[f32],
+    bias: &[f32],
+    act: Activation,
+    residual: Option<&[f32]>,
+    out: &mut [MaybeUninit<f32>],
+) {
+    assert_eq!(x.len(), s.input_len(), "pointwise: input length");
+    assert_eq!(weight.len(), s.weight_len(), "pointwise: weight length");
     assert_eq!(bias.len(), s.c_out, "pointwise: bias length");
-    assert_eq!(out.len(), s.pixels * s.c_out, "pointwise: output length");
+    assert_eq!(out.len(), s.output_len(), "pointwise: output length");
     if let Some(r) = residual {
         assert_eq!(r.len(), out.len(), "pointwise: residual length");
     }
     if !s.panel_width().is_multiple_of(isa.lanes()) || isa == Isa::Reference {
-        return reference::pointwise(s, x, weight, bias, act, residual, out);
+        return reference::pointwise(s, x, weight, bias, act, residual, zeroed(out));
     }
     let a = pointwise::Args {
         s,
@@ -150,11 +179,12 @@ pub fn pointwise(
         bias: bias.as_ptr(),
         act,
         residual: residual.map(<[f32]>::as_ptr),
-        out: out.as_mut_ptr(),
+        out: out.as_mut_ptr().cast(),
         cols: 0..s.c_out,
     };
     check_isa(isa);
-    let macs = s.pixels * s.c_in * s.c_out;
+    // Only sizes the threads' shares (saturating: wasm32's usize is 32 bits).
+    let macs = s.pixels.saturating_mul(s.c_in).saturating_mul(s.c_out);
     // Split where each thread then reads the least: by pixel rows, every thread reads all the
     // weights and its share of the input; by output channels, all the input and its share of
     // the weights. Layers with more output channels than pixels (the 7×7 and 14×14 expansions,
@@ -212,14 +242,29 @@ pub fn depthwise(
     act: Activation,
     out: &mut [f32],
 ) {
+    depthwise_uninit(isa, s, x, weight, bias, act, as_uninit(out))
+}
+
+/// [`depthwise`] into an output that may be uninitialised: every element is written before
+/// it returns.
+pub(crate) fn depthwise_uninit(
+    isa: Isa,
+    s: ConvShape,
+    x: &[f32],
+    weight: &[f32],
+    bias: &[f32],
+    act: Activation,
+    out: &mut [MaybeUninit<f32>],
+) {
     assert_eq!(s.c_in, s.c_out, "depthwise: channels in and out differ");
     assert!(s.kernel > 0 && s.stride > 0, "depthwise: empty kernel or stride");
     assert_eq!(x.len(), s.input_len(), "depthwise: input length");
-    assert_eq!(weight.len(), s.kernel * s.kernel * s.c_in, "depthwise: weight length");
+    let weight_len = checked_len(&[s.kernel, s.kernel, s.c_in], "depthwise weight");
+    assert_eq!(weight.len(), weight_len, "depthwise: weight length");
     assert_eq!(bias.len(), s.c_in, "depthwise: bias length");
     assert_eq!(out.len(), s.output_len(), "depthwise: output length");
     if !s.c_in.is_multiple_of(isa.lanes()) || isa == Isa::Reference {
-        return reference::depthwise(s, x, weight, bias, act, out);
+        return reference::depthwise(s, x, weight, bias, act, zeroed(out));
     }
     let a = depthwise::Args {
         s,
@@ -227,7 +272,7 @@ pub fn depthwise(
         w: weight.as_ptr(),
         bias: bias.as_ptr(),
         act,
-        out: out.as_mut_ptr(),
+        out: out.as_mut_ptr().cast(),
         pad_left: s.pad_before().1,
         rows: 0..0,
         x_row0: 0,
@@ -236,9 +281,9 @@ pub fn depthwise(
     check_isa(isa);
     // Parts of whole output rows: every channel of a pixel stays in one part, so each part
     // writes whole cache lines.
-    let (oh, ow) = s.out_hw();
+    let (oh, _) = s.out_hw();
     let rows = s.batch * oh;
-    let parts = threads::parts(rows * ow * s.c_in * s.kernel * s.kernel, rows);
+    let parts = threads::parts(out.len().saturating_mul(s.kernel * s.kernel), rows);
     threads::run_parts(parts, |i| {
         let sub = depthwise::Args { rows: threads::range(rows, parts, i), ..a.clone() };
         // SAFETY: as in `pointwise`; parts write disjoint output rows.
@@ -264,13 +309,28 @@ pub fn conv_nchw_to_nhwc(
     act: Activation,
     out: &mut [f32],
 ) {
+    conv_nchw_to_nhwc_uninit(isa, s, x, weight, bias, act, as_uninit(out))
+}
+
+/// [`conv_nchw_to_nhwc`] into an output that may be uninitialised: every element is written
+/// before it returns.
+pub(crate) fn conv_nchw_to_nhwc_uninit(
+    isa: Isa,
+    s: ConvShape,
+    x: &[f32],
+    weight: &[f32],
+    bias: &[f32],
+    act: Activation,
+    out: &mut [MaybeUninit<f32>],
+) {
     assert!(s.kernel > 0 && s.stride > 0, "stem: empty kernel or stride");
     assert_eq!(x.len(), s.input_len(), "stem: input length");
-    assert_eq!(weight.len(), s.kernel * s.kernel * s.c_in * s.c_out, "stem: weight length");
+    let weight_len = checked_len(&[s.kernel, s.kernel, s.c_in, s.c_out], "stem weight");
+    assert_eq!(weight.len(), weight_len, "stem: weight length");
     assert_eq!(bias.len(), s.c_out, "stem: bias length");
     assert_eq!(out.len(), s.output_len(), "stem: output length");
     if !s.c_out.is_multiple_of(isa.lanes()) || isa == Isa::Reference {
-        return reference::conv_nchw_to_nhwc(s, x, weight, bias, act, out);
+        return reference::conv_nchw_to_nhwc(s, x, weight, bias, act, zeroed(out));
     }
     let a = stem::Args {
         s,
@@ -278,18 +338,35 @@ pub fn conv_nchw_to_nhwc(
         w: weight.as_ptr(),
         bias: bias.as_ptr(),
         act,
-        out: out.as_mut_ptr(),
+        out: out.as_mut_ptr().cast(),
         rows: 0..0,
     };
     check_isa(isa);
-    let (oh, ow) = s.out_hw();
+    let (oh, _) = s.out_hw();
     let rows = s.batch * oh;
-    let parts = threads::parts(rows * ow * s.c_out * s.c_in * s.kernel * s.kernel, rows);
+    let parts = threads::parts(out.len().saturating_mul(weight_len / s.c_out.max(1)), rows);
     threads::run_parts(parts, |i| {
         let sub = stem::Args { rows: threads::range(rows, parts, i), ..a.clone() };
         // SAFETY: as in `pointwise`; parts write disjoint output rows.
         unsafe { dispatch!(isa, stem_entry, &sub) }
     });
+}
+
+/// `out` seen as possibly-uninitialised floats, for the `*_uninit` functions, which only ever
+/// write initialised values into it.
+fn as_uninit(out: &mut [f32]) -> &mut [MaybeUninit<f32>] {
+    // SAFETY: `MaybeUninit<f32>` has the layout of `f32`; the callee writes only initialised
+    // floats, so the slice is still all initialised when the borrow ends.
+    unsafe { &mut *(std::ptr::from_mut(out) as *mut [MaybeUninit<f32>]) }
+}
+
+/// `out` filled with zeros and seen as floats: for the scalar reference, which takes
+/// initialised slices (it writes each value once and never reads its output; the zeros only
+/// make the slice a valid `&mut [f32]`). Runs only for shapes the SIMD kernels do not take.
+fn zeroed(out: &mut [MaybeUninit<f32>]) -> &mut [f32] {
+    out.fill(MaybeUninit::new(0.0));
+    // SAFETY: every element was just initialised; same layout.
+    unsafe { &mut *(std::ptr::from_mut(out) as *mut [f32]) }
 }
 
 /// Refuse an instruction set this machine does not run, before any kernel is entered.

@@ -16,20 +16,23 @@
 
 use crate::depthwise;
 use crate::pointwise;
-use crate::shape::{Activation, ConvShape, PointwiseShape};
+use crate::shape::{Activation, ConvShape, PointwiseShape, checked_len};
 use crate::simd::Simd;
 use crate::{Isa, threads};
 use std::borrow::Cow;
+use std::mem::MaybeUninit;
 
 /// Bytes of expanded rows one band holds: with the depthwise band and the weights it stays
-/// in a 1 MB L2. 64, 128, 192 and 384 KB measured alike here (docs/kernels.md).
-pub const BAND_BYTES: usize = 192 * 1024;
+/// in a 1 MB L2. 64, 128, 192 and 384 KB measured alike here (docs/kernels.md). Under Miri,
+/// 512 bytes: bands of a row or two on the small blocks the interpreter can get through.
+pub const BAND_BYTES: usize = if cfg!(miri) { 512 } else { 192 * 1024 };
 
 /// Expanded activations (per image) below this run as three calls. In EfficientNet-Lite0 that
 /// puts blocks 0–5 (112×112 to 28×28, 752 KB to 4.8 MB expanded) in bands and leaves the
 /// 14×14 and 7×7 blocks (≤ 527 KB, weight-bound) as they were: banding those too measured no
-/// better at one thread and worse at two (docs/kernels.md).
-pub const BAND_MIN_BYTES: usize = 640 * 1024;
+/// better at one thread and worse at two (docs/kernels.md). Under Miri, 1 KiB, so that blocks
+/// small enough to interpret take the banded path.
+pub const BAND_MIN_BYTES: usize = if cfg!(miri) { 1024 } else { 640 * 1024 };
 
 /// An MBConv block's shape over NHWC activations.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,15 +69,15 @@ impl MbConvShape {
         PointwiseShape { pixels, c_in: self.c_mid, c_out: self.c_out }
     }
 
-    /// Values of the input batch.
+    /// Values of the input batch; panics when that overflows `usize`.
     pub fn input_len(&self) -> usize {
-        self.batch * self.height * self.width * self.c_in
+        checked_len(&[self.batch, self.height, self.width, self.c_in], "mbconv input")
     }
 
-    /// Values of the output batch.
+    /// Values of the output batch; panics when that overflows `usize`.
     pub fn output_len(&self) -> usize {
         let (oh, ow) = self.depthwise(1).out_hw();
-        self.batch * oh * ow * self.c_out
+        checked_len(&[self.batch, oh, ow, self.c_out], "mbconv output")
     }
 
     /// Output rows per band: about [`BAND_BYTES`] of expanded input rows, at least one.
@@ -123,20 +126,34 @@ pub fn mbconv(
     residual: bool,
     out: &mut [f32],
 ) {
-    let (kk, c_mid) = (s.kernel * s.kernel, s.c_mid);
+    mbconv_uninit(isa, s, x, p, residual, crate::as_uninit(out))
+}
+
+/// [`mbconv`] into an output that may be uninitialised: every element is written before it
+/// returns.
+pub(crate) fn mbconv_uninit(
+    isa: Isa,
+    s: MbConvShape,
+    x: &[f32],
+    p: &MbConvParams,
+    residual: bool,
+    out: &mut [MaybeUninit<f32>],
+) {
+    let c_mid = s.c_mid;
     assert!(s.kernel > 0 && s.stride > 0, "mbconv: empty kernel or stride");
     assert_eq!(x.len(), s.input_len(), "mbconv: input length");
     assert_eq!(out.len(), s.output_len(), "mbconv: output length");
     match p.expand {
         Some(e) => {
-            assert_eq!(e.weight.len(), s.c_in * c_mid, "mbconv: expand weight length");
+            assert_eq!(e.weight.len(), s.expand(1).weight_len(), "mbconv: expand weight length");
             assert_eq!(e.bias.len(), c_mid, "mbconv: expand bias length");
         }
         None => assert_eq!(s.c_in, c_mid, "mbconv: no expansion but c_mid != c_in"),
     }
-    assert_eq!(p.depthwise.weight.len(), kk * c_mid, "mbconv: depthwise weight length");
+    let dw_len = checked_len(&[s.kernel, s.kernel, c_mid], "mbconv depthwise weight");
+    assert_eq!(p.depthwise.weight.len(), dw_len, "mbconv: depthwise weight length");
     assert_eq!(p.depthwise.bias.len(), c_mid, "mbconv: depthwise bias length");
-    assert_eq!(p.project.weight.len(), c_mid * s.c_out, "mbconv: project weight length");
+    assert_eq!(p.project.weight.len(), s.project(1).weight_len(), "mbconv: project weight length");
     assert_eq!(p.project.bias.len(), s.c_out, "mbconv: project bias length");
     assert!(
         !residual || (s.stride == 1 && s.c_in == s.c_out),
@@ -147,17 +164,18 @@ pub fn mbconv(
         && c_mid.is_multiple_of(lanes)
         && s.project(1).panel_width().is_multiple_of(lanes)
         && s.expand(1).panel_width().is_multiple_of(lanes);
-    if !simd || s.height * s.width * c_mid * 4 < BAND_MIN_BYTES {
+    let expanded_bytes = checked_len(&[s.height, s.width, c_mid, 4], "mbconv expanded rows");
+    if !simd || expanded_bytes < BAND_MIN_BYTES {
         return three_calls(isa, s, x, p, residual, out);
     }
     crate::check_isa(isa);
     let (oh, ow) = s.depthwise(1).out_hw();
     let rows = s.batch * oh;
-    let macs = rows
-        * ow
-        * (s.stride * s.stride * s.c_in * c_mid * usize::from(p.expand.is_some())
-            + kk * c_mid
-            + c_mid * s.c_out);
+    // Only sizes the threads' shares (saturating: wasm32's usize is 32 bits).
+    let per_pixel = (s.stride * s.stride * s.c_in * c_mid * usize::from(p.expand.is_some()))
+        .saturating_add(dw_len)
+        .saturating_add(p.project.weight.len());
+    let macs = (rows * ow).saturating_mul(per_pixel);
     let a = Args {
         s,
         x: x.as_ptr(),
@@ -165,7 +183,7 @@ pub fn mbconv(
         dw: (p.depthwise.weight.as_ptr(), p.depthwise.bias.as_ptr()),
         project: (p.project.weight.as_ptr(), p.project.bias.as_ptr()),
         residual,
-        out: out.as_mut_ptr(),
+        out: out.as_mut_ptr().cast(),
         rows: 0..0,
         band: s.band_rows(),
     };
@@ -185,7 +203,7 @@ fn three_calls(
     x: &[f32],
     p: &MbConvParams,
     residual: bool,
-    out: &mut [f32],
+    out: &mut [MaybeUninit<f32>],
 ) {
     let pixels = s.batch * s.height * s.width;
     let mid = match p.expand {
@@ -205,12 +223,9 @@ fn three_calls(
     let mid = crate::depthwise_new(isa, dw_shape, &mid, dw.weight, dw.bias, Activation::Relu6);
     let (oh, ow) = dw_shape.out_hw();
     let project = s.project(s.batch * oh * ow);
-    if isa == Isa::Reference || !project.panel_width().is_multiple_of(isa.lanes()) {
-        out.fill(0.0); // the reference accumulates into its output
-    }
     let pj = p.project;
     let res = residual.then_some(x);
-    crate::pointwise(isa, project, &mid, pj.weight, pj.bias, Activation::Linear, res, out);
+    crate::pointwise_uninit(isa, project, &mid, pj.weight, pj.bias, Activation::Linear, res, out);
 }
 
 /// Raw operands of one part; lengths were checked by the safe entry point.

@@ -1,5 +1,14 @@
 //! The shapes the kernels take, and TensorFlow's "SAME" padding rule they apply.
 
+/// The product of `dims`, or a panic naming `what` when it does not fit a `usize`. Every length
+/// check before a kernel forms a pointer goes through this: overflow checks are off in release
+/// builds, and a wrapped product could match a short slice and send the kernel past its end.
+pub(crate) fn checked_len(dims: &[usize], what: &str) -> usize {
+    dims.iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .unwrap_or_else(|| panic!("{what}: the shape's size overflows usize ({dims:?})"))
+}
+
 /// What runs on each output value after bias (and before the residual add).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Activation {
@@ -61,12 +70,27 @@ impl PointwiseShape {
         (o / pw * self.c_in + i) * pw + o % pw
     }
 
+    /// Values of the input: `pixels × c_in` (panics when that overflows `usize`).
+    pub fn input_len(&self) -> usize {
+        checked_len(&[self.pixels, self.c_in], "pointwise input")
+    }
+
+    /// Values of the weight: `c_in × c_out` (panics when that overflows `usize`).
+    pub fn weight_len(&self) -> usize {
+        checked_len(&[self.c_in, self.c_out], "pointwise weight")
+    }
+
+    /// Values of the output: `pixels × c_out` (panics when that overflows `usize`).
+    pub fn output_len(&self) -> usize {
+        checked_len(&[self.pixels, self.c_out], "pointwise output")
+    }
+
     /// The panel layout of a row-major `[c_in, c_out]` weight.
     ///
     /// # Panics
     /// When `w.len() != c_in * c_out`.
     pub fn pack_weight(&self, w: &[f32]) -> Vec<f32> {
-        assert_eq!(w.len(), self.c_in * self.c_out, "pack_weight: weight length");
+        assert_eq!(w.len(), self.weight_len(), "pack_weight: weight length");
         let mut out = vec![0.0; w.len()];
         for i in 0..self.c_in {
             for o in 0..self.c_out {
@@ -105,15 +129,16 @@ impl ConvShape {
         (total(oh, self.height), total(ow, self.width))
     }
 
-    /// Values of one input batch (NCHW for the stem, NHWC for depthwise: the same count).
+    /// Values of one input batch (NCHW for the stem, NHWC for depthwise: the same count);
+    /// panics when that overflows `usize`.
     pub fn input_len(&self) -> usize {
-        self.batch * self.height * self.width * self.c_in
+        checked_len(&[self.batch, self.height, self.width, self.c_in], "conv input")
     }
 
-    /// Values of the output batch.
+    /// Values of the output batch; panics when that overflows `usize`.
     pub fn output_len(&self) -> usize {
         let (oh, ow) = self.out_hw();
-        self.batch * oh * ow * self.c_out
+        checked_len(&[self.batch, oh, ow, self.c_out], "conv output")
     }
 }
 
@@ -135,6 +160,14 @@ mod tests {
         let w: Vec<f32> = (0..48).map(|v| v as f32).collect();
         let packed = s.pack_weight(&w);
         assert_eq!(&packed[..10], &[0., 1., 2., 3., 4., 5., 6., 7., 16., 17.]);
+    }
+
+    #[test]
+    #[should_panic(expected = "overflows usize")]
+    fn a_length_that_overflows_is_refused() {
+        // 2^33 × 2^33 wraps to 0 in 64 bits: an empty slice would have passed an unchecked test.
+        let s = PointwiseShape { pixels: 1 << 33, c_in: 1 << 33, c_out: 8 };
+        let _ = s.input_len();
     }
 
     #[test]

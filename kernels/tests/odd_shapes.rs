@@ -17,6 +17,10 @@ fn pointwise_tails_equal_reference() {
         (49, 40, 8),
         (50, 3, 16),
         (9, 5, 7),
+        // c_out ≡ 4 (mod 8): one panel as wide as c_out, 4-lane SIMD, 8-lane reference.
+        (7, 16, 12),
+        (5, 8, 20),
+        (33, 24, 36),
         (100, 96, 72),
         // Large enough to be split across threads (with the `threads` feature): by pixel rows,
         // and by output channels (more channels than pixels) in 32- and 16-wide units.
@@ -60,6 +64,13 @@ fn depthwise_edges_and_strides_equal_reference() {
         (6, 6, 12, 3, 1),
         (11, 13, 32, 3, 2),
         (14, 14, 48, 5, 1),
+        // Kernel sizes without a sliding specialisation (1, 7) and strides over 2.
+        (9, 9, 16, 1, 1),
+        (12, 11, 8, 7, 1),
+        (10, 10, 24, 7, 2),
+        (13, 13, 16, 3, 3),
+        (17, 15, 8, 5, 4),
+        (6, 5, 8, 1, 3),
         // Split across threads by output rows.
         (57, 57, 104, 5, 2),
     ] {
@@ -89,6 +100,10 @@ fn stem_edges_equal_reference() {
         (9, 9, 2, 24, 5, 1),
         (8, 5, 3, 6, 3, 2),
         (13, 14, 3, 16, 3, 1),
+        // Other kernel sizes and strides; c_out ≡ 4 (mod 8).
+        (11, 10, 3, 12, 5, 3),
+        (9, 9, 3, 8, 1, 1),
+        (15, 13, 2, 20, 7, 4),
         // Interior tiles with a remainder, and split across threads by output rows.
         (121, 119, 3, 32, 3, 2),
     ] {
@@ -126,6 +141,33 @@ fn wrong_weight_length_is_refused() {
 }
 
 #[test]
+#[should_panic(expected = "overflows usize")]
+fn a_shape_whose_size_wraps_is_refused() {
+    // pixels × c_in wraps to 0 (in 64 and in 32 bits): an unchecked product would match the
+    // empty input and send the kernel 2^64 floats past it.
+    let s = PointwiseShape { pixels: usize::MAX / 2 + 1, c_in: 2, c_out: 8 };
+    let mut out = [];
+    split_kernels::pointwise(
+        Isa::detect(),
+        s,
+        &[],
+        &[0.0; 16],
+        &[0.0; 8],
+        Activation::Linear,
+        None,
+        &mut out,
+    );
+}
+
+#[test]
+#[should_panic(expected = "overflows usize")]
+fn a_depthwise_weight_size_that_wraps_is_refused() {
+    let k = 1 << (usize::BITS / 2);
+    let s = ConvShape::depthwise(1, 1, 1, 4, k, 1);
+    split_kernels::depthwise_new(Isa::detect(), s, &[0.0; 4], &[], &[0.0; 4], Activation::Linear);
+}
+
+#[test]
 fn owned_outputs_equal_reference() {
     let s = ConvShape::depthwise(2, 9, 7, 24, 5, 2);
     let (x, w, b) = (values(s.input_len(), 11), values(25 * 24, 12), values(24, 13));
@@ -142,6 +184,15 @@ fn owned_outputs_equal_reference() {
     for isa in Isa::available() {
         let got = split_kernels::pointwise_new(isa, p, &x, &w, &b, Activation::Linear, None);
         assert_close(&got, &want, &format!("{isa:?} owned pointwise"));
+    }
+    // Channel counts the vector width does not divide: the reference writes the new vector.
+    let s = ConvShape { batch: 1, height: 9, width: 8, c_in: 3, c_out: 6, kernel: 3, stride: 2 };
+    let (x, w, b) = (values(s.input_len(), 17), values(9 * 3 * 6, 18), values(6, 19));
+    let mut want = vec![0.0; s.output_len()];
+    reference::conv_nchw_to_nhwc(s, &x, &w, &b, Activation::Relu6, &mut want);
+    for isa in Isa::available() {
+        let got = split_kernels::conv_nchw_to_nhwc_new(isa, s, &x, &w, &b, Activation::Relu6);
+        assert_close(&got, &want, &format!("{isa:?} owned stem"));
     }
 }
 
