@@ -80,6 +80,14 @@ pub struct Config {
     /// on their machine or intranet.
     #[arg(long = "allow-origin", env = "SPLIT_ALLOW_ORIGINS", value_delimiter = ',')]
     pub allow_origins: Vec<String>,
+    /// Host names (the `Host` header) this server answers to, comma-separated; `.example.com`
+    /// allows its subdomains too, `*` any name. Default: the loopback names and the `--host`
+    /// address; needed when `--host` is every interface (`0.0.0.0`, `::`). Against DNS
+    /// rebinding: a page of another site cannot reach a server on its visitor's machine or
+    /// network under a name of its own. Probes and metrics (`/livez`, `/readyz`, `/metrics`)
+    /// answer any name.
+    #[arg(long = "allowed-hosts", env = "SPLIT_ALLOWED_HOSTS", value_delimiter = ',')]
+    pub allowed_hosts: Vec<String>,
     /// Addresses (or CIDR networks, `10.244.0.0/16`) of the reverse proxies or load balancers in
     /// front of this server. For a connection from one of them the client's address is the last one in `X-Forwarded-For`
     /// (the address the proxy saw), so the per-address limits count clients, not the proxy.

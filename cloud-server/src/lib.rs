@@ -18,6 +18,7 @@ mod error;
 mod frame_guard;
 mod group_ws;
 pub mod groups;
+pub mod hosts;
 mod info;
 pub mod ipnet;
 mod limits;

@@ -75,7 +75,10 @@ fn cross_origin_isolated() -> DefaultHeaders {
 pub fn config_app(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
     move |cfg| {
         let web_dir = state.web_dir.as_path().to_path_buf();
-        cfg.app_data(web::Data::new(state))
+        cfg.app_data(web::Data::new(state));
+        // Every route behind the `Host` check (`crate::hosts`).
+        let app = web::scope("")
+            .wrap(actix_web::middleware::from_fn(crate::hosts::check_host))
             .route("/ws", web::get().to(crate::ws::websocket))
             .route("/group", web::get().to(crate::group_ws::group_socket))
             .route("/api/info", web::get().to(info))
@@ -107,5 +110,6 @@ pub fn config_app(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
                         .path_filter(move |path, _| crate::static_files::servable(&web_dir, path)),
                 ),
             );
+        cfg.service(app);
     }
 }

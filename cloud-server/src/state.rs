@@ -46,6 +46,8 @@ pub struct AppState {
     pub shared_cache: bool,
     /// Extra origins allowed to open `/ws` (see [`Config::allow_origins`]).
     pub allow_origins: Arc<Vec<String>>,
+    /// The `Host` names requests may carry ([`Config::allowed_hosts`]).
+    pub allowed_hosts: Arc<crate::hosts::AllowedHosts>,
     /// Proxies whose `X-Forwarded-For` names the client ([`Config::trusted_proxies`]).
     pub trusted_proxies: Arc<Vec<crate::ipnet::IpNet>>,
     /// The bearer token `/ws` requires, when the operator set one ([`Config::token`]).
@@ -195,6 +197,10 @@ impl AppState {
             ))),
             shared_cache: config.shared_cache,
             allow_origins: Arc::new(config.allow_origins.clone()),
+            allowed_hosts: Arc::new(
+                crate::hosts::AllowedHosts::from_config(&config.allowed_hosts, &config.host)
+                    .map_err(anyhow::Error::msg)?,
+            ),
             trusted_proxies: Arc::new(config.trusted_proxies.clone()),
             token: config.token.clone(),
             rate: crate::limits::RateLimiter::new(config.rate_limit),

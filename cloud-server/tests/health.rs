@@ -194,3 +194,52 @@ async fn sigterm_answers_in_flight_then_closes_with_restart() {
     };
     assert!(exit.success(), "{exit:?}");
 }
+
+/// One raw HTTP/1.1 request to `srv` with `host` as its `Host` header; the status code.
+async fn status_for_host(srv: &actix_test::TestServer, path: &str, host: &str) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = tokio::net::TcpStream::connect(srv.addr()).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    tcp.write_all(request.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n") {
+        head.push(tcp.read_u8().await.unwrap());
+    }
+    let line = String::from_utf8_lossy(&head);
+    line.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or_else(|| panic!("{line}"))
+}
+
+/// DNS rebinding: a page under another name that resolves to this server's address is
+/// refused on every route (pages, API, the WebSocket) with 421; the loopback names are
+/// served; probes answer whatever the name.
+#[actix_web::test]
+async fn requests_for_another_host_name_are_refused() {
+    let (srv, _) = common::server_and_state(&[]);
+    let port = srv.addr().port();
+    let ours = format!("localhost:{port}");
+    let theirs = format!("rebind.attacker.example:{port}");
+    for path in [
+        "/",
+        "/index.html",
+        "/api/info",
+        "/weights/efficientnet-lite0.splw",
+        "/calibration/efficientnet-lite0.splc",
+    ] {
+        assert_eq!(status_for_host(&srv, path, &theirs).await, 421, "{path} for another name");
+    }
+    assert_eq!(status_for_host(&srv, "/api/info", &ours).await, 200);
+    assert_eq!(status_for_host(&srv, "/api/info", &format!("127.0.0.1:{port}")).await, 200);
+    assert_eq!(status_for_host(&srv, "/readyz", &theirs).await, 200, "probes answer any name");
+    assert_eq!(status_for_host(&srv, "/metrics", &theirs).await, 200, "and the metrics scraper");
+    let mut tcp = tokio::net::TcpStream::connect(srv.addr()).await.unwrap();
+    let head = common::upgrade(&mut tcp, &theirs).await.unwrap();
+    assert!(head.starts_with(b"HTTP/1.1 421"), "{}", String::from_utf8_lossy(&head));
+    let mut tcp = tokio::net::TcpStream::connect(srv.addr()).await.unwrap();
+    let head = common::upgrade(&mut tcp, &ours).await.unwrap();
+    assert!(head.starts_with(b"HTTP/1.1 101"), "{}", String::from_utf8_lossy(&head));
+    // An operator's list replaces the defaults.
+    let (srv, _) = common::server_and_state(&["--allowed-hosts", "app.example.com"]);
+    let port = srv.addr().port();
+    assert_eq!(status_for_host(&srv, "/api/info", &format!("localhost:{port}")).await, 421);
+    assert_eq!(status_for_host(&srv, "/api/info", "app.example.com").await, 200);
+}

@@ -1,5 +1,6 @@
 //! The real binary behind TLS: a certificate made at test time, a `wss://` round trip with a
-//! client that trusts only it, and the refusal to serve clear text beyond loopback.
+//! client that trusts only it, and the refusal to serve clear text beyond loopback, or every
+//! interface without the host names clients use.
 
 mod common;
 
@@ -75,6 +76,15 @@ fn clear_text_beyond_loopback_is_refused_unless_asked() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("without TLS") && stderr.contains("--allow-plaintext"), "{stderr}");
-    let (_server, url) = start(&["--host", "0.0.0.0", "--allow-plaintext"]);
+    // Every interface and no host names: the server cannot know which names are its own.
+    let out = Command::new(env!("CARGO_BIN_EXE_cloud-server"))
+        .args(["--host", "0.0.0.0", "--port", "0", "--allow-plaintext"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--allowed-hosts"), "{stderr}");
+    let (_server, url) =
+        start(&["--host", "0.0.0.0", "--allow-plaintext", "--allowed-hosts", "localhost"]);
     assert!(url.starts_with("http://"), "{url}");
 }
