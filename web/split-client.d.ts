@@ -2,7 +2,7 @@
 // Checked by `tsc` against `tests/types-check.ts` in `./run.sh test`.
 
 /** Every failure of the client: a stable, machine-readable `code` and a message for developers.
- * Codes: "network", "timeout", "bad_option", "no_cost_table", "privacy_floor", "no_light_model", "webgpu_unavailable",
+ * Codes: "network", "timeout", "closed", "worker", "bad_option", "no_cost_table", "privacy_floor", "no_light_model", "webgpu_unavailable",
  * "bad_weights", "weights_missing", "bad_calibration", "backend", "internal", or an error code the server sent
  * ("malformed", "shape_mismatch", "bad_image", "busy", "rate_limited", "calibration_mismatch",
  * "keyframe_required", "unsupported_codec", ...). */
@@ -157,6 +157,10 @@ export interface CreateOptions {
   /** Run the client (module, weights, edge compute, connection) in a Web Worker, so the page
    * never waits on an edge run. Default: true on a page that can start one. */
   worker?: boolean;
+  /** How long a call into the worker may go without an answer or progress, ms (default
+   * 120000); after it the call fails with "timeout", and a worker that then does not answer a
+   * ping is stopped: its calls fail with "worker". */
+  workerTimeoutMs?: number;
 }
 
 export interface ClassifyOptions {
@@ -335,6 +339,8 @@ export interface GroupOptions {
   p2p?: boolean;
   /** The server's group socket (default: `/group` beside the client's `/ws`). */
   url?: string;
+  /** How long opening the socket and joining may take, ms (default 15000; then "timeout"). */
+  timeoutMs?: number;
 }
 
 export interface GroupProgress {

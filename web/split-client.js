@@ -34,7 +34,7 @@ import { Connection } from "./client/connection.js";
 import { RemoteSplitClient } from "./client/remote.js";
 import { Resilience, newResultId } from "./client/resilience.js";
 import {
-  SplitError, browserDecodedPng, fetchCached, loadWasm, modelInputJpeg, serverUrl, wasm, wasmCall,
+  SplitError, browserDecodedPng, fetchCached, fetchWithProgress, loadWasm, modelInputJpeg, serverUrl, wasm, wasmCall,
 } from "./client/wasm.js";
 import { EdgeWeights, boundaryIndex } from "./client/weights.js";
 import { DeviceGroup } from "./client/group.js";
@@ -81,9 +81,7 @@ export class SplitClient {
     const onProgress = options.onProgress ?? (() => {});
     onProgress({ stage: "wasm", fraction: null });
     await loadWasm(options.backend ?? "auto", options.wasmBuild);
-    const infoResponse = await fetch(new URL("api/info", base));
-    if (!infoResponse.ok) throw new SplitError("network", `GET api/info failed: ${infoResponse.status}`);
-    const info = await infoResponse.json();
+    const info = JSON.parse(new TextDecoder().decode(await fetchWithProgress(new URL("api/info", base), "info", () => {})));
     const preload = preloadTarget(options.weights ?? "all");
     const edge = await wasmCall(() => wasm.EdgeSession.create(options.backend ?? "auto"));
     const weights = new EdgeWeights(edge, info, base, onProgress);
@@ -118,7 +116,7 @@ export class SplitClient {
     let planner = null;
     if (info.cost_table_url) {
       onProgress({ stage: "profiling", fraction: null });
-      const table = await (await fetch(serverUrl(info.cost_table_url, base))).text();
+      const table = new TextDecoder().decode(await fetchWithProgress(serverUrl(info.cost_table_url, base), "profiling", () => {}));
       client.costTable = table;
       planner = await wasmCall(() => new wasm.AdaptivePlanner(table, edge.backend === "webgpu" ? "browser-webgpu" : "browser-wasm-cpu"));
       // A phone is not the profiling machine: time this device (the stages loaded so far; all
@@ -491,7 +489,6 @@ export class SplitClient {
     return wasmCall(() => this.edge.benchCodec(image, split, codec, repeats));
   }
 
-  /** Close the connection and stop probing. */
   /**
    * Join a device group (or start one without `options.code`): this device lends its model to
    * the group's members and can share a batch over them or run a pipeline across them.
@@ -535,8 +532,12 @@ export class SplitClient {
     return wasmCall(() => wasm.planChain(this.costTable, profile, codec, request));
   }
 
+  /** Close the connection for good and cancel every timer: probing, the backlog's retries.
+   * Requests still waiting fail with "closed"; what is in the backlog stays for the next
+   * client on this origin. */
   close() {
     this.adaptive?.stop();
+    this.resilience?.stop();
     this.connection.close();
   }
 }

@@ -6,6 +6,9 @@ import { SplitError } from "./wasm.js";
 /** The close code a server sends when it shuts down gracefully ("service restart"): it has
  * answered what it could, and the client should reconnect now rather than back off. */
 const SERVICE_RESTART = 1012;
+/** A WebSocket handshake not finished in this long is abandoned (a proxy that accepts TCP and
+ * never answers would otherwise hold every later request behind one attempt). */
+export const CONNECT_TIMEOUT_MS = 10_000;
 
 export class Connection {
   /**
@@ -38,6 +41,9 @@ export class Connection {
     this.onStatus = () => {};
     /** Called when a connection opens (the client then sends what waited for the server). */
     this.onOpen = () => {};
+    this.connectTimeoutMs = CONNECT_TIMEOUT_MS;
+    /** Set by `close()`: no new connection opens. */
+    this.closed = false;
   }
 
   /** Record and announce a new status (repeats of the same state are not announced). */
@@ -55,6 +61,7 @@ export class Connection {
   open() {
     if (this.socket && this.socket.readyState === WebSocket.OPEN) return Promise.resolve(this.socket);
     if (this.connecting) return this.connecting;
+    if (this.closed) return Promise.reject(new SplitError("closed", "the client was closed"));
     const wait = this.retryAt - performance.now();
     if (wait > 0) {
       return Promise.reject(new SplitError("network", `${this.url} was unreachable; next attempt in ${Math.ceil(wait)} ms`));
@@ -63,7 +70,22 @@ export class Connection {
     socket.binaryType = "arraybuffer";
     if (this.status.state !== "reconnecting") this.setStatus({ state: "connecting" });
     this.connecting = new Promise((resolve, reject) => {
+      // A failed attempt: no new one before the backoff, and the caller learns why.
+      const unreachable = (error) => {
+        clearTimeout(timer);
+        this.backoffMs = Math.min(8_000, Math.max(500, 2 * this.backoffMs));
+        this.retryAt = performance.now() + this.backoffMs;
+        this.setStatus({ state: "unreachable", retryInMs: this.backoffMs });
+        reject(error);
+      };
+      const timer = setTimeout(() => {
+        socket.onerror = null;
+        if (this.socket === socket) this.socket = null;
+        socket.close();
+        unreachable(new SplitError("timeout", `no WebSocket handshake with ${this.url} within ${this.connectTimeoutMs} ms`));
+      }, this.connectTimeoutMs);
       socket.onopen = () => {
+        clearTimeout(timer);
         this.backoffMs = 0;
         this.setStatus({ state: "open" });
         // Stream references do not survive a connection: start again from a keyframe.
@@ -71,12 +93,7 @@ export class Connection {
         resolve(socket);
         queueMicrotask(() => this.onOpen());
       };
-      socket.onerror = () => {
-        this.backoffMs = Math.min(8_000, Math.max(500, 2 * this.backoffMs));
-        this.retryAt = performance.now() + this.backoffMs;
-        this.setStatus({ state: "unreachable", retryInMs: this.backoffMs });
-        reject(new SplitError("network", `cannot connect to ${this.url}`));
-      };
+      socket.onerror = () => unreachable(new SplitError("network", `cannot connect to ${this.url}`));
     }).finally(() => {
       this.connecting = null;
     });
@@ -158,7 +175,13 @@ export class Connection {
       (e) => this.pending.get(id)?.(e));
   }
 
+  /** Close the WebSocket for good: requests still waiting fail with "closed", and no new
+   * connection opens. */
   close() {
-    if (this.socket) this.socket.close(1000, "client closed");
+    this.closed = true;
+    this.socket?.close(1000, "client closed");
+    this.socket = null;
+    const error = new SplitError("closed", "the client was closed");
+    for (const settle of [...this.pending.values()]) settle(error);
   }
 }

@@ -24,6 +24,8 @@ const RELAY_VERSION = 1;
 const RELAY_HEADER_BYTES = 12;
 /** `group::HEARTBEAT_INTERVAL_S`: how often this device reports its status. */
 const HEARTBEAT_MS = 5_000;
+/** How long opening the group socket and being answered `joined` may take (`timeoutMs`). */
+const JOIN_TIMEOUT_MS = 15_000;
 /** How long a request to another member may take before it counts as lost. */
 const MEMBER_TIMEOUT_MS = 60_000;
 /** Photos of a batch in flight to another member at once (measured in docs/multi-device.md:
@@ -81,7 +83,7 @@ export class DeviceGroup {
    *   its `/ws`), p2p (false: no direct channels), msPerImage (else measured now), onMembers,
    *   onError (a refusal after joining), privacyFloor (a boundary name: the first stage of this
    *   device's pipelines keeps at least that), codec (features between members; default: the
-   *   client's)
+   *   client's), timeoutMs (opening and joining, default 15000; then "timeout")
    */
   static async open(client, options = {}) {
     const url = new URL(options.url ?? client.connection.url);
@@ -100,7 +102,16 @@ export class DeviceGroup {
     const socket = new WebSocket(url, client.connection.protocols);
     socket.binaryType = "arraybuffer";
     const group = new DeviceGroup(client, socket, device, options);
+    const timeoutMs = options.timeoutMs ?? JOIN_TIMEOUT_MS;
+    let timer = null;
     await new Promise((resolve, reject) => {
+      // A handshake or a `joined` that never comes (a proxy that accepts and stalls).
+      timer = setTimeout(() => {
+        group.joining = null;
+        socket.onclose = null;
+        socket.close();
+        reject(new SplitError("timeout", `no answer from ${url} within ${timeoutMs} ms`));
+      }, timeoutMs);
       socket.onopen = () => {
         const hello = options.code
           ? { type: "join", code: String(options.code).toUpperCase(), device }
@@ -110,7 +121,7 @@ export class DeviceGroup {
       socket.onerror = () => reject(new SplitError("network", `cannot open ${url}`));
       socket.onclose = (e) => reject(new SplitError("network", `${url} closed: ${e.code} ${e.reason}`));
       group.joining = { resolve, reject };
-    });
+    }).finally(() => clearTimeout(timer));
     socket.onclose = (e) => group.closed(e);
     socket.onerror = () => {};
     group.heartbeat = setInterval(() => group.sendStatus(), HEARTBEAT_MS);
@@ -197,7 +208,8 @@ export class DeviceGroup {
       if (queue.length < MAX_ROUTES_PER_PEER) queue.push(data.route);
       this.routes.set(key, queue);
     } else if (data?.hops) {
-      this.hops.set(data.hops.id, data.hops.list);
+      // Only for a request of ours still waiting: a member cannot make this map grow.
+      if (this.pending.has(data.hops.id)) this.hops.set(data.hops.id, data.hops.list);
     } else if (data?.view) {
       this.answerView(from, data.view.id);
     } else if (data?.failed) {
@@ -517,12 +529,13 @@ export class DeviceGroup {
         const reply = await answer;
         // Every hop, the answer's included, as the stages reported them.
         const hops = this.hops.get(id) ?? [hop.via];
-        this.hops.delete(id);
         const via = hops.every((h) => h === "p2p") ? "p2p" : hops.every((h) => h === "relay") ? "relay" : "mixed";
         return { top: reply.top, mode: "pipeline", stages, via, hops, predicted, totalMs: performance.now() - started, replans };
       } catch (e) {
         if (e.code !== "member_left" || replans >= 3) throw e;
         replans++;
+      } finally {
+        this.hops.delete(id);
       }
     }
   }

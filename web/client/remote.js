@@ -5,6 +5,12 @@
 import { PageLinks } from "./peer.js";
 import { SplitError } from "./wasm.js";
 
+/** How long a call into the worker may take before the page stops waiting (downloads, edge
+ * compute and the server's reply each have deadlines of their own inside it). */
+export const WORKER_CALL_TIMEOUT_MS = 120_000;
+/** A worker that does not answer a bare ping in this long is taken for dead. */
+const WORKER_PING_TIMEOUT_MS = 5_000;
+
 export class RemoteSplitClient {
   /**
    * Start the worker and create the client in it. URLs are resolved here: a worker's own
@@ -19,7 +25,9 @@ export class RemoteSplitClient {
     const forward = { ...rest, baseUrl: base.href };
     if (options.wsUrl) forward.wsUrl = new URL(options.wsUrl, base).href;
     try {
-      Object.assign(remote.state, await remote.call("create", forward));
+      // Loading the module and the weights: never less than the default deadline.
+      const createMs = Math.max(WORKER_CALL_TIMEOUT_MS, remote.callTimeoutMs);
+      Object.assign(remote.state, await remote.callWithin(createMs, "create", forward));
     } catch (e) {
       worker.terminate();
       throw e;
@@ -29,6 +37,9 @@ export class RemoteSplitClient {
 
   constructor(worker, options) {
     this.worker = worker;
+    this.callTimeoutMs = options.workerTimeoutMs ?? WORKER_CALL_TIMEOUT_MS;
+    /** Set once the worker is gone (terminated, crashed, wedged): every call fails at once. */
+    this.dead = null;
     this.pending = new Map();
     this.nextId = 1;
     this.state = {};
@@ -41,7 +52,10 @@ export class RemoteSplitClient {
     const onConnection = options.onConnection ?? (() => {});
     const onUpdate = options.onUpdate ?? (() => {});
     worker.onmessage = ({ data }) => {
-      if (data.event === "progress") return onProgress(data.value);
+      if (data.event === "progress") {
+        for (const call of this.pending.values()) call.rearm();
+        return onProgress(data.value);
+      }
       if (data.event?.startsWith("group")) return this.group?.event(data.event, data.value);
       if (data.event === "connection") {
         this.connectionState = data.value;
@@ -53,8 +67,9 @@ export class RemoteSplitClient {
         return onSwitch(data.value);
       }
       const call = this.pending.get(data.id);
-      if (!call) return;
+      if (!call) return; // answered after its deadline: the caller has moved on
       this.pending.delete(data.id);
+      clearTimeout(call.timer);
       if (data.error) call.reject(new SplitError(data.error.code, data.error.message));
       else call.resolve(data.result);
     };
@@ -63,21 +78,67 @@ export class RemoteSplitClient {
       event.preventDefault?.();
       this.failPending(new SplitError("worker", `the client's worker failed: ${event.message ?? "unknown error"}`));
     };
+    // A message the page cannot read back (it should never happen: everything sent is plain
+    // data) fails what waits on it rather than leaving it waiting.
+    worker.onmessageerror = () => {
+      this.failPending(new SplitError("worker", "a message from the client's worker could not be read"));
+    };
   }
 
   /** Reject every call still waiting for the worker with `error`. */
   failPending(error) {
-    for (const call of this.pending.values()) call.reject(error);
+    for (const call of this.pending.values()) {
+      clearTimeout(call.timer);
+      call.reject(error);
+    }
     this.pending.clear();
   }
 
-  /** Call `method` in the worker. */
+  /** Call `method` in the worker; rejects with "timeout" after `timeoutMs`, and with
+   * "worker" once the worker is gone. */
   call(method, ...args) {
+    return this.callWithin(this.callTimeoutMs, method, ...args);
+  }
+
+  callWithin(timeoutMs, method, ...args) {
+    if (this.dead) return Promise.reject(this.dead);
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
-      this.pending.set(id, { resolve, reject });
+      const call = { resolve, reject, timer: null };
+      // Progress from the worker (a download under way) starts the deadline again.
+      call.rearm = () => {
+        clearTimeout(call.timer);
+        call.timer = setTimeout(() => {
+          this.pending.delete(id);
+          reject(new SplitError("timeout", `the client's worker did not answer ${method} within ${timeoutMs} ms`));
+          if (method !== "alive") this.checkAlive();
+        }, timeoutMs);
+      };
+      call.rearm();
+      this.pending.set(id, call);
       this.worker.postMessage({ id, method, args });
     });
+  }
+
+  /** After a call ran out of time: a worker that does not answer a bare ping either is taken
+   * for dead, stopped, and every call waiting on it fails with "worker". */
+  async checkAlive() {
+    if (this.dead || this.checking) return;
+    this.checking = true;
+    try {
+      await this.callWithin(WORKER_PING_TIMEOUT_MS, "alive");
+    } catch (e) {
+      if (e.code === "timeout") this.kill(new SplitError("worker", "the client's worker stopped answering; create a new client"));
+    } finally {
+      this.checking = false;
+    }
+  }
+
+  /** Stop the worker for good and fail every call with `error`. */
+  kill(error) {
+    this.dead = error;
+    this.worker.terminate();
+    this.failPending(error);
   }
 
   /** Whether the client runs in a Web Worker: always, for this class. */
@@ -159,6 +220,8 @@ export class RemoteSplitClient {
     return this.call("connect");
   }
 
+  /** Close the connection and stop the client's timers (in the worker, which stays: call
+   * `terminate()` to stop it too). */
   close() {
     this.call("close").catch(() => {});
   }
@@ -184,8 +247,7 @@ export class RemoteSplitClient {
 
   /** Stop the worker: the weights and the connection go with it; calls fail afterwards. */
   terminate() {
-    this.worker.terminate();
-    this.failPending(new SplitError("worker", "the client was terminated"));
+    this.kill(new SplitError("worker", "the client was terminated"));
   }
 }
 

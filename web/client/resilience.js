@@ -139,6 +139,13 @@ export class Resilience {
     this.scheduleDrain();
   }
 
+  /** No more retries: the client was closed. */
+  stop() {
+    this.stopped = true;
+    clearTimeout(this.retryTimer);
+    this.retryTimer = null;
+  }
+
   /** `{ entries, bytes, dropped, persistent }` of the backlog. */
   describe() {
     return this.backlog.describe();
@@ -152,8 +159,9 @@ export class Resilience {
       clearTimeout(this.retryTimer);
       this.retryTimer = null;
     }
-    if (this.backlog.size === 0 || this.draining || this.retryTimer) return;
+    if (this.stopped || this.backlog.size === 0 || this.draining || this.retryTimer) return;
     this.drain().catch(() => {
+      if (this.stopped) return;
       const wait = Math.max(500, this.client.connection.retryAt - performance.now(), this.client.connection.backoffMs);
       this.retryTimer = setTimeout(() => {
         this.retryTimer = null;

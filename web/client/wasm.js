@@ -91,35 +91,62 @@ export async function wasmCall(f) {
   }
 }
 
+/** A download that receives nothing for this long is abandoned (a link gone silent would
+ * otherwise hold the request, and every request queued behind it, for good). */
+export const STALL_TIMEOUT_MS = 20_000;
+
 /**
  * `url`'s bytes, with `onProgress({ stage, loaded, total, fraction })` as they arrive. `size` is
  * the decoded size when the caller knows it: a compressed response has no length, or the
- * length of its compressed bytes, which is not what the reader counts.
+ * length of its compressed bytes, which is not what the reader counts. Every failure is a
+ * `SplitError`: "network" when the server cannot be reached or the transfer breaks off,
+ * "timeout" when nothing arrives for `STALL_TIMEOUT_MS`.
  */
 export async function fetchWithProgress(url, stage, onProgress, size = 0) {
-  const response = await fetch(url);
-  if (!response.ok) {
-    throw new SplitError("network", `GET ${url} failed: ${response.status} ${response.statusText}`);
+  const abort = new AbortController();
+  let stalled = false;
+  let timer = null;
+  const watch = () => {
+    clearTimeout(timer);
+    timer = setTimeout(() => {
+      stalled = true;
+      abort.abort();
+    }, STALL_TIMEOUT_MS);
+  };
+  const failed = (e) => e instanceof SplitError ? e
+    : stalled ? new SplitError("timeout", `GET ${url}: nothing received for ${STALL_TIMEOUT_MS} ms`)
+    : new SplitError("network", `GET ${url} failed: ${e?.message ?? e}`);
+  watch();
+  try {
+    const response = await fetch(url, { signal: abort.signal });
+    if (!response.ok) {
+      throw new SplitError("network", `GET ${url} failed: ${response.status} ${response.statusText}`);
+    }
+    const encoded = (response.headers.get("content-encoding") ?? "identity") !== "identity";
+    const total = size || (encoded ? 0 : Number(response.headers.get("content-length")) || 0);
+    const reader = response.body.getReader();
+    const chunks = [];
+    let loaded = 0;
+    for (;;) {
+      watch();
+      const { done, value } = await reader.read();
+      if (done) break;
+      chunks.push(value);
+      loaded += value.length;
+      onProgress({ stage, loaded, total, fraction: total ? loaded / total : null });
+    }
+    const bytes = new Uint8Array(loaded);
+    let offset = 0;
+    for (const c of chunks) {
+      bytes.set(c, offset);
+      offset += c.length;
+    }
+    return bytes;
+  } catch (e) {
+    throw failed(e);
+  } finally {
+    clearTimeout(timer);
   }
-  const encoded = (response.headers.get("content-encoding") ?? "identity") !== "identity";
-  const total = size || (encoded ? 0 : Number(response.headers.get("content-length")) || 0);
-  const reader = response.body.getReader();
-  const chunks = [];
-  let loaded = 0;
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    chunks.push(value);
-    loaded += value.length;
-    onProgress({ stage, loaded, total, fraction: total ? loaded / total : null });
-  }
-  const bytes = new Uint8Array(loaded);
-  let offset = 0;
-  for (const c of chunks) {
-    bytes.set(c, offset);
-    offset += c.length;
-  }
-  return bytes;
 }
 
 /** The Cache Storage bucket of the client's downloads (weights, calibration). */

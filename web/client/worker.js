@@ -36,6 +36,7 @@ const methods = {
     });
     return client.describe();
   },
+  alive: () => true,
   classify: (image, split, options) => client.classify(image, split, options),
   ping: (probeBytes, timeoutMs) => client.ping(probeBytes, timeoutMs),
   benchCodec: (image, split, codec, repeats) => client.benchCodec(image, split, codec, repeats),
@@ -80,7 +81,7 @@ onmessage = async ({ data: { id, method, args } }) => {
   try {
     const f = methods[method];
     if (!f) throw new SplitError("bad_option", `no client method ${method}`);
-    if (!client && method !== "create") throw new SplitError("bad_option", "the client is not created yet");
+    if (!client && method !== "create" && method !== "alive") throw new SplitError("bad_option", "the client is not created yet");
     postMessage({ id, result: await f(...args) });
   } catch (e) {
     postMessage({ id, error: { code: e?.code ?? "internal", message: e?.message ?? String(e) } });
