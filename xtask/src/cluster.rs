@@ -68,16 +68,7 @@ pub fn ensure_haproxy() -> Result<PathBuf> {
         "HAProxy is not installed: `sudo apt-get install haproxy` (Debian/Ubuntu), then again"
     );
     eprintln!("cluster: installing HAProxy (apt-get install haproxy)");
-    let install = || {
-        Command::new("apt-get")
-            .args(["install", "-y", "--no-install-recommends", "haproxy"])
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .status()
-    };
-    if !install()?.success() {
-        Command::new("apt-get").arg("update").status()?;
-        ensure!(install()?.success(), "apt-get install haproxy failed");
-    }
+    crate::browser::apt_install(&["haproxy"])?;
     found("/usr/sbin/haproxy").context("haproxy installed but not in /usr/sbin")
 }
 
@@ -273,9 +264,8 @@ const KUBERNETES_VALIDATE: &str = "kubernetes-validate==1.37.0";
 /// The Kubernetes release the manifests are checked against.
 const KUBERNETES_VERSION: &str = "1.32.0";
 
-/// Check the Kubernetes manifests against the API's schemas (strict: unknown fields fail).
-/// No container runtime or cluster runs here, so this is what can be checked of them.
-pub fn check_manifests() -> Result<()> {
+/// The validator's program, installed into its virtual environment when missing.
+pub fn ensure_manifest_validator() -> Result<PathBuf> {
     let venv = split_paths::cache_dir().join("tools/kubernetes-validate");
     let bin = venv.join("bin/kubernetes-validate");
     if !bin.exists() {
@@ -288,6 +278,13 @@ pub fn check_manifests() -> Result<()> {
             KUBERNETES_VALIDATE,
         ]))?;
     }
+    Ok(bin)
+}
+
+/// Check the Kubernetes manifests against the API's schemas (strict: unknown fields fail).
+/// No container runtime or cluster runs here, so this is what can be checked of them.
+pub fn check_manifests() -> Result<()> {
+    let bin = ensure_manifest_validator()?;
     let dir = crate::paths::repo_root().join("deploy/kubernetes");
     let mut manifests: Vec<PathBuf> = std::fs::read_dir(&dir)?
         .filter_map(|e| e.ok().map(|e| e.path()))

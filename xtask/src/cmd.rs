@@ -32,6 +32,25 @@ pub fn build_workspace() -> Result<()> {
     run(cargo().args(["test", "--workspace", "--no-run"]))
 }
 
+/// The environment `./run.sh test` sets so that cargo lints the workspace while it builds it
+/// (clippy's driver as the workspace's rustc wrapper, with the arguments clippy passes it).
+const LINT_ENV: [&str; 2] = ["RUSTC_WORKSPACE_WRAPPER", "CLIPPY_ARGS"];
+
+/// Whether this process's builds of the workspace run clippy (`./run.sh test` set it up).
+pub fn builds_lint() -> bool {
+    std::env::var_os(LINT_ENV[0]).is_some_and(|w| w.to_string_lossy().contains("clippy-driver"))
+}
+
+/// `cmd` without the lint wrapper: for builds that must not go through clippy's driver (the
+/// browser modules, whose code it would compile without MIR optimisations; other toolchains;
+/// `cargo install` of tools, whose crates count as workspace members there).
+pub fn without_lints(cmd: &mut Command) -> &mut Command {
+    for var in LINT_ENV {
+        cmd.env_remove(var);
+    }
+    cmd
+}
+
 /// The cargo target directory (honours CARGO_TARGET_DIR).
 pub fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")

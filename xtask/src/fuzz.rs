@@ -3,9 +3,10 @@
 //! `decode_weights` (the weights, light-model and calibration containers a browser downloads).
 //!
 //! Seeds the corpora with valid frames of every codec path ([`sample_frames`]) and the sample
-//! photos (whole, as JPEG, and cut short), installs `cargo-fuzz` into the cache if needed, and
-//! runs `cargo +nightly fuzz run TARGET` for the given time each (default 60 s). Needs the
-//! nightly toolchain (`rustup toolchain install nightly`).
+//! photos (whole, as JPEG, and cut short), installs the pinned `cargo-fuzz` into the cache and
+//! the pinned nightly ([`crate::toolchain::NIGHTLY`]) if needed, and runs `cargo fuzz run
+//! TARGET` on that nightly for the given time each (default 60 s), with the dependency
+//! versions of `fuzz/Cargo.lock`.
 
 use std::process::Command;
 
@@ -15,7 +16,7 @@ use split_shared::protocol::sample_frames;
 
 use crate::{calibrate, paths};
 
-/// The libFuzzer targets on the decoders (installs cargo-fuzz; needs nightly).
+/// The libFuzzer targets on the decoders (installs cargo-fuzz and the pinned nightly).
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// How long to fuzz each target, seconds.
@@ -71,18 +72,50 @@ fn seed(fuzz_dir: &std::path::Path, calibration: &Calibration) -> Result<()> {
     Ok(())
 }
 
-/// Whether the nightly toolchain the fuzzers need is installed.
-pub fn nightly_available() -> bool {
-    Command::new("cargo")
-        .args(["+nightly", "--version"])
-        .env_remove("RUSTUP_TOOLCHAIN")
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
+/// The cargo-fuzz release the fuzzers run with (installed with `--locked`).
+const CARGO_FUZZ_VERSION: &str = "0.13.2";
 
 /// A short run of every target, as the test command does: `seconds` each.
 pub fn quick(seconds: u64) -> Result<()> {
     run(Args { seconds, target: "all".into() })
+}
+
+/// The pinned nightly and cargo-fuzz, installed when missing; the cargo-fuzz binary.
+fn ensure_cargo_fuzz() -> Result<std::path::PathBuf> {
+    crate::toolchain::ensure_nightly(&[])?;
+    let tools = paths::tools_dir().join(format!("cargo-fuzz-{CARGO_FUZZ_VERSION}"));
+    let bin = tools.join("bin/cargo-fuzz");
+    if !bin.exists() {
+        eprintln!("fuzz: installing cargo-fuzz {CARGO_FUZZ_VERSION} into {}", tools.display());
+        let ok = crate::cmd::without_lints(&mut Command::new("cargo"))
+            .args(["install", "cargo-fuzz", "--locked", "--version", CARGO_FUZZ_VERSION, "--root"])
+            .arg(&tools)
+            .status()?;
+        anyhow::ensure!(ok.success(), "cargo install cargo-fuzz failed");
+    }
+    Ok(bin)
+}
+
+/// `cargo fuzz` in `fuzz/` on the pinned nightly, with the instrumented build outside the
+/// clone like the workspace's (a fresh clone reuses it: 8–9 minutes from nothing on two cores).
+fn cargo_fuzz(bin: &std::path::Path, action: &str, target: Option<&str>) -> Command {
+    let mut c = Command::new(bin);
+    crate::cmd::without_lints(&mut c)
+        .args(["fuzz", action])
+        .args(target)
+        .arg("--target-dir")
+        .arg(paths::cache_dir().join("fuzz-target"))
+        .current_dir(paths::repo_root().join("fuzz"))
+        .env("RUSTUP_TOOLCHAIN", crate::toolchain::NIGHTLY)
+        .env_remove("CARGO_TARGET_DIR");
+    c
+}
+
+/// Install the tools and build every target, without running them (the test command does
+/// this beside its other builds).
+pub fn build() -> Result<()> {
+    let bin = ensure_cargo_fuzz()?;
+    crate::cmd::run(&mut cargo_fuzz(&bin, "build", None))
 }
 
 /// Run the fuzzers.
@@ -91,32 +124,18 @@ pub fn run(a: Args) -> Result<()> {
     let calibration = Calibration::load(&calibration_path)?;
     let fuzz_dir = paths::repo_root().join("fuzz");
     seed(&fuzz_dir, &calibration)?;
-    let tools = paths::tools_dir().join("cargo-fuzz");
-    let bin = tools.join("bin/cargo-fuzz");
-    if !bin.exists() {
-        eprintln!("fuzz: installing cargo-fuzz into {}", tools.display());
-        let ok =
-            Command::new("cargo").args(["install", "cargo-fuzz", "--root"]).arg(&tools).status()?;
-        anyhow::ensure!(ok.success(), "cargo install cargo-fuzz failed");
-    }
+    let bin = ensure_cargo_fuzz()?;
     let targets: &[&str] = match a.target.as_str() {
         "all" => &["decode_frame", "decode_image", "decode_weights"],
         one => &[one][..],
     };
     for target in targets {
         eprintln!("fuzz: {target} for {} s", a.seconds);
-        let status = Command::new(&bin)
-            .args(["fuzz", "run", target, "--target-dir"])
-            // Outside the clone, like the workspace's: a fresh clone reuses the instrumented
-            // build (8–9 minutes from nothing on two cores).
-            .arg(paths::cache_dir().join("fuzz-target"))
+        let status = cargo_fuzz(&bin, "run", Some(target))
             .args(["--", &format!("-max_total_time={}", a.seconds), "-max_len=262144"])
-            .current_dir(&fuzz_dir)
-            .env("RUSTUP_TOOLCHAIN", "nightly")
             .env("SPLIT_CALIBRATION", &calibration_path)
-            .env_remove("CARGO_TARGET_DIR")
             .status()
-            .context("running cargo-fuzz (is the nightly toolchain installed?)")?;
+            .context("running cargo-fuzz")?;
         anyhow::ensure!(
             status.success(),
             "the fuzzer found a failure; see fuzz/artifacts/{target}"

@@ -39,6 +39,7 @@ mod prune;
 mod server;
 mod setup;
 mod stream_eval;
+mod toolchain;
 mod torch_legacy;
 mod wasm_build;
 

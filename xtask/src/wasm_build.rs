@@ -6,8 +6,9 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
-use crate::cmd::{cargo, run, target_dir};
+use crate::cmd::{cargo, run, target_dir, without_lints};
 use crate::paths;
+use crate::toolchain::{ensure_nightly, nightly_cargo};
 
 /// The browser target.
 pub const WASM_TARGET: &str = "wasm32-unknown-unknown";
@@ -42,8 +43,8 @@ fn ensure_wasm_bindgen_cli(version: &str) -> Result<PathBuf> {
     let bin = root.join("bin/wasm-bindgen");
     if !bin.exists() {
         eprintln!("web: installing wasm-bindgen-cli {version} (once, a few minutes)");
-        run(cargo()
-            .args(["install", "wasm-bindgen-cli", "--version", version, "--root"])
+        run(without_lints(&mut cargo())
+            .args(["install", "wasm-bindgen-cli", "--locked", "--version", version, "--root"])
             .arg(&root))?;
     }
     Ok(bin)
@@ -56,36 +57,58 @@ struct Variant {
     /// Cargo features of `wasm-edge`.
     features: &'static str,
     /// Target features for this build, when not just `.cargo/config.toml`'s `+simd128`; such a
-    /// build gets its own target directory so the builds do not overwrite each other's units.
+    /// build gets its own target directory so the builds do not overwrite each other's units
+    /// (the others share `browser/` under the target directory).
     target_features: Option<&'static str>,
     /// Web Worker threads: shared memory, and the standard library rebuilt with atomics (which
-    /// only a nightly compiler does: [`THREADS_TOOLCHAIN`]).
+    /// only a nightly compiler does: [`crate::toolchain::NIGHTLY`]).
     threads: bool,
+    /// binaryen's optimisation level for this module ([`WASM_OPT_WEBGPU`], [`WASM_OPT_CPU`]).
+    opt_level: &'static str,
 }
+
+/// `wasm-opt` on the WebGPU module (13.6 MB from wasm-bindgen, mostly cubecl and wgpu, which
+/// run on the GPU's time, not the module's): measured on this module (npm binaryen 132, two
+/// cores) -O1 takes 78 s and gives 12.8 MB, 2.77 MB gzipped; -O2 322 s, 12.2 / 2.93 MB; -O3
+/// 339 s, 12.0 / 2.95 MB; none 13.6 / 2.82 MB. Gzipped (how the server sends it) -O1 is the
+/// smallest and four times faster to make than -O3.
+const WASM_OPT_WEBGPU: &str = "-O1";
+/// `wasm-opt` on the CPU modules, where the network's compute runs in wasm: -O3.
+const WASM_OPT_CPU: &str = "-O3";
 
 /// WebGPU + CPU for browsers with WebGPU; CPU-only (no cubecl/wgpu: a fraction of the size)
 /// for the rest; the same with relaxed SIMD's fused multiply-add for engines that validate it,
 /// and that again with Web Worker threads for pages that are cross-origin isolated.
 const VARIANTS: [Variant; 4] = [
-    Variant { dir: "pkg", features: "webgpu", target_features: None, threads: false },
-    Variant { dir: "pkg-cpu", features: "", target_features: None, threads: false },
+    Variant {
+        dir: "pkg",
+        features: "webgpu",
+        target_features: None,
+        threads: false,
+        opt_level: WASM_OPT_WEBGPU,
+    },
+    Variant {
+        dir: "pkg-cpu",
+        features: "",
+        target_features: None,
+        threads: false,
+        opt_level: WASM_OPT_CPU,
+    },
     Variant {
         dir: "pkg-cpu-relaxed",
         features: "",
         target_features: Some("+simd128,+relaxed-simd"),
         threads: false,
+        opt_level: WASM_OPT_CPU,
     },
     Variant {
         dir: "pkg-cpu-threads",
         features: "threads",
         target_features: Some("+atomics,+bulk-memory,+mutable-globals,+simd128,+relaxed-simd"),
         threads: true,
+        opt_level: WASM_OPT_CPU,
     },
 ];
-
-/// The nightly the threaded build is made with, pinned so that a fresh machine builds what
-/// was tested (`-Z build-std` has no stable equivalent).
-pub const THREADS_TOOLCHAIN: &str = "nightly-2026-05-20";
 
 /// Linker arguments of a threaded module: memory imported and shared between the workers
 /// (at most 1 GiB: a shared memory needs a maximum), and the thread-local storage symbols
@@ -99,40 +122,6 @@ const THREADS_LINK_ARGS: [&str; 7] = [
     "--export=__tls_align",
     "--export=__tls_base",
 ];
-
-/// Install the pinned nightly with the standard library's sources, once: later builds only
-/// ask rustup what is installed (no download, no network).
-fn ensure_threads_toolchain() -> Result<()> {
-    let out = Command::new("rustup")
-        .args(["component", "list", "--installed", "--toolchain", THREADS_TOOLCHAIN])
-        .output()?;
-    // Fails when the toolchain is missing; lists `rust-src` when its sources are there too.
-    if out.status.success() && String::from_utf8_lossy(&out.stdout).lines().any(|l| l == "rust-src")
-    {
-        return Ok(());
-    }
-    eprintln!("web: installing {THREADS_TOOLCHAIN} with rust-src for the threaded build (once)");
-    run(Command::new("rustup").args([
-        "toolchain",
-        "install",
-        THREADS_TOOLCHAIN,
-        "--profile",
-        "minimal",
-        "--component",
-        "rust-src",
-    ]))
-}
-
-/// `cargo +nightly` through rustup, free of the environment the stable cargo running this
-/// task set for its children.
-fn nightly_cargo() -> Command {
-    let mut c = Command::new("cargo");
-    c.arg(format!("+{THREADS_TOOLCHAIN}")).current_dir(paths::repo_root());
-    for var in ["CARGO", "RUSTC", "RUSTDOC", "RUSTUP_TOOLCHAIN", "RUSTC_WRAPPER"] {
-        c.env_remove(var);
-    }
-    c
-}
 
 /// binaryen's optimizer from npm (Debian's v108 produces modules that fail to instantiate).
 fn wasm_opt() -> Result<PathBuf> {
@@ -161,91 +150,130 @@ fn gzip_len(path: &Path) -> Result<u64> {
 
 /// `cargo xtask web`: compile `wasm-edge` for the browser, every variant, generate the JS
 /// bindings in `web/pkg*` and optimise them.
+///
+/// A module's bindings and `wasm-opt` (single-threaded, minutes on the WebGPU module) run in a
+/// thread of their own while the next module compiles: on two cores the compile of one crate
+/// at a time (one codegen unit, fat LTO) leaves a core free for them.
 pub fn build() -> Result<()> {
     ensure_wasm_target()?;
     let bindgen = ensure_wasm_bindgen_cli(&locked_wasm_bindgen_version()?)?;
     let opt = wasm_opt()?;
-    let mut sizes = Vec::new();
+    let mut finishing = Vec::new();
     for v in &VARIANTS {
         let mut cmd = if v.threads {
-            ensure_threads_toolchain()?;
+            ensure_nightly(&["rust-src"])?;
             let mut c = nightly_cargo();
             c.args(["build", "-Z", "build-std=panic_abort,std"]);
             c
         } else {
             let mut c = cargo();
-            c.arg("build");
+            without_lints(&mut c).arg("build");
             c
         };
         cmd.args(["--package", "wasm-edge", "--profile", "wasm", "--target", WASM_TARGET]);
         if !v.features.is_empty() {
             cmd.args(["--features", v.features]);
         }
-        let mut target = target_dir();
+        // Target directories of their own, apart from the native one: the browser modules
+        // build while the tests do, and cargo locks a target directory for one build at a time.
+        let mut target = target_dir().join("browser");
         if let Some(features) = v.target_features {
-            target = target.join(v.dir);
+            target = target_dir().join(v.dir);
             let mut flags = format!("-C target-feature={features}");
             if v.threads {
                 for arg in THREADS_LINK_ARGS {
                     flags.push_str(&format!(" -C link-arg={arg}"));
                 }
             }
-            cmd.env("CARGO_TARGET_DIR", &target)
-                .env("CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS", flags);
+            cmd.env("CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS", flags);
         }
+        cmd.env("CARGO_TARGET_DIR", &target);
         run(&mut cmd)?;
         let wasm = target.join(WASM_TARGET).join("wasm/wasm_edge.wasm");
         let out_dir = paths::repo_root().join("web").join(v.dir);
-        let file = out_dir.join("wasm_edge_bg.wasm");
         // Bindings and optimisation take minutes on the WebGPU build: skip them when this
         // compiler output is the one the folder was made from.
         let stamp = out_dir.join(".built-from");
-        let source = source_id(&wasm)?;
+        let source = format!("{} {}", source_id(&wasm)?, v.opt_level);
+        let file = out_dir.join("wasm_edge_bg.wasm");
         if file.exists() && std::fs::read_to_string(&stamp).is_ok_and(|s| s == source) {
-            sizes.push((v.dir, 0, std::fs::metadata(&file)?.len(), gzip_len(&file)?));
+            finishing.push(std::thread::spawn(move || Ok((v.dir, None))));
             continue;
         }
-        run(Command::new(&bindgen)
-            .args(["--target", "web", "--remove-name-section", "--remove-producers-section"])
-            .arg("--out-dir")
-            .arg(&out_dir)
-            .arg(&wasm))?;
-        let raw = std::fs::metadata(&file)?.len();
-        let mut o = Command::new(&opt);
-        o.arg(&file).arg("-o").arg(&file).args(["-O3", "--strip-debug", "--strip-producers"]);
-        for f in [
-            "simd",
-            "bulk-memory",
-            "nontrapping-float-to-int",
-            "sign-ext",
-            "mutable-globals",
-            "reference-types",
-            "multivalue",
-        ] {
-            o.arg(format!("--enable-{f}"));
-        }
-        if v.target_features.is_some_and(|f| f.contains("relaxed-simd")) {
-            o.arg("--enable-relaxed-simd");
-        }
-        if v.threads {
-            o.arg("--enable-threads");
-        }
-        run(&mut o)?;
-        std::fs::write(&stamp, &source)?;
-        let size = std::fs::metadata(&file)?.len();
-        sizes.push((v.dir, raw, size, gzip_len(&file)?));
+        // The next variant may overwrite the compiler's output (pkg and pkg-cpu share a
+        // target directory): the thread works on a copy.
+        let input = target_dir().join(format!("{}.compiled.wasm", v.dir));
+        std::fs::copy(&wasm, &input).with_context(|| format!("copying {}", wasm.display()))?;
+        let (bindgen, opt) = (bindgen.clone(), opt.clone());
+        finishing.push(std::thread::spawn(move || {
+            let raw = bind_and_optimise(v, &bindgen, &opt, &input, &out_dir)?;
+            std::fs::remove_file(&input)?;
+            std::fs::write(&stamp, &source)?;
+            Ok((v.dir, Some(raw)))
+        }));
     }
-    for (dir, raw, size, gz) in sizes {
-        let before = if raw > 0 {
-            format!(" (before wasm-opt {:.2} MB)", raw as f64 / 1e6)
-        } else {
-            " (up to date)".into()
-        };
-        eprintln!(
-            "web: web/{dir}/wasm_edge_bg.wasm {:.2} MB{before}, {:.2} MB gzip -9",
-            size as f64 / 1e6,
-            gz as f64 / 1e6
-        );
+    let mut failed = None;
+    for t in finishing {
+        match t
+            .join()
+            .map_err(|_| anyhow::anyhow!("a module's optimisation panicked"))
+            .and_then(|r| r)
+        {
+            Ok((dir, raw)) => {
+                let file = paths::repo_root().join("web").join(dir).join("wasm_edge_bg.wasm");
+                let size = std::fs::metadata(&file)?.len();
+                let before = raw.map_or(" (up to date)".into(), |raw| {
+                    format!(" (before wasm-opt {:.2} MB)", raw as f64 / 1e6)
+                });
+                eprintln!(
+                    "web: web/{dir}/wasm_edge_bg.wasm {:.2} MB{before}, {:.2} MB gzip -9",
+                    size as f64 / 1e6,
+                    gzip_len(&file)? as f64 / 1e6
+                );
+            }
+            Err(e) => failed = failed.or(Some(e)),
+        }
     }
-    Ok(())
+    failed.map_or(Ok(()), Err)
+}
+
+/// wasm-bindgen's bindings for `input` into `out_dir`, then `wasm-opt` on the module at the
+/// variant's level; returns the module's size before `wasm-opt`.
+fn bind_and_optimise(
+    v: &Variant,
+    bindgen: &Path,
+    opt: &Path,
+    input: &Path,
+    out_dir: &Path,
+) -> Result<u64> {
+    run(Command::new(bindgen)
+        .args(["--target", "web", "--remove-name-section", "--remove-producers-section"])
+        .arg("--out-dir")
+        .arg(out_dir)
+        .arg("--out-name")
+        .arg("wasm_edge")
+        .arg(input))?;
+    let file = out_dir.join("wasm_edge_bg.wasm");
+    let raw = std::fs::metadata(&file)?.len();
+    let mut o = Command::new(opt);
+    o.arg(&file).arg("-o").arg(&file).args([v.opt_level, "--strip-debug", "--strip-producers"]);
+    for f in [
+        "simd",
+        "bulk-memory",
+        "nontrapping-float-to-int",
+        "sign-ext",
+        "mutable-globals",
+        "reference-types",
+        "multivalue",
+    ] {
+        o.arg(format!("--enable-{f}"));
+    }
+    if v.target_features.is_some_and(|f| f.contains("relaxed-simd")) {
+        o.arg("--enable-relaxed-simd");
+    }
+    if v.threads {
+        o.arg("--enable-threads");
+    }
+    run(&mut o)?;
+    Ok(raw)
 }
