@@ -142,7 +142,7 @@ async fn flood(flags: &[&str]) -> FloodOutcome {
             ws.send(Message::Binary(bytes.into())).await.unwrap();
             assert!(matches!(reply(&mut ws).await, Reply::Result { .. }));
         }
-        attackers.push(ws);
+        attackers.push(keep_alive(ws));
         if s % 20 == 19 {
             // Connections announcing gigabytes, and the well-behaved client, meanwhile.
             let floods: Vec<_> = (0..10).map(|_| announce_a_gigabyte(&addr)).collect();
@@ -160,8 +160,26 @@ async fn flood(flags: &[&str]) -> FloodOutcome {
         peak / 1024,
         baseline / 1024
     );
-    drop(attackers);
+    for attacker in attackers {
+        attacker.abort();
+    }
     FloodOutcome { grown_mib, latencies }
+}
+
+/// Hold an attacker's session open for the rest of the flood: answer the server's pings, as a
+/// real client's WebSocket does. An attacker that stopped reading would be dropped after 30 s
+/// of silence (and its references freed), so on a slow machine the flood would hold less.
+fn keep_alive(ws: Socket) -> actix_web::rt::task::JoinHandle<()> {
+    actix_web::rt::spawn(async move {
+        let (mut sink, mut stream) = ws.split();
+        while let Some(Ok(frame)) = stream.next().await {
+            if let Frame::Ping(payload) = frame
+                && sink.send(Message::Pong(payload)).await.is_err()
+            {
+                break;
+            }
+        }
+    })
 }
 
 /// A client that sends requests and never reads the replies: once the socket's buffers are
