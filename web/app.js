@@ -193,7 +193,9 @@ function drawNetwork() {
     caption = `${split === "auto" ? "auto chose: " : ""}${here} · ${sent} · ${there}`;
   }
   $("network-caption").textContent = caption;
-  showSeen($("seen"), image?.name, cut < 0 ? null : bounds[cut].name).catch(showError);
+  // An illustration: when it cannot be fetched (the server out of reach), it is left out
+  // rather than shown as an error over the answer.
+  showSeen($("seen"), image?.name, cut < 0 ? null : bounds[cut].name).catch(() => { $("seen").hidden = true; });
   $("network").setAttribute("aria-label", caption);
   $("network-figure").hidden = false;
 }

@@ -39,6 +39,14 @@ class CuttableLink {
     client.once("data", (first) => {
       const ws = /^GET \/ws[ ?]/.test(first.toString("latin1", 0, 12));
       if (ws && this.mode === "reset") return client.destroy();
+      if (ws && this.mode === "blackhole") {
+        // A handshake into a black hole: held, never answered, never closed (not even by the
+        // server's own idle timeout, which would close an upstream connection after 5 s).
+        const held = { client, upstream: { destroy() {}, write() {} }, held: [] };
+        this.links.add(held);
+        client.on("close", () => this.links.delete(held));
+        return;
+      }
       const upstream = net.connect(this.upstreamPort, "127.0.0.1");
       upstream.on("error", () => client.destroy());
       client.on("close", () => upstream.destroy());
