@@ -157,7 +157,7 @@ export interface CreateOptions {
   /** Run the client (module, weights, edge compute, connection) in a Web Worker, so the page
    * never waits on an edge run. Default: true on a page that can start one. */
   worker?: boolean;
-  /** How long a call into the worker may go without an answer or progress, ms (default
+  /** How long a call into the worker may go without an answer or an event, ms (default
    * 120000); after it the call fails with "timeout", and a worker that then does not answer a
    * ping is stopped: its calls fail with "worker". */
   workerTimeoutMs?: number;

@@ -52,10 +52,10 @@ export class RemoteSplitClient {
     const onConnection = options.onConnection ?? (() => {});
     const onUpdate = options.onUpdate ?? (() => {});
     worker.onmessage = ({ data }) => {
-      if (data.event === "progress") {
-        for (const call of this.pending.values()) call.rearm();
-        return onProgress(data.value);
-      }
+      // Any event shows the worker alive and working (a download's progress, a batch's):
+      // every waiting call's deadline starts again.
+      if (data.event) for (const call of this.pending.values()) call.rearm();
+      if (data.event === "progress") return onProgress(data.value);
       if (data.event?.startsWith("group")) return this.group?.event(data.event, data.value);
       if (data.event === "connection") {
         this.connectionState = data.value;
@@ -105,7 +105,7 @@ export class RemoteSplitClient {
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
       const call = { resolve, reject, timer: null };
-      // Progress from the worker (a download under way) starts the deadline again.
+      // An event from the worker (progress of a download or a batch) starts it again.
       call.rearm = () => {
         clearTimeout(call.timer);
         call.timer = setTimeout(() => {
