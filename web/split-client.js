@@ -538,6 +538,6 @@ export class SplitClient {
   close() {
     this.adaptive?.stop();
     this.resilience?.stop();
-    this.connection.close();
+    this.connection.shutdown();
   }
 }

@@ -175,11 +175,16 @@ export class Connection {
       (e) => this.pending.get(id)?.(e));
   }
 
-  /** Close the WebSocket for good: requests still waiting fail with "closed", and no new
-   * connection opens. */
+  /** Close the current WebSocket; the next request opens a new one. */
   close() {
+    if (this.socket) this.socket.close(1000, "client closed");
+  }
+
+  /** Close the WebSocket for good (the client is closed): requests still waiting fail with
+   * "closed", and no new connection opens. */
+  shutdown() {
     this.closed = true;
-    this.socket?.close(1000, "client closed");
+    this.close();
     this.socket = null;
     const error = new SplitError("closed", "the client was closed");
     for (const settle of [...this.pending.values()]) settle(error);
