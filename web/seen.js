@@ -1,6 +1,6 @@
 // "What the server could reconstruct from this split": next to a sample photo, the picture a
 // white-box attacker rebuilt from the features that split sends (computed offline by
-// `cargo xtask invert --page-dir web/samples/seen`, docs/privacy.md). Only the bundled samples
+// `./run.sh invert --page-dir web/samples/seen`, docs/privacy.md). Only the bundled samples
 // have one: nothing is computed from the visitor's own photos.
 
 const SAMPLES = new Set(["chelsea", "coffee", "camera"]);

@@ -33,7 +33,7 @@ pub struct Config {
     /// (docs/resilience.md).
     #[arg(long, env = "SPLIT_LIGHT_MODEL", default_value = "int8", value_parser = parse_light)]
     pub light_model: LightModel,
-    /// Cost table served to clients for split planning (made by `cargo xtask profile`).
+    /// Cost table served to clients for split planning (made by `./run.sh profile`).
     #[arg(long, env = "SPLIT_COST_TABLE")]
     pub cost_table: Option<PathBuf>,
     /// Results kept in the content-keyed cache (0 disables it).

@@ -54,7 +54,7 @@ async fn cost_table(state: web::Data<AppState>) -> HttpResponse {
     match &state.cost_table {
         Some(t) => HttpResponse::Ok().content_type("application/json").body(t.as_str().to_owned()),
         None => {
-            HttpResponse::NotFound().body("no cost table on this server; run `cargo xtask profile`")
+            HttpResponse::NotFound().body("no cost table on this server; run `./run.sh profile`")
         }
     }
 }

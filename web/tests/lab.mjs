@@ -1,6 +1,6 @@
 // The browser lab: the real page's SplitClient in headless Chromium with the CPU throttled
 // through the DevTools protocol (Lighthouse's mobile setting is 4x), its WebSocket going through
-// the link emulator (`netem`, perf/src/bin/netem.rs). Every mode runs on the same photo:
+// the link emulator (`netem`, lab/src/bin/netem.rs). Every mode runs on the same photo:
 // edge-only, cloud-only (a quality-90 JPEG of the 224x224 crop made with the browser's canvas per
 // request, as a plain app would upload),
 // fixed splits, and the adaptive planner ("auto"), interleaved within each repeat.
@@ -11,13 +11,13 @@
 // with its time on the trace.
 //
 // Edge cost: the CPU time (user + system, every Chromium process: renderer, GPU, network) spent
-// during a mode's requests divided by their number, read from /proc. Not a test: `cargo xtask lab`
+// during a mode's requests divided by their number, read from /proc. Not a test: `./run.sh lab`
 // runs it and writes the report; it writes raw samples as JSON to OUT.
 //
 //   SPLIT_URL=http://127.0.0.1:8080/ OUT=lab.json [LINKS=fast-wifi,4g] [MODES=edge,cloud,block5,auto]
 //     [REQUESTS=10] [REPEATS=3] [THROTTLE=4] [TRACES=degrading,outage] [TRACE_MODES=...]
 //     [TRACE_SCALE=1] node tests/lab.mjs
-// (server started with --cache-entries 0; `cargo build -p split-perf` builds netem)
+// (server started with --cache-entries 0; `cargo build -p split-lab` builds netem)
 import { writeFileSync } from "node:fs";
 import { GPU_ARGS, browserCpuMs as allBrowserCpuMs, startNetem, withPage } from "./browser.mjs";
 

@@ -1,6 +1,6 @@
 // Edge profiles for the cost table: in headless Chromium, time the network stage by stage on
 // the wasm CPU backend and on WebGPU (EdgeSession.profileEdge), and write them as JSON for
-// `cargo xtask profile --browser FILE`. Run by `./run.sh profile --with-browser`.
+// `./run.sh profile --browser FILE`. Run by `./run.sh profile --with-browser`.
 //
 //   SPLIT_URL=http://127.0.0.1:8080/ OUT=/tmp/browser-profile.json node tests/profile.mjs
 import { writeFileSync } from "node:fs";

@@ -1,13 +1,11 @@
 //! Headless Chromium and the node tools that drive it.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use anyhow::{Context, Result};
 
-use crate::cmd::{build_workspace, run};
-use crate::paths;
-use crate::server::start_server;
+use crate::cmd::run;
 
 /// Debian's chromium and `web/node_modules` (playwright-core, binaryen, typescript), installed
 /// when missing.
@@ -45,23 +43,4 @@ pub fn apt_install(packages: &[&str]) -> Result<()> {
         run(Command::new("apt-get").args(["update", "-q"]))?;
         install()
     })
-}
-
-/// Edge profiles from headless Chromium (wasm CPU and WebGPU), measured against a fresh server;
-/// returns the JSON file `web/tests/profile.mjs` wrote.
-pub fn browser_profile() -> Result<PathBuf> {
-    crate::calibrate::ensure_calibration()?;
-    crate::wasm_build::build()?;
-    let web = paths::repo_root().join("web");
-    ensure_browser_tools(&web)?;
-    build_workspace()?;
-    let server = start_server(&[])?;
-    let out = std::env::temp_dir().join("splitinfer-browser-profile.json");
-    run(Command::new("node")
-        .arg("tests/profile.mjs")
-        .current_dir(&web)
-        .env("SPLIT_URL", &server.url)
-        .env("OUT", &out))?;
-    drop(server);
-    Ok(out)
 }

@@ -134,7 +134,7 @@ fn native_side(prefetch: Prefetch) -> Result<(PathBuf, PathBuf)> {
     checked?;
     fetched?;
     let weights = setup::ensure_weights()?;
-    let calibration = crate::calibrate::ensure_calibration()?;
+    let calibration = crate::setup::ensure_calibration()?;
     run(cargo()
         .args(["test", "--workspace"])
         .env("SPLIT_WEIGHTS", &weights)
@@ -196,21 +196,20 @@ fn browser_tests((weights, calibration): &(PathBuf, PathBuf)) -> Result<()> {
         "--calibration".into(),
         calibration.display().to_string(),
     ])?;
-    // The performance lab's quick mode, so the harness cannot rot (checks behaviour, not speed).
+    // The performance lab's quick mode, so the harness cannot rot (checks behaviour, not
+    // speed): `split-lab`, built with the tests, checks its own quick runs.
+    let lab = crate::cmd::target_dir().join("debug/split-lab");
     let out = std::env::temp_dir().join("splitinfer-lab-quick");
     let _ = std::fs::remove_dir_all(&out);
-    let results =
-        crate::lab::lab(&crate::lab::Options::quick(out.clone()), "./run.sh lab --quick")?;
-    crate::lab::check(&results, &out)?;
+    run(Command::new(&lab).args(["lab", "--quick", "--out"]).arg(&out))?;
     eprintln!("test: lab quick mode passed ({})", out.join("README.md").display());
     // Many users at once: the multi-client lab's quick mode (native crowd and a Chromium page,
     // one server and two replicas behind HAProxy).
     let out = std::env::temp_dir().join("splitinfer-lab-clients-quick");
     let _ = std::fs::remove_dir_all(&out);
-    let opts = crate::lab::crowd::CrowdOptions::quick();
-    let results =
-        crate::lab::crowd::lab(&opts, &out, "./run.sh lab --clients 4 --pages 1 --quick")?;
-    crate::lab::crowd::check(&results, &out)?;
+    run(Command::new(&lab)
+        .args(["lab", "--clients", "4", "--pages", "1", "--quick", "--out"])
+        .arg(&out))?;
     eprintln!("test: multi-client lab quick mode passed ({})", out.join("README.md").display());
     // The decoders an attacker reaches, under libFuzzer for a bounded time (a longer run:
     // `./run.sh fuzz 600`), on the pinned nightly, installed here when missing.

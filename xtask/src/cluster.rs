@@ -179,9 +179,10 @@ pub fn start(replicas: usize, port: u16, pin: bool, extra: &[String]) -> Result<
 
 /// `./run.sh cluster`: setup and builds as for the demo, then the cluster in the foreground.
 pub fn run(a: Args) -> Result<()> {
-    crate::calibrate::ensure_calibration()?;
+    crate::setup::ensure_weights()?;
+    crate::setup::ensure_calibration()?;
     crate::wasm_build::build()?;
-    crate::cmd::build_workspace()?;
+    crate::cmd::build_server()?;
     let mut cluster = start(a.replicas.into(), a.port, a.pin, &a.server_args)?;
     println!(
         "split-inference cluster: {} ({} replicas behind HAProxy: {})",
@@ -191,6 +192,16 @@ pub fn run(a: Args) -> Result<()> {
     );
     let status = cluster.haproxy.wait()?;
     bail!("HAProxy exited ({status})")
+}
+
+/// What the check reads of `loadgen --json`'s report (`split_lab::LoadReport`; this crate
+/// builds, the lab measures, so the check reads the fields it needs from the JSON).
+#[derive(serde::Deserialize)]
+struct LoadReport {
+    ok: usize,
+    errors: usize,
+    reconnects: usize,
+    top1: Vec<u16>,
 }
 
 /// The test command's check: three replicas behind HAProxy. Under 8 native clients one replica
@@ -222,9 +233,10 @@ pub fn check(extra: &[String]) -> Result<()> {
     let mut out = String::new();
     loadgen.stdout.take().context("loadgen stdout")?.read_to_string(&mut out)?;
     ensure!(loadgen.wait()?.success(), "loadgen failed through the balancer");
-    let run: split_perf::LoadRun =
+    let run: serde_json::Value =
         serde_json::from_str(out.lines().last().context("loadgen printed nothing")?)?;
-    let r = &run.report;
+    let r: LoadReport = serde_json::from_value(run["report"].clone())
+        .context("loadgen's JSON line has no report")?;
     ensure!(
         r.ok == clients * requests && r.errors == 0,
         "with a replica killed, {} of {} requests answered ({} errors)",

@@ -32,6 +32,13 @@ pub fn build_workspace() -> Result<()> {
     run(cargo().args(["test", "--workspace", "--no-run"]))
 }
 
+/// The server binary alone, as [`build_workspace`] builds it (the same profile and, for the
+/// crates both build, the same features): what the demo and the cluster run, without the
+/// tests and the measuring tools.
+pub fn build_server() -> Result<()> {
+    run(cargo().args(["build", "--package", "cloud-server", "--bin", "cloud-server"]))
+}
+
 /// The environment `./run.sh test` sets so that cargo lints the workspace while it builds it
 /// (clippy's driver as the workspace's rustc wrapper, with the arguments clippy passes it).
 const LINT_ENV: [&str; 2] = ["RUSTC_WORKSPACE_WRAPPER", "CLIPPY_ARGS"];

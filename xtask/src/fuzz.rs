@@ -14,7 +14,7 @@ use anyhow::{Context, Result};
 use split_shared::codec::Calibration;
 use split_shared::protocol::sample_frames;
 
-use crate::{calibrate, paths};
+use crate::{paths, setup};
 
 /// The libFuzzer targets on the decoders (installs cargo-fuzz and the pinned nightly).
 #[derive(clap::Args, Debug)]
@@ -120,7 +120,7 @@ pub fn build() -> Result<()> {
 
 /// Run the fuzzers.
 pub fn run(a: Args) -> Result<()> {
-    let calibration_path = calibrate::ensure_calibration()?;
+    let calibration_path = setup::ensure_calibration()?;
     let calibration = Calibration::load(&calibration_path)?;
     let fuzz_dir = paths::repo_root().join("fuzz");
     seed(&fuzz_dir, &calibration)?;

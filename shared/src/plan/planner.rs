@@ -89,7 +89,7 @@ pub const DEFAULT_MIN_AGREEMENT: f64 = 0.98;
 
 /// The privacy floor a client gets when it asks for one without naming a boundary: the earliest
 /// boundary whose features a white-box attacker could not turn back into a recognisable photo
-/// at the default codec. Measured, not assumed (docs/privacy.md, `cargo xtask invert`): through
+/// at the default codec. Measured, not assumed (docs/privacy.md, `./run.sh invert`): through
 /// block15 the reconstructions still show the subject (SSIM ≥ 0.3 on the luma); from the head
 /// conv's output on they do not.
 pub const DEFAULT_PRIVACY_FLOOR: Boundary = Boundary::HEAD;

@@ -1,5 +1,5 @@
 //! Trace-driven simulation of the monitor and controller: no network, just a function from
-//! time to the true conditions. Used by the tests and by `cargo xtask plan-sim`.
+//! time to the true conditions. Used by the tests and by `./run.sh plan-sim`.
 
 use serde::Serialize;
 

@@ -1,0 +1,26 @@
+//! The performance lab: what the split costs in time, bytes and CPU, measured against the real
+//! server over real sockets, in headless Chromium, and against other runtimes.
+//!
+//! - [`loadgen`] (binary `loadgen`): many concurrent WebSocket clients sending real frames;
+//! - [`crowd`] (binary `crowd`): browser-like clients, each on its own emulated link, mode after
+//!   mode; [`netem`] (binary `netem`): the link emulator both use;
+//! - [`lab`] (`./run.sh lab`): the whole lab in one command and its report;
+//! - [`profile`] (`./run.sh profile`): the planner's cost table; [`plan_sim`] (`./run.sh
+//!   plan-sim`): the adaptive controller on synthetic traces; [`onnx`] (`./run.sh onnx`): ONNX
+//!   Runtime against burn.
+//!
+//! The `split-lab` binary runs the last four (`./run.sh lab --help`, ...).
+
+pub mod crowd;
+pub mod lab;
+pub mod loadgen;
+pub mod measure;
+pub mod netem;
+pub mod onnx;
+mod ops_profile;
+pub mod plan_sim;
+pub mod profile;
+mod workload;
+
+pub use loadgen::{LoadConfig, LoadReport, LoadRun, process_cpu_ms, quantile, run};
+pub use workload::Workload;

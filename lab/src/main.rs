@@ -1,0 +1,42 @@
+//! `split-lab <task>` (`./run.sh <task>`): the performance lab, the planner's cost table, the
+//! controller's simulation and the ONNX Runtime baseline.
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use split_lab::{lab, onnx, plan_sim, profile};
+
+/// The network's activations are multi-megabyte buffers allocated and freed on every forward;
+/// glibc's allocator hands them back to the OS and page-faults them in again each time
+/// (about 44 faults a forward), mimalloc keeps them for reuse: 3–6% of a forward (docs/kernels.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// The performance lab: time, bytes and CPU of the split against edge-only, cloud-only and
+/// other runtimes.
+#[derive(Parser, Debug)]
+#[command(name = "split-lab", about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand, Debug)]
+enum Task {
+    /// The performance lab (throughput, links, browser, baselines) and its report.
+    Lab(lab::Args),
+    /// Measure the planner's cost table (`profiles/cost-table.json`).
+    Profile(profile::Args),
+    /// The adaptive controller on synthetic traces with the measured cost table.
+    PlanSim(plan_sim::Args),
+    /// ONNX export of the model and ONNX Runtime (CPU) against burn flex.
+    Onnx(onnx::Args),
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().task {
+        Task::Lab(a) => lab::run(a),
+        Task::Profile(a) => profile::run(a),
+        Task::PlanSim(a) => plan_sim::run(a),
+        Task::Onnx(a) => onnx::run(a),
+    }
+}

@@ -1,0 +1,203 @@
+//! `./run.sh profile`: measure the cost table the planner uses and write it as JSON.
+//!
+//! `./run.sh profile --help` lists the options. Natively (burn flex): per-stage compute times (median over the images), giving the edge
+//! column `native-flex` (cumulative from the input) and the cloud column (from each boundary to
+//! the logits); cloud-only time (decode + preprocess + full network); the mean JPEG (q90) size
+//! of the input; and per boundary and codec, mean frame bytes and top-1 agreement with the
+//! uncompressed model. `--browser` merges edge profiles measured in Chromium by
+//! `web/tests/profile.mjs`; `--with-browser` starts the server and runs that script first. Default output:
+//! `profiles/cost-table.json`, which the server serves at `/api/cost-table`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use burn::tensor::Device;
+use split_shared::codec::{Calibration, Setting};
+use split_shared::labels::top_k;
+use split_shared::model::{Boundary, EfficientNetLite0, Features, boundary_table};
+use split_shared::plan::{COST_TABLE_VERSION, CodecCost, CostTable, EdgeProfile};
+
+use split_studies::calibrate;
+use split_studies::eval::{decode_as_server, encode_as_edge};
+use xtask::{paths, setup};
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+fn values(t: burn::tensor::Tensor<4>) -> Vec<f32> {
+    t.into_data().try_to_vec::<f32>().expect("f32")
+}
+
+/// Measure the planner's cost table and write it as JSON.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Folder of images; default `web/samples`.
+    #[arg(long)]
+    images: Option<PathBuf>,
+    /// Skip the first N images (sorted by name).
+    #[arg(long, default_value_t = 0)]
+    skip: usize,
+    /// Use at most N images.
+    #[arg(long, default_value_t = 20)]
+    limit: usize,
+    /// Codec settings to measure, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "f32,q8,q4,q3,q2")]
+    codecs: Vec<Setting>,
+    /// Merge browser edge profiles from this JSON (written by `web/tests/profile.mjs`).
+    #[arg(long, conflicts_with = "with_browser")]
+    browser: Option<PathBuf>,
+    /// Start the server and measure the browser edge profiles first.
+    #[arg(long)]
+    with_browser: bool,
+    /// Output file; default `profiles/cost-table.json`.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+/// Run the profiler.
+pub fn run(a: Args) -> Result<()> {
+    let Args { images, skip, limit, codecs: settings, browser, with_browser, out } = a;
+    let browser = if with_browser { Some(browser_profile()?) } else { browser };
+    let out = out.unwrap_or_else(|| paths::repo_root().join("profiles/cost-table.json"));
+    let calibration = Calibration::load(&setup::ensure_calibration()?)?;
+    let device = Device::flex();
+    let model = EfficientNetLite0::load(&setup::ensure_weights()?, &device)?;
+    let dir = images.clone().unwrap_or_else(|| paths::repo_root().join("web/samples"));
+    let files = calibrate::image_files(&dir, skip, limit)?;
+    eprintln!("profile: {} images from {}", files.len(), dir.display());
+
+    let n = boundary_table().len();
+    let mut stage_ms: Vec<Vec<f64>> = vec![Vec::new(); n];
+    let mut cloud_only = Vec::new();
+    let mut jpeg = Vec::new();
+    let mut bytes: BTreeMap<(usize, usize), Vec<f64>> = BTreeMap::new();
+    let mut agree: BTreeMap<(usize, usize), (usize, usize)> = BTreeMap::new();
+    for (i, path) in files.iter().enumerate() {
+        let file = std::fs::read(path)?;
+        let start = Instant::now();
+        let img = split_shared::image::preprocess(&file)?;
+        let full = values(model.forward(split_shared::image::to_input_tensor(&img, &device))?);
+        cloud_only.push(start.elapsed().as_secs_f64() * 1e3);
+        let full_top = top_k(&full, 1)[0].class;
+        jpeg.push(split_studies::eval::jpeg_q90_len(&img)? as f64);
+        let mut x = split_shared::image::to_input_tensor(&img, &device);
+        let mut at = Boundary::INPUT;
+        for b in Boundary::all().skip(1) {
+            let start = Instant::now();
+            x = model.forward_range(x, at, b)?;
+            let features = Features::from_tensor(b, x.clone())?;
+            stage_ms[usize::from(b.index())].push(start.elapsed().as_secs_f64() * 1e3);
+            at = b;
+            if b == Boundary::LOGITS {
+                continue;
+            }
+            for (s, setting) in settings.iter().enumerate() {
+                let Ok(frame) = encode_as_edge(0, &features, *setting, Some(&calibration), None)
+                else {
+                    continue;
+                };
+                let (back, _) = decode_as_server(&frame, Some(&calibration), None)?;
+                let logits = model.forward_range(back.to_tensor(&device), b, Boundary::LOGITS)?;
+                let top = top_k(&values(logits), 1)[0].class;
+                let key = (usize::from(b.index()), s);
+                bytes.entry(key).or_default().push(frame.len() as f64);
+                let a = agree.entry(key).or_default();
+                a.0 += usize::from(top == full_top);
+                a.1 += 1;
+            }
+        }
+        eprintln!("profile: {}/{}", i + 1, files.len());
+    }
+    let stage: Vec<f64> =
+        stage_ms.into_iter().map(|v| if v.is_empty() { 0.0 } else { median(v) }).collect();
+    let edge: Vec<Option<f64>> = (0..n).map(|k| Some(stage[..=k].iter().sum())).collect();
+    let cloud: Vec<Option<f64>> = (0..n).map(|k| Some(stage[k + 1..].iter().sum())).collect();
+    let codec_rows: Vec<Vec<CodecCost>> = (0..n)
+        .map(|k| {
+            settings
+                .iter()
+                .enumerate()
+                .filter_map(|(s, setting)| {
+                    let b = bytes.get(&(k, s))?;
+                    let (ok, total) = agree[&(k, s)];
+                    let mean = b.iter().sum::<f64>() / b.len() as f64;
+                    Some(CodecCost::measured(*setting, mean, ok as u32, total as u32))
+                })
+                .collect()
+        })
+        .collect();
+    let mut table = CostTable {
+        version: COST_TABLE_VERSION,
+        model: "efficientnet-lite0".into(),
+        command: format!(
+            "./run.sh profile {}",
+            std::env::args().skip(2).collect::<Vec<_>>().join(" ")
+        )
+        .trim()
+        .to_string(),
+        machine: machine(),
+        boundaries: boundary_table().iter().map(|b| b.name.to_string()).collect(),
+        edge: BTreeMap::from([(
+            "native-flex".to_string(),
+            EdgeProfile { device: "burn flex, native (this machine)".into(), ms: edge },
+        )]),
+        cloud_device: "burn flex (CPU), 1 worker".into(),
+        cloud_ms: cloud,
+        cloud_only_ms: median(cloud_only),
+        image_bytes: jpeg.iter().sum::<f64>() / jpeg.len().max(1) as f64,
+        codecs: codec_rows,
+    };
+    if let Some(path) = browser {
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        let profiles: BTreeMap<String, EdgeProfile> = serde_json::from_str(&text)?;
+        table.edge.extend(profiles);
+    }
+    let json = serde_json::to_string_pretty(&table)?;
+    CostTable::from_json(&json).map_err(anyhow::Error::msg)?;
+    if let Some(dir) = out.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&out, json + "\n")?;
+    eprintln!("profile: wrote {}", out.display());
+    Ok(())
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    format!("{cpu}, {cores} cores")
+}
+
+/// Edge profiles from headless Chromium (wasm CPU and WebGPU), measured against a fresh server;
+/// returns the JSON file `web/tests/profile.mjs` wrote.
+fn browser_profile() -> Result<PathBuf> {
+    setup::ensure_weights()?;
+    setup::ensure_calibration()?;
+    xtask::wasm_build::build()?;
+    let web = paths::repo_root().join("web");
+    xtask::browser::ensure_browser_tools(&web)?;
+    xtask::cmd::build_workspace()?;
+    let server = xtask::server::start_server(&[])?;
+    let out = std::env::temp_dir().join("splitinfer-browser-profile.json");
+    xtask::cmd::run(
+        std::process::Command::new("node")
+            .arg("tests/profile.mjs")
+            .current_dir(&web)
+            .env("SPLIT_URL", &server.url)
+            .env("OUT", &out),
+    )?;
+    drop(server);
+    Ok(out)
+}

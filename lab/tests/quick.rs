@@ -1,0 +1,78 @@
+//! The load generator's quick mode against the real server in-process: few requests, so the
+//! harness cannot rot; no timing is asserted.
+
+use std::time::Duration;
+
+use actix_web::App;
+use cloud_server::{AppState, Config, config_app};
+use split_lab::netem::{LinkProfile, Proxy};
+use split_lab::{LoadConfig, Workload, run};
+
+const CHELSEA: &[u8] = include_bytes!("../../web/samples/chelsea.png");
+
+/// The real server in-process, with its cache off so every request computes.
+fn server() -> actix_test::TestServer {
+    let config = <Config as clap::Parser>::parse_from([
+        "cloud-server",
+        "--port",
+        "0",
+        "--cache-entries",
+        "0",
+    ]);
+    let state = AppState::load(&config).expect("weights: run `./run.sh setup`");
+    actix_test::start(move || App::new().configure(config_app(state.clone())))
+}
+
+#[actix_web::test]
+async fn concurrent_clients_get_right_answers_for_every_workload() {
+    let srv = server();
+    for workload in ["image", "features:block5:q6", "features:block11:f32"] {
+        let frame = workload.parse::<Workload>().unwrap().frame(CHELSEA).unwrap();
+        let load = LoadConfig {
+            url: srv.url("/ws"),
+            clients: 3,
+            requests: 2,
+            frame,
+            timeout: Duration::from_secs(60),
+        };
+        let r = run(&load).await.unwrap();
+        assert_eq!((r.ok, r.errors, r.cached), (6, 0, 0), "{workload}: {r:?}");
+        assert!(r.top1.iter().all(|c| (281..=285).contains(c)), "{workload}: {:?}", r.top1);
+        assert!(r.rps > 0.0 && r.p50_ms > 0.0 && r.p99_ms >= r.p50_ms);
+        assert!(r.server_compute_ms > 0.0, "{workload}: the server computed every request");
+    }
+}
+
+#[actix_web::test]
+async fn an_unreachable_server_is_an_error() {
+    let load = LoadConfig {
+        url: "ws://127.0.0.1:9/ws".into(),
+        clients: 2,
+        requests: 1,
+        frame: vec![0; 16],
+        timeout: Duration::from_secs(5),
+    };
+    assert!(run(&load).await.is_err());
+}
+
+#[actix_web::test]
+async fn the_link_emulator_adds_its_delay_and_serializes_uploads() {
+    let srv = server();
+    let frame = "features:block11:q6".parse::<Workload>().unwrap().frame(CHELSEA).unwrap();
+    // 300 ms round trip and 80 kbit/s up: the ~6.4 KB frame alone takes ~640 ms to send.
+    let link = LinkProfile { name: "test", up_kbps: 80.0, down_kbps: 1_000.0, rtt_ms: 300.0 };
+    let proxy = Proxy::start(srv.addr(), link).await.unwrap();
+    let load = LoadConfig {
+        url: format!("ws://{}/ws", proxy.addr),
+        clients: 1,
+        requests: 2,
+        frame: frame.clone(),
+        timeout: Duration::from_secs(60),
+    };
+    let r = run(&load).await.unwrap();
+    assert_eq!((r.ok, r.errors), (2, 0), "{r:?}");
+    let floor_ms = link.rtt_ms + frame.len() as f64 * 8.0 / link.up_kbps;
+    // A lower bound the link imposes on every request, not a speed goal.
+    assert!(r.p50_ms >= floor_ms * 0.95, "{} ms < {floor_ms} ms", r.p50_ms);
+    assert!(r.top1.iter().all(|c| (281..=285).contains(c)));
+}

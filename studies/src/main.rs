@@ -1,0 +1,51 @@
+//! `split-studies <task>` (`./run.sh <task>`): the accuracy, calibration and privacy studies.
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use split_studies::{calibrate, eval, fusion, light, privacy, stream_eval};
+
+/// The network's activations are multi-megabyte buffers allocated and freed on every forward;
+/// glibc's allocator hands them back to the OS and page-faults them in again each time
+/// (about 44 faults a forward), mimalloc keeps them for reuse: 3–6% of a forward (docs/kernels.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// What the split costs in answers and in privacy, measured on photos with the real weights.
+#[derive(Parser, Debug)]
+#[command(name = "split-studies", about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand, Debug)]
+enum Task {
+    /// Fit the codec's tables to a folder of images (what `profiles/calibration.splc` is).
+    Calibrate(calibrate::Args),
+    /// Accuracy and agreement of split inference over a folder of images.
+    Eval(eval::Args),
+    /// Two devices' views of each photo, alone and fused (docs/multi-device.md).
+    Fusion(fusion::Args),
+    /// The light model's candidates: bytes, agreement with the full model, time.
+    Light(light::Args),
+    /// Bytes per frame of a synthetic camera pan with and without stream residuals.
+    StreamEval(stream_eval::Args),
+    /// Reconstruct photos from the features the server receives (white-box inversion): PSNR,
+    /// SSIM and layout kept per boundary, codec and noise (builds with burn's autodiff).
+    Invert(privacy::InvertArgs),
+    /// Adversarial photos crafted against the public model, with and without the feature
+    /// noise's random draw (builds with burn's autodiff).
+    Adversarial(privacy::AdversarialArgs),
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().task {
+        Task::Calibrate(a) => calibrate::run(a),
+        Task::Eval(a) => eval::run(a),
+        Task::Fusion(a) => fusion::run(a),
+        Task::Light(a) => light::run(a),
+        Task::StreamEval(a) => stream_eval::run(a),
+        Task::Invert(a) => privacy::invert(a),
+        Task::Adversarial(a) => privacy::adversarial(a),
+    }
+}
