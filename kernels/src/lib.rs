@@ -34,6 +34,13 @@ mod simd;
 mod stem;
 mod threads;
 
+#[cfg(test)]
+mod tests;
+
+// The tests name the crate's public paths as a user does.
+#[cfg(test)]
+extern crate self as split_kernels;
+
 pub use alloc::{conv_nchw_to_nhwc_new, depthwise_new, mbconv_new, pointwise_new};
 pub use mbconv::{BAND_BYTES, BAND_MIN_BYTES, Conv, MbConvParams, MbConvShape, mbconv};
 pub use shape::{Activation, ConvShape, PANEL, PointwiseShape};

@@ -21,6 +21,7 @@ use crate::{paths, setup};
 /// builds for wasm32 without anything native is shown by the browser modules' builds.
 fn habits() -> Result<()> {
     run(cargo().args(["fmt", "--all", "--check"]))?;
+    crate::docs::run(crate::docs::Args::check())?;
     if !crate::cmd::builds_lint() {
         run(cargo().args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))?;
     }

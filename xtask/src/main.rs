@@ -7,7 +7,8 @@
 //! - `demo`: setup + web, then start the server and print the URL;
 //! - `cluster`: as `demo`, with several server replicas behind HAProxy;
 //! - `test`: setup + web, then every test, the headless-browser ones included;
-//! - `fuzz`: the libFuzzer targets on the frame and codec decoders (pinned nightly).
+//! - `fuzz`: the libFuzzer targets on the frame and codec decoders (pinned nightly);
+//! - `docs`: the docs' figures that come from committed data, written from it (`--check`).
 //!
 //! What measures rather than builds lives in its own crate, so that the demo compiles no tool
 //! it does not run: `split-studies` (`studies/`: calibration, accuracy, privacy) and `split-lab`
@@ -16,7 +17,7 @@
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use xtask::{ci, cluster, fuzz, server, setup, wasm_build};
+use xtask::{ci, cluster, docs, fuzz, server, setup, wasm_build};
 
 /// The project's build tasks: setup, the browser modules, the demo, the cluster, the tests.
 #[derive(Parser, Debug)]
@@ -57,6 +58,9 @@ enum Task {
     Test,
     /// The libFuzzer targets on the frame and codec decoders (pinned nightly).
     Fuzz(fuzz::Args),
+    /// Write the docs' generated blocks (figures from `profiles/cost-table.json`) from their
+    /// data; `--check` fails where they differ instead (the test command runs that).
+    Docs(docs::Args),
 }
 
 fn main() -> Result<()> {
@@ -67,5 +71,6 @@ fn main() -> Result<()> {
         Task::Cluster(a) => cluster::run(a),
         Task::Test => ci::test_all(),
         Task::Fuzz(a) => fuzz::run(a),
+        Task::Docs(a) => docs::run(a),
     }
 }

@@ -58,7 +58,7 @@ pub fn miri_kernels() -> Result<()> {
     ensure_nightly(&["miri", "rust-src"])?;
     run(nightly_cargo().args(["miri", "setup"]))?;
     run(nightly_cargo()
-        .args(["miri", "test", "-p", "split-kernels", "--test", "miri"])
+        .args(["miri", "test", "-p", "split-kernels", "--lib", "--", "tests::miri::"])
         // Outside the workspace's target directory: Miri's artefacts are its own.
         .env("CARGO_TARGET_DIR", paths::cache_dir().join("miri-target"))
         .env("MIRIFLAGS", "-Zmiri-strict-provenance"))

@@ -1,5 +1,5 @@
 //! The kernels' `unsafe` under Miri (`./run.sh test` runs `cargo miri test -p split-kernels
-//! --test miri` on the pinned nightly): every public entry on the portable path (the generic
+//! --lib -- tests::miri::` on the pinned nightly): every public entry on the portable path (the generic
 //! SIMD code over 4-lane arrays, the same raw-pointer tiles the AVX2, AVX-512 and simd128
 //! builds run) and the scalar fallback, on shapes small enough for the interpreter that still
 //! reach each tail: partial tiles, edges on both sides, stride 2, odd channel counts, the owned
