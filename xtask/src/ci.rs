@@ -14,7 +14,8 @@ use crate::server::start_server;
 use crate::wasm_build::ensure_wasm_target;
 use crate::{paths, setup};
 
-/// The checks every change passes before the tests: formatting, then clippy with warnings as
+/// The checks every change passes before the tests: formatting, the docs' generated figures
+/// against their data ([`crate::docs`]), then clippy with warnings as
 /// errors on every target of the workspace. Under `./run.sh test` clippy runs inside the build
 /// of the tests (`cmd::builds_lint`): one compile of the dependencies instead of a second one
 /// in check mode; run otherwise (`cargo xtask test`), it is `cargo clippy`. That `split-shared`
