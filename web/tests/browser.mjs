@@ -69,7 +69,7 @@ export function browserCpuMs(exclude = []) {
   return total;
 }
 
-/** Start the link emulator (perf/src/bin/netem.rs, `$NETEM_BIN` or the cargo target's) in front
+/** Start the link emulator (lab/src/bin/netem.rs, `$NETEM_BIN` or the cargo target's) in front
  * of `upstream` (host:port) for a profile or trace, its time axis scaled by `scale`; resolves
  * once it listens to `{ child, addr, clock }`, where `clock` resolves to the Unix ms at which
  * the first connection started the link's clock. Each connection through it gets its own link. */

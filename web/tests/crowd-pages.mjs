@@ -1,7 +1,7 @@
 // The browser half of the multi-client lab (`./run.sh lab --clients N --pages P`): P tabs of the
 // real page in one headless Chromium, each with its CPU throttled (4x, Lighthouse's mobile
 // setting) and its WebSocket through its own emulated link, joining the native crowd
-// (perf/src/bin/crowd.rs) on the same schedule: mode i runs from START_AT + i x (DURATION + GAP)
+// (lab/src/bin/crowd.rs) on the same schedule: mode i runs from START_AT + i x (DURATION + GAP)
 // for DURATION seconds. Like the crowd's clients, each tab wants an answer every INTERVAL ms (a
 // camera) and drops the frames that come while it is busy. Writes raw samples as JSON to OUT.
 // Without START_AT it prints "ready" once every tab has its client and reads the start time

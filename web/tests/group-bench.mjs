@@ -24,7 +24,7 @@ const BROWSERS = Number(process.env.BROWSERS ?? 3);
 /** `PIN=A:0,agent:1`: give devices cores of their own (taskset), so that two of them compute
  * in parallel as two real devices would instead of sharing both cores. */
 const PIN = Object.fromEntries((process.env.PIN ?? "").split(",").filter(Boolean).map((p) => p.split(":")));
-/** `LINK=fast-wifi` (a profile of perf/src/netem.rs): every member reaches the server through
+/** `LINK=fast-wifi` (a profile of lab/src/netem.rs): every member reaches the server through
  * its own emulated link and direct channels are off, so every hop crosses two emulated links
  * (the sender's up, the receiver's down). The server needs `--allow-origin '*'`: the pages'
  * group sockets then come through the emulator's address. */

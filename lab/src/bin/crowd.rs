@@ -1,5 +1,5 @@
 //! `crowd`: many browser-like clients on one server (or a balancer), one mode after another;
-//! prints a markdown table (or JSON lines). See `perf/src/crowd.rs` for what a client does.
+//! prints a markdown table (or JSON lines). See `lab/src/crowd.rs` for what a client does.
 
 use std::time::Duration;
 

@@ -1,5 +1,5 @@
 //! `loadgen`: concurrent native clients against a running server; prints a markdown table.
-//! See the crate docs (`perf/src/lib.rs`) for the flags.
+//! See `lab/src/loadgen.rs` for the flags.
 
 use std::time::Duration;
 

@@ -1,5 +1,5 @@
 //! `./run.sh lab --clients N [--pages P]`: many users at once. A crowd of N browser-like native
-//! clients (`crowd`, perf/src/crowd.rs: simulated device compute, real frames, each on its own
+//! clients (`crowd`, lab/src/crowd.rs: simulated device compute, real frames, each on its own
 //! emulated link, [`LINK`]) plus P real pages in headless Chromium with 4x CPU throttling
 //! (`web/tests/crowd-pages.mjs`), every mode in turn, first against one server, then against
 //! three replicas behind HAProxy; the report sets the design table's rows beside the figures.
@@ -109,7 +109,7 @@ pub struct CrowdResults {
 /// laptops; the pages' 4x throttle sits in the middle).
 pub const EDGE_FACTORS: (f64, f64) = (2.0, 6.0);
 
-/// Every client's link, the crowd's and the pages' alike (a `perf/src/netem.rs` profile).
+/// Every client's link, the crowd's and the pages' alike (a `lab/src/netem.rs` profile).
 pub const LINK: &str = "4g";
 
 fn unix_ms() -> u64 {
@@ -300,7 +300,7 @@ pub fn report(r: &CrowdResults) -> String {
     let link = crate::netem::profile(LINK).expect("LINK is one of the emulator's profiles");
     let mut s = format!(
         "# Many users on one server\n\n`{}` — {} — {} ({} cores), commit {}\n\n\
-         {} native clients (perf/src/crowd.rs: each a device {}–{}× slower than the cost table's \
+         {} native clients (lab/src/crowd.rs: each a device {}–{}× slower than the cost table's \
          Chromium CPU profile, its compute simulated by that time, real frames over its own \
          emulated {} link: {:.0} ms RTT, {} Mbit/s up) and {} real page(s) in headless Chromium \
          (4× CPU throttle, real wasm compute, own link), each wanting an answer every {:.0} ms \
