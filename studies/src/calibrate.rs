@@ -120,17 +120,11 @@ fn options(a: Args) -> Result<Options> {
     })
 }
 
-/// Sorted image files of a folder, `skip` then at most `limit` of them.
+/// Sorted image files of a folder ([`crate::eval::image_files`]), `skip` then at most `limit`
+/// of them; none is an error.
 pub fn image_files(dir: &Path, skip: usize, limit: usize) -> Result<Vec<PathBuf>> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .with_context(|| format!("reading {}", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            matches!(p.extension().and_then(|e| e.to_str()), Some("jpg" | "jpeg" | "png" | "JPEG"))
-        })
-        .collect();
-    files.sort();
-    let files: Vec<PathBuf> = files.into_iter().skip(skip).take(limit).collect();
+    let files: Vec<PathBuf> =
+        crate::eval::image_files(dir)?.into_iter().skip(skip).take(limit).collect();
     if files.is_empty() {
         bail!("no .jpg or .png images in {} (after skipping {skip})", dir.display());
     }
