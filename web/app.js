@@ -234,21 +234,21 @@ async function drawPlanner() {
   const guess = (known, text) => known ? text : `${text} (default, not measured yet)`;
   const mbit = (v) => num(v * 8 / 1000, 1);
   $("p-current").textContent = name(x.current);
-  $("p-rtt").textContent = guess(seen.rtt, `${num(f.now.rtt_ms)} → ${num(f.predicted.rtt_ms)} ms`) + (f.link_up ? "" : " (link down)");
-  $("p-uplink").textContent = guess(seen.uplink, `${mbit(f.now.uplink_bytes_per_ms)} → ${mbit(f.predicted.uplink_bytes_per_ms)} Mbit/s`);
-  $("p-queue").textContent = guess(seen.queue, `${num(f.now.queue_ms)} ms`);
-  $("p-edge").textContent = guess(seen.edge_factor, `${num(f.now.edge_factor, 2)}×`);
+  $("p-rtt").textContent = guess(seen.rtt, `${num(f.now.rttMs)} → ${num(f.predicted.rttMs)} ms`) + (f.linkUp ? "" : " (link down)");
+  $("p-uplink").textContent = guess(seen.uplink, `${mbit(f.now.uplinkBytesPerMs)} → ${mbit(f.predicted.uplinkBytesPerMs)} Mbit/s`);
+  $("p-queue").textContent = guess(seen.queue, `${num(f.now.queueMs)} ms`);
+  $("p-edge").textContent = guess(seen.edgeFactor, `${num(f.now.edgeFactor, 2)}×`);
   if (x.predicted) {
     const measured = lastAuto ? `${num(lastAuto.totalMs)} ms` : "not measured yet";
-    $("p-latency").textContent = `${num(x.predicted.total_ms)} ms / ${measured}`;
+    $("p-latency").textContent = `${num(x.predicted.totalMs)} ms / ${measured}`;
   }
   $("p-switches").replaceChildren(...x.switches.slice(-8).map((s) => {
     const li = document.createElement("li");
-    li.textContent = `${(s.at_ms / 1000).toFixed(1)} s: ${name(s.from)} → ${name(s.to.placement)} (${s.reason})`;
+    li.textContent = `${(s.atMs / 1000).toFixed(1)} s: ${name(s.from)} → ${name(s.to.placement)} (${s.reason})`;
     return li;
   }));
   // Only measured values go on the chart (one point a second, the last minute).
-  history.push([seen.rtt ? f.now.rtt_ms : NaN, seen.uplink ? f.now.uplink_bytes_per_ms * 8 / 1000 : NaN]);
+  history.push([seen.rtt ? f.now.rttMs : NaN, seen.uplink ? f.now.uplinkBytesPerMs * 8 / 1000 : NaN]);
   if (history.length > 60) history.shift();
   const top = (i) => Math.max(...history.map((h) => h[i]).filter(Number.isFinite), 1e-9);
   const line = (i, color) => {
@@ -430,7 +430,7 @@ async function main() {
   // `?privacy_floor=default`: the measured floor (docs/privacy.md).
   const floor = params.get("privacy_floor");
   const constraints = maxEdgeMb > 0 || floor
-    ? { ...(maxEdgeMb > 0 ? { max_edge_param_bytes: Math.round(maxEdgeMb * 1e6) } : {}), ...(floor ? { privacy_floor: floor } : {}) }
+    ? { ...(maxEdgeMb > 0 ? { maxEdgeParamBytes: Math.round(maxEdgeMb * 1e6) } : {}), ...(floor ? { privacyFloor: floor } : {}) }
     : undefined;
   const labels = { wasm: "Loading the wasm module…", weights: "Downloading weights", "light-weights": "Downloading the light model", calibration: "Downloading the codec calibration", profiling: "Timing this device for the planner…", "warm-up": "Compiling and warming up the model…", ready: "Ready" };
   client = await SplitClient.create({

@@ -23,7 +23,7 @@ function showMembers(g) {
     const tr = document.createElement("tr");
     const link = m.peer === g.you ? "—" : g.links?.[m.peer] === "open" ? "direct" : "via server";
     tr.append(cell(`${m.name}${m.peer === g.you ? " (this one)" : ""}`), cell(m.backend),
-      cell(m.ms_per_image.toFixed(1)), cell(String(m.load)), cell(power(m.power)), cell(link));
+      cell(m.msPerImage.toFixed(1)), cell(String(m.load)), cell(power(m.power)), cell(link));
     return tr;
   }));
   document.body.dataset.groupMembers = String(g.members.length);

@@ -2,7 +2,8 @@
 // Checked by `tsc` against `tests/types-check.ts` in `./run.sh test`.
 
 /** Every failure of the client: a stable, machine-readable `code` and a message for developers.
- * Codes: "network", "timeout", "closed", "worker", "bad_option", "no_cost_table", "privacy_floor", "no_light_model", "webgpu_unavailable",
+ * Codes: "network", "timeout", "closed", "worker", "wasm_trap" (a panic in the wasm module: the message
+ * says where), "bad_option", "no_cost_table", "privacy_floor", "no_light_model", "webgpu_unavailable",
  * "bad_weights", "weights_missing", "bad_calibration", "backend", "internal", or an error code the server sent
  * ("malformed", "shape_mismatch", "bad_image", "busy", "rate_limited", "calibration_mismatch",
  * "keyframe_required", "unsupported_codec", ...). */
@@ -52,12 +53,12 @@ export interface Constraints {
    * `privacy_floor`, and an answer kept for the server during an outage is cut at the floor
    * or deeper. `"default"`: the measured floor, the earliest boundary whose features a
    * white-box attacker could not reconstruct into a recognisable photo (docs/privacy.md). */
-  privacy_floor?: string | number;
+  privacyFloor?: string | number;
   /** Never use a codec whose top-1 agreement with the uncompressed model may be below this:
    * held against the lower end of its 95% interval on the cost table's photos (default 0.98). */
-  min_agreement?: number;
+  minAgreement?: number;
   /** Never hold more edge parameters than this many bytes. */
-  max_edge_param_bytes?: number | null;
+  maxEdgeParamBytes?: number | null;
 }
 
 /** Progress of `SplitClient.create`. */
@@ -73,7 +74,7 @@ export interface Progress {
 /** A logged change of placement in auto mode. */
 export interface Switch {
   decision: "switch";
-  at_ms: number;
+  atMs: number;
   from: Placement | null;
   to: Estimate;
   reason: string;
@@ -84,12 +85,12 @@ export interface Estimate {
   placement: Placement;
   /** Stages on the edge. */
   depth: number;
-  edge_ms: number;
-  transfer_ms: number;
-  rtt_ms: number;
-  queue_ms: number;
-  cloud_ms: number;
-  total_ms: number;
+  edgeMs: number;
+  transferMs: number;
+  rttMs: number;
+  queueMs: number;
+  cloudMs: number;
+  totalMs: number;
   bytes: number;
   agreement: number;
 }
@@ -254,23 +255,23 @@ export interface Explanation {
   forecast: {
     now: Conditions;
     predicted: Conditions;
-    link_up: boolean;
+    linkUp: boolean;
     /** Which of `now`'s values were observed; the others are defaults, not measurements. */
-    measured: { rtt: boolean; uplink: boolean; queue: boolean; edge_factor: boolean };
+    measured: { rtt: boolean; uplink: boolean; queue: boolean; edgeFactor: boolean };
   };
   current: Placement | null;
   predicted: Estimate | null;
   ranked: Estimate[];
-  deadline_ms: number;
+  deadlineMs: number;
   switches: Switch[];
 }
 
 export interface Conditions {
-  rtt_ms: number;
-  uplink_bytes_per_ms: number;
-  queue_ms: number;
-  edge_factor: number;
-  cloud_factor: number;
+  rttMs: number;
+  uplinkBytesPerMs: number;
+  queueMs: number;
+  edgeFactor: number;
+  cloudFactor: number;
 }
 
 /** The adaptive planner in the wasm module (auto mode). */
@@ -294,12 +295,12 @@ export interface GroupMember {
   name: string;
   backend: "webgpu" | "cpu" | "native";
   /** Measured ms for the whole network on one image. */
-  ms_per_image: number;
-  memory_mb?: number;
+  msPerImage: number;
+  memoryMb?: number;
   power: { state: "charging" } | { state: "battery"; level: number } | { state: "unknown" };
   /** Requests it is working on, as it last reported. */
   load: number;
-  last_seen_ms: number;
+  lastSeenMs: number;
 }
 
 export interface GroupState {
@@ -419,6 +420,9 @@ export class SplitClient {
   boundaries(): BoundaryInfo[];
   /** Whether the client runs in a Web Worker. */
   readonly inWorker: boolean;
+  /** A client in a worker: how many times a trap in the wasm module ("wasm_trap") made it
+   * replace its worker with a fresh one. */
+  readonly restarts?: number;
   /** Where the edge half runs. */
   readonly backend: "webgpu" | "cpu";
   /** Which wasm build was loaded. */

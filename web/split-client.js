@@ -34,7 +34,8 @@ import { Connection } from "./client/connection.js";
 import { RemoteSplitClient } from "./client/remote.js";
 import { Resilience, newResultId } from "./client/resilience.js";
 import {
-  SplitError, browserDecodedPng, fetchCached, fetchWithProgress, loadWasm, modelInputJpeg, serverUrl, wasm, wasmCall,
+  SplitError, browserDecodedPng, fetchCached, fetchWithProgress, isTransient, loadWasm, modelInputJpeg, serverUrl, wasm,
+  wasmCall,
 } from "./client/wasm.js";
 import { EdgeWeights, boundaryIndex } from "./client/weights.js";
 import { DeviceGroup } from "./client/group.js";
@@ -55,8 +56,9 @@ const DEFAULT_TIMEOUT_MS = 30_000;
 /** What a frame adds to its payload at most (`MAX_FRAME_BYTES - MAX_PAYLOAD_BYTES` in
  * shared/src/protocol). */
 const FRAME_HEADER_BYTES = 64;
-/** Failures of the link or the server's capacity, after which a reduced answer stands in. */
-const LINK_ERRORS = new Set(["network", "timeout", "busy", "rate_limited", "internal"]);
+/** The keys `options.constraints` may have; any other is refused rather than ignored (a
+ * misspelt privacy floor must not silently mean none). */
+const CONSTRAINTS = ["privacyFloor", "minAgreement", "maxEdgeParamBytes"];
 /** A ping's timeout when no planner sets one. */
 const PING_TIMEOUT_MS = 2_000;
 
@@ -65,7 +67,7 @@ export class SplitClient {
    * Load the wasm module and the weights, pick WebGPU or the CPU, and prepare the connection.
    * @param {import("./split-client.js").CreateOptions} [options]  see `split-client.d.ts`:
    *   baseUrl, wsUrl, backend ("auto" | "webgpu" | "cpu"), onProgress, timeoutMs, cacheEntries,
-   *   constraints (for "auto": privacy_floor, min_agreement, max_edge_param_bytes), onSwitch,
+   *   constraints (privacyFloor, minAgreement, maxEdgeParamBytes), onSwitch,
    *   wasmBuild ("webgpu" | "cpu" | "cpu-relaxed" | "cpu-threads", for benchmarks), token (the server's bearer
    *   token, when it requires one), onConnection (the WebSocket's state as it changes), worker
    *   (default: true on a page that can start one), onUpdate (a newer version of a result:
@@ -94,14 +96,18 @@ export class SplitClient {
     client.fallback = info.light_model ? options.fallback ?? "light" : "full";
     // The privacy floor may be a boundary name: "that boundary and deeper only"; "default" is
     // the measured one (the earliest whose features no longer reconstruct into the photo).
-    const constraints = { privacy_floor: 0, min_agreement: 0.98, max_edge_param_bytes: null, ...options.constraints };
-    if (constraints.privacy_floor === "default") constraints.privacy_floor = wasm.defaultPrivacyFloor();
-    if (typeof constraints.privacy_floor === "string") {
-      constraints.privacy_floor = boundaryIndex(constraints.privacy_floor);
-      if (constraints.privacy_floor < 0) throw new SplitError("bad_option", `unknown boundary ${options.constraints.privacy_floor}`);
+    const unknown = Object.keys(options.constraints ?? {}).filter((k) => !CONSTRAINTS.includes(k));
+    if (unknown.length) {
+      throw new SplitError("bad_option", `unknown constraint ${unknown.join(", ")}; use ${CONSTRAINTS.join(", ")}`);
+    }
+    const constraints = { privacyFloor: 0, minAgreement: 0.98, maxEdgeParamBytes: null, ...options.constraints };
+    if (constraints.privacyFloor === "default") constraints.privacyFloor = wasm.defaultPrivacyFloor();
+    if (typeof constraints.privacyFloor === "string") {
+      constraints.privacyFloor = boundaryIndex(constraints.privacyFloor);
+      if (constraints.privacyFloor < 0) throw new SplitError("bad_option", `unknown boundary ${options.constraints.privacyFloor}`);
     }
     /** The first boundary whose features may leave this device (0: any, the photo included). */
-    client.privacyFloor = constraints.privacy_floor;
+    client.privacyFloor = constraints.privacyFloor;
     /** Noise on every request's features unless a request says otherwise ("gauss:0.02"). */
     client.noise = options.noise ?? null;
     client.resilience = await Resilience.create(client, options.onUpdate ?? (() => {}));
@@ -272,7 +278,7 @@ export class SplitClient {
     return this.adaptive?.planner ?? null;
   }
 
-  /** Every placement change of the adaptive mode: { at_ms, from, to, reason }. */
+  /** Every placement change of the adaptive mode: { atMs, from, to, reason }. */
   get switches() {
     return this.adaptive?.switches ?? [];
   }
@@ -358,9 +364,10 @@ export class SplitClient {
         // The server lost this stream's reference (a dropped frame, a restart): the session
         // already switched to a keyframe, so send this image once more.
         if (e.code === "keyframe_required" && attempt === 0) continue;
-        // The light model already answered: that answer stands, and the features wait for the
-        // server in the backlog.
-        if (partial?.quality === "reduced" && LINK_ERRORS.has(e.code)) {
+        // The light model already answered: after a failure that may pass (the link, the
+        // server's capacity) that answer stands, and the features wait for the server in the
+        // backlog.
+        if (partial?.quality === "reduced" && isTransient(e.code)) {
           return this.keepReduced(partial, resultId, split, codec, frame, options, e.message, started);
         }
         throw e;

@@ -49,7 +49,7 @@ async fn send(ws: &mut Socket, message: Value) {
 }
 
 fn device(id: &str, ms: f64) -> Value {
-    json!({ "id": id, "name": format!("device {id}"), "backend": "cpu", "ms_per_image": ms })
+    json!({ "id": id, "name": format!("device {id}"), "backend": "cpu", "msPerImage": ms })
 }
 
 /// The reply to a control message that must be refused with `code`.
@@ -94,7 +94,7 @@ async fn devices_join_by_code_see_each_other_and_pass_frames() {
     let list = members["members"].as_array().unwrap();
     assert_eq!(list.len(), 2);
     assert_eq!(
-        (list[1]["id"].as_str(), list[1]["ms_per_image"].as_f64()),
+        (list[1]["id"].as_str(), list[1]["msPerImage"].as_f64()),
         (Some("laptop"), Some(80.0))
     );
     assert_eq!(list[1]["power"]["state"], "unknown");

@@ -9,8 +9,9 @@ use anyhow::{Context, Result, bail};
 use awc::ws::{Frame, Message};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
+use split_shared::Boundary;
 use split_shared::group::relay::RelayFrame;
-use split_shared::group::{HEARTBEAT_INTERVAL_S, PowerState};
+use split_shared::group::{HEARTBEAT_INTERVAL_S, Hop, PowerState, Route};
 
 use std::collections::{HashMap, VecDeque};
 
@@ -28,43 +29,35 @@ async fn serve(
     agent: &Arc<Agent>,
     from: u32,
     request: Vec<u8>,
-    route: Option<Value>,
+    route: Option<Route>,
 ) -> Result<Vec<Message>> {
     let id = split_shared::protocol::peek_request_id(&request).unwrap_or(0);
-    let asker = route.as_ref().and_then(|r| r["answerTo"].as_u64()).map_or(from, |p| p as u32);
-    let stage = route.as_ref().and_then(|r| r["stages"].get(0)).cloned();
-    let to = stage.as_ref().and_then(|s| s["to"].as_str()).unwrap_or("logits").to_string();
+    let asker = route.as_ref().map_or(from, |r| r.answer_to);
     let worker = agent.clone();
-    // How the request travelled so far; every hop from here goes through the relay.
-    let hops = |route: &Value| {
-        let mut hops = route["hops"].as_array().cloned().unwrap_or_default();
-        hops.push(json!("relay"));
-        Value::Array(hops)
-    };
-    if to == "logits" {
+    // Every hop from here goes through the relay. The last stage (or a request without a
+    // route) is answered; a middle stage runs on and passes the rest of the route along.
+    let last = route.as_ref().is_none_or(|r| r.stages[0].to == Boundary::LOGITS);
+    if last {
         let reply = actix_web::rt::task::spawn_blocking(move || worker.answer(&request)).await?;
         let back = RelayFrame { peer: asker, payload: &reply.to_bytes() }.to_bytes();
         let mut out = Vec::new();
         if let Some(route) = &route {
             // The asker learns how every hop went, before the answer.
-            let report = json!({ "type": "signal", "to": asker, "data": { "hops": { "id": route["id"], "list": hops(route) } } });
+            let hops = route.hops_with(Hop::Relay);
+            let report = json!({ "type": "signal", "to": asker, "data": { "hops": { "id": route.id, "list": hops } } });
             out.push(Message::Text(report.to_string().into()));
         }
         out.push(Message::Binary(back.into()));
         return Ok(out);
     }
-    let route = route.expect("a stage comes from a route");
-    let codec: split_shared::codec::Setting =
-        route["codec"].as_str().unwrap_or("f32").parse().context("the route's codec")?;
-    let boundary: split_shared::model::Boundary = to.parse().context("the route's boundary")?;
+    let route = route.context("a middle stage has a route")?;
+    let (boundary, codec) = (route.stages[0].to, route.codec);
     let next = actix_web::rt::task::spawn_blocking(move || {
         worker.continue_request(&request, boundary, codec)
     })
     .await?;
-    let rest: Vec<Value> = route["stages"].as_array().map(|s| s[1..].to_vec()).unwrap_or_default();
-    let Some(peer) = rest.first().and_then(|s| s["peer"].as_u64()).map(|p| p as u32) else {
-        bail!("a route with no stage after this one");
-    };
+    let onward = route.onward(Hop::Relay).context("a route with no stage after this one")?;
+    let peer = onward.stages[0].peer;
     let next = match next {
         Ok(frame) => frame,
         Err(e) => {
@@ -75,9 +68,6 @@ async fn serve(
             return Ok(vec![Message::Binary(back.into())]);
         }
     };
-    let mut onward = route.clone();
-    onward["stages"] = Value::Array(rest);
-    onward["hops"] = hops(&route);
     let signal = json!({ "type": "signal", "to": peer, "data": { "route": onward } });
     Ok(vec![
         Message::Text(signal.to_string().into()),
@@ -125,7 +115,7 @@ pub async fn run(agent: Arc<Agent>, options: AgentOptions) -> Result<String> {
         .await
         .map_err(|e| anyhow::anyhow!("connecting to {}: {e}", options.url))?;
     let device = json!({
-        "id": options.id, "name": options.name, "backend": "native", "ms_per_image": ms_per_image,
+        "id": options.id, "name": options.name, "backend": "native", "msPerImage": ms_per_image,
     });
     let hello = match &options.code {
         Some(code) => json!({ "type": "join", "code": code.to_uppercase(), "device": device }),
@@ -135,7 +125,7 @@ pub async fn run(agent: Arc<Agent>, options: AgentOptions) -> Result<String> {
     let mut tick = tokio::time::interval(Duration::from_secs(HEARTBEAT_INTERVAL_S));
     let mut joined = false;
     // Pipeline routes per sender, in order: the next frame from that sender follows the first.
-    let mut routes: HashMap<u32, VecDeque<Value>> = HashMap::new();
+    let mut routes: HashMap<u32, VecDeque<Route>> = HashMap::new();
     loop {
         tokio::select! {
             msg = socket.next() => {
@@ -158,10 +148,20 @@ pub async fn run(agent: Arc<Agent>, options: AgentOptions) -> Result<String> {
                             Some("error") => log::warn!("the server refused a message: {}", v["message"]),
                             Some("signal") if v["data"]["route"].is_object() => {
                                 let from = v["from"].as_u64().unwrap_or(0) as u32;
-                                let route = v["data"]["route"].clone();
-                                let queue = routes.entry(from).or_default();
-                                if queue.len() < MAX_ROUTES_PER_PEER {
-                                    queue.push_back(route);
+                                match Route::from_json(v["data"]["route"].clone()) {
+                                    Ok(route) => {
+                                        let queue = routes.entry(from).or_default();
+                                        if queue.len() < MAX_ROUTES_PER_PEER {
+                                            queue.push_back(route);
+                                        }
+                                    }
+                                    Err(e) => {
+                                        // The sender hears why instead of waiting for an answer.
+                                        log::warn!("member {from} sent a bad {e}");
+                                        let failed = json!({ "type": "signal", "to": from, "data": { "failed": {
+                                            "id": v["data"]["route"]["id"], "code": "bad_route", "text": e } } });
+                                        socket.send(Message::Text(failed.to_string().into())).await?;
+                                    }
                                 }
                             }
                             Some("signal") if v["data"]["view"].is_object() => {

@@ -74,7 +74,7 @@ async fn the_agent_joins_and_answers_relayed_frames() {
         actix_web::App::new().configure(cloud_server::config_app(served.clone()))
     });
     let (_, mut phone) = awc::Client::new().ws(srv.url("/group")).connect().await.unwrap();
-    let device = json!({ "id": "phone", "name": "phone", "backend": "cpu", "ms_per_image": 90.0 });
+    let device = json!({ "id": "phone", "name": "phone", "backend": "cpu", "msPerImage": 90.0 });
     phone
         .send(Message::Text(json!({ "type": "create", "device": device }).to_string().into()))
         .await
@@ -103,7 +103,7 @@ async fn the_agent_joins_and_answers_relayed_frames() {
         (Some("tv"), Some("native")),
         "{members}"
     );
-    assert!(tv["ms_per_image"].as_f64().unwrap() > 0.0);
+    assert!(tv["msPerImage"].as_f64().unwrap() > 0.0);
     let peer = tv["peer"].as_u64().unwrap() as u32;
 
     // A whole image: the full network on the agent.

@@ -15,7 +15,9 @@
 //!   class names and top-k.
 //!
 //! Everything here builds for `wasm32-unknown-unknown` and natively, and reads no environment:
-//! where files live is the tools' and the server's business.
+//! where files live is the tools' and the server's business. The network itself (burn, the
+//! fused kernels, tensors in and out) is the `model` feature, on by default; without it the
+//! crate is the formats alone, which the build tasks use without compiling burn.
 
 /// `Serialize`/`Deserialize` as the value's name (`Display` / `FromStr`): how boundaries and
 /// codec settings appear in JSON (the cost table, placements handed to JavaScript).
@@ -48,4 +50,6 @@ pub mod plan;
 pub mod protocol;
 
 pub use error::{Error, Result};
-pub use model::{Boundary, EfficientNetLite0, Features};
+#[cfg(feature = "model")]
+pub use model::EfficientNetLite0;
+pub use model::{Boundary, Features};

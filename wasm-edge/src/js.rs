@@ -149,17 +149,25 @@ pub fn has_webgpu() -> bool {
 
 pub fn warn(message: &str) {
     #[cfg(target_family = "wasm")]
-    web_console_warn(message);
+    web_console("warn", message);
+    #[cfg(not(target_family = "wasm"))]
+    eprintln!("{message}");
+}
+
+/// `console.error(message)` in a browser, stderr elsewhere.
+pub fn error_log(message: &str) {
+    #[cfg(target_family = "wasm")]
+    web_console("error", message);
     #[cfg(not(target_family = "wasm"))]
     eprintln!("{message}");
 }
 
 #[cfg(target_family = "wasm")]
-fn web_console_warn(message: &str) {
+fn web_console(level: &str, message: &str) {
     use wasm_bindgen::JsCast;
     let console = Reflect::get(&js_sys::global(), &JsValue::from_str("console"))
         .unwrap_or(JsValue::UNDEFINED);
-    if let Ok(f) = Reflect::get(&console, &JsValue::from_str("warn"))
+    if let Ok(f) = Reflect::get(&console, &JsValue::from_str(level))
         && let Ok(f) = f.dyn_into::<js_sys::Function>()
     {
         let _ = f.call1(&console, &JsValue::from_str(message));

@@ -17,13 +17,14 @@
 
 mod edge;
 mod js;
+mod panic;
 mod planner;
 
 use std::rc::Rc;
 
 use burn::tensor::Device;
 use split_shared::model::Boundary;
-use split_shared::protocol::{FeaturesFrame, Reply, Request};
+use split_shared::protocol::{ErrorCode, FeaturesFrame, Reply, Request};
 use wasm_bindgen::prelude::*;
 
 pub use edge::{EdgeOutput, EdgeRunner, RunOptions};
@@ -83,6 +84,13 @@ async fn webgpu_device() -> Result<Device, String> {
 #[cfg(not(all(target_family = "wasm", feature = "webgpu")))]
 async fn webgpu_device() -> Result<Device, String> {
     Err("this module was built without WebGPU (the CPU-only build; load web/pkg for WebGPU)".into())
+}
+
+/// Runs when the module is instantiated (on every thread of the threaded build): panics keep
+/// their message for the client ([`panic`]).
+#[wasm_bindgen(start)]
+pub fn on_start() {
+    panic::install();
 }
 
 /// Which build this is: `"webgpu"` (WebGPU and CPU), `"cpu"` (simd128), `"cpu-relaxed"`
@@ -393,6 +401,34 @@ pub fn encode_ping(request_id: f64, probe_bytes: u32) -> Vec<u8> {
 #[wasm_bindgen(js_name = decodeReply)]
 pub fn decode_reply(frame: &[u8]) -> Result<JsValue, JsValue> {
     Reply::decode(frame).map(|r| js::reply(&r)).map_err(js_error)
+}
+
+/// Whether a request refused with the server's error `code` (its name, as `SplitError.code`
+/// carries it) may succeed if sent again later (`ErrorCode::is_transient`: busy, rate_limited,
+/// internal); false for names not on the wire. The client's retry and fallback rules ask this
+/// rather than keep lists of their own.
+#[wasm_bindgen(js_name = isTransientError)]
+pub fn is_transient_error(code: &str) -> bool {
+    ErrorCode::from_name(code).is_some_and(ErrorCode::is_transient)
+}
+
+/// Whether sending the same request again can never succeed (`ErrorCode::is_permanent`);
+/// false for names not on the wire.
+#[wasm_bindgen(js_name = isPermanentError)]
+pub fn is_permanent_error(code: &str) -> bool {
+    ErrorCode::from_name(code).is_some_and(ErrorCode::is_permanent)
+}
+
+/// Check a device group's pipeline route (`shared::group::route`: the stages a request still
+/// has to run and who gets the answer), as received from a member or about to be sent: the
+/// route as a plain object, or `bad_route` saying what is wrong. The native agent reads routes
+/// with the same definition.
+#[wasm_bindgen(js_name = parseRoute)]
+pub fn parse_route(route: JsValue) -> Result<JsValue, JsValue> {
+    let value: serde_json::Value = js::from_object(&route, "bad_route")?;
+    let route =
+        split_shared::group::Route::from_json(value).map_err(|e| js::error("bad_route", e))?;
+    Ok(js::to_object(&route))
 }
 
 /// Names of every split boundary in forward order, with shape and cumulative MACs.

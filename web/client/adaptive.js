@@ -18,7 +18,7 @@ export class Adaptive {
     this.client = client;
     this.planner = planner;
     this.onSwitch = onSwitch;
-    /** Every placement change: { at_ms, from, to, reason }. */
+    /** Every placement change: { atMs, from, to, reason }. */
     this.switches = [];
     this.probeTimer = null;
   }

@@ -96,7 +96,7 @@ export class DeviceGroup {
       // Two browsers of one person must not look alike: the end of the id tells them apart.
       name: options.name ?? `${client.backend === "webgpu" ? "browser (WebGPU)" : "browser (CPU)"} ${id.slice(-4)}`,
       backend: client.backend === "webgpu" ? "webgpu" : "cpu",
-      ms_per_image: msPerImage,
+      msPerImage,
       power: await powerState(),
     };
     const socket = new WebSocket(url, client.connection.protocols);
@@ -170,7 +170,7 @@ export class DeviceGroup {
     switch (message.type) {
       case "joined":
         this.code = message.code;
-        this.codeExpiresS = message.code_expires_s;
+        this.codeExpiresS = message.codeExpiresS;
         this.you = message.you;
         this.setMembers(message.members);
         this.joining?.resolve();
@@ -202,10 +202,19 @@ export class DeviceGroup {
   /** A signal from another member, through the server or over a direct channel. */
   onSignalData(from, data, via) {
     if (data?.route) {
+      // Checked against the one definition the native agent reads too (`shared::group::route`,
+      // through the module); the sender hears why a route was refused instead of waiting.
+      let route;
+      try {
+        route = wasm.parseRoute(data.route);
+      } catch (e) {
+        this.path(from).signal({ failed: { id: data.route.id, code: "bad_route", text: e.message } });
+        return;
+      }
       // Routes queue per sender and path: a route arrives the way its frame does.
       const key = `${from}/${via}`;
       const queue = this.routes.get(key) ?? [];
-      if (queue.length < MAX_ROUTES_PER_PEER) queue.push(data.route);
+      if (queue.length < MAX_ROUTES_PER_PEER) queue.push(route);
       this.routes.set(key, queue);
     } else if (data?.hops) {
       // Only for a request of ours still waiting: a member cannot make this map grow.
@@ -403,7 +412,7 @@ export class DeviceGroup {
     while (todo.length > 0) {
       const members = this.members.filter(chosen);
       if (members.length === 0) throw new SplitError("network", "no chosen member is in the group");
-      const plan = await this.client.planTasks(todo.length, members.map((m) => m.ms_per_image), members.map(() => 0));
+      const plan = await this.client.planTasks(todo.length, members.map((m) => m.msPerImage), members.map(() => 0));
       const queues = members.map(() => []);
       todo.forEach((item, k) => queues[plan[k]].push(item));
       const left = [];
@@ -467,7 +476,7 @@ export class DeviceGroup {
   async plan(goal = "latency", peers = null) {
     const node = (m) => ({
       peer: m.peer,
-      msPerImage: m.ms_per_image,
+      msPerImage: m.msPerImage,
       lowPower: m.power?.state === "battery" && m.power.level < 0.2,
       // Members of one group share a local network: 100 Mbit/s, 2 ms each way as a default
       // until links are measured.
@@ -521,8 +530,8 @@ export class DeviceGroup {
       const frame = wasm.withRequestId(kept.frame, id);
       const answer = this.awaitReply(id, rest.map((s) => s.peer));
       const hop = this.path(rest[0].peer, frame.length + 12);
-      const route = { id, answerTo: this.you, codec: this.codec, hops: [hop.via],
-                      stages: rest.map((s) => ({ peer: s.peer, from: s.from, to: s.to })) };
+      const route = wasm.parseRoute({ id, answerTo: this.you, codec: this.codec, hops: [hop.via],
+                                      stages: rest.map((s) => ({ peer: s.peer, from: s.from, to: s.to })) });
       hop.signal({ route });
       hop.send(frame);
       try {

@@ -11,6 +11,11 @@ export const WORKER_CALL_TIMEOUT_MS = 120_000;
 /** A worker that does not answer a bare ping in this long is taken for dead. */
 const WORKER_PING_TIMEOUT_MS = 5_000;
 
+/** The worker's script. */
+function startWorker() {
+  return new Worker(new URL("./worker.js", import.meta.url), { type: "module", name: "split-client" });
+}
+
 export class RemoteSplitClient {
   /**
    * Start the worker and create the client in it. URLs are resolved here: a worker's own
@@ -18,28 +23,37 @@ export class RemoteSplitClient {
    * @param {object} options  as `SplitClient.create`
    */
   static async create(options = {}) {
-    const worker = new Worker(new URL("./worker.js", import.meta.url), { type: "module", name: "split-client" });
-    const remote = new RemoteSplitClient(worker, options);
     const { onProgress, onSwitch, onConnection, onUpdate, ...rest } = options;
     const base = new URL(options.baseUrl ?? "/", location.href);
     const forward = { ...rest, baseUrl: base.href };
     if (options.wsUrl) forward.wsUrl = new URL(options.wsUrl, base).href;
+    const remote = new RemoteSplitClient(startWorker(), options, forward);
     try {
-      // Loading the module and the weights: never less than the default deadline.
-      const createMs = Math.max(WORKER_CALL_TIMEOUT_MS, remote.callTimeoutMs);
-      Object.assign(remote.state, await remote.callWithin(createMs, "create", forward));
+      Object.assign(remote.state, await remote.callWithin(remote.createMs, "create", forward));
+      remote.created = true;
     } catch (e) {
-      worker.terminate();
+      remote.worker.terminate();
       throw e;
     }
     return remote;
   }
 
-  constructor(worker, options) {
-    this.worker = worker;
+  constructor(worker, options, forward = {}) {
     this.callTimeoutMs = options.workerTimeoutMs ?? WORKER_CALL_TIMEOUT_MS;
+    /** Loading the module and the weights: never less than the default deadline. */
+    this.createMs = Math.max(WORKER_CALL_TIMEOUT_MS, this.callTimeoutMs);
+    /** What `create` was given, to create the client again in a fresh worker after a trap. */
+    this.forward = forward;
     /** Set once the worker is gone (terminated, crashed, wedged): every call fails at once. */
     this.dead = null;
+    /** While a trapped worker is being replaced: calls wait for the new one. */
+    this.replacing = null;
+    /** Whether `create` succeeded in the worker once. */
+    this.created = false;
+    /** How many times a trap (a panic in the wasm module) replaced the worker. */
+    this.restarts = 0;
+    /** Settings the page changed after creation, applied again to a replacement. */
+    this.overrides = {};
     this.pending = new Map();
     this.nextId = 1;
     this.state = {};
@@ -47,24 +61,31 @@ export class RemoteSplitClient {
     this.connectionState = { state: "idle" };
     /** Every placement change of the adaptive mode, as the worker reports them. */
     this.switches = [];
-    const onProgress = options.onProgress ?? (() => {});
-    const onSwitch = options.onSwitch ?? (() => {});
-    const onConnection = options.onConnection ?? (() => {});
-    const onUpdate = options.onUpdate ?? (() => {});
+    this.onProgress = options.onProgress ?? (() => {});
+    this.onSwitch = options.onSwitch ?? (() => {});
+    this.onConnection = options.onConnection ?? (() => {});
+    this.onUpdate = options.onUpdate ?? (() => {});
+    this.attach(worker);
+  }
+
+  /** Make `worker` the one calls go to, and listen to it. */
+  attach(worker) {
+    this.worker = worker;
     worker.onmessage = ({ data }) => {
       // Any event shows the worker alive and working (a download's progress, a batch's):
       // every waiting call's deadline starts again.
       if (data.event) for (const call of this.pending.values()) call.rearm();
-      if (data.event === "progress") return onProgress(data.value);
+      if (data.event === "progress") return this.onProgress(data.value);
+      if (data.event === "trap") return this.replace(data.value.message);
       if (data.event?.startsWith("group")) return this.group?.event(data.event, data.value);
       if (data.event === "connection") {
         this.connectionState = data.value;
-        return onConnection(data.value);
+        return this.onConnection(data.value);
       }
-      if (data.event === "update") return onUpdate(data.value);
+      if (data.event === "update") return this.onUpdate(data.value);
       if (data.event === "switch") {
         this.switches.push(data.value);
-        return onSwitch(data.value);
+        return this.onSwitch(data.value);
       }
       const call = this.pending.get(data.id);
       if (!call) return; // answered after its deadline: the caller has moved on
@@ -85,6 +106,50 @@ export class RemoteSplitClient {
     };
   }
 
+  /**
+   * The wasm module trapped (a panic; `message` says where and why): its instance cannot be
+   * trusted again. The call that trapped has had its "wasm_trap" error; the worker goes, a
+   * device group it was in is left, and a fresh worker loads the module and the client again
+   * (the weights from Cache Storage). Calls the old worker had not answered are sent to the new
+   * one, and calls made meanwhile wait for it.
+   */
+  replace(message) {
+    // A trap while creating (the first time or a replacement) is not retried: it would recur.
+    if (this.dead || this.replacing || !this.created) return;
+    const old = this.worker;
+    old.onmessage = old.onerror = old.onmessageerror = null;
+    old.terminate();
+    const group = this.group;
+    this.group = null;
+    if (group) {
+      group.pageLinks?.toPage({ op: "close" });
+      group.onError(new SplitError("wasm_trap", `the device group was left: ${message}`));
+    }
+    this.restarts += 1;
+    const unanswered = [...this.pending.values()];
+    this.pending.clear();
+    this.replacing = (async () => {
+      this.attach(startWorker());
+      try {
+        Object.assign(this.state, await this.post(this.createMs, "create", [this.forward]));
+        for (const [method, value] of Object.entries(this.overrides)) await this.post(this.callTimeoutMs, method, [value]);
+        for (const call of unanswered) {
+          this.pending.set(call.message.id, call);
+          call.rearm();
+          this.worker.postMessage(call.message);
+        }
+      } catch (e) {
+        for (const call of unanswered) {
+          clearTimeout(call.timer);
+          call.reject(new SplitError("wasm_trap", message));
+        }
+        this.kill(new SplitError("worker", `the client's worker could not be replaced after a trap: ${e.message}`));
+      } finally {
+        this.replacing = null;
+      }
+    })();
+  }
+
   /** Reject every call still waiting for the worker with `error`. */
   failPending(error) {
     for (const call of this.pending.values()) {
@@ -102,9 +167,16 @@ export class RemoteSplitClient {
 
   callWithin(timeoutMs, method, ...args) {
     if (this.dead) return Promise.reject(this.dead);
+    if (this.replacing) return this.replacing.then(() => this.callWithin(timeoutMs, method, ...args));
+    return this.post(timeoutMs, method, args);
+  }
+
+  /** Post one call to the worker now, whatever is in progress. */
+  post(timeoutMs, method, args) {
+    if (this.dead) return Promise.reject(this.dead);
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
-      const call = { resolve, reject, timer: null };
+      const call = { resolve, reject, timer: null, message: { id, method, args } };
       // An event from the worker (progress of a download or a batch) starts it again.
       call.rearm = () => {
         clearTimeout(call.timer);
@@ -116,7 +188,7 @@ export class RemoteSplitClient {
       };
       call.rearm();
       this.pending.set(id, call);
-      this.worker.postMessage({ id, method, args });
+      this.worker.postMessage(call.message);
     });
   }
 
@@ -168,6 +240,7 @@ export class RemoteSplitClient {
 
   set defaultCodec(codec) {
     this.state.defaultCodec = codec;
+    this.overrides.setDefaultCodec = codec;
     this.call("setDefaultCodec", codec);
   }
 
@@ -177,6 +250,7 @@ export class RemoteSplitClient {
 
   set timeoutMs(ms) {
     this.state.timeoutMs = ms;
+    this.overrides.setTimeoutMs = ms;
     this.call("setTimeoutMs", ms);
   }
 
@@ -213,6 +287,7 @@ export class RemoteSplitClient {
   }
 
   setCacheEntries(n) {
+    this.overrides.setCacheEntries = n;
     return this.call("setCacheEntries", n);
   }
 
@@ -253,7 +328,7 @@ export class RemoteSplitClient {
 
 /** A device group joined in the worker, as the page sees it: the same methods as
  * `DeviceGroup`, every call a message. */
-class RemoteDeviceGroup {
+export class RemoteDeviceGroup {
   constructor(remote, { onMembers, onError, onProgress }) {
     this.remote = remote;
     /** The group's WebRTC connections: on the page, since a worker has none. */

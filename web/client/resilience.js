@@ -12,13 +12,9 @@
 // never for a lower version than the one already sent.
 
 import { Backlog } from "./backlog.js";
-import { SplitError, wasm, wasmCall } from "./wasm.js";
+import { SplitError, isPermanent, wasm, wasmCall } from "./wasm.js";
 import { boundaryIndex } from "./weights.js";
 
-/** Server refusals of a backlog frame that sending again cannot change: the entry is dropped
- * (its reduced answer stays the answer) rather than retried forever. */
-const PERMANENT = new Set(["malformed", "shape_mismatch", "calibration_mismatch", "unsupported_codec", "too_large",
-                           "unsupported_version", "unknown_model", "unsupported_message", "bad_option"]);
 
 /** A result id: unique across reloads (the backlog outlives the page). */
 export function newResultId() {
@@ -185,7 +181,7 @@ export class Resilience {
         try {
           reply = await client.connection.request(id, wasm.withRequestId(entry.frame, id), client.timeoutMs);
         } catch (e) {
-          if (!(e instanceof SplitError) || !PERMANENT.has(e.code)) throw e;
+          if (!(e instanceof SplitError) || !isPermanent(e.code)) throw e;
           // The server will never take this frame (e.g. it changed its calibration): the
           // reduced answer stays the answer, and says why.
           await this.backlog.remove(entry.id);

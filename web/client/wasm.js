@@ -75,15 +75,46 @@ export class SplitError extends Error {
   }
 }
 
-/** What the wasm module threw (an `Error` named SplitError with a `code`), as this module's
- * `SplitError`, so callers see one class whichever side failed. */
+/** Set once the module trapped: a Rust panic aborts the instance mid-call, so nothing it holds
+ * can be trusted again. The error every later call fails with ("wasm_trap", with the panic's
+ * message). In a worker (the default) the page's side then starts a fresh one
+ * (`remote.js`); a client on the page's thread must be created again. */
+export let trapped = null;
+
+/** What the wasm module threw, as this module's `SplitError`, so callers see one class whichever
+ * side failed: its own errors (an `Error` named SplitError with a `code`) keep their code; a trap
+ * (`WebAssembly.RuntimeError`: a panic, or memory exhausted) becomes "wasm_trap" with the
+ * panic's message, which the module's panic hook kept. */
 export function fromWasm(e) {
   if (e instanceof SplitError) return e;
+  if (typeof WebAssembly !== "undefined" && e instanceof WebAssembly.RuntimeError) {
+    if (!trapped) {
+      let panic = null;
+      try { panic = wasm?.takePanicMessage?.() ?? null; } catch { /* the instance is past reading */ }
+      trapped = new SplitError("wasm_trap", `the wasm module stopped: ${panic ?? e.message}`);
+    }
+    return trapped;
+  }
   return new SplitError(e?.code ?? "internal", e?.message ?? String(e));
+}
+
+/** Whether a failure may pass by itself, so that the same request can go again later: the link
+ * ("network", "timeout") or a refusal the server's protocol calls transient ("busy",
+ * "rate_limited", "internal": `ErrorCode::is_transient`, asked of the module so that the list
+ * lives in one place). */
+export function isTransient(code) {
+  return code === "network" || code === "timeout" || Boolean(wasm?.isTransientError(code));
+}
+
+/** Whether sending the same request again can never succeed: the caller's own mistake
+ * ("bad_option") or a refusal the protocol calls permanent (`ErrorCode::is_permanent`). */
+export function isPermanent(code) {
+  return code === "bad_option" || Boolean(wasm?.isPermanentError(code));
 }
 
 /** Call into the wasm module; its failures become `SplitError`s. */
 export async function wasmCall(f) {
+  if (trapped) throw trapped;
   try {
     return await f();
   } catch (e) {

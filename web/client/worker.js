@@ -10,8 +10,12 @@
 //        { event: "group" | "group-error" | "group-progress", value }
 //                                            a device group's members, refusals and batch progress
 //        { event: "group-peer", value }        WebRTC work for the page (client/peer.js)
+//        { event: "trap", value: { message } }  the wasm module trapped (a panic): after the
+//                                            call's own "wasm_trap" error; the page replaces
+//                                            this worker with a fresh one
 
 import { SplitClient, SplitError } from "../split-client.js";
+import { fromWasm, wasm } from "./wasm.js";
 
 let client = null;
 /** This worker's device group, when the page joined one (`client/group.js`). */
@@ -37,6 +41,8 @@ const methods = {
     return client.describe();
   },
   alive: () => true,
+  /** What a bug in the module would do: the browser tests provoke a trap with it. */
+  forcePanic: (message) => wasm.forcePanicForTests(message),
   classify: (image, split, options) => client.classify(image, split, options),
   ping: (probeBytes, timeoutMs) => client.ping(probeBytes, timeoutMs),
   benchCodec: (image, split, codec, repeats) => client.benchCodec(image, split, codec, repeats),
@@ -84,6 +90,8 @@ onmessage = async ({ data: { id, method, args } }) => {
     if (!client && method !== "create" && method !== "alive") throw new SplitError("bad_option", "the client is not created yet");
     postMessage({ id, result: await f(...args) });
   } catch (e) {
-    postMessage({ id, error: { code: e?.code ?? "internal", message: e?.message ?? String(e) } });
+    const error = fromWasm(e);
+    postMessage({ id, error: { code: error.code, message: error.message } });
+    if (error.code === "wasm_trap") postMessage({ event: "trap", value: { message: error.message } });
   }
 };

@@ -192,7 +192,7 @@ async function loadChecks(page, name) {
   });
   console.table(idle);
   assert.notEqual(idle.at(-1).placement, "edge_only", `${name}: an idle server on loopback gets work`);
-  const loader = await startLoad(page.context(), 6, 3);
+  const loader = await startLoad(page.context(), 16, 3);
   const loaded = await page.evaluate(async () => {
     const c = window.splitClient;
     const rows = [];
@@ -200,7 +200,7 @@ async function loadChecks(page, name) {
       const r = await c.classify(window.chelsea, "auto", {});
       const f = r.explain.forecast;
       rows.push({ placement: r.placement.mode === "split" ? `${r.placement.boundary}/${r.placement.codec}` : r.placement.mode,
-                  top1: r.top[0].class, totalMs: Math.round(r.totalMs), queueMs: Math.round(f.now.queue_ms) });
+                  top1: r.top[0].class, totalMs: Math.round(r.totalMs), queueMs: Math.round(f.now.queueMs) });
       if (r.placement.mode === "edge_only" && rows.length > 1) break;
       await new Promise((res) => setTimeout(res, 400));
     }

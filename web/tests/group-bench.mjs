@@ -124,7 +124,7 @@ await withPage(GPU_ARGS.cpu, (pa) => withPage(GPU_ARGS.cpu, (pb) => withPage(GPU
   await pa.waitForFunction((n) => window.splitGroup.members.length === n, pages.length + (agent ? 1 : 0));
   const members = await pa.evaluate(() => window.splitGroup.members);
   console.log("| device | backend | measured ms / image |\n|---|---|---|");
-  for (const m of members) console.log(`| ${m.name} (peer ${m.peer}) | ${m.backend} | ${m.ms_per_image.toFixed(1)} |`);
+  for (const m of members) console.log(`| ${m.name} (peer ${m.peer}) | ${m.backend} | ${m.msPerImage.toFixed(1)} |`);
   const sets = [[peers[0]], peers.slice(0, 2), peers].slice(0, pages.length);
   if (agent) sets.push(members.map((m) => m.peer));
   // Each member alone, one image after another: its images/s is also the frames/s it would

@@ -68,7 +68,7 @@ await withPage(GPU_ARGS.cpu, (a) => withPage(GPU_ARGS.cpu, (b) => withPage(GPU_A
     await a.waitForFunction(({ peerB, peerC }) => window.splitGroup.links?.[peerB] === "open" && window.splitGroup.links?.[peerC] === "open",
       { peerB, peerC }, { timeout: 60_000 });
     assert.equal(await c.evaluate(() => document.querySelectorAll("#d-members tbody tr").length), 4, "C's panel lists the group");
-    console.table(members.map((m) => ({ peer: m.peer, name: m.name, backend: m.backend, ms_per_image: m.ms_per_image.toFixed(1) })));
+    console.table(members.map((m) => ({ peer: m.peer, name: m.name, backend: m.backend, ms_per_image: m.msPerImage.toFixed(1) })));
     const peerAgent = members.find((m) => m.backend === "native").peer;
 
     // The unsplit answers, on A alone.
@@ -88,7 +88,7 @@ await withPage(GPU_ARGS.cpu, (a) => withPage(GPU_ARGS.cpu, (b) => withPage(GPU_A
       for (const n of names) bytes[n] = new Uint8Array(await (await fetch(`samples/${n}.png`)).arrayBuffer());
       const order = Array.from({ length: 21 }, (_, i) => names[(i * 5 + (i >> 2)) % 3]);
       const g = window.splitGroup;
-      const expected = await window.splitClient.planTasks(order.length, g.members.map((m) => m.ms_per_image), g.members.map(() => 0));
+      const expected = await window.splitClient.planTasks(order.length, g.members.map((m) => m.msPerImage), g.members.map(() => 0));
       const started = performance.now();
       const results = await g.classifyAll(order.map((n) => bytes[n]));
       return { order, results, expected, peers: g.members.map((m) => m.peer), ms: performance.now() - started };
@@ -110,7 +110,7 @@ await withPage(GPU_ARGS.cpu, (a) => withPage(GPU_ARGS.cpu, (b) => withPage(GPU_A
     assert.deepEqual(counts, planned, "each device took what its measured speed gives it");
     // Round-robin gives every device 5 or 6 whatever its speed: here a device measured 1.5x
     // faster than another never takes fewer photos, and somewhere takes at least two more.
-    const speed = Object.fromEntries(members.map((m) => [m.peer, m.ms_per_image]));
+    const speed = Object.fromEntries(members.map((m) => [m.peer, m.msPerImage]));
     const pairs = members.flatMap((f) => members.filter((s) => speed[f.peer] * 1.5 <= speed[s.peer]).map((s) => [f.peer, s.peer]));
     assert.ok(pairs.length > 0, `the measured speeds ${JSON.stringify(speed)} should differ by 1.5x somewhere (the agent is native)`);
     const took = (p) => counts[p] ?? 0;

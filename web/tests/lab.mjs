@@ -135,7 +135,7 @@ async function trace(name) {
           }
           return { samples: out, durationMs };
         }, { mode, origin, scale: TRACE_SCALE });
-        const switches = await page.evaluate(() => window.client.switches.map((s) => ({ at_ms: s.at_ms, reason: s.reason })));
+        const switches = await page.evaluate(() => window.client.switches.map((s) => ({ at_ms: s.atMs, reason: s.reason })));
         runs.push({ repeat: 0, mode, origin, duration_ms: durationMs,
           switches, samples: samples.map(({ r, s, wall }) => ({ ...sample(r, s, wall), t: s - origin })) });
         log(`trace ${name} ${mode}: ${samples.length} requests`);

@@ -406,7 +406,8 @@ try {
   });
   // The client never hangs: a WebSocket handshake the link holds fails with "timeout" within
   // the connect deadline (and does not wedge the connection: the next attempt connects), and
-  // a worker that died fails its calls, first with "timeout", then at once with "worker".
+  // a worker that died fails its calls, first with "timeout", then at once with "worker", and
+  // a panic in the wasm module is reported with its message and the worker replaced.
   await withPage(GPU_ARGS.cpu, async (page) => {
     await page.exposeFunction("setLink", (mode) => link.set(mode));
     await page.goto(`${pageUrl}`);
@@ -440,7 +441,16 @@ try {
       let later = null;
       t = performance.now();
       try { await doomed.weightsState(); } catch (e) { later = e.code; }
-      return { stalled, stalledMs, reconnected, first, firstMs, later, laterMs: performance.now() - t };
+      const laterMs = performance.now() - t;
+      // A third whose wasm module panics, as a bug would: the call fails with the panic's
+      // message, the trapped worker is replaced, and the next call is answered by the new one.
+      const panicky = await SplitClient.create({ weights: "none" });
+      let trap = null;
+      try { await panicky.call("forcePanic", "forced by outage.mjs"); } catch (e) { trap = { code: e.code, message: e.message }; }
+      const after = await panicky.classify(image, "cloud");
+      const restarts = panicky.restarts;
+      panicky.terminate();
+      return { stalled, stalledMs, reconnected, first, firstMs, later, laterMs, trap, afterTop1: after.top[0].class, restarts };
     });
     console.log("outage: never hangs", JSON.stringify(out));
     assert.equal(out.stalled, "timeout", "a held handshake fails with timeout");
@@ -450,6 +460,11 @@ try {
     assert.ok(out.firstMs < 10_000, `within the worker deadline: ${out.firstMs} ms`);
     assert.equal(out.later, "worker", "once the worker is known dead, calls fail with worker");
     assert.ok(out.laterMs < 1_000, "and at once");
+    assert.equal(out.trap?.code, "wasm_trap", "a panic in the module fails the call with wasm_trap");
+    assert.match(out.trap.message, /forced by outage\.mjs/, "with the panic's message");
+    assert.match(out.trap.message, /panic\.rs:\d+/, "and where it happened");
+    assert.equal(out.restarts, 1, "the trapped worker was replaced once");
+    assert.equal(out.afterTop1, 282, "the replacement answers");
   });
   console.log("outage: passed");
 } finally {

@@ -7,7 +7,7 @@ async function embed(bytes: Uint8Array): Promise<string> {
     backend: "auto",
     weights: "block5",
     onProgress: (p) => console.log(p.stage, p.fraction),
-    constraints: { privacy_floor: "block5", min_agreement: 0.98 },
+    constraints: { privacyFloor: "block5", minAgreement: 0.98 },
   });
   try {
     const r: ClassifyResult = await client.classify(bytes, "block5", { codec: "q6" });
@@ -16,7 +16,7 @@ async function embed(bytes: Uint8Array): Promise<string> {
     const where: Placement | undefined = auto.placement;
     if (where?.mode === "split") console.log(where.boundary, where.codec);
     const why = await client.explain();
-    if (client.inWorker && why) console.log(why.forecast.link_up, client.boundaries().length);
+    if (client.inWorker && why) console.log(why.forecast.linkUp, client.boundaries().length);
     return `${r.top[0].name} ${r.totalMs.toFixed(1)} ms on ${client.backend} (${client.wasmBuild})`;
   } catch (e) {
     if (e instanceof SplitError) return `${e.code}: ${e.message}`;

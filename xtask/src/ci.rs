@@ -138,9 +138,12 @@ fn native_side(prefetch: Prefetch) -> Result<(PathBuf, PathBuf)> {
     let weights = setup::ensure_weights()?;
     let calibration = crate::setup::ensure_calibration()?;
     run(cargo()
-        .args(["test", "--workspace"])
+        .args(["test", "--workspace", "--exclude", "split-kernels"])
         .env("SPLIT_WEIGHTS", &weights)
         .env("SPLIT_CALIBRATION", &calibration))?;
+    // The kernels' own tests with overflow checks and debug assertions on (its own profile, so
+    // that nothing else links checked kernels).
+    run(cargo().args(["test", "-p", "split-kernels", "--profile", "kernels-checked"]))?;
     Ok((weights, calibration))
 }
 
@@ -156,6 +159,8 @@ fn browser_tests((weights, calibration): &(PathBuf, PathBuf)) -> Result<()> {
     run(Command::new("node").arg("tests/qr.mjs").current_dir(&web))?;
     // The client's TypeScript declarations against the way the README embeds it.
     run(Command::new(web.join("node_modules/.bin/tsc")).args(["-p", "."]).current_dir(&web))?;
+    // ... and against the code: what they declare, the classes have.
+    run(Command::new("node").arg("tests/dts-check.mjs").current_dir(&web))?;
     check_package(&web)?;
     let flags = [
         "--weights".into(),
@@ -180,8 +185,10 @@ fn browser_tests((weights, calibration): &(PathBuf, PathBuf)) -> Result<()> {
         .env("SPLIT_SERVER_CMD", command))?;
     // Device groups: three browsers and the native agent share a batch, run pipelines, and
     // lose a member mid-stream.
-    run(cargo().args(["build", "-p", "device-agent"]))?;
+    // The agent the workspace's test build made (for its own tests): `cargo build -p
+    // device-agent` would resolve features for it alone and compile its dependencies again.
     let agent = crate::cmd::target_dir().join("debug/device-agent");
+    anyhow::ensure!(agent.exists(), "{} is missing: the test build makes it", agent.display());
     run(Command::new("node")
         .arg("tests/group.mjs")
         .current_dir(&web)

@@ -63,3 +63,29 @@ pub fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map_or_else(|| paths::repo_root().join("target"), PathBuf::from)
 }
+
+/// `cargo install NAME --version VERSION --root ROOT`, first with the crate's own lock file
+/// (`--locked`: the dependency versions its release was tested with). A registry may no longer
+/// offer one of those (a yanked release: on a new machine `wasm-bindgen-cli` 0.2.130's lock
+/// names `webpki-roots` 1.0.11, which crates.io does not serve any more); then the newest
+/// compatible versions are resolved instead, as a plain `cargo install` would, and it says so.
+pub fn cargo_install(name: &str, version: &str, root: &std::path::Path) -> Result<()> {
+    let install = |locked: bool| {
+        let mut c = cargo();
+        without_lints(&mut c).args(["install", name, "--version", version, "--root"]).arg(root);
+        if locked {
+            c.arg("--locked");
+        }
+        eprintln!("$ {c:?}");
+        c.status().with_context(|| format!("running cargo install {name}"))
+    };
+    if install(true)?.success() {
+        return Ok(());
+    }
+    eprintln!(
+        "{name} {version}: its lock file names a dependency version the registry does not \
+         offer; installing it with the newest compatible dependencies instead"
+    );
+    anyhow::ensure!(install(false)?.success(), "cargo install {name} {version} failed");
+    Ok(())
+}

@@ -10,7 +10,9 @@
 //! and this task replaces what lies between with what [`render`] makes of the data. `./run.sh
 //! test` runs it in check mode (`--check`): a doc whose block differs from its data fails the
 //! tests, so a re-measured cost table cannot leave old figures behind. Figures a doc quotes from
-//! a one-off measurement name the command that made them instead.
+//! a one-off measurement name the command that made them instead. Both modes also check that
+//! every relative link of the committed Markdown files leads to a file and heading that exist
+//! ([`crate::doc_links`]).
 
 use std::path::Path;
 
@@ -69,6 +71,13 @@ pub fn run(a: Args) -> Result<()> {
         );
     }
     eprintln!("docs: generated blocks match their data");
+    let files = crate::doc_links::markdown_files(&root)?;
+    let broken = crate::doc_links::check(&root, &files)?;
+    if !broken.is_empty() {
+        let list: Vec<String> = broken.iter().map(ToString::to_string).collect();
+        bail!("{} broken link(s) in the docs:\n  {}", broken.len(), list.join("\n  "));
+    }
+    eprintln!("docs: the links of {} Markdown files lead somewhere", files.len());
     Ok(())
 }
 

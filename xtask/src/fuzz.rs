@@ -72,7 +72,8 @@ fn seed(fuzz_dir: &std::path::Path, calibration: &Calibration) -> Result<()> {
     Ok(())
 }
 
-/// The cargo-fuzz release the fuzzers run with (installed with `--locked`).
+/// The cargo-fuzz release the fuzzers run with (installed with its own lock file where the
+/// registry still has every version it names: [`crate::cmd::cargo_install`]).
 const CARGO_FUZZ_VERSION: &str = "0.13.2";
 
 /// A short run of every target, as the test command does: `seconds` each.
@@ -87,11 +88,7 @@ fn ensure_cargo_fuzz() -> Result<std::path::PathBuf> {
     let bin = tools.join("bin/cargo-fuzz");
     if !bin.exists() {
         eprintln!("fuzz: installing cargo-fuzz {CARGO_FUZZ_VERSION} into {}", tools.display());
-        let ok = crate::cmd::without_lints(&mut Command::new("cargo"))
-            .args(["install", "cargo-fuzz", "--locked", "--version", CARGO_FUZZ_VERSION, "--root"])
-            .arg(&tools)
-            .status()?;
-        anyhow::ensure!(ok.success(), "cargo install cargo-fuzz failed");
+        crate::cmd::cargo_install("cargo-fuzz", CARGO_FUZZ_VERSION, &tools)?;
     }
     Ok(bin)
 }

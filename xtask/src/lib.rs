@@ -8,6 +8,7 @@ pub mod ci;
 pub mod cluster;
 pub mod cmd;
 mod convert;
+pub mod doc_links;
 pub mod docs;
 pub mod fuzz;
 pub mod paths;

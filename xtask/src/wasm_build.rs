@@ -44,9 +44,7 @@ fn ensure_wasm_bindgen_cli(version: &str) -> Result<PathBuf> {
     let bin = root.join("bin/wasm-bindgen");
     if !bin.exists() {
         eprintln!("web: installing wasm-bindgen-cli {version} (once, a few minutes)");
-        run(without_lints(&mut cargo())
-            .args(["install", "wasm-bindgen-cli", "--locked", "--version", version, "--root"])
-            .arg(&root))?;
+        crate::cmd::cargo_install("wasm-bindgen-cli", version, &root)?;
     }
     Ok(bin)
 }

@@ -49,6 +49,7 @@ impl PowerState {
 
 /// What a device says of itself when it joins.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct DeviceInfo {
     /// A stable id the device chose (kept across reconnects), `[A-Za-z0-9_-]`, at most
     /// [`MAX_DEVICE_ID_BYTES`]; unique in its group.
@@ -87,7 +88,7 @@ impl DeviceInfo {
             return Err(format!("device name must be 1 to {MAX_NAME_CHARS} printable characters"));
         }
         if !(self.ms_per_image.is_finite() && self.ms_per_image > 0.0 && self.ms_per_image < 1e7) {
-            return Err("ms_per_image must be a positive number of milliseconds".into());
+            return Err("msPerImage must be a positive number of milliseconds".into());
         }
         if let PowerState::Battery { level } = self.power
             && !(0.0..=1.0).contains(&level)
@@ -100,6 +101,7 @@ impl DeviceInfo {
 
 /// A member as every member sees it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Member {
     /// The number the server gave it in this group: what `signal` and relayed frames address.
     pub peer: u32,
@@ -114,7 +116,7 @@ pub struct Member {
 
 /// From a device to the server.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(tag = "type", rename_all = "snake_case", rename_all_fields = "camelCase")]
 pub enum ClientMessage {
     /// Start a new group and join it; the server picks its join code.
     Create {
@@ -203,7 +205,7 @@ impl GroupErrorCode {
 
 /// From the server to a device.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(tag = "type", rename_all = "snake_case", rename_all_fields = "camelCase")]
 pub enum ServerMessage {
     /// This device is in the group.
     Joined {
@@ -277,7 +279,7 @@ impl ClientMessage {
         if let Self::Status { ms_per_image: Some(ms), .. } = message
             && !(ms.is_finite() && ms > 0.0 && ms < 1e7)
         {
-            return Err((GroupErrorCode::BadMessage, "ms_per_image must be positive".into()));
+            return Err((GroupErrorCode::BadMessage, "msPerImage must be positive".into()));
         }
         if let Self::Status { power: PowerState::Battery { level }, .. } = message
             && !(0.0..=1.0).contains(&level)
@@ -328,7 +330,7 @@ mod tests {
 
     #[test]
     fn a_browser_may_leave_out_what_it_does_not_know() {
-        let text = r#"{"type":"create","device":{"id":"a","name":"tv","backend":"native","ms_per_image":80}}"#;
+        let text = r#"{"type":"create","device":{"id":"a","name":"tv","backend":"native","msPerImage":80}}"#;
         let ClientMessage::Create { device } = ClientMessage::parse(text).unwrap() else {
             panic!("a create")
         };
@@ -362,7 +364,7 @@ mod tests {
             assert_eq!(code(&text), GroupErrorCode::BadMessage, "{bad:?}");
         }
         assert_eq!(
-            code(r#"{"type":"status","load":1,"ms_per_image":-3}"#),
+            code(r#"{"type":"status","load":1,"msPerImage":-3}"#),
             GroupErrorCode::BadMessage
         );
     }

@@ -9,6 +9,8 @@
 //! - [`relay`]: the envelope of a binary message one member sends another through the server
 //!   when no direct channel exists; what it carries is an ordinary protocol frame
 //!   ([`crate::protocol`]), so a device answers a relayed request exactly as the server would;
+//! - [`route`]: a pipeline's route, the stages a request still has to run and who gets the
+//!   answer, sent ahead of its frame from member to member;
 //! - [`tasks`]: how a batch is shared out over members in proportion to their measured speed;
 //! - [`chain`]: where to cut the network across a chain of devices (and the cloud), for the
 //!   fastest single answer or the highest stream throughput;
@@ -21,12 +23,14 @@ pub mod chain;
 pub mod fusion;
 pub mod message;
 pub mod relay;
+pub mod route;
 pub mod tasks;
 
 pub use message::{
     Backend, ClientMessage, DeviceInfo, GroupErrorCode, Member, PowerState, ServerMessage,
 };
 pub use relay::{RelayError, RelayFrame};
+pub use route::{Hop, Route, RouteStage};
 
 /// Characters of a join code: no 0/O, 1/I/L, so a code read aloud or off a screen is typed
 /// right.

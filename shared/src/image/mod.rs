@@ -8,6 +8,7 @@ mod resample;
 
 use ::image::ImageDecoder;
 use ::image::metadata::Orientation;
+#[cfg(feature = "model")]
 use burn::tensor::{Device, Tensor, TensorData};
 
 use crate::error::{Error, Result};
@@ -235,6 +236,7 @@ pub fn normalize(img: &RgbImage) -> Vec<f32> {
     out
 }
 
+#[cfg(feature = "model")]
 /// The input tensor for one preprocessed image.
 ///
 /// # Shapes

@@ -7,6 +7,8 @@ use std::sync::OnceLock;
 
 use super::boundary::{Boundary, NUM_BOUNDARIES};
 
+/// Largest batch a caller may run or send in one frame.
+pub const MAX_BATCH: usize = 4;
 /// Input resolution the weights were trained at.
 pub const INPUT_SIZE: usize = 224;
 /// Number of ImageNet classes.

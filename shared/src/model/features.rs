@@ -1,6 +1,7 @@
 //! Activations at a boundary: what the edge computes up to its split and the cloud resumes
 //! from. The shape is checked once, when the value is made; everything downstream trusts it.
 
+#[cfg(feature = "model")]
 use burn::tensor::{Device, Tensor, TensorData};
 
 use super::{Boundary, MAX_BATCH, ModelError, Result};
@@ -45,6 +46,7 @@ impl Features {
         Ok(Self { boundary, dims, values })
     }
 
+    #[cfg(feature = "model")]
     /// Activations read back from a tensor's data (after `into_data`, or `into_data_async` in
     /// the browser).
     ///
@@ -57,6 +59,7 @@ impl Features {
         Self::new(boundary, &dims, values)
     }
 
+    #[cfg(feature = "model")]
     /// Run `tensor` back to host memory (native; the browser awaits `into_data_async`).
     ///
     /// # Errors
@@ -109,6 +112,7 @@ impl Features {
         })
     }
 
+    #[cfg(feature = "model")]
     /// As a tensor on `device`, ready for `forward_range(_, self.boundary(), _)`.
     pub fn to_tensor(self, device: &Device) -> Tensor<4> {
         Tensor::from_data(TensorData::new(self.values, self.dims.to_vec()), device)

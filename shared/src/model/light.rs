@@ -12,10 +12,15 @@
 use std::fmt;
 use std::str::FromStr;
 
+#[cfg(feature = "model")]
 use burn::tensor::Device;
 
-use super::{Boundary, EfficientNetLite0, ModelError, Result, weight_shards};
-use crate::container::{Quantization, TensorFile, dequantize, quantize};
+#[cfg(feature = "model")]
+use super::EfficientNetLite0;
+use super::{Boundary, ModelError, Result, weight_shards};
+#[cfg(feature = "model")]
+use crate::container::dequantize;
+use crate::container::{Quantization, TensorFile, quantize};
 
 /// A light model's precision, by name: `int8` (one scale per output channel) or `int4-g<N>`
 /// (one scale per N consecutive weights).
@@ -57,6 +62,7 @@ pub fn light_shards(weights: &TensorFile, precision: LightPrecision) -> Vec<(Bou
     weight_shards(weights).into_iter().map(|(b, s)| (b, quantize(&s, precision.0))).collect()
 }
 
+#[cfg(feature = "model")]
 impl EfficientNetLite0 {
     /// Load the stage ending at `end` from a light shard (see the module docs); loading its
     /// full shard later replaces it.

@@ -11,19 +11,23 @@ mod arch;
 mod boundary;
 mod error;
 mod features;
+#[cfg(feature = "model")]
 pub mod fused;
 mod light;
+#[cfg(feature = "model")]
 mod network;
 mod weights;
 
 pub use arch::{
-    BlockSpec, BoundaryInfo, HEAD_CHANNELS, INPUT_SIZE, NUM_CLASSES, blocks, boundary_table,
+    BlockSpec, BoundaryInfo, HEAD_CHANNELS, INPUT_SIZE, MAX_BATCH, NUM_CLASSES, blocks,
+    boundary_table,
 };
 pub use boundary::{Boundary, NUM_BOUNDARIES};
 pub use error::{ModelError, Result};
 pub use features::{Features, check_shape};
 pub use light::{DEFAULT_LIGHT, LightPrecision, light_shards};
-pub use network::{Depthwise, EfficientNetLite0, MAX_BATCH, MbConv, Pointwise, Stem};
+#[cfg(feature = "model")]
+pub use network::{Depthwise, EfficientNetLite0, MbConv, Pointwise, Stem};
 #[cfg(not(target_family = "wasm"))]
 pub use weights::read_weights;
 pub use weights::{WEIGHTS_MAGIC, stage_prefix, weight_shard, weight_shards};

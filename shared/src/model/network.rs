@@ -14,9 +14,6 @@ use super::fused;
 use super::{ModelError, Result, check_shape};
 use crate::container::TensorFile;
 
-/// Largest batch a caller may run or send in one frame.
-pub const MAX_BATCH: usize = 4;
-
 /// A 1x1 convolution, batch norm folded in. Weight in panels `[c_out / pw, c_in, pw]`
 /// ([`fused::pointwise`]).
 #[derive(Module, Debug)]

@@ -5,9 +5,12 @@
 //! the classifier (60%). A shard is a weights file itself (same magic, checksum and names),
 //! holding the tensors of one stage.
 
+#[cfg(feature = "model")]
 use burn::tensor::Device;
 
-use super::{Boundary, EfficientNetLite0, Result};
+#[cfg(feature = "model")]
+use super::EfficientNetLite0;
+use super::{Boundary, Result};
 use crate::container::TensorFile;
 
 /// First four bytes of a weights file.
@@ -43,6 +46,7 @@ pub fn weight_shards(weights: &TensorFile) -> Vec<(Boundary, TensorFile)> {
     Boundary::all().filter_map(|b| weight_shard(weights, b).map(|s| (b, s))).collect()
 }
 
+#[cfg(feature = "model")]
 impl EfficientNetLite0 {
     /// The network from the bytes of a weights file (what the browser fetches).
     ///

@@ -10,6 +10,7 @@ use super::planner::{
 
 /// Tuning of the controller.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ControllerConfig {
     /// Re-plan at least this often, ms.
     pub period_ms: f64,
@@ -72,6 +73,7 @@ impl Coin {
 
 /// A logged change of placement.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Switch {
     /// When, ms.
     pub at_ms: f64,

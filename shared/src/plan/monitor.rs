@@ -83,6 +83,7 @@ impl Series {
 
 /// Current and forecast conditions.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Forecast {
     /// The moving averages now.
     pub now: Conditions,
@@ -97,6 +98,7 @@ pub struct Forecast {
 
 /// Whether each condition has been observed yet.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Measured {
     /// Round trip (pings, replies).
     pub rtt: bool,

@@ -37,6 +37,7 @@ impl fmt::Display for Placement {
 
 /// One option the planner weighs, with its costs at nominal conditions.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Candidate {
     /// What it is.
     pub placement: Placement,
@@ -56,6 +57,7 @@ pub struct Candidate {
 
 /// Network and load conditions the plan is made for.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Conditions {
     /// Round trip, ms.
     pub rtt_ms: f64,
@@ -96,6 +98,7 @@ pub const DEFAULT_PRIVACY_FLOOR: Boundary = Boundary::HEAD;
 
 /// Limits the user sets.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Constraints {
     /// Candidates with fewer than this many stages on the edge are never chosen; any value
     /// above 0 also forbids uploading the image (raw pixels never leave the device).
@@ -116,6 +119,7 @@ impl Default for Constraints {
 
 /// A candidate's predicted latency, broken down.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Estimate {
     /// The candidate.
     pub placement: Placement,

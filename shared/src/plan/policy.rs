@@ -12,6 +12,7 @@ use super::{
 
 /// Probing and waiting rules.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ProbeConfig {
     /// Probe the network this often while the adaptive mode is in use, ms.
     pub period_ms: f64,
@@ -46,6 +47,7 @@ impl Default for ProbeConfig {
 
 /// A finished request, as the client saw it.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct RequestObservation {
     /// Bytes sent (0: it ran on the edge).
     pub bytes_sent: f64,
@@ -59,6 +61,7 @@ pub struct RequestObservation {
 
 /// An answered ping.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct PingObservation {
     /// Padding it carried (0: a bare round-trip ping).
     pub probe_bytes: u32,
@@ -72,6 +75,7 @@ pub struct PingObservation {
 
 /// What the page shows to explain the current choice.
 #[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Explanation {
     /// Conditions now and forecast.
     pub forecast: Forecast,

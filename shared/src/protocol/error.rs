@@ -181,6 +181,44 @@ impl ErrorCode {
 }
 
 impl ErrorCode {
+    /// Every code a peer of this version sends, in wire order.
+    pub const ALL: [ErrorCode; 13] = [
+        Self::Malformed,
+        Self::UnsupportedVersion,
+        Self::TooLarge,
+        Self::UnknownModel,
+        Self::ShapeMismatch,
+        Self::BadImage,
+        Self::Busy,
+        Self::UnsupportedMessage,
+        Self::Internal,
+        Self::CalibrationMismatch,
+        Self::KeyframeRequired,
+        Self::UnsupportedCodec,
+        Self::RateLimited,
+    ];
+
+    /// The code whose [`name`](Self::name) this is; `None` for a name not on the wire.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.name() == name)
+    }
+
+    /// Whether the same request may succeed if sent again later, unchanged: the server was
+    /// busy, over a client's rate, or failed on its side. Clients retry these (or answer
+    /// locally meanwhile); every other refusal is the request's own.
+    pub fn is_transient(self) -> bool {
+        matches!(self, Self::Busy | Self::RateLimited | Self::Internal)
+    }
+
+    /// Whether sending the same request again can never succeed: every code but the
+    /// transient ones, `keyframe_required` (send a keyframe instead) and a code from a newer
+    /// peer (whose meaning is not known here).
+    pub fn is_permanent(self) -> bool {
+        !self.is_transient() && !matches!(self, Self::KeyframeRequired | Self::Unknown)
+    }
+}
+
+impl ErrorCode {
     /// The code a reply carries for a request that failed with `e`: every layer's errors map
     /// here, in the protocol, so the codec and the model need not know the wire.
     pub fn of(e: &crate::Error) -> Self {
@@ -224,5 +262,30 @@ impl ErrorCode {
             | ModelError::StageNotLoaded { .. }
             | ModelError::Backend(_) => Self::Internal,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_numbers_go_both_ways() {
+        for code in ErrorCode::ALL {
+            assert_eq!(ErrorCode::from_u16(code as u16), code);
+            assert_eq!(ErrorCode::from_name(code.name()), Some(code));
+        }
+        assert_eq!(ErrorCode::from_u16(14), ErrorCode::Unknown);
+        assert_eq!(ErrorCode::from_name("network"), None, "a client-side code is not on the wire");
+    }
+
+    #[test]
+    fn every_code_is_transient_permanent_or_neither_for_a_reason() {
+        let transient: Vec<_> = ErrorCode::ALL.into_iter().filter(|c| c.is_transient()).collect();
+        assert_eq!(transient, [ErrorCode::Busy, ErrorCode::Internal, ErrorCode::RateLimited]);
+        let neither: Vec<_> =
+            ErrorCode::ALL.into_iter().filter(|c| !c.is_transient() && !c.is_permanent()).collect();
+        assert_eq!(neither, [ErrorCode::KeyframeRequired]);
+        assert!(!ErrorCode::Unknown.is_transient() && !ErrorCode::Unknown.is_permanent());
     }
 }
