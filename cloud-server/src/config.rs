@@ -116,9 +116,10 @@ pub struct Config {
     /// `keyframe_required`.
     #[arg(long, env = "SPLIT_STREAM_BYTES_PER_SESSION", default_value_t = 1 << 20)]
     pub stream_bytes_per_session: usize,
-    /// Bytes of stream references all sessions keep together. A session whose keyframe goes
-    /// over it loses its references (its deltas then get `keyframe_required`, so it streams
-    /// keyframes only until others leave).
+    /// Bytes of memory the stream references of all sessions may hold together (each byte of
+    /// symbols counted as the 1.3 bytes it measured to cost with the allocator's slack). A
+    /// session whose keyframe goes over it loses its references (its deltas then get
+    /// `keyframe_required`, so it streams keyframes only until others leave).
     #[arg(long, env = "SPLIT_STREAM_BYTES_TOTAL", default_value_t = 64 << 20)]
     pub stream_bytes_total: usize,
     /// PEM certificate chain: serve HTTPS and `wss://` (with `--tls-key`).

@@ -57,12 +57,28 @@ export async function loadWasm(backend, build) {
   }
   const gpu = backend !== "cpu" && (await hasWebGpuAdapter());
   const relaxed = hasRelaxedSimd();
-  const dir = BUILD_DIRS[build]
+  let dir = BUILD_DIRS[build]
     ?? (gpu ? "pkg" : relaxed && helpers > 0 ? "pkg-cpu-threads" : relaxed ? "pkg-cpu-relaxed" : "pkg-cpu");
-  const module = await import(new URL(`../${dir}/wasm_edge.js`, import.meta.url).href);
-  await module.default();
+  let module;
+  try {
+    module = await instantiate(dir);
+  } catch (e) {
+    // A build the client picked (not one the caller asked for) that does not load, e.g. one
+    // `./run.sh demo` is still compiling: the single-threaded CPU build runs everywhere.
+    if (build != null || dir === "pkg-cpu" || backend === "webgpu") throw e;
+    console.warn(`split-client: the ${dir} build did not load (${e?.message ?? e}); using pkg-cpu`);
+    dir = "pkg-cpu";
+    module = await instantiate(dir);
+  }
   if (dir === "pkg-cpu-threads") await module.startThreads(helpers);
   wasm = module;
+  return module;
+}
+
+/** Import and instantiate the build in `web/<dir>/`. */
+async function instantiate(dir) {
+  const module = await import(new URL(`../${dir}/wasm_edge.js`, import.meta.url).href);
+  await module.default();
   return module;
 }
 

@@ -589,6 +589,21 @@ if (!only) {
   console.log(`e2e: embedding example: ${embedded.text}`);
   assert.equal(embedded.top1, 282, `the embedding example classifies chelsea as a tiger cat: ${embedded.text}`);
 }
+// The build the client picks does not load (`./run.sh demo` serves before the WebGPU and
+// threaded builds are made): the page falls back to the single-threaded CPU build and works.
+if (!only || only === "missing-build") {
+  const missing = await withPage(GPU_ARGS.webgpu, async (page) => {
+    await page.context().route(/\/pkg(-cpu-relaxed|-cpu-threads)?\//, (r) => r.fulfill({ status: 404, body: "not built yet" }));
+    await page.goto(new URL("index.html", url).href);
+    await page.waitForFunction(() => ["ready", "failed"].includes(document.body.dataset.state), null, { timeout: STEP_TIMEOUT_MS });
+    const state = await page.evaluate(() => document.body.dataset.state);
+    const error = state === "ready" ? "" : await page.textContent("#error");
+    return { state, error, build: await page.evaluate(() => document.body.dataset.wasmBuild) };
+  });
+  assert.equal(missing.state, "ready", `without the WebGPU and threaded builds the page failed: ${missing.error}`);
+  assert.equal(missing.build, "cpu", "without the WebGPU and threaded builds the page loads the CPU build");
+  console.log("e2e: missing builds: the page fell back to the CPU build");
+}
 const top1s = new Set(all.map((r) => r.top1));
 assert.equal(top1s.size, 1, "top-1 must agree between the WebGPU and CPU passes");
 console.log(`e2e: passed (${all.length} classifications, top-1 ${[...top1s][0]})`);

@@ -79,16 +79,14 @@ fn joined<T>(name: &str, step: JoinHandle<Result<T>>) -> Result<T> {
 }
 
 /// The builds off the native target directory, in a thread beside the native one: the four
-/// browser modules (`web/node_modules` first: binaryen's `wasm-opt`) and the fuzzers'
-/// instrumented build (the pinned nightly and cargo-fuzz installed first). On two cores each
-/// side leaves the other room: one crate at a time at the end of a build, `wasm-opt` on one
-/// thread, downloads. `stop` set by the native side ends it after its current step.
+/// browser modules (`web/node_modules` first: binaryen's `wasm-opt`). On two cores each side
+/// leaves the other room: one crate at a time at the end of a build, `wasm-opt` on one thread,
+/// downloads. `stop` set by the native side ends it after its current step.
 fn browser_lane(stop: Arc<AtomicBool>) -> JoinHandle<Result<()>> {
     std::thread::spawn(move || {
-        let steps: [fn() -> Result<()>; 3] = [
+        let steps: [fn() -> Result<()>; 2] = [
             || crate::browser::ensure_node_modules(&paths::repo_root().join("web")),
             crate::wasm_build::build,
-            crate::fuzz::build,
         ];
         for step in steps {
             if stop.load(Ordering::Relaxed) {
@@ -100,8 +98,8 @@ fn browser_lane(stop: Arc<AtomicBool>) -> JoinHandle<Result<()>> {
     })
 }
 
-/// `cargo xtask test`: the native side (lints, the build, the Rust tests) and the browser lane
-/// (the wasm modules, the fuzzers' build) at once, then what needs both: Miri, the browser
+/// `cargo xtask test`: the native side (lints, the build, the Rust tests, Miri, the fuzzers'
+/// build) and the browser lane (the wasm modules) at once, then what needs both: the browser
 /// tests, the cluster, the labs' quick modes, the fuzzers.
 pub fn test_all() -> Result<()> {
     let (freed, sessions) = crate::prune::prune_target(&crate::cmd::target_dir());
@@ -128,7 +126,9 @@ pub fn test_all() -> Result<()> {
 }
 
 /// The native side: formatting and the lint + test build, the setup the downloads finish
-/// (weights, calibration), the Rust tests. Returns the weights and calibration files.
+/// (weights, calibration), the Rust tests, then Miri and the fuzzers' instrumented build (the
+/// pinned nightly and cargo-fuzz installed first), which on a new machine finish while the
+/// browser lane still compiles modules. Returns the weights and calibration files.
 fn native_side(prefetch: Prefetch) -> Result<(PathBuf, PathBuf)> {
     let checked = habits();
     // Joined whatever happened: an install cut short (apt's dpkg above all) breaks the next run.
@@ -144,15 +144,15 @@ fn native_side(prefetch: Prefetch) -> Result<(PathBuf, PathBuf)> {
     // The kernels' own tests with overflow checks and debug assertions on (its own profile, so
     // that nothing else links checked kernels).
     run(cargo().args(["test", "-p", "split-kernels", "--profile", "kernels-checked"]))?;
+    // The kernels' `unsafe` under Miri (portable and reference paths, small shapes).
+    crate::toolchain::miri_kernels()?;
+    crate::fuzz::build()?;
     Ok((weights, calibration))
 }
 
-/// Everything after both sides: Miri, the browser tests, the cluster, the labs' quick modes,
-/// the fuzzers' short run.
+/// Everything after both sides: the browser tests, the cluster, the labs' quick modes, the
+/// fuzzers' short run.
 fn browser_tests((weights, calibration): &(PathBuf, PathBuf)) -> Result<()> {
-    // The kernels' `unsafe` under Miri (portable and reference paths, small shapes); after the
-    // browser lane, which may be installing the nightly Miri runs on.
-    crate::toolchain::miri_kernels()?;
     let web = paths::repo_root().join("web");
     ensure_browser_tools(&web)?;
     // The Devices panel's QR encoder against an independent encoder's symbols.

@@ -6,7 +6,7 @@ use std::process::{Child, Command, Stdio};
 use anyhow::{Context, Result, bail};
 
 use crate::cmd::{build_server, run, target_dir};
-use crate::paths;
+use crate::{paths, wasm_build};
 
 /// A running cloud-server, killed on drop.
 pub struct Server {
@@ -66,12 +66,39 @@ pub fn server_command(extra: &[String]) -> (std::path::PathBuf, Vec<String>) {
     (target_dir().join("debug/cloud-server"), args)
 }
 
-/// `cargo xtask demo [server flags]`: everything the demo needs, then the server in the foreground.
+/// `cargo xtask demo [server flags]`: everything the demo needs, then the server in the
+/// foreground.
+///
+/// Ready as soon as the page can work: the setup and the server's native build run in a thread
+/// beside the fallback browser build every engine runs ([`wasm_build::FALLBACK_BUILD`]; their
+/// own target directories, so on two cores each side leaves the other room), then the server
+/// starts while the WebGPU and threaded builds go on in the background. Until they are made
+/// the page loads the fallback build (`web/client/wasm.js`); a reload after picks them up.
 pub fn demo(args: &[String]) -> Result<()> {
-    crate::setup::ensure_weights()?;
-    crate::setup::ensure_calibration()?;
-    crate::wasm_build::build()?;
-    build_server()?;
+    let native = std::thread::spawn(|| -> Result<()> {
+        crate::setup::ensure_weights()?;
+        crate::setup::ensure_calibration()?;
+        build_server()
+    });
+    let fallback = wasm_build::build_only(&[wasm_build::FALLBACK_BUILD]);
+    // Joined whatever the browser side did: a build cut short by this process ending goes on.
+    native.join().map_err(|_| anyhow::anyhow!("the server's build panicked"))??;
+    fallback?;
+    let rest: Vec<&'static str> =
+        wasm_build::BUILD_DIRS.into_iter().filter(|d| *d != wasm_build::FALLBACK_BUILD).collect();
+    let web = paths::repo_root().join("web");
+    let missing = rest.iter().any(|d| !web.join(d).join("wasm_edge_bg.wasm").exists());
+    if missing {
+        eprintln!(
+            "demo: the page works now on the CPU build; the WebGPU and threaded builds compile \
+             in the background (minutes on a new machine; the page is slower meanwhile)"
+        );
+    }
+    std::thread::spawn(move || match wasm_build::build_only(&rest) {
+        Ok(()) if missing => eprintln!("demo: every browser build is ready; reload the page"),
+        Ok(()) => {}
+        Err(e) => eprintln!("demo: a browser build failed ({e:#}); the page keeps the CPU build"),
+    });
     let bin = target_dir().join("debug/cloud-server");
     run(Command::new(&bin).args(args).current_dir(paths::repo_root()))
 }

@@ -4,6 +4,7 @@
 //! rustup on first use, after which the checks only ask rustup what is there (no network).
 
 use std::process::Command;
+use std::sync::Mutex;
 
 use anyhow::Result;
 
@@ -13,9 +14,15 @@ use crate::paths;
 /// The nightly every nightly-only step uses.
 pub const NIGHTLY: &str = "nightly-2026-05-20";
 
+/// Held while one thread asks rustup about [`NIGHTLY`] and installs what is missing: the test
+/// command's two lanes both need the nightly (the threaded module, Miri and the fuzzers), and
+/// two rustup installs of one toolchain at once would race.
+static INSTALLING: Mutex<()> = Mutex::new(());
+
 /// Install [`NIGHTLY`] (minimal profile) with `components`, once: a later call with the same
 /// components asks rustup what is installed and downloads nothing.
 pub fn ensure_nightly(components: &[&str]) -> Result<()> {
+    let _one_at_a_time = INSTALLING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let out = Command::new("rustup")
         .args(["component", "list", "--installed", "--toolchain", NIGHTLY])
         .output()?;

@@ -72,8 +72,13 @@ struct Variant {
 /// 339 s, 12.0 / 2.95 MB; none 13.6 / 2.82 MB. Gzipped (how the server sends it) -O1 is the
 /// smallest and four times faster to make than -O3.
 const WASM_OPT_WEBGPU: &str = "-O1";
-/// `wasm-opt` on the CPU modules, where the network's compute runs in wasm: -O3.
-const WASM_OPT_CPU: &str = "-O3";
+/// `wasm-opt` on the CPU modules, where the network's compute runs in wasm: -O1 too. Measured
+/// on the relaxed-SIMD module (2.42 MB from wasm-bindgen; npm binaryen, two cores with a build
+/// beside it): -O1 18 s, 2.34 MB, 710 kB gzipped; -O3 94 s, 2.24 MB, 726 kB gzipped. The
+/// page's own edge profile (`profileEdge(30)`, whole network, six alternating page loads of
+/// each) gave -O1 33.1–52.7 ms (median 38.0) and -O3 36.0–52.5 ms (median 46.7): -O3 bought
+/// no speed, a larger download and five times the time (reports/cold-test/README.md).
+const WASM_OPT_CPU: &str = "-O1";
 
 /// WebGPU + CPU for browsers with WebGPU; CPU-only (no cubecl/wgpu: a fraction of the size)
 /// for the rest; the same with relaxed SIMD's fused multiply-add for engines that validate it,
@@ -147,18 +152,37 @@ fn gzip_len(path: &Path) -> Result<u64> {
     Ok(out.stdout.len() as u64)
 }
 
+/// The build every browser can run (simd128, one thread), and the one the client falls back
+/// to when the build it picked is missing: the demo serves as soon as this one is made.
+pub const FALLBACK_BUILD: &str = "pkg-cpu";
+
+/// The folders under `web/` the browser builds go to, in the order [`build`] makes them (the
+/// variants' `dir`s; a test keeps the two lists together).
+pub const BUILD_DIRS: [&str; 4] = ["pkg", "pkg-cpu", "pkg-cpu-relaxed", "pkg-cpu-threads"];
+
 /// `cargo xtask web`: compile `wasm-edge` for the browser, every variant, generate the JS
 /// bindings in `web/pkg*` and optimise them.
+pub fn build() -> Result<()> {
+    build_only(&BUILD_DIRS)
+}
+
+/// [`build`] for the variants whose folders `dirs` names, in that order.
 ///
 /// A module's bindings and `wasm-opt` (single-threaded, minutes on the WebGPU module) run in a
 /// thread of their own while the next module compiles: on two cores the compile of one crate
-/// at a time (one codegen unit, fat LTO) leaves a core free for them.
-pub fn build() -> Result<()> {
+/// at a time (one codegen unit, fat LTO) leaves a core free for them. Each folder is made
+/// beside `web/` and moved into place whole, so a server serving the page meanwhile never hands
+/// out half a module.
+pub fn build_only(dirs: &[&str]) -> Result<()> {
     ensure_wasm_target()?;
     let bindgen = ensure_wasm_bindgen_cli(&locked_wasm_bindgen_version()?)?;
     let opt = wasm_opt()?;
     let mut finishing = Vec::new();
-    for v in &VARIANTS {
+    for dir in dirs {
+        let v = VARIANTS
+            .iter()
+            .find(|v| v.dir == *dir)
+            .with_context(|| format!("no browser build makes web/{dir}"))?;
         let mut cmd = if v.threads {
             ensure_nightly(&["rust-src"])?;
             let mut c = nightly_cargo();
@@ -205,9 +229,18 @@ pub fn build() -> Result<()> {
         std::fs::copy(&wasm, &input).with_context(|| format!("copying {}", wasm.display()))?;
         let (bindgen, opt) = (bindgen.clone(), opt.clone());
         finishing.push(std::thread::spawn(move || {
-            let raw = bind_and_optimise(v, &bindgen, &opt, &input, &out_dir)?;
+            let staging = paths::repo_root().join("web").join(format!(".{}.building", v.dir));
+            if staging.exists() {
+                std::fs::remove_dir_all(&staging)?;
+            }
+            let raw = bind_and_optimise(v, &bindgen, &opt, &input, &staging)?;
             std::fs::remove_file(&input)?;
-            std::fs::write(&stamp, &source)?;
+            std::fs::write(staging.join(".built-from"), &source)?;
+            if out_dir.exists() {
+                std::fs::remove_dir_all(&out_dir)?;
+            }
+            std::fs::rename(&staging, &out_dir)
+                .with_context(|| format!("moving {} into place", staging.display()))?;
             Ok((v.dir, Some(raw)))
         }));
     }
@@ -275,4 +308,20 @@ fn bind_and_optimise(
     }
     run(&mut o)?;
     Ok(raw)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_build_folders_are_the_variants_folders() {
+        assert_eq!(VARIANTS.map(|v| v.dir), BUILD_DIRS);
+        assert!(BUILD_DIRS.contains(&FALLBACK_BUILD));
+        // The fallback must run everywhere: no target features beyond the default simd128,
+        // no threads, no WebGPU.
+        let fallback = VARIANTS.iter().find(|v| v.dir == FALLBACK_BUILD).unwrap();
+        assert!(fallback.features.is_empty() && fallback.target_features.is_none());
+        assert!(!fallback.threads);
+    }
 }
