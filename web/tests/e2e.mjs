@@ -605,5 +605,6 @@ if (!only || only === "missing-build") {
   console.log("e2e: missing builds: the page fell back to the CPU build");
 }
 const top1s = new Set(all.map((r) => r.top1));
-assert.equal(top1s.size, 1, "top-1 must agree between the WebGPU and CPU passes");
-console.log(`e2e: passed (${all.length} classifications, top-1 ${[...top1s][0]})`);
+// One pass alone (SPLIT_E2E_PASS) may classify nothing: the missing-build check.
+if (all.length > 0) assert.equal(top1s.size, 1, "top-1 must agree between the WebGPU and CPU passes");
+console.log(`e2e: passed (${all.length} classifications, top-1 ${[...top1s][0] ?? "–"})`);
