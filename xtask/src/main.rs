@@ -4,7 +4,8 @@
 //!   install the codec calibration the project ships (`profiles/calibration.splc`);
 //! - `web`: build the wasm edge module into `web/pkg` (WebGPU), `web/pkg-cpu`,
 //!   `web/pkg-cpu-relaxed` and `web/pkg-cpu-threads` (CPU only);
-//! - `demo`: setup + web, then start the server and print the URL;
+//! - `demo`: setup, the server and the CPU module, then the server (it prints the URL) while
+//!   the other modules build behind it;
 //! - `cluster`: as `demo`, with several server replicas behind HAProxy;
 //! - `test`: setup + web, then every test, the headless-browser ones included;
 //! - `fuzz`: the libFuzzer targets on the frame and codec decoders (pinned nightly);
@@ -43,8 +44,9 @@ enum Task {
     /// Build the wasm edge module into `web/pkg` (WebGPU), `web/pkg-cpu`, `web/pkg-cpu-relaxed`
     /// and `web/pkg-cpu-threads` (Web Worker threads; built with a pinned nightly).
     Web,
-    /// Setup + web, then start the server and print the URL; arguments after `--` go to the
-    /// server (`./run.sh demo -- --help` lists them).
+    /// Setup, the server and the CPU module, then start the server and print the URL while the
+    /// WebGPU and other CPU modules build behind it; arguments after `--` go to the server
+    /// (`./run.sh demo -- --help` lists them).
     Demo {
         /// Arguments for cloud-server.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
