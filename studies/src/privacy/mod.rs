@@ -62,8 +62,10 @@ pub struct InvertArgs {
         default_value = "stem,block0,block1,block3,block5,block8,block11,block13,block15,head"
     )]
     boundaries: Vec<Boundary>,
-    /// Codecs the features travel in (`f32`, `q6`, ... as `./run.sh eval --codecs`).
-    #[arg(long, value_delimiter = ',', default_value = "f32,q6")]
+    /// Codecs the features travel in (`f32`, `s14`, `q6`, ... as `./run.sh eval --codecs`);
+    /// default: uncoded and the default codec. The page's reconstructions (`--page-dir`) are
+    /// the first codec's.
+    #[arg(long, value_delimiter = ',', default_values_t = default_codecs())]
     codecs: Vec<String>,
     /// Noise added before coding: `none`, `gauss:<scale>`, `laplace:<scale>`.
     #[arg(long, value_delimiter = ',', default_value = "none")]
@@ -89,6 +91,11 @@ pub struct InvertArgs {
     /// (the demo page's "what the server could reconstruct", web/samples/seen).
     #[arg(long)]
     page_dir: Option<PathBuf>,
+}
+
+/// `f32` and the codec clients send by default.
+fn default_codecs() -> Vec<String> {
+    vec!["f32".into(), split_shared::codec::DEFAULT_SETTING.to_string()]
 }
 
 impl InvertArgs {
@@ -264,12 +271,16 @@ mod page_index {
     /// The page's reconstructions and the default floor must say the same thing: every sample's
     /// reconstruction from the floor on is below the threshold, and the boundary measured just
     /// before it still gave a recognisable one (or the floor would be later than the data says).
+    /// And they must have been measured on what a client sends by default: the default codec,
+    /// no noise (a change of `DEFAULT_SETTING` fails here until `./run.sh invert` is re-run).
     #[test]
     fn the_default_floor_is_what_the_measurements_say() {
         let dir = paths::repo_root().join("web/samples/seen");
         let index: serde_json::Value =
             serde_json::from_slice(&std::fs::read(dir.join("index.json")).unwrap()).unwrap();
         assert_eq!(index["floor"], DEFAULT_PRIVACY_FLOOR.name());
+        assert_eq!(index["codec"], split_shared::codec::DEFAULT_SETTING.to_string());
+        assert_eq!(index["noise"], "none");
         assert_eq!(index["threshold"]["structure"], RECOGNISABLE_STRUCTURE);
         let samples = index["samples"].as_object().unwrap();
         assert_eq!(samples.len(), 3, "the three bundled samples");
