@@ -4,28 +4,17 @@
 // per load. Against any server with the page (`./run.sh demo`):
 //
 //   SPLIT_URL=http://127.0.0.1:8080/ [BUILDS=cpu,cpu-relaxed] [ROUNDS=3] [REPEATS=30] node tests/cpu-builds-bench.mjs
-import { GPU_ARGS, withPage } from "./browser.mjs";
+import { edgeProfileMs } from "./browser.mjs";
 
 const url = process.env.SPLIT_URL ?? "http://127.0.0.1:8080/";
 const BUILDS = (process.env.BUILDS ?? "cpu,cpu-relaxed").split(",");
 const ROUNDS = Number(process.env.ROUNDS ?? 3);
 const REPEATS = Number(process.env.REPEATS ?? 30);
 
-async function edgeMs(build) {
-  return withPage(GPU_ARGS.cpu, async (page) => {
-    await page.goto(new URL(`index.html?backend=cpu&wasm=${build}&weights=all`, url).href);
-    await page.waitForFunction(() => ["ready", "failed"].includes(document.body.dataset.state), null, { timeout: 300_000 });
-    return page.evaluate(async (repeats) => {
-      const p = await window.splitClient.profileEdge(repeats);
-      return { ms: p.ms[p.ms.length - 1], build: window.splitClient.wasmBuild };
-    }, REPEATS);
-  });
-}
-
 const all = Object.fromEntries(BUILDS.map((b) => [b, []]));
 for (let round = 0; round < ROUNDS; round++) {
   for (const build of BUILDS) {
-    const { ms, build: loaded } = await edgeMs(build);
+    const { ms, build: loaded } = await edgeProfileMs(url, build, REPEATS);
     if (loaded !== build) throw new Error(`asked for ${build}, the page loaded ${loaded}`);
     all[build].push(ms);
     console.log(`round ${round} ${build}: ${ms.toFixed(1)} ms`);

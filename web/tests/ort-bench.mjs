@@ -5,7 +5,7 @@
 //   npm install --no-save onnxruntime-web@1.30.0
 //   SPLIT_URL=http://127.0.0.1:8080/ ONNX=~/.cache/splitinfer/onnx/efficientnet-lite0.onnx [JSON_OUT=f.json] node tests/ort-bench.mjs
 import { copyFileSync, cpSync, existsSync, writeFileSync } from "node:fs";
-import { GPU_ARGS, withPage } from "./browser.mjs";
+import { GPU_ARGS, edgeProfileMs, withPage } from "./browser.mjs";
 
 const url = process.env.SPLIT_URL ?? "http://127.0.0.1:8080/";
 const REPEATS = Number(process.env.REPEATS ?? 20);
@@ -18,20 +18,8 @@ if (!existsSync("node_modules/onnxruntime-web/dist/ort.wasm.bundle.min.mjs")) {
 copyFileSync(onnx, "pkg/efficientnet-lite0.onnx");
 cpSync("node_modules/onnxruntime-web/dist", "pkg/ort", { recursive: true });
 
-/** burn's whole network in one build of the CPU module: the page's own profile (median). */
-async function burnMs(build) {
-  return withPage(GPU_ARGS.cpu, async (page) => {
-    await page.goto(new URL(`index.html?backend=cpu&wasm=${build}&weights=all`, url).href);
-    await page.waitForFunction(() => ["ready", "failed"].includes(document.body.dataset.state), null, { timeout: 300_000 });
-    return page.evaluate(async (repeats) => {
-      const p = await window.splitClient.profileEdge(repeats);
-      return { ms: p.ms[p.ms.length - 1], build: window.splitClient.wasmBuild };
-    }, REPEATS);
-  });
-}
-
 const burn = {};
-for (const build of ["cpu", "cpu-relaxed", "cpu-threads"]) burn[build] = (await burnMs(build)).ms;
+for (const build of ["cpu", "cpu-relaxed", "cpu-threads"]) burn[build] = (await edgeProfileMs(url, build, REPEATS)).ms;
 
 /** ONNX Runtime Web's whole network on `threads` threads, in a fresh page (ORT fixes its
  * thread count when its module starts); the page is cross-origin isolated, so 2 threads run. */
