@@ -152,6 +152,10 @@ fn gzip_len(path: &Path) -> Result<u64> {
     Ok(out.stdout.len() as u64)
 }
 
+/// The file in each module folder naming the compiler output and `wasm-opt` level it was made
+/// from.
+const STAMP: &str = ".built-from";
+
 /// The build every browser can run (simd128, one thread), and the one the client falls back
 /// to when the build it picked is missing: the demo serves as soon as this one is made.
 pub const FALLBACK_BUILD: &str = "pkg-cpu";
@@ -170,9 +174,9 @@ pub fn build() -> Result<()> {
 ///
 /// A module's bindings and `wasm-opt` (single-threaded, minutes on the WebGPU module) run in a
 /// thread of their own while the next module compiles: on two cores the compile of one crate
-/// at a time (one codegen unit, fat LTO) leaves a core free for them. Each folder is made
-/// beside `web/` and moved into place whole, so a server serving the page meanwhile never hands
-/// out half a module.
+/// at a time (one codegen unit, fat LTO) leaves a core free for them. Each folder is made in
+/// a hidden folder of `web/` and moved into place whole, so a server serving the page
+/// meanwhile never hands out half a module.
 pub fn build_only(dirs: &[&str]) -> Result<()> {
     ensure_wasm_target()?;
     let bindgen = ensure_wasm_bindgen_cli(&locked_wasm_bindgen_version()?)?;
@@ -216,7 +220,7 @@ pub fn build_only(dirs: &[&str]) -> Result<()> {
         let out_dir = paths::repo_root().join("web").join(v.dir);
         // Bindings and optimisation take minutes on the WebGPU build: skip them when this
         // compiler output is the one the folder was made from.
-        let stamp = out_dir.join(".built-from");
+        let stamp = out_dir.join(STAMP);
         let source = format!("{} {}", source_id(&wasm)?, v.opt_level);
         let file = out_dir.join("wasm_edge_bg.wasm");
         if file.exists() && std::fs::read_to_string(&stamp).is_ok_and(|s| s == source) {
@@ -235,7 +239,7 @@ pub fn build_only(dirs: &[&str]) -> Result<()> {
             }
             let raw = bind_and_optimise(v, &bindgen, &opt, &input, &staging)?;
             std::fs::remove_file(&input)?;
-            std::fs::write(staging.join(".built-from"), &source)?;
+            std::fs::write(staging.join(STAMP), &source)?;
             if out_dir.exists() {
                 std::fs::remove_dir_all(&out_dir)?;
             }
