@@ -365,7 +365,10 @@ async function imageChecks(page, name) {
     const rows = [];
     for (const split of ["edge", "block5", "cloud", "auto"]) {
       const top = async (img) => (await client.classify(img, split, {})).top;
-      rows.push({ split, upright: await top(upright), rotated: await top(rotated), sideways: await top(sideways) });
+      const rotatedResult = await client.classify(rotated, split, {});
+      const where = (p) => p ? (p.mode === "split" ? `${p.boundary}/${p.codec}` : p.mode) : null;
+      rows.push({ split, upright: await top(upright), rotated: rotatedResult.top, sideways: await top(sideways),
+        placement: where(rotatedResult.placement) });
     }
     const webp = await client.classify(await encode("image/webp", false), "block11", {});
     // A 4000x3000 photo of noise at JPEG quality 1: over the 8 MiB frame limit.
@@ -379,7 +382,7 @@ async function imageChecks(page, name) {
   });
   // Distance of a result from the upright photo's: over the upright top-5, the probability mass moved.
   const distance = (a, b) => b.reduce((d, p) => d + Math.abs(p.prob - (a.find((q) => q.class === p.class)?.prob ?? 0)), 0);
-  const table = out.rows.map((r) => ({ split: r.split, upright: r.upright[0].class, rotated: r.rotated[0].class, sideways: r.sideways[0].class,
+  const table = out.rows.map((r) => ({ split: r.split, placement: r.placement, upright: r.upright[0].class, rotated: r.rotated[0].class, sideways: r.sideways[0].class,
     "rotated vs upright": distance(r.rotated, r.upright).toFixed(3), "sideways vs upright": distance(r.sideways, r.upright).toFixed(3) }));
   console.table(table);
   for (const r of out.rows) {
@@ -387,7 +390,12 @@ async function imageChecks(page, name) {
     assert.ok(distance(r.rotated, r.upright) < distance(r.sideways, r.upright) / 2,
       `${name}/${r.split}: the EXIF-rotated photo is classified as the upright one, not as its sideways pixels`);
   }
-  assert.equal(new Set(out.rows.map((r) => r.rotated[0].class)).size, 1, `${name}: every mode agrees on the rotated photo`);
+  // The fixed splits at the default codec agree on the top class. `auto` is left out of that one
+  // check: under the load of the checks before it, it may send a coarser codec (s12 at the stem was
+  // seen), and this photo's two best classes, tiger cat and Egyptian cat, are close enough for such
+  // a codec to swap them; the distance check above still holds it to the upright photo.
+  const fixed = out.rows.filter((r) => r.split !== "auto");
+  assert.equal(new Set(fixed.map((r) => r.rotated[0].class)).size, 1, `${name}: every fixed split agrees on the rotated photo`);
   assert.ok(out.webp.mode === "split" && CATS.has(out.webp.top1), `${name}: a WebP is classified: ${JSON.stringify(out.webp)}`);
   assert.ok(out.large.bytes > 8 << 20, `${name}: the large photo is over the frame limit (${out.large.bytes} bytes)`);
   assert.ok(out.large.mode === "cloud" && out.large.sent < 200_000, `${name}: a photo over the frame limit goes as the model input: ${JSON.stringify(out.large)}`);
