@@ -8,7 +8,9 @@
 //! - [`depthwise`]: kxk depthwise, stride 1 or 2, TF-SAME padding in the index ranges, + bias + ReLU6;
 //! - [`conv_nchw_to_nhwc`]: the stem, reading the NCHW input and writing NHWC;
 //! - [`mbconv`]: a whole MBConv block in bands of rows, so an early block's large expanded
-//!   activation stays in cache between its three convolutions.
+//!   activation stays in cache between its three convolutions;
+//! - [`quant_matmul`]: a matrix product over GGUF's block-quantized weights (`Q4_1`, `Q8_0`),
+//!   dequantized in registers: the language model's every projection.
 //!
 //! Each is written once over a small vector trait and compiled for AVX-512 (x86-64-v4: the same
 //! 8-lane code with 32 registers and larger tiles), AVX2+FMA (x86-64-v3), WebAssembly simd128,
@@ -28,6 +30,7 @@ mod alloc;
 mod depthwise;
 mod mbconv;
 mod pointwise;
+mod quant;
 pub mod reference;
 mod shape;
 mod simd;
@@ -42,6 +45,7 @@ mod tests;
 extern crate self as split_kernels;
 
 pub use alloc::{conv_nchw_to_nhwc_new, depthwise_new, mbconv_new, pointwise_new};
+pub use quant::{QBLOCK, QuantFormat, QuantMatrix, QuantShapeError, quant_matmul};
 pub use mbconv::{BAND_BYTES, BAND_MIN_BYTES, Conv, MbConvParams, MbConvShape, mbconv};
 pub use shape::{Activation, ConvShape, PANEL, PointwiseShape};
 #[cfg(all(feature = "threads", target_family = "wasm"))]

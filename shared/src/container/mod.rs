@@ -6,16 +6,20 @@
 //! - [`TensorFile`]: named tensors (f32, or 16-bit integers) with a checksum, the container of
 //!   the weights (magic "SPLW") and of the codec calibration ("SPLC"); the layers above choose
 //!   the magic.
+//! - [`Gguf`]: llama.cpp's model file (typed metadata, tensor descriptions, aligned data),
+//!   what the language model's weights come in;
 //! - [`quantize`] / [`dequantize`]: the same tensors in 8 or 4 bits per weight ("SPLQ"), the
 //!   file of the light model.
 //!
 //! Nothing here knows what the bytes mean; errors say what is wrong with the bytes.
 
 mod cursor;
+mod gguf;
 mod quantized;
 mod tensor_file;
 
 pub(crate) use cursor::Cursor;
 pub use cursor::Truncated;
+pub use gguf::{GgmlType, Gguf, GgufError, GgufTensor, GgufValue};
 pub use quantized::{QUANTIZED_FILE_VERSION, QUANTIZED_MAGIC, Quantization, dequantize, quantize};
 pub use tensor_file::{ContainerError, TENSOR_FILE_VERSION, TensorFile, fnv1a64};

@@ -1,0 +1,327 @@
+//! Matrix products over block-quantized weights (GGUF's `Q4_1` and `Q8_0`), dequantized in
+//! registers: the weights stay at 4.75 or 8.5 bits per value in memory and each block of 32
+//! becomes floats only inside the dot product that reads it.
+//!
+//! A language model's decode step is a chain of matrix × vector products whose weights come
+//! cold from memory every token, so bytes read are the cost; a `Q4_1` row is a fifth of its
+//! `f32` size. Per block of 32 values along a row:
+//!
+//! - `Q4_1`: `w[j] = scale · q[j] + min`, `q[j]` four bits (`j < 16`: the low nibble of byte
+//!   `j`; `j ≥ 16`: the high nibble of byte `j - 16`), so `Σ w·x = scale · Σ q·x + min · Σ x`,
+//!   and `Σ x` per block is computed once per input vector, not once per row;
+//! - `Q8_0`: `w[j] = scale · q[j]`, `q[j]` a signed byte.
+//!
+//! The scales and minimums are kept as `f32` beside the packed values (GGUF stores them as
+//! `f16` inside each block), so the inner loop does no half-float conversion.
+//!
+//! The loops are safe code over fixed-size arrays; the x86 entries compile the same loop with
+//! AVX2 + FMA enabled (`f32::mul_add` is then one instruction; elsewhere it would be a library
+//! call, so the portable build multiplies and adds).
+
+use std::sync::Mutex;
+
+use crate::threads;
+
+/// Values per quantization block.
+pub const QBLOCK: usize = 32;
+
+/// A block quantization format of GGUF.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QuantFormat {
+    /// 4-bit values with a per-block scale and minimum.
+    Q4_1,
+    /// 8-bit signed values with a per-block scale.
+    Q8_0,
+}
+
+impl QuantFormat {
+    /// Packed bytes per block (without the scale and minimum).
+    pub const fn packed_bytes(self) -> usize {
+        match self {
+            QuantFormat::Q4_1 => QBLOCK / 2,
+            QuantFormat::Q8_0 => QBLOCK,
+        }
+    }
+}
+
+/// A row-major `rows × cols` matrix in blocks of [`QBLOCK`] along each row (`cols` a multiple
+/// of it): block `b` of row `r` is block `r · cols / 32 + b` of `scales`, `mins` (empty for
+/// `Q8_0`) and `packed` ([`QuantFormat::packed_bytes`] each).
+#[derive(Clone, Copy, Debug)]
+pub struct QuantMatrix<'a> {
+    /// How the values are packed.
+    pub format: QuantFormat,
+    /// Output values (one per row).
+    pub rows: usize,
+    /// Input values per row.
+    pub cols: usize,
+    /// Per block: the scale.
+    pub scales: &'a [f32],
+    /// Per block: the minimum (`Q4_1`); empty for `Q8_0`.
+    pub mins: &'a [f32],
+    /// Per block: the packed values.
+    pub packed: &'a [u8],
+}
+
+/// What is wrong with a [`QuantMatrix`] or the vectors given with it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum QuantShapeError {
+    /// `cols` is not a multiple of the block size.
+    #[error("{cols} columns is not a multiple of the {QBLOCK}-value block")]
+    Cols {
+        /// The columns given.
+        cols: usize,
+    },
+    /// A slice's length does not match the shape.
+    #[error("{what}: {got} values, the shape needs {expected}")]
+    Len {
+        /// Which slice.
+        what: &'static str,
+        /// The length it had.
+        got: usize,
+        /// The length the shape needs.
+        expected: usize,
+    },
+    /// The shape's size does not fit in memory's address space.
+    #[error("the shape's size overflows")]
+    Overflow,
+}
+
+impl QuantMatrix<'_> {
+    fn blocks_per_row(&self) -> usize {
+        self.cols / QBLOCK
+    }
+
+    /// Every slice's length against the shape.
+    pub fn check(&self) -> Result<(), QuantShapeError> {
+        if !self.cols.is_multiple_of(QBLOCK) {
+            return Err(QuantShapeError::Cols { cols: self.cols });
+        }
+        let blocks = self.rows.checked_mul(self.blocks_per_row()).ok_or(QuantShapeError::Overflow)?;
+        let packed = blocks.checked_mul(self.format.packed_bytes()).ok_or(QuantShapeError::Overflow)?;
+        let mins = if self.format == QuantFormat::Q4_1 { blocks } else { 0 };
+        for (what, got, expected) in [
+            ("scales", self.scales.len(), blocks),
+            ("mins", self.mins.len(), mins),
+            ("packed", self.packed.len(), packed),
+        ] {
+            if got != expected {
+                return Err(QuantShapeError::Len { what, got, expected });
+            }
+        }
+        Ok(())
+    }
+
+    /// Row `r` as floats (for an embedding lookup, and the tests).
+    pub fn dequantize_row(&self, r: usize, out: &mut [f32]) -> Result<(), QuantShapeError> {
+        self.check()?;
+        if r >= self.rows || out.len() != self.cols {
+            return Err(QuantShapeError::Len { what: "row", got: out.len(), expected: self.cols });
+        }
+        let bpr = self.blocks_per_row();
+        let pb = self.format.packed_bytes();
+        for (b, chunk) in out.chunks_exact_mut(QBLOCK).enumerate() {
+            let i = r * bpr + b;
+            let scale = self.scales[i];
+            let packed = &self.packed[i * pb..(i + 1) * pb];
+            match self.format {
+                QuantFormat::Q4_1 => {
+                    let min = self.mins[i];
+                    for j in 0..QBLOCK / 2 {
+                        chunk[j] = scale * f32::from(packed[j] & 15) + min;
+                        chunk[j + QBLOCK / 2] = scale * f32::from(packed[j] >> 4) + min;
+                    }
+                }
+                QuantFormat::Q8_0 => {
+                    for (w, &q) in chunk.iter_mut().zip(packed) {
+                        *w = scale * f32::from(q as i8);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Work per thread below which a call stays on one thread.
+const MIN_VALUES_PER_PART: usize = 1 << 16;
+
+/// `out[t, r] = Σ_c w[r, c] · x[t, c]` for `tokens` input vectors: `x: [tokens, cols]`,
+/// `out: [tokens, rows]`. Rows are split across the kernels' threads for large matrices.
+/// [`Isa::Reference`](crate::Isa::Reference) dequantizes each row and sums in order (the
+/// definition the tests hold the others to).
+///
+/// # Panics
+/// When `isa` cannot run on this machine.
+pub fn quant_matmul(
+    isa: crate::Isa,
+    w: &QuantMatrix,
+    x: &[f32],
+    tokens: usize,
+    out: &mut [f32],
+) -> Result<(), QuantShapeError> {
+    w.check()?;
+    let need = |what, got: usize, a: usize, b: usize| {
+        let expected = a.checked_mul(b).ok_or(QuantShapeError::Overflow)?;
+        if got == expected { Ok(()) } else { Err(QuantShapeError::Len { what, got, expected }) }
+    };
+    need("x", x.len(), tokens, w.cols)?;
+    need("out", out.len(), tokens, w.rows)?;
+    if tokens == 0 || w.rows == 0 {
+        return Ok(());
+    }
+    let bpr = w.blocks_per_row();
+    // Σ x per block of each input vector (the `min` term of Q4_1).
+    let sums: Vec<f32> = x.chunks_exact(QBLOCK).map(|c| c.iter().sum()).collect();
+    let work = w.rows.saturating_mul(w.cols).saturating_mul(tokens);
+    let parts = threads::max_threads().min(work / MIN_VALUES_PER_PART).min(w.rows).max(1);
+    // Each part writes its rows for every token into a buffer of its own ([rows, tokens]),
+    // scattered into `out` afterwards: the parts share nothing they write.
+    let results: Vec<Mutex<Vec<f32>>> = (0..parts).map(|_| Mutex::new(Vec::new())).collect();
+    if matches!(isa, crate::Isa::Avx2 | crate::Isa::Avx512) {
+        assert!(
+            matches!(crate::Isa::detect(), crate::Isa::Avx2 | crate::Isa::Avx512),
+            "{isa:?} kernels asked for on a machine without AVX2 and FMA"
+        );
+    }
+    threads::run_parts(parts, |p| {
+        let rows = threads::range(w.rows, parts, p);
+        let mut local = vec![0.0f32; rows.len() * tokens];
+        for (k, r) in rows.enumerate() {
+            let blocks = r * bpr..(r + 1) * bpr;
+            for t in 0..tokens {
+                let xt = &x[t * w.cols..(t + 1) * w.cols];
+                let st = &sums[t * bpr..(t + 1) * bpr];
+                local[k * tokens + t] = row_dot(isa, w, blocks.clone(), xt, st);
+            }
+        }
+        *results[p].lock().unwrap_or_else(|e| e.into_inner()) = local;
+    });
+    for (p, result) in results.into_iter().enumerate() {
+        let local = result.into_inner().unwrap_or_else(|e| e.into_inner());
+        for (k, r) in threads::range(w.rows, parts, p).enumerate() {
+            for t in 0..tokens {
+                out[t * w.rows + r] = local[k * tokens + t];
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One row's dot product with one input vector, on the best instruction set.
+fn row_dot(
+    isa: crate::Isa,
+    w: &QuantMatrix,
+    blocks: std::ops::Range<usize>,
+    x: &[f32],
+    sums: &[f32],
+) -> f32 {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        crate::Isa::Avx2 | crate::Isa::Avx512 => {
+            // SAFETY: `quant_matmul` asserted that this machine has AVX2 and FMA, the
+            // features `row_dot_fma` is compiled with.
+            unsafe { row_dot_fma(w, blocks, x, sums) }
+        }
+        crate::Isa::Reference => row_dot_reference(w, blocks, x),
+        _ => row_dot_plain(w, blocks, x, sums),
+    }
+}
+
+/// The definition: each block dequantized, products summed in order.
+fn row_dot_reference(w: &QuantMatrix, blocks: std::ops::Range<usize>, x: &[f32]) -> f32 {
+    let mut values = [0.0f32; QBLOCK];
+    let mut sum = 0.0f32;
+    let pb = w.format.packed_bytes();
+    for (k, i) in blocks.enumerate() {
+        let packed = &w.packed[i * pb..(i + 1) * pb];
+        for (j, v) in values.iter_mut().enumerate() {
+            let q = match w.format {
+                QuantFormat::Q4_1 => f32::from((packed[j % (QBLOCK / 2)] >> (4 * (j / (QBLOCK / 2)))) & 15),
+                QuantFormat::Q8_0 => f32::from(packed[j] as i8),
+            };
+            *v = w.scales[i] * q + w.mins.get(i).copied().unwrap_or(0.0);
+        }
+        for (v, xv) in values.iter().zip(&x[k * QBLOCK..(k + 1) * QBLOCK]) {
+            sum += v * xv;
+        }
+    }
+    sum
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn row_dot_fma(w: &QuantMatrix, blocks: std::ops::Range<usize>, x: &[f32], sums: &[f32]) -> f32 {
+    row_dot_generic::<true>(w, blocks, x, sums)
+}
+
+fn row_dot_plain(w: &QuantMatrix, blocks: std::ops::Range<usize>, x: &[f32], sums: &[f32]) -> f32 {
+    row_dot_generic::<false>(w, blocks, x, sums)
+}
+
+#[inline(always)]
+fn madd<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
+    if FMA { a.mul_add(b, c) } else { a * b + c }
+}
+
+/// `Σ_c w[r, c] · x[c]` over the row's `blocks`; `x` is the whole input vector and `sums` its
+/// per-block sums. Sixteen accumulators, one per lane pair of a block, summed at the end.
+#[inline(always)]
+fn row_dot_generic<const FMA: bool>(
+    w: &QuantMatrix,
+    blocks: std::ops::Range<usize>,
+    x: &[f32],
+    sums: &[f32],
+) -> f32 {
+    const H: usize = QBLOCK / 2;
+    let first = blocks.start;
+    let mut acc = [0.0f32; H];
+    let mut offset = 0.0f32;
+    match w.format {
+        QuantFormat::Q4_1 => {
+            let packed = &w.packed[first * H..blocks.end * H];
+            for (((b, q), xb), &scale) in packed
+                .chunks_exact(H)
+                .enumerate()
+                .zip(x.chunks_exact(QBLOCK))
+                .zip(&w.scales[blocks.clone()])
+            {
+                let q: &[u8; H] = q.try_into().expect("chunks of H");
+                let xb: &[f32; QBLOCK] = xb.try_into().expect("chunks of QBLOCK");
+                for j in 0..H {
+                    let t = madd::<FMA>(f32::from(q[j] & 15), xb[j], f32::from(q[j] >> 4) * xb[j + H]);
+                    acc[j] = madd::<FMA>(scale, t, acc[j]);
+                }
+                offset = madd::<FMA>(w.mins[first + b], sums[b], offset);
+            }
+        }
+        QuantFormat::Q8_0 => {
+            let packed = &w.packed[first * QBLOCK..blocks.end * QBLOCK];
+            for ((q, xb), &scale) in packed
+                .chunks_exact(QBLOCK)
+                .zip(x.chunks_exact(QBLOCK))
+                .zip(&w.scales[blocks.clone()])
+            {
+                let q: &[u8; QBLOCK] = q.try_into().expect("chunks of QBLOCK");
+                let xb: &[f32; QBLOCK] = xb.try_into().expect("chunks of QBLOCK");
+                for j in 0..H {
+                    let t = madd::<FMA>(
+                        f32::from(q[j] as i8),
+                        xb[j],
+                        f32::from(q[j + H] as i8) * xb[j + H],
+                    );
+                    acc[j] = madd::<FMA>(scale, t, acc[j]);
+                }
+            }
+        }
+    }
+    // Pairwise, as the vector registers hold them.
+    let mut width = H;
+    while width > 1 {
+        width /= 2;
+        for j in 0..width {
+            acc[j] += acc[j + width];
+        }
+    }
+    acc[0] + offset
+}

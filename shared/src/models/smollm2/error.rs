@@ -1,0 +1,49 @@
+//! What can go wrong loading or running the language model.
+
+use crate::container::GgufError;
+
+/// An error of the language model: its file, its input, its state.
+#[derive(Debug, PartialEq, thiserror::Error)]
+pub enum LlmError {
+    /// The GGUF file cannot be read.
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+    /// A metadata key the model needs is absent.
+    #[error("the model file has no {0:?}")]
+    Missing(String),
+    /// A metadata value of the wrong type or out of range.
+    #[error("the model file's {key:?}: {why}")]
+    Metadata {
+        /// The key.
+        key: String,
+        /// What is wrong with its value.
+        why: String,
+    },
+    /// A tensor of the wrong shape or type.
+    #[error("tensor {name:?}: {why}")]
+    Tensor {
+        /// The tensor's name.
+        name: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// A token id outside the vocabulary.
+    #[error("token {id} is outside the vocabulary of {vocab}")]
+    Token {
+        /// The id.
+        id: u32,
+        /// Tokens in the vocabulary.
+        vocab: usize,
+    },
+    /// More positions than the context (or the cache's budget) holds.
+    #[error("{needed} positions do not fit the context of {limit}")]
+    Context {
+        /// Positions the call would need.
+        needed: usize,
+        /// Positions there are.
+        limit: usize,
+    },
+    /// A layer range outside the model, or a hidden state of the wrong width.
+    #[error("{0}")]
+    Shape(String),
+}

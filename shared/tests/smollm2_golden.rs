@@ -1,0 +1,120 @@
+//! SmolLM2 against the independent numpy forward of the same GGUF file
+//! (`tools/smollm2_reference.py`, which dequantizes with the `gguf` package and tokenizes with
+//! Hugging Face's `tokenizers`): token ids, logits at every position of three chat prompts,
+//! and 32-token greedy continuations.
+
+use split_shared::models::smollm2::{ChatTemplate, KvCache, Message, Smollm2, Tokenizer, argmax};
+
+/// The reference sums in another order (numpy's BLAS, rows dequantized whole); measured on
+/// this machine our logits differ by at most 9.5e-5 (the test prints it; logits are ~10-25),
+/// so 1e-3 leaves a tenfold margin for other CPUs. A convention error (RoPE pairing, a
+/// transposed matrix, the norm's epsilon) moves them by whole units.
+const LOGIT_TOLERANCE: f32 = 1e-3;
+
+fn golden() -> serde_json::Value {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/smollm2_golden.json");
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+fn load() -> (Smollm2, Tokenizer, ChatTemplate) {
+    let path = split_paths::llm_file();
+    let bytes = std::fs::read(&path)
+        .unwrap_or_else(|e| panic!("these tests need SmolLM2's GGUF file at {} (`./run.sh setup`): {e}", path.display()));
+    let g = split_shared::container::Gguf::parse(&bytes).unwrap();
+    let template = ChatTemplate::from_gguf(&g).unwrap();
+    let (model, tok) = Smollm2::load(&bytes).unwrap();
+    (model, tok, template)
+}
+
+fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+}
+
+#[test]
+fn tokenizer_and_chat_format_match_reference() {
+    let (_, tok, template) = load();
+    let g = golden();
+    for case in g["tokenizer"].as_array().unwrap() {
+        let text = case["text"].as_str().unwrap();
+        let want = ids(&case["ids"]);
+        if case["controls"].as_bool().unwrap() {
+            assert_eq!(tok.encode_with_controls(text), want, "{text:?}");
+            assert_ne!(tok.encode(text), want, "{text:?} as plain text spells the control token out");
+        } else {
+            assert_eq!(tok.encode(text), want, "{text:?}");
+        }
+        // Decoding gives the text back, less the bytes the vocabulary cannot spell.
+        assert_eq!(tok.decode(&want).unwrap(), text.replace('\u{4}', ""));
+    }
+    for p in g["prompts"].as_array().unwrap() {
+        let user = p["user"].as_str().unwrap();
+        let ours = template.encode(&tok, &[Message { role: "user".into(), content: user.into() }]).unwrap();
+        assert_eq!(ours, ids(&p["ids"]), "{user:?}");
+    }
+    // A control token's name in a message is text, not markup.
+    let injected = template
+        .encode(&tok, &[Message { role: "user".into(), content: "<|im_end|>".into() }])
+        .unwrap();
+    let end = tok.id("<|im_end|>").unwrap();
+    assert_eq!(injected.iter().filter(|&&t| t == end).count(), 2, "system and user turns' own ends only");
+}
+
+#[test]
+fn logits_and_greedy_continuations_match_reference() {
+    let (model, _, _) = load();
+    let g = golden();
+    let probes = ids(&g["probe_ids"]);
+    let mut worst = 0.0f32;
+    for p in g["prompts"].as_array().unwrap() {
+        let prompt = ids(&p["ids"]);
+        let mut cache = KvCache::new(&model.config, 0..model.config.layers, 256);
+        let mut hidden = model.embed(&prompt).unwrap();
+        model.forward_layers(0..model.config.layers, &mut hidden, &mut cache).unwrap();
+        let logits = model.logits(&hidden).unwrap();
+        let vocab = model.config.vocab;
+        for (pos, want) in p["positions"].as_array().unwrap().iter().enumerate() {
+            let row = &logits[pos * vocab..(pos + 1) * vocab];
+            let top = want["top"].as_array().unwrap();
+            for pair in top {
+                let (id, value) = (pair[0].as_u64().unwrap() as usize, pair[1].as_f64().unwrap() as f32);
+                worst = worst.max((row[id] - value).abs());
+            }
+            for (&id, value) in probes.iter().zip(want["probe"].as_array().unwrap()) {
+                worst = worst.max((row[id as usize] - value.as_f64().unwrap() as f32).abs());
+            }
+            assert_eq!(argmax(row) as u64, top[0][0].as_u64().unwrap(), "position {pos}: top-1");
+        }
+        // Greedy decoding one token at a time on the cache the prompt filled.
+        let want = ids(&p["greedy"]);
+        let mut next = argmax(&logits[(prompt.len() - 1) * vocab..]);
+        let mut got = Vec::new();
+        while got.len() < want.len() {
+            got.push(next);
+            next = argmax(&model.forward(&[next], &mut cache).unwrap());
+        }
+        assert_eq!(got, want, "{}", p["user"]);
+    }
+    eprintln!("largest |logit - reference| = {worst:.2e}");
+    assert!(worst < LOGIT_TOLERANCE, "logits differ from the reference by {worst}");
+}
+
+#[test]
+fn split_layers_equal_the_whole() {
+    let (model, _, _) = load();
+    let prompt = ids(&golden()["prompts"][0]["ids"]);
+    let layers = model.config.layers;
+    let mut whole = KvCache::new(&model.config, 0..layers, 64);
+    let want = model.forward(&prompt, &mut whole).unwrap();
+    // The U-shaped cut: blocks 0..4 on one side, 4..30 on the other, each with its own cache.
+    let (mut front, mut back) = (KvCache::new(&model.config, 0..4, 64), KvCache::new(&model.config, 4..layers, 64));
+    let mut h = model.embed(&prompt).unwrap();
+    model.forward_layers(0..4, &mut h, &mut front).unwrap();
+    model.forward_layers(4..layers, &mut h, &mut back).unwrap();
+    let dim = model.config.dim;
+    assert_eq!(model.logits(&h[h.len() - dim..]).unwrap(), want);
+    // The caches' ranges are enforced, and so is their capacity.
+    assert!(model.forward_layers(0..5, &mut h, &mut front).is_err());
+    let mut small = KvCache::new(&model.config, 0..4, 2);
+    assert!(model.forward_layers(0..4, &mut model.embed(&prompt).unwrap(), &mut small).is_err());
+    assert!(model.embed(&[u32::MAX]).is_err());
+}
