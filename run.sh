@@ -30,7 +30,7 @@ fi
 case "${1:-}" in
   calibrate | eval | fusion | light | stream-eval | invert | adversarial)
     exec cargo run --package split-studies -- "$@" ;;
-  lab | profile | plan-sim | onnx)
+  lab | profile | plan-sim | onnx | chat)
     exec cargo run --package split-lab --bin split-lab -- "$@" ;;
   *)
     exec cargo xtask "$@" ;;

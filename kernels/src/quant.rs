@@ -144,7 +144,7 @@ impl QuantMatrix<'_> {
 }
 
 /// Work per thread below which a call stays on one thread.
-const MIN_VALUES_PER_PART: usize = 1 << 16;
+const MIN_VALUES_PER_PART: usize = 1 << 14;
 
 /// `out[t, r] = Σ_c w[r, c] · x[t, c]` for `tokens` input vectors: `x: [tokens, cols]`,
 /// `out: [tokens, rows]`. Rows are split across the kernels' threads for large matrices.
@@ -189,10 +189,15 @@ pub fn quant_matmul(
         let mut local = vec![0.0f32; rows.len() * tokens];
         for (k, r) in rows.enumerate() {
             let blocks = r * bpr..(r + 1) * bpr;
-            for t in 0..tokens {
+            let dots = &mut local[k * tokens..(k + 1) * tokens];
+            if tokens >= MANY_TOKENS && isa != crate::Isa::Reference {
+                row_dots(isa, w, blocks, x, dots);
+                continue;
+            }
+            for (t, dot) in dots.iter_mut().enumerate() {
                 let xt = &x[t * w.cols..(t + 1) * w.cols];
                 let st = &sums[t * bpr..(t + 1) * bpr];
-                local[k * tokens + t] = row_dot(isa, w, blocks.clone(), xt, st);
+                *dot = row_dot(isa, w, blocks.clone(), xt, st);
             }
         }
         *results[p].lock().unwrap_or_else(|e| e.into_inner()) = local;
@@ -206,6 +211,65 @@ pub fn quant_matmul(
         }
     }
     Ok(())
+}
+
+/// From this many input vectors on, each block of a row is dequantized once into floats and
+/// multiplied with every vector ([`row_dots`]) instead of unpacked again per vector.
+const MANY_TOKENS: usize = 4;
+
+/// One row's dot products with every input vector of `x` (`[dots.len(), cols]`).
+fn row_dots(isa: crate::Isa, w: &QuantMatrix, blocks: std::ops::Range<usize>, x: &[f32], dots: &mut [f32]) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        crate::Isa::Avx2 | crate::Isa::Avx512 => {
+            // SAFETY: as in `row_dot`: `quant_matmul` asserted AVX2 and FMA.
+            unsafe { row_dots_fma(w, blocks, x, dots) }
+        }
+        _ => row_dots_generic::<false>(w, blocks, x, dots),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn row_dots_fma(w: &QuantMatrix, blocks: std::ops::Range<usize>, x: &[f32], dots: &mut [f32]) {
+    row_dots_generic::<true>(w, blocks, x, dots)
+}
+
+#[inline(always)]
+fn row_dots_generic<const FMA: bool>(w: &QuantMatrix, blocks: std::ops::Range<usize>, x: &[f32], dots: &mut [f32]) {
+    const H: usize = QBLOCK / 2;
+    let pb = w.format.packed_bytes();
+    let mut acc = vec![[0.0f32; 8]; dots.len()];
+    let mut values = [0.0f32; QBLOCK];
+    for (b, i) in blocks.enumerate() {
+        let packed = &w.packed[i * pb..(i + 1) * pb];
+        let scale = w.scales[i];
+        match w.format {
+            QuantFormat::Q4_1 => {
+                let min = w.mins[i];
+                for j in 0..H {
+                    values[j] = madd::<FMA>(scale, f32::from(packed[j] & 15), min);
+                    values[j + H] = madd::<FMA>(scale, f32::from(packed[j] >> 4), min);
+                }
+            }
+            QuantFormat::Q8_0 => {
+                for (v, &q) in values.iter_mut().zip(packed) {
+                    *v = scale * f32::from(q as i8);
+                }
+            }
+        }
+        for (t, a) in acc.iter_mut().enumerate() {
+            let xb: &[f32; QBLOCK] = x[(t * w.cols + b * QBLOCK)..][..QBLOCK].try_into().expect("a block");
+            for j in 0..8 {
+                let s = madd::<FMA>(values[j], xb[j], values[j + 8] * xb[j + 8]);
+                let s = madd::<FMA>(values[j + 16], xb[j + 16], s);
+                a[j] = madd::<FMA>(values[j + 24], xb[j + 24], a[j] + s);
+            }
+        }
+    }
+    for (d, a) in dots.iter_mut().zip(&acc) {
+        *d = ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+    }
 }
 
 /// One row's dot product with one input vector, on the best instruction set.

@@ -7,10 +7,11 @@
 //! - [`lab`] (`./run.sh lab`): the whole lab in one command and its report;
 //! - [`profile`] (`./run.sh profile`): the planner's cost table; [`plan_sim`] (`./run.sh
 //!   plan-sim`): the adaptive controller on synthetic traces; [`onnx`] (`./run.sh onnx`): ONNX
-//!   Runtime against burn.
+//!   Runtime against burn; [`chat`] (`./run.sh chat`): SmolLM2 answering a message, timed.
 //!
-//! The `split-lab` binary runs the last four (`./run.sh lab --help`, ...).
+//! The `split-lab` binary runs the last five (`./run.sh lab --help`, ...).
 
+pub mod chat;
 pub mod crowd;
 pub mod lab;
 pub mod loadgen;

@@ -1,9 +1,9 @@
 //! `split-lab <task>` (`./run.sh <task>`): the performance lab, the planner's cost table, the
-//! controller's simulation and the ONNX Runtime baseline.
+//! controller's simulation, the ONNX Runtime baseline and the language model's chat.
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use split_lab::{lab, onnx, plan_sim, profile};
+use split_lab::{chat, lab, onnx, plan_sim, profile};
 
 /// The network's activations are multi-megabyte buffers allocated and freed on every forward;
 /// glibc's allocator hands them back to the OS and page-faults them in again each time
@@ -30,6 +30,8 @@ enum Task {
     PlanSim(plan_sim::Args),
     /// ONNX export of the model and ONNX Runtime (CPU) against burn flex.
     Onnx(onnx::Args),
+    /// SmolLM2-135M-Instruct answering one message on this CPU, with its prefill and decode speed.
+    Chat(chat::Args),
 }
 
 fn main() -> Result<()> {
@@ -38,5 +40,6 @@ fn main() -> Result<()> {
         Task::Profile(a) => profile::run(a),
         Task::PlanSim(a) => plan_sim::run(a),
         Task::Onnx(a) => onnx::run(a),
+        Task::Chat(a) => chat::run(a),
     }
 }

@@ -1,6 +1,7 @@
 //! `cargo xtask fuzz [seconds]`: run the libFuzzer targets: `decode_frame` (the frame and codec
 //! decoders), `decode_image` (the image decoders and preprocessing an upload goes through) and
-//! `decode_weights` (the weights, light-model and calibration containers a browser downloads).
+//! `decode_weights` (the weights, light-model and calibration containers a browser downloads,
+//! and the language model's GGUF file with the readers of its metadata).
 //!
 //! Seeds the corpora with valid frames of every codec path ([`sample_frames`]) and the sample
 //! photos (whole, as JPEG, and cut short), installs the pinned `cargo-fuzz` into the cache and
@@ -64,13 +65,22 @@ fn seed(fuzz_dir: &std::path::Path, calibration: &Calibration) -> Result<()> {
         seed.extend_from_slice(&bytes[4..bytes.len() - 8]);
         std::fs::write(weights.join(format!("block0-{name}")), seed)?;
     }
+    // GGUF: the language model's header (its metadata: numbers, vocabulary, merges, chat
+    // template), cut to what the fuzzer's inputs may hold.
+    let llm = std::fs::read(setup::ensure_llm()?)?;
+    let mut seed = vec![3u8];
+    seed.extend_from_slice(&llm[..GGUF_SEED_BYTES]);
+    std::fs::write(weights.join("smollm2-head"), seed)?;
     eprintln!(
-        "fuzz: {} seed frames, 9 seed images, 3 seed weight files in {}",
+        "fuzz: {} seed frames, 9 seed images, 4 seed model files in {}",
         seeds.len(),
         fuzz_dir.display()
     );
     Ok(())
 }
+
+/// Bytes of the GGUF file's start in its seed (under the runs' `-max_len`).
+const GGUF_SEED_BYTES: usize = 200_000;
 
 /// The cargo-fuzz release the fuzzers run with (installed with its own lock file where the
 /// registry still has every version it names: [`crate::cmd::cargo_install`]).
