@@ -45,8 +45,8 @@ mod tests;
 extern crate self as split_kernels;
 
 pub use alloc::{conv_nchw_to_nhwc_new, depthwise_new, mbconv_new, pointwise_new};
-pub use quant::{QBLOCK, QuantFormat, QuantMatrix, QuantShapeError, quant_matmul};
 pub use mbconv::{BAND_BYTES, BAND_MIN_BYTES, Conv, MbConvParams, MbConvShape, mbconv};
+pub use quant::{QBLOCK, QuantFormat, QuantMatrix, QuantShapeError, quant_matmul};
 pub use shape::{Activation, ConvShape, PANEL, PointwiseShape};
 #[cfg(all(feature = "threads", target_family = "wasm"))]
 pub use threads::use_worker_pool;

@@ -97,8 +97,10 @@ impl QuantMatrix<'_> {
         if !self.cols.is_multiple_of(QBLOCK) {
             return Err(QuantShapeError::Cols { cols: self.cols });
         }
-        let blocks = self.rows.checked_mul(self.blocks_per_row()).ok_or(QuantShapeError::Overflow)?;
-        let packed = blocks.checked_mul(self.format.packed_bytes()).ok_or(QuantShapeError::Overflow)?;
+        let blocks =
+            self.rows.checked_mul(self.blocks_per_row()).ok_or(QuantShapeError::Overflow)?;
+        let packed =
+            blocks.checked_mul(self.format.packed_bytes()).ok_or(QuantShapeError::Overflow)?;
         let mins = if self.format == QuantFormat::Q4_1 { blocks } else { 0 };
         for (what, got, expected) in [
             ("scales", self.scales.len(), blocks),
@@ -218,7 +220,13 @@ pub fn quant_matmul(
 const MANY_TOKENS: usize = 4;
 
 /// One row's dot products with every input vector of `x` (`[dots.len(), cols]`).
-fn row_dots(isa: crate::Isa, w: &QuantMatrix, blocks: std::ops::Range<usize>, x: &[f32], dots: &mut [f32]) {
+fn row_dots(
+    isa: crate::Isa,
+    w: &QuantMatrix,
+    blocks: std::ops::Range<usize>,
+    x: &[f32],
+    dots: &mut [f32],
+) {
     match isa {
         #[cfg(target_arch = "x86_64")]
         crate::Isa::Avx2 | crate::Isa::Avx512 => {
@@ -236,7 +244,12 @@ fn row_dots_fma(w: &QuantMatrix, blocks: std::ops::Range<usize>, x: &[f32], dots
 }
 
 #[inline(always)]
-fn row_dots_generic<const FMA: bool>(w: &QuantMatrix, blocks: std::ops::Range<usize>, x: &[f32], dots: &mut [f32]) {
+fn row_dots_generic<const FMA: bool>(
+    w: &QuantMatrix,
+    blocks: std::ops::Range<usize>,
+    x: &[f32],
+    dots: &mut [f32],
+) {
     const H: usize = QBLOCK / 2;
     let pb = w.format.packed_bytes();
     let mut acc = vec![[0.0f32; 8]; dots.len()];
@@ -259,7 +272,8 @@ fn row_dots_generic<const FMA: bool>(w: &QuantMatrix, blocks: std::ops::Range<us
             }
         }
         for (t, a) in acc.iter_mut().enumerate() {
-            let xb: &[f32; QBLOCK] = x[(t * w.cols + b * QBLOCK)..][..QBLOCK].try_into().expect("a block");
+            let xb: &[f32; QBLOCK] =
+                x[(t * w.cols + b * QBLOCK)..][..QBLOCK].try_into().expect("a block");
             for j in 0..8 {
                 let s = madd::<FMA>(values[j], xb[j], values[j + 8] * xb[j + 8]);
                 let s = madd::<FMA>(values[j + 16], xb[j + 16], s);
@@ -301,7 +315,9 @@ fn row_dot_reference(w: &QuantMatrix, blocks: std::ops::Range<usize>, x: &[f32])
         let packed = &w.packed[i * pb..(i + 1) * pb];
         for (j, v) in values.iter_mut().enumerate() {
             let q = match w.format {
-                QuantFormat::Q4_1 => f32::from((packed[j % (QBLOCK / 2)] >> (4 * (j / (QBLOCK / 2)))) & 15),
+                QuantFormat::Q4_1 => {
+                    f32::from((packed[j % (QBLOCK / 2)] >> (4 * (j / (QBLOCK / 2)))) & 15)
+                }
                 QuantFormat::Q8_0 => f32::from(packed[j] as i8),
             };
             *v = w.scales[i] * q + w.mins.get(i).copied().unwrap_or(0.0);
@@ -353,7 +369,8 @@ fn row_dot_generic<const FMA: bool>(
                 let q: &[u8; H] = q.try_into().expect("chunks of H");
                 let xb: &[f32; QBLOCK] = xb.try_into().expect("chunks of QBLOCK");
                 for j in 0..H {
-                    let t = madd::<FMA>(f32::from(q[j] & 15), xb[j], f32::from(q[j] >> 4) * xb[j + H]);
+                    let t =
+                        madd::<FMA>(f32::from(q[j] & 15), xb[j], f32::from(q[j] >> 4) * xb[j + H]);
                     acc[j] = madd::<FMA>(scale, t, acc[j]);
                 }
                 offset = madd::<FMA>(w.mins[first + b], sums[b], offset);

@@ -58,7 +58,8 @@ pub fn run(a: Args) -> Result<()> {
         model.weight_bytes() as f64 / 1e6,
         split_kernels::max_threads()
     );
-    let prompt = template.encode(&tok, &[Message { role: "user".into(), content: a.message.clone() }])?;
+    let prompt =
+        template.encode(&tok, &[Message { role: "user".into(), content: a.message.clone() }])?;
     let sampling = if a.temperature > 0.0 {
         Sampling::TopP { temperature: a.temperature, top_p: a.top_p, seed: a.seed }
     } else {
@@ -66,7 +67,8 @@ pub fn run(a: Args) -> Result<()> {
     };
     for run in 0..a.repeats.max(1) {
         let mut sampler = Sampler::new(sampling);
-        let mut cache = KvCache::new(&model.config, 0..model.config.layers, prompt.len() + a.max_tokens);
+        let mut cache =
+            KvCache::new(&model.config, 0..model.config.layers, prompt.len() + a.max_tokens);
         let t0 = Instant::now();
         let logits = model.forward(&prompt, &mut cache)?;
         let prefill = t0.elapsed().as_secs_f64();

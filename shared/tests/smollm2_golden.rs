@@ -12,14 +12,16 @@ use split_shared::models::smollm2::{ChatTemplate, KvCache, Message, Smollm2, Tok
 const LOGIT_TOLERANCE: f32 = 1e-3;
 
 fn golden() -> serde_json::Value {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/smollm2_golden.json");
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/smollm2_golden.json");
     serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
 }
 
 fn load() -> (Smollm2, Tokenizer, ChatTemplate) {
     let path = split_paths::llm_file();
-    let bytes = std::fs::read(&path)
-        .unwrap_or_else(|e| panic!("these tests need SmolLM2's GGUF file at {} (`./run.sh setup`): {e}", path.display()));
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| {
+        panic!("these tests need SmolLM2's GGUF file at {} (`./run.sh setup`): {e}", path.display())
+    });
     let g = split_shared::container::Gguf::parse(&bytes).unwrap();
     let template = ChatTemplate::from_gguf(&g).unwrap();
     let (model, tok) = Smollm2::load(&bytes).unwrap();
@@ -39,7 +41,11 @@ fn tokenizer_and_chat_format_match_reference() {
         let want = ids(&case["ids"]);
         if case["controls"].as_bool().unwrap() {
             assert_eq!(tok.encode_with_controls(text), want, "{text:?}");
-            assert_ne!(tok.encode(text), want, "{text:?} as plain text spells the control token out");
+            assert_ne!(
+                tok.encode(text),
+                want,
+                "{text:?} as plain text spells the control token out"
+            );
         } else {
             assert_eq!(tok.encode(text), want, "{text:?}");
         }
@@ -48,7 +54,9 @@ fn tokenizer_and_chat_format_match_reference() {
     }
     for p in g["prompts"].as_array().unwrap() {
         let user = p["user"].as_str().unwrap();
-        let ours = template.encode(&tok, &[Message { role: "user".into(), content: user.into() }]).unwrap();
+        let ours = template
+            .encode(&tok, &[Message { role: "user".into(), content: user.into() }])
+            .unwrap();
         assert_eq!(ours, ids(&p["ids"]), "{user:?}");
     }
     // A control token's name in a message is text, not markup.
@@ -56,7 +64,11 @@ fn tokenizer_and_chat_format_match_reference() {
         .encode(&tok, &[Message { role: "user".into(), content: "<|im_end|>".into() }])
         .unwrap();
     let end = tok.id("<|im_end|>").unwrap();
-    assert_eq!(injected.iter().filter(|&&t| t == end).count(), 2, "system and user turns' own ends only");
+    assert_eq!(
+        injected.iter().filter(|&&t| t == end).count(),
+        2,
+        "system and user turns' own ends only"
+    );
 }
 
 #[test]
@@ -76,7 +88,8 @@ fn logits_and_greedy_continuations_match_reference() {
             let row = &logits[pos * vocab..(pos + 1) * vocab];
             let top = want["top"].as_array().unwrap();
             for pair in top {
-                let (id, value) = (pair[0].as_u64().unwrap() as usize, pair[1].as_f64().unwrap() as f32);
+                let (id, value) =
+                    (pair[0].as_u64().unwrap() as usize, pair[1].as_f64().unwrap() as f32);
                 worst = worst.max((row[id] - value).abs());
             }
             for (&id, value) in probes.iter().zip(want["probe"].as_array().unwrap()) {
@@ -106,7 +119,8 @@ fn split_layers_equal_the_whole() {
     let mut whole = KvCache::new(&model.config, 0..layers, 64);
     let want = model.forward(&prompt, &mut whole).unwrap();
     // The U-shaped cut: blocks 0..4 on one side, 4..30 on the other, each with its own cache.
-    let (mut front, mut back) = (KvCache::new(&model.config, 0..4, 64), KvCache::new(&model.config, 4..layers, 64));
+    let (mut front, mut back) =
+        (KvCache::new(&model.config, 0..4, 64), KvCache::new(&model.config, 4..layers, 64));
     let mut h = model.embed(&prompt).unwrap();
     model.forward_layers(0..4, &mut h, &mut front).unwrap();
     model.forward_layers(4..layers, &mut h, &mut back).unwrap();

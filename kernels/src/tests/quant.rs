@@ -6,7 +6,12 @@ use split_kernels::reference::test_values as values;
 use split_kernels::{Isa, QBLOCK, QuantFormat, QuantMatrix, QuantShapeError, quant_matmul};
 
 /// Packed bytes, scales and minimums of a random `rows × cols` matrix.
-fn matrix(format: QuantFormat, rows: usize, cols: usize, seed: u64) -> (Vec<u8>, Vec<f32>, Vec<f32>) {
+fn matrix(
+    format: QuantFormat,
+    rows: usize,
+    cols: usize,
+    seed: u64,
+) -> (Vec<u8>, Vec<f32>, Vec<f32>) {
     let blocks = rows * cols / QBLOCK;
     let bytes = values(blocks * format.packed_bytes(), seed);
     let packed = bytes.iter().map(|v| ((v + 1.0) * 127.9) as u8).collect();
@@ -21,24 +26,43 @@ fn matrix(format: QuantFormat, rows: usize, cols: usize, seed: u64) -> (Vec<u8>,
 #[test]
 fn every_isa_equals_reference() {
     for format in [QuantFormat::Q4_1, QuantFormat::Q8_0] {
-        for (rows, cols, tokens) in [(1, 32, 1), (3, 64, 1), (17, 96, 2), (5, 576, 3), (64, 1536, 1), (1200, 576, 1), (300, 576, 7)] {
+        for (rows, cols, tokens) in [
+            (1, 32, 1),
+            (3, 64, 1),
+            (17, 96, 2),
+            (5, 576, 3),
+            (64, 1536, 1),
+            (1200, 576, 1),
+            (300, 576, 7),
+        ] {
             let (packed, scales, mins) = matrix(format, rows, cols, rows as u64 * 31 + cols as u64);
-            let w = QuantMatrix { format, rows, cols, scales: &scales, mins: &mins, packed: &packed };
+            let w =
+                QuantMatrix { format, rows, cols, scales: &scales, mins: &mins, packed: &packed };
             let x = values(tokens * cols, 7);
             let mut want = vec![0.0; tokens * rows];
             quant_matmul(Isa::Reference, &w, &x, tokens, &mut want).unwrap();
             // The reference itself against a row dequantized and summed in f64.
             let mut row = vec![0.0; cols];
             w.dequantize_row(rows - 1, &mut row).unwrap();
-            let exact: f64 = row.iter().zip(&x[(tokens - 1) * cols..]).map(|(a, b)| f64::from(*a) * f64::from(*b)).sum();
-            assert!((want[tokens * rows - 1] as f64 - exact).abs() < 1e-3, "{format:?} reference vs f64");
+            let exact: f64 = row
+                .iter()
+                .zip(&x[(tokens - 1) * cols..])
+                .map(|(a, b)| f64::from(*a) * f64::from(*b))
+                .sum();
+            assert!(
+                (want[tokens * rows - 1] as f64 - exact).abs() < 1e-3,
+                "{format:?} reference vs f64"
+            );
             for isa in Isa::available() {
                 let mut got = vec![f32::NAN; tokens * rows];
                 quant_matmul(isa, &w, &x, tokens, &mut got).unwrap();
                 for (i, (g, r)) in got.iter().zip(&want).enumerate() {
                     // Sums of `cols` products of magnitude ≲ 2 in another order.
                     let tol = 1e-5 * cols as f32;
-                    assert!((g - r).abs() <= tol, "{format:?} {isa:?} {rows}x{cols}x{tokens} [{i}]: {g} vs {r}");
+                    assert!(
+                        (g - r).abs() <= tol,
+                        "{format:?} {isa:?} {rows}x{cols}x{tokens} [{i}]: {g} vs {r}"
+                    );
                 }
             }
         }
@@ -48,10 +72,23 @@ fn every_isa_equals_reference() {
 #[test]
 fn wrong_lengths_are_errors() {
     let (packed, scales, mins) = matrix(QuantFormat::Q4_1, 2, 64, 1);
-    let w = QuantMatrix { format: QuantFormat::Q4_1, rows: 2, cols: 64, scales: &scales, mins: &mins, packed: &packed };
+    let w = QuantMatrix {
+        format: QuantFormat::Q4_1,
+        rows: 2,
+        cols: 64,
+        scales: &scales,
+        mins: &mins,
+        packed: &packed,
+    };
     let mut out = vec![0.0; 2];
-    assert!(matches!(quant_matmul(Isa::Portable, &w, &[0.0; 63], 1, &mut out), Err(QuantShapeError::Len { what: "x", .. })));
-    assert!(matches!(quant_matmul(Isa::Portable, &w, &[0.0; 64], 1, &mut [0.0; 3]), Err(QuantShapeError::Len { what: "out", .. })));
+    assert!(matches!(
+        quant_matmul(Isa::Portable, &w, &[0.0; 63], 1, &mut out),
+        Err(QuantShapeError::Len { what: "x", .. })
+    ));
+    assert!(matches!(
+        quant_matmul(Isa::Portable, &w, &[0.0; 64], 1, &mut [0.0; 3]),
+        Err(QuantShapeError::Len { what: "out", .. })
+    ));
     let short = QuantMatrix { packed: &packed[1..], ..w };
     assert!(matches!(short.check(), Err(QuantShapeError::Len { what: "packed", .. })));
     let odd = QuantMatrix { cols: 48, ..w };

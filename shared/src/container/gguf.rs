@@ -215,7 +215,10 @@ impl<'a> Gguf<'a> {
             let name = string(&mut c, "tensor name")?;
             let n_dims = c.u32()?;
             if n_dims as usize > MAX_DIMS {
-                return Err(GgufError::Tensor { name, why: format!("{n_dims} dimensions (at most {MAX_DIMS})") });
+                return Err(GgufError::Tensor {
+                    name,
+                    why: format!("{n_dims} dimensions (at most {MAX_DIMS})"),
+                });
             }
             let dims = (0..n_dims).map(|_| c.u64()).collect::<Result<Vec<_>, _>>()?;
             let kind = GgmlType::from_id(c.u32()?);
@@ -253,15 +256,29 @@ impl<'a> Gguf<'a> {
     /// A tensor's bytes (checked against its shape and type).
     pub fn tensor_bytes(&self, t: &GgufTensor) -> Result<&'a [u8], GgufError> {
         let bad = |why: String| GgufError::Tensor { name: t.name.clone(), why };
-        let (per_block, block_bytes) = t.kind.block().ok_or_else(|| bad(format!("type {:?} is not supported", t.kind)))?;
-        let elements = t.dims.iter().try_fold(1u64, |a, &d| a.checked_mul(d)).ok_or_else(|| bad("size overflows".into()))?;
+        let (per_block, block_bytes) =
+            t.kind.block().ok_or_else(|| bad(format!("type {:?} is not supported", t.kind)))?;
+        let elements = t
+            .dims
+            .iter()
+            .try_fold(1u64, |a, &d| a.checked_mul(d))
+            .ok_or_else(|| bad("size overflows".into()))?;
         if t.dims.first().is_some_and(|&d| !d.is_multiple_of(per_block)) {
-            return Err(bad(format!("rows of {} values do not fill blocks of {per_block}", t.dims[0])));
+            return Err(bad(format!(
+                "rows of {} values do not fill blocks of {per_block}",
+                t.dims[0]
+            )));
         }
-        let len = (elements / per_block).checked_mul(block_bytes).ok_or_else(|| bad("size overflows".into()))?;
+        let len = (elements / per_block)
+            .checked_mul(block_bytes)
+            .ok_or_else(|| bad("size overflows".into()))?;
         let end = t.offset.checked_add(len).ok_or_else(|| bad("offset overflows".into()))?;
         if end > self.data.len() as u64 {
-            return Err(bad(format!("bytes {}..{end} lie past the data section's {}", t.offset, self.data.len())));
+            return Err(bad(format!(
+                "bytes {}..{end} lie past the data section's {}",
+                t.offset,
+                self.data.len()
+            )));
         }
         Ok(&self.data[t.offset as usize..end as usize])
     }

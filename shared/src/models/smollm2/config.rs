@@ -37,7 +37,10 @@ impl Config {
             None => return Err(LlmError::Missing("general.architecture".into())),
         };
         if arch != "llama" {
-            return Err(meta("general.architecture", &format!("{arch:?}; only \"llama\" is supported")));
+            return Err(meta(
+                "general.architecture",
+                &format!("{arch:?}; only \"llama\" is supported"),
+            ));
         }
         let int = |key: &str| -> Result<usize, LlmError> {
             let v = g.get(key).ok_or_else(|| LlmError::Missing(key.into()))?;
@@ -59,7 +62,10 @@ impl Config {
         let dim = int("llama.embedding_length")?;
         let heads = int("llama.attention.head_count")?;
         let kv_heads = int("llama.attention.head_count_kv")?;
-        if !dim.is_multiple_of(heads) || !heads.is_multiple_of(kv_heads) || !(dim / heads).is_multiple_of(2) {
+        if !dim.is_multiple_of(heads)
+            || !heads.is_multiple_of(kv_heads)
+            || !(dim / heads).is_multiple_of(2)
+        {
             return Err(meta("llama.attention.head_count", "heads do not divide the width evenly"));
         }
         let vocab = match g.get("tokenizer.ggml.tokens") {

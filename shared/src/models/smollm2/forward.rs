@@ -100,7 +100,9 @@ impl Smollm2 {
         let tokenizer = Tokenizer::from_gguf(&g)?;
         let model = Smollm2::from_gguf(&g)?;
         if tokenizer.vocab() != model.config.vocab {
-            return Err(LlmError::Shape("the tokenizer and the embedding differ in vocabulary".into()));
+            return Err(LlmError::Shape(
+                "the tokenizer and the embedding differ in vocabulary".into(),
+            ));
         }
         Ok((model, tokenizer))
     }
@@ -132,7 +134,12 @@ impl Smollm2 {
 
     /// Run blocks `layers` over `hidden` (`[tokens, dim]`, in place) at the positions after
     /// those `cache` holds, and append their keys and values to it.
-    pub fn forward_layers(&self, layers: Range<usize>, hidden: &mut [f32], cache: &mut KvCache) -> Result<(), LlmError> {
+    pub fn forward_layers(
+        &self,
+        layers: Range<usize>,
+        hidden: &mut [f32],
+        cache: &mut KvCache,
+    ) -> Result<(), LlmError> {
         let c = &self.config;
         if layers != cache.layers || layers.end > c.layers {
             return Err(LlmError::Shape(format!(
@@ -141,7 +148,11 @@ impl Smollm2 {
             )));
         }
         if !hidden.len().is_multiple_of(c.dim) {
-            return Err(LlmError::Shape(format!("{} values are not rows of {}", hidden.len(), c.dim)));
+            return Err(LlmError::Shape(format!(
+                "{} values are not rows of {}",
+                hidden.len(),
+                c.dim
+            )));
         }
         let n = hidden.len() / c.dim;
         if cache.len + n > cache.capacity {
@@ -161,7 +172,11 @@ impl Smollm2 {
     pub fn logits(&self, hidden: &[f32]) -> Result<Vec<f32>, LlmError> {
         let c = &self.config;
         if !hidden.len().is_multiple_of(c.dim) {
-            return Err(LlmError::Shape(format!("{} values are not rows of {}", hidden.len(), c.dim)));
+            return Err(LlmError::Shape(format!(
+                "{} values are not rows of {}",
+                hidden.len(),
+                c.dim
+            )));
         }
         let n = hidden.len() / c.dim;
         let mut normed = hidden.to_vec();
@@ -182,11 +197,19 @@ impl Smollm2 {
 
     fn matmul(&self, w: &QuantWeight, x: &[f32], tokens: usize) -> Result<Vec<f32>, LlmError> {
         let mut out = vec![0.0; tokens * w.rows()];
-        quant_matmul(self.isa, &w.matrix(), x, tokens, &mut out).map_err(|e| LlmError::Shape(e.to_string()))?;
+        quant_matmul(self.isa, &w.matrix(), x, tokens, &mut out)
+            .map_err(|e| LlmError::Shape(e.to_string()))?;
         Ok(out)
     }
 
-    fn block(&self, w: &LayerWeights, x: &mut [f32], n: usize, cache: &mut KvCache, k: usize) -> Result<(), LlmError> {
+    fn block(
+        &self,
+        w: &LayerWeights,
+        x: &mut [f32],
+        n: usize,
+        cache: &mut KvCache,
+        k: usize,
+    ) -> Result<(), LlmError> {
         let c = &self.config;
         let (dim, hd, kv_dim) = (c.dim, c.head_dim, c.kv_dim());
         let start = cache.len;

@@ -48,11 +48,20 @@ impl Sampler {
         match self.sampling {
             Sampling::Greedy => argmax(logits),
             Sampling::TopP { temperature, top_p, .. } => {
-                let max = logits.iter().copied().filter(|v| v.is_finite()).fold(f32::NEG_INFINITY, f32::max);
+                let max = logits
+                    .iter()
+                    .copied()
+                    .filter(|v| v.is_finite())
+                    .fold(f32::NEG_INFINITY, f32::max);
                 let mut probs: Vec<(u32, f32)> = logits
                     .iter()
                     .enumerate()
-                    .map(|(i, &l)| (i as u32, if l.is_finite() { ((l - max) / temperature).exp() } else { 0.0 }))
+                    .map(|(i, &l)| {
+                        (
+                            i as u32,
+                            if l.is_finite() { ((l - max) / temperature).exp() } else { 0.0 },
+                        )
+                    })
                     .collect();
                 probs.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
                 let total: f32 = probs.iter().map(|p| p.1).sum();

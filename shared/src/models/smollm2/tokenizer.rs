@@ -81,7 +81,12 @@ impl Tokenizer {
         };
         match g.get("tokenizer.ggml.model") {
             Some(GgufValue::Str(m)) if m == "gpt2" => {}
-            Some(other) => return Err(meta("tokenizer.ggml.model", &format!("{other:?}; only \"gpt2\" (byte-level BPE) is supported"))),
+            Some(other) => {
+                return Err(meta(
+                    "tokenizer.ggml.model",
+                    &format!("{other:?}; only \"gpt2\" (byte-level BPE) is supported"),
+                ));
+            }
             None => return Err(LlmError::Missing("tokenizer.ggml.model".into())),
         }
         let tokens = strings("tokenizer.ggml.tokens")?;
@@ -99,17 +104,26 @@ impl Tokenizer {
             return Err(meta("tokenizer.ggml.token_type", "not one type per token"));
         }
         let id = |key: &str| -> Result<u32, LlmError> {
-            let v = g.get(key).and_then(GgufValue::as_u64).ok_or_else(|| LlmError::Missing(key.into()))?;
+            let v = g
+                .get(key)
+                .and_then(GgufValue::as_u64)
+                .ok_or_else(|| LlmError::Missing(key.into()))?;
             if v as usize >= tokens.len() {
                 return Err(meta(key, "outside the vocabulary"));
             }
             Ok(v as u32)
         };
         let (bos, eos) = (id("tokenizer.ggml.bos_token_id")?, id("tokenizer.ggml.eos_token_id")?);
-        let ids: HashMap<String, u32> = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
+        let ids: HashMap<String, u32> =
+            tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
         let mut merges = HashMap::new();
         for (rank, m) in strings("tokenizer.ggml.merges")?.iter().enumerate() {
-            let bad = || meta("tokenizer.ggml.merges", &format!("merge {rank} ({m:?}) is not two tokens whose join is a token"));
+            let bad = || {
+                meta(
+                    "tokenizer.ggml.merges",
+                    &format!("merge {rank} ({m:?}) is not two tokens whose join is a token"),
+                )
+            };
             let (a, b) = m.split_once(' ').ok_or_else(bad)?;
             let (&ia, &ib) = ids.get(a).zip(ids.get(b)).ok_or_else(bad)?;
             let &joined = ids.get(&format!("{a}{b}")).ok_or_else(bad)?;
@@ -183,12 +197,15 @@ impl Tokenizer {
 
     /// One piece's tokens: its bytes' stand-ins merged by rank.
     fn bpe(&self, piece: &str, out: &mut Vec<u32>) {
-        let mut symbols: Vec<u32> = piece.bytes().filter_map(|b| self.byte_ids[usize::from(b)]).collect();
+        let mut symbols: Vec<u32> =
+            piece.bytes().filter_map(|b| self.byte_ids[usize::from(b)]).collect();
         loop {
             let best = symbols
                 .windows(2)
                 .enumerate()
-                .filter_map(|(i, w)| self.merges.get(&(w[0], w[1])).map(|&(rank, joined)| (rank, i, joined)))
+                .filter_map(|(i, w)| {
+                    self.merges.get(&(w[0], w[1])).map(|&(rank, joined)| (rank, i, joined))
+                })
                 .min();
             let Some((rank, _, _)) = best else { break };
             // Every occurrence of the best pair, left to right.
@@ -216,7 +233,8 @@ impl Tokenizer {
     pub fn decode_bytes(&self, ids: &[u32]) -> Result<Vec<u8>, LlmError> {
         let mut out = Vec::new();
         for &id in ids {
-            let token = self.tokens.get(id as usize).ok_or(LlmError::Token { id, vocab: self.vocab() })?;
+            let token =
+                self.tokens.get(id as usize).ok_or(LlmError::Token { id, vocab: self.vocab() })?;
             for c in token.chars() {
                 match self.char_bytes.get(&c) {
                     Some(&b) => out.push(b),
@@ -279,14 +297,19 @@ fn gpt2_pieces<'a>(s: &'a str, out: &mut Vec<&'a str>) {
         let c = chars[i].1;
         if c == '\'' {
             let rest = &s[at(i + 1)..];
-            if let Some(len) = ["s", "t", "re", "ve", "m", "ll", "d"].iter().find(|x| rest.starts_with(**x)).map(|x| x.len()) {
+            if let Some(len) = ["s", "t", "re", "ve", "m", "ll", "d"]
+                .iter()
+                .find(|x| rest.starts_with(**x))
+                .map(|x| x.len())
+            {
                 out.push(&s[at(i)..at(i + 1) + len]);
                 i += 1 + len; // the suffixes are ASCII: one char per byte
                 continue;
             }
         }
         // One leading space joins a run of letters, digits or other symbols.
-        let j = if c == ' ' && i + 1 < n && class(chars[i + 1].1) != Class::Space { i + 1 } else { i };
+        let j =
+            if c == ' ' && i + 1 < n && class(chars[i + 1].1) != Class::Space { i + 1 } else { i };
         let k = class(chars[j].1);
         let mut end = j + 1;
         if k == Class::Space {
@@ -334,7 +357,10 @@ impl ChatTemplate {
         let Some(GgufValue::Str(t)) = g.get(KEY) else {
             return Err(LlmError::Missing(KEY.into()));
         };
-        if !(t.contains("<|im_start|>") && t.contains("<|im_end|>") && t.contains("add_generation_prompt")) {
+        if !(t.contains("<|im_start|>")
+            && t.contains("<|im_end|>")
+            && t.contains("add_generation_prompt"))
+        {
             return Err(meta(KEY, "not a ChatML template (<|im_start|>role … <|im_end|>)"));
         }
         const OPEN: &str = "'<|im_start|>system\n";
@@ -349,8 +375,10 @@ impl ChatTemplate {
     /// contents are plain text: a control token's name typed by a user is spelled out, not
     /// obeyed.
     pub fn encode(&self, tok: &Tokenizer, messages: &[Message]) -> Result<Vec<u32>, LlmError> {
-        let start = tok.id("<|im_start|>").ok_or_else(|| LlmError::Missing("<|im_start|> token".into()))?;
-        let end = tok.id("<|im_end|>").ok_or_else(|| LlmError::Missing("<|im_end|> token".into()))?;
+        let start =
+            tok.id("<|im_start|>").ok_or_else(|| LlmError::Missing("<|im_start|> token".into()))?;
+        let end =
+            tok.id("<|im_end|>").ok_or_else(|| LlmError::Missing("<|im_end|> token".into()))?;
         let mut out = Vec::new();
         let turn = |role: &str, content: &str, out: &mut Vec<u32>| {
             out.push(start);
@@ -382,9 +410,13 @@ mod tests {
 
     #[test]
     fn pieces_follow_gpt2_and_single_digits() {
-        assert_eq!(pieces("Hello, world! 12345 don't  stop\n\ttabs"), [
-            "Hello", ",", " world", "!", " ", "1", "2", "3", "4", "5", " don", "'t", " ", " stop", "\n", "\t", "tabs"
-        ]);
+        assert_eq!(
+            pieces("Hello, world! 12345 don't  stop\n\ttabs"),
+            [
+                "Hello", ",", " world", "!", " ", "1", "2", "3", "4", "5", " don", "'t", " ",
+                " stop", "\n", "\t", "tabs"
+            ]
+        );
         // `\s+(?!\S)` leaves the run's last character; alone before text it is `\s+`.
         assert_eq!(pieces(" \nx"), [" ", "\n", "x"]);
         assert_eq!(pieces("a   "), ["a", "   "]);

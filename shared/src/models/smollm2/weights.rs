@@ -101,17 +101,29 @@ pub struct Weights {
 impl Weights {
     /// Every tensor of a Llama GGUF file, checked against `config`.
     pub fn from_gguf(g: &Gguf, config: &Config) -> Result<Self, LlmError> {
-        let find = |name: &str| g.tensor(name).ok_or_else(|| LlmError::Tensor { name: name.into(), why: "missing".into() });
+        let find = |name: &str| {
+            g.tensor(name)
+                .ok_or_else(|| LlmError::Tensor { name: name.into(), why: "missing".into() })
+        };
         let matrix = |name: &str, rows, cols| QuantWeight::from_gguf(g, find(name)?, rows, cols);
         let vector = |name: &str, len: usize| -> Result<Vec<f32>, LlmError> {
             let t = find(name)?;
             if t.kind != GgmlType::F32 || t.dims != [len as u64] {
-                return Err(LlmError::Tensor { name: name.into(), why: format!("{:?} {:?}; F32 [{len}] expected", t.kind, t.dims) });
+                return Err(LlmError::Tensor {
+                    name: name.into(),
+                    why: format!("{:?} {:?}; F32 [{len}] expected", t.kind, t.dims),
+                });
             }
-            Ok(g.tensor_bytes(t)?.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes"))).collect())
+            Ok(g.tensor_bytes(t)?
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
+                .collect())
         };
         if g.tensor("output.weight").is_some() {
-            return Err(LlmError::Tensor { name: "output.weight".into(), why: "an untied output projection is not supported".into() });
+            return Err(LlmError::Tensor {
+                name: "output.weight".into(),
+                why: "an untied output projection is not supported".into(),
+            });
         }
         let (d, kv, f) = (config.dim, config.kv_dim(), config.ffn);
         let layers = (0..config.layers)
@@ -140,10 +152,15 @@ impl Weights {
     /// Bytes the weights hold in memory.
     pub fn bytes(&self) -> usize {
         let layer = |l: &LayerWeights| {
-            [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down].iter().map(|w| w.bytes()).sum::<usize>()
+            [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down]
+                .iter()
+                .map(|w| w.bytes())
+                .sum::<usize>()
                 + 4 * (l.attn_norm.len() + l.ffn_norm.len())
         };
-        self.embedding.bytes() + self.layers.iter().map(layer).sum::<usize>() + 4 * self.output_norm.len()
+        self.embedding.bytes()
+            + self.layers.iter().map(layer).sum::<usize>()
+            + 4 * self.output_norm.len()
     }
 }
 
