@@ -122,6 +122,18 @@ pub struct Config {
     /// `keyframe_required`, so it streams keyframes only until others leave).
     #[arg(long, env = "SPLIT_STREAM_BYTES_TOTAL", default_value_t = 64 << 20)]
     pub stream_bytes_total: usize,
+    /// SmolLM2's GGUF file, for the language model's split (`/llm`). Default: the one
+    /// `./run.sh setup` fetched, when it is there (without it `/llm` refuses every
+    /// conversation); a file named here must load.
+    #[arg(long, env = "SPLIT_LLM")]
+    pub llm: Option<PathBuf>,
+    /// Most positions (prompt and answer) one `/llm` conversation may reserve KV cache for.
+    #[arg(long, env = "SPLIT_LLM_POSITIONS", default_value_t = 2048)]
+    pub llm_positions: u32,
+    /// MiB of KV cache all `/llm` conversations may reserve together; a conversation that
+    /// would go over it is refused (`kv_budget`) until others end.
+    #[arg(long, env = "SPLIT_LLM_KV_MIB", default_value_t = 256)]
+    pub llm_kv_mib: usize,
     /// PEM certificate chain: serve HTTPS and `wss://` (with `--tls-key`).
     #[arg(long, env = "SPLIT_TLS_CERT", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,

@@ -10,7 +10,7 @@
 //! (certificates), `info` (the `/api/info` contract), `shards` (weights and calibration cut per
 //! boundary),
 //! `metrics` (what `/metrics` counts), `groups` and `group_ws` (device groups: the registry and
-//! the `/group` socket).
+//! the `/group` socket), `llm_ws` (the language model's blocks for a client's split: `/llm`).
 
 mod config;
 mod engine;
@@ -22,6 +22,7 @@ pub mod hosts;
 mod info;
 pub mod ipnet;
 mod limits;
+mod llm_ws;
 mod metrics;
 mod routes;
 mod service;

@@ -81,6 +81,7 @@ pub fn config_app(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
             .wrap(actix_web::middleware::from_fn(crate::hosts::check_host))
             .route("/ws", web::get().to(crate::ws::websocket))
             .route("/group", web::get().to(crate::group_ws::group_socket))
+            .route("/llm", web::get().to(crate::llm_ws::llm_socket))
             .route("/api/info", web::get().to(info))
             .route("/api/info", web::head().to(info))
             .route("/livez", web::get().to(livez))

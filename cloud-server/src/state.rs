@@ -70,6 +70,8 @@ pub struct AppState {
     pub drain: Arc<tokio::sync::watch::Sender<bool>>,
     /// Device groups (`/group`).
     pub groups: Arc<crate::groups::Groups>,
+    /// The language model and its KV budget (`/llm`), when one is loaded.
+    pub llm: Option<Arc<crate::llm_ws::LlmHost>>,
 }
 
 /// Answers by content key: the boundary served from and the top-5.
@@ -222,6 +224,7 @@ impl AppState {
                 max_groups: config.max_groups,
                 code_ttl: std::time::Duration::from_secs(config.group_code_ttl),
             })),
+            llm: crate::llm_ws::LlmHost::load(config)?.map(Arc::new),
         })
     }
 

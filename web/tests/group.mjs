@@ -108,16 +108,21 @@ await withPage(GPU_ARGS.cpu, (a) => withPage(GPU_ARGS.cpu, (b) => withPage(GPU_A
     batch.expected.forEach((w) => { planned[batch.peers[w]] = (planned[batch.peers[w]] ?? 0) + 1; });
     console.log("task split counts", counts, "planned from the measured speeds", planned, `${batch.ms.toFixed(0)} ms`);
     assert.deepEqual(counts, planned, "each device took what its measured speed gives it");
-    // Round-robin gives every device 5 or 6 whatever its speed: here a device measured 1.5x
-    // faster than another never takes fewer photos, and somewhere takes at least two more.
+    // Round-robin gives every device 5 or 6 whatever its speed. How far apart the measured
+    // speeds are depends on the machine and what else runs on it (the native agent measured
+    // 1.4–2x the browsers' speed), so the shares' dependence on speed is checked with given
+    // speeds, and the measured run only where its speeds differ by 1.5x: there a faster device
+    // never takes fewer photos.
+    const given = await a.evaluate(() => window.splitClient.planTasks(21, [40, 40, 40, 20], [0, 0, 0, 0]));
+    const share = (w) => given.filter((x) => x === w).length;
+    assert.ok(share(3) >= Math.max(share(0), share(1), share(2)) + 2 && given.length === 21,
+      `21 photos over devices of 40, 40, 40 and 20 ms: ${[0, 1, 2, 3].map(share)}`);
     const speed = Object.fromEntries(members.map((m) => [m.peer, m.msPerImage]));
     const pairs = members.flatMap((f) => members.filter((s) => speed[f.peer] * 1.5 <= speed[s.peer]).map((s) => [f.peer, s.peer]));
-    assert.ok(pairs.length > 0, `the measured speeds ${JSON.stringify(speed)} should differ by 1.5x somewhere (the agent is native)`);
     const took = (p) => counts[p] ?? 0;
     for (const [fast, slow] of pairs) {
       assert.ok(took(fast) >= took(slow), `peer ${fast} (${speed[fast].toFixed(1)} ms) took ${took(fast)}, peer ${slow} (${speed[slow].toFixed(1)} ms) ${took(slow)}`);
     }
-    assert.ok(pairs.some(([fast, slow]) => took(fast) >= took(slow) + 2), `shares ${JSON.stringify(counts)} barely follow the speeds`);
 
     // 2. Pipelines across three devices.
     const pipeline = (image, options) => a.evaluate(async ({ image, options }) => {

@@ -97,3 +97,39 @@ fn wrong_lengths_are_errors() {
     assert_eq!(huge.check(), Err(QuantShapeError::Overflow));
     assert!(w.dequantize_row(2, &mut [0.0; 64]).is_err());
 }
+
+/// The language model's shapes, one vector (a decode step), on each instruction set and thread
+/// count: GB/s of weights read. Not a test; run it by name.
+#[test]
+#[ignore = "a benchmark: cargo test --release -p split-kernels --features threads --lib quant_speed -- --ignored --nocapture"]
+fn quant_speed() {
+    for (format, rows, cols, reps) in [
+        (QuantFormat::Q4_1, 1536, 576, 400),
+        (QuantFormat::Q4_1, 576, 1536, 400),
+        (QuantFormat::Q4_1, 192, 576, 2000),
+        (QuantFormat::Q8_0, 49152, 576, 10),
+    ] {
+        let (packed, scales, mins) = matrix(format, rows, cols, 3);
+        let w = QuantMatrix { format, rows, cols, scales: &scales, mins: &mins, packed: &packed };
+        let bytes = packed.len() + 4 * (scales.len() + mins.len());
+        let x = values(cols, 1);
+        let mut out = vec![0.0; rows];
+        for isa in Isa::available().into_iter().skip(1) {
+            for threads in [1, 2] {
+                split_kernels::set_max_threads(threads);
+                quant_matmul(isa, &w, &x, 1, &mut out).unwrap();
+                let t = std::time::Instant::now();
+                for _ in 0..reps {
+                    quant_matmul(isa, &w, &x, 1, &mut out).unwrap();
+                }
+                let s = t.elapsed().as_secs_f64() / reps as f64;
+                eprintln!(
+                    "{format:?} {rows}x{cols} {isa:?} {threads}t: {:.1} us, {:.2} GB/s",
+                    s * 1e6,
+                    bytes as f64 / s / 1e9
+                );
+            }
+        }
+    }
+    split_kernels::set_max_threads(0);
+}

@@ -11,18 +11,24 @@
 //! 8  id       u64   request id chosen by the client, echoed in the reply
 //! ```
 //!
-//! followed by the kind's body (see [`Request`] and [`Reply`]). Decoders check every length
+//! followed by the kind's body (see [`Request`] and [`Reply`]). The language model's split
+//! speaks frames of its own on `/llm` ([`LlmFrame`], magic `"SPLM"`). Decoders check every length
 //! before reading it and reject trailing bytes, so a frame is either fully understood or
 //! answered with a typed [`WireError`].
 
 mod error;
 mod features;
+mod llm;
 mod reply;
 mod request;
 mod samples;
 
 pub use error::{ErrorCode, WireError};
 pub use features::FeaturesFrame;
+pub use llm::{
+    LLM_MAGIC, LLM_PROTOCOL_VERSION, LlmErrorCode, LlmFrame, LlmWireError, MAX_HIDDEN_ROWS,
+    MAX_HIDDEN_WIDTH, MAX_LLM_FRAME_BYTES, MODEL_SMOLLM2, peek_llm_id,
+};
 pub use reply::{Reply, ServerLoad, ServerTimings};
 pub use request::{Encoding, Request};
 pub use samples::{sample_frames, synthetic_activations};

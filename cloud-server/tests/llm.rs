@@ -1,0 +1,212 @@
+//! The language model split across a real socket: this test is the client (embedding, blocks
+//! 0..4, output projection and sampling), the server runs blocks 4..30 on `/llm`. The greedy
+//! answers equal the independent reference's for the unsplit model, and bad frames get typed
+//! errors while the conversation (and other conversations) go on.
+
+mod common;
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use actix_codec::Framed;
+use awc::BoxedSocket;
+use awc::ws::{Codec, Frame, Message};
+use futures_util::{SinkExt, StreamExt};
+use split_shared::models::smollm2::{KvCache, Smollm2, argmax};
+use split_shared::protocol::{LlmErrorCode, LlmFrame, MAX_LLM_FRAME_BYTES, MODEL_SMOLLM2};
+
+type Socket = Framed<BoxedSocket, Codec>;
+
+/// Blocks the client keeps (the smallest U-split's front: the server then sees no embedding).
+const FRONT: usize = 4;
+
+fn model() -> &'static Smollm2 {
+    static MODEL: OnceLock<Smollm2> = OnceLock::new();
+    MODEL.get_or_init(|| {
+        let bytes = std::fs::read(split_paths::llm_file())
+            .expect("SmolLM2's GGUF file: run `./run.sh setup`");
+        Smollm2::load(&bytes).unwrap().0
+    })
+}
+
+fn golden() -> serde_json::Value {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/tests/data/smollm2_golden.json");
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+}
+
+async fn connect(srv: &actix_test::TestServer) -> Socket {
+    let ws = awc::Client::new().ws(srv.url("/llm")).max_frame_size(MAX_LLM_FRAME_BYTES);
+    ws.connect().await.expect("websocket handshake").1
+}
+
+async fn call(ws: &mut Socket, frame: &LlmFrame) -> LlmFrame {
+    call_bytes(ws, frame.encode()).await
+}
+
+async fn call_bytes(ws: &mut Socket, bytes: Vec<u8>) -> LlmFrame {
+    ws.send(Message::Binary(bytes.into())).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            match ws.next().await.expect("socket open").expect("valid frame") {
+                Frame::Binary(b) => return LlmFrame::decode(&b).expect("reply decodes"),
+                Frame::Ping(_) | Frame::Pong(_) => continue,
+                other => panic!("expected a binary reply, got {other:?}"),
+            }
+        }
+    })
+    .await
+    .expect("reply within 60 s")
+}
+
+fn open(id: u64, positions: u32) -> LlmFrame {
+    LlmFrame::Open {
+        id,
+        model: MODEL_SMOLLM2,
+        first: FRONT as u16,
+        end: model().config.layers as u16,
+        positions,
+    }
+}
+
+fn hidden(id: u64, position: u32, values: Vec<f32>) -> LlmFrame {
+    LlmFrame::Hidden { id, reply: false, position, width: model().config.dim as u32, values }
+}
+
+fn code(reply: LlmFrame) -> LlmErrorCode {
+    match reply {
+        LlmFrame::Error { code, message, .. } => {
+            assert!(!message.is_empty());
+            code
+        }
+        other => panic!("expected an error, got {other:?}"),
+    }
+}
+
+/// One step of the client's side: its blocks on `x`, the server's, then back.
+async fn through_server(
+    ws: &mut Socket,
+    front: &mut KvCache,
+    position: u32,
+    mut x: Vec<f32>,
+    id: u64,
+) -> Vec<f32> {
+    let m = model();
+    m.forward_layers(0..FRONT, &mut x, front).unwrap();
+    match call(ws, &hidden(id, position, x)).await {
+        LlmFrame::Hidden { id: got, reply: true, position: p, values, .. } => {
+            assert_eq!((got, p), (id, position));
+            values
+        }
+        other => panic!("expected hidden states, got {other:?}"),
+    }
+}
+
+#[actix_web::test]
+async fn u_split_answers_as_the_unsplit_model() {
+    let srv = common::server_and_state(&[]).0;
+    let m = model();
+    let dim = m.config.dim;
+    let golden = golden();
+    for case in golden["prompts"].as_array().unwrap().iter().take(2) {
+        let prompt = ids(&case["ids"]);
+        let want = ids(&case["greedy"]);
+        let mut ws = connect(&srv).await;
+        let positions = (prompt.len() + want.len()) as u32;
+        assert!(
+            matches!(call(&mut ws, &open(1, positions)).await, LlmFrame::Opened { width, .. } if width as usize == dim)
+        );
+        let mut front = KvCache::new(&m.config, 0..FRONT, positions as usize);
+        // Prefill: the whole prompt in one frame.
+        let back = through_server(&mut ws, &mut front, 0, m.embed(&prompt).unwrap(), 2).await;
+        let logits = m.logits(&back[back.len() - dim..]).unwrap();
+        let mut next = argmax(&logits);
+        let mut got = vec![];
+        while got.len() < want.len() {
+            got.push(next);
+            let position = (prompt.len() + got.len() - 1) as u32;
+            let back = through_server(
+                &mut ws,
+                &mut front,
+                position,
+                m.embed(&[next]).unwrap(),
+                3 + got.len() as u64,
+            )
+            .await;
+            next = argmax(&m.logits(&back).unwrap());
+        }
+        assert_eq!(got, want, "{}", case["user"]);
+    }
+}
+
+#[actix_web::test]
+async fn bad_frames_get_typed_errors_and_the_conversation_goes_on() {
+    let srv = common::server_and_state(&["--llm-positions", "64", "--llm-kv-mib", "2"]).0;
+    let m = model();
+    let dim = m.config.dim;
+    let mut ws = connect(&srv).await;
+    // Before open; unknown model; bad block ranges; more positions than allowed.
+    assert_eq!(code(call(&mut ws, &hidden(1, 0, vec![0.5; dim])).await), LlmErrorCode::NotOpen);
+    let mut other = open(2, 8);
+    if let LlmFrame::Open { model, .. } = &mut other {
+        *model = 1;
+    }
+    assert_eq!(code(call(&mut ws, &other).await), LlmErrorCode::UnknownModel);
+    for (first, end) in [(4u16, 4u16), (10, 5), (0, 31)] {
+        let f = LlmFrame::Open { id: 3, model: MODEL_SMOLLM2, first, end, positions: 8 };
+        assert_eq!(code(call(&mut ws, &f).await), LlmErrorCode::BadLayers, "{first}..{end}");
+    }
+    assert_eq!(code(call(&mut ws, &open(4, 65)).await), LlmErrorCode::KvBudget);
+    // 64 positions of 26 blocks: 64 × 26 × 2 × 192 × 4 bytes = 2.4 MiB, over the 2 MiB budget.
+    assert_eq!(code(call(&mut ws, &open(5, 64)).await), LlmErrorCode::KvBudget);
+    assert!(matches!(call(&mut ws, &open(6, 16)).await, LlmFrame::Opened { positions: 16, .. }));
+    // 16 positions take 16 × 26 × 1536 bytes = 0.61 MiB: three conversations fit in 2 MiB, a
+    // fourth does not until one ends.
+    let mut others = Vec::new();
+    for i in 0..2 {
+        let mut ws2 = connect(&srv).await;
+        assert!(
+            matches!(call(&mut ws2, &open(7, 16)).await, LlmFrame::Opened { .. }),
+            "conversation {i}"
+        );
+        others.push(ws2);
+    }
+    let mut full = connect(&srv).await;
+    assert_eq!(code(call(&mut full, &open(8, 16)).await), LlmErrorCode::KvBudget);
+    drop(others.pop());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        matches!(call(&mut full, &open(9, 16)).await, LlmFrame::Opened { .. }),
+        "a closed conversation's share is free again"
+    );
+    // Wrong width, NaN, a position that is not the next, garbage, a server frame sent by a client.
+    let f = LlmFrame::Hidden { id: 10, reply: false, position: 0, width: 7, values: vec![0.0; 14] };
+    assert_eq!(code(call(&mut ws, &f).await), LlmErrorCode::BadValues);
+    let mut nan = vec![0.25; dim];
+    nan[3] = f32::NAN;
+    assert_eq!(code(call(&mut ws, &hidden(11, 0, nan)).await), LlmErrorCode::BadValues);
+    assert_eq!(code(call(&mut ws, &hidden(12, 5, vec![0.25; dim])).await), LlmErrorCode::Position);
+    assert_eq!(
+        code(call_bytes(&mut ws, b"SPLM\x01\x00garbage".to_vec()).await),
+        LlmErrorCode::BadFrame
+    );
+    let opened = LlmFrame::Opened { id: 13, first: 0, end: 1, positions: 1, width: 576 };
+    assert_eq!(code(call(&mut ws, &opened).await), LlmErrorCode::BadFrame);
+    // More positions than reserved.
+    assert_eq!(
+        code(call(&mut ws, &hidden(14, 0, vec![0.25; dim * 17])).await),
+        LlmErrorCode::KvBudget
+    );
+    // After all that, the conversation still runs, from position 0.
+    let mut front = KvCache::new(&m.config, 0..FRONT, 16);
+    let x = m.embed(&[1, 9690, 198]).unwrap();
+    let back = through_server(&mut ws, &mut front, 0, x, 15).await;
+    assert_eq!(back.len(), 3 * dim);
+    assert!(back.iter().all(|v| v.is_finite()));
+    let again = through_server(&mut ws, &mut front, 3, m.embed(&[28]).unwrap(), 16).await;
+    assert_eq!(again.len(), dim);
+}
