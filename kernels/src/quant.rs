@@ -145,8 +145,11 @@ impl QuantMatrix<'_> {
     }
 }
 
-/// Work per thread below which a call stays on one thread.
-const MIN_VALUES_PER_PART: usize = 1 << 14;
+/// Weights × vectors per thread below which a call stays on one thread. A decode step's
+/// products (0.1–0.9 M weights, 20–300 µs) ran slower split: waking a helper of the pool costs
+/// more than half the work saves (docs/llm.md, "Speed"); from 1 M only the output projection
+/// and a prompt's products split.
+const MIN_VALUES_PER_PART: usize = 1 << 20;
 
 /// `out[t, r] = Σ_c w[r, c] · x[t, c]` for `tokens` input vectors: `x: [tokens, cols]`,
 /// `out: [tokens, rows]`. Rows are split across the kernels' threads for large matrices.

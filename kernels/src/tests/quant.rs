@@ -32,8 +32,9 @@ fn every_isa_equals_reference() {
             (17, 96, 2),
             (5, 576, 3),
             (64, 1536, 1),
-            (1200, 576, 1),
-            (300, 576, 7),
+            // Large enough to be split across threads (2 M weights × vectors and more).
+            (4096, 576, 1),
+            (600, 576, 7),
         ] {
             let (packed, scales, mins) = matrix(format, rows, cols, rows as u64 * 31 + cols as u64);
             let w =
