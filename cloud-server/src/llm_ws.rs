@@ -9,6 +9,8 @@
 //! positions × its blocks), against the conversation's limit (`--llm-positions`) and every
 //! conversation's together (`--llm-kv-mib`); a conversation over either is refused with
 //! `kv_budget` and other conversations are not touched. The reservation ends with the socket.
+//! Frames count against the same per-address rate as `/ws` requests (`--rate-limit`); answers
+//! and refusals go to `/metrics` as `/ws`'s do (answers under `from="llm"`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -138,10 +140,8 @@ pub async fn llm_socket(
 ) -> actix_web::Result<HttpResponse> {
     let (response, upgraded) = checked_upgrade(&req, body, &state, MAX_LLM_FRAME_BYTES).await?;
     if let Some(Upgraded { session, stream, admitted }) = upgraded {
-        rt::spawn(async move {
-            let _admitted = admitted;
-            serve(session, stream, state.into_inner()).await;
-        });
+        // `admitted` holds the connection's place in the limits until the conversation ends.
+        rt::spawn(serve(session, stream, state.into_inner(), admitted));
     }
     Ok(response)
 }
@@ -150,6 +150,7 @@ async fn serve(
     mut session: actix_ws::Session,
     mut stream: actix_ws::AggregatedMessageStream,
     state: Arc<AppState>,
+    admitted: crate::limits::Admitted,
 ) {
     let mut conversation: Option<Conversation> = None;
     let reason = loop {
@@ -165,7 +166,21 @@ async fn serve(
         match msg {
             Some(Ok(AggregatedMessage::Binary(bytes))) => {
                 state.metrics.received(bytes.len());
-                let reply = answer(&state, &mut conversation, &bytes).await;
+                let started = std::time::Instant::now();
+                // The same per-address bucket as `/ws`: frames per second, a second's worth at once.
+                let reply = if state.rate.allow(admitted.ip, started) {
+                    answer(&state, &mut conversation, &bytes).await
+                } else {
+                    let message = format!(
+                        "over {} frames per second from this address; retry later",
+                        state.rate.rate()
+                    );
+                    error(peek_llm_id(&bytes).unwrap_or(0), LlmErrorCode::RateLimited, message)
+                };
+                match &reply {
+                    LlmFrame::Error { code, .. } => state.metrics.refused(code.name()),
+                    _ => state.metrics.answered("llm", started.elapsed().as_secs_f64(), false),
+                }
                 if !send(&mut session, reply.encode(), &state).await {
                     return;
                 }

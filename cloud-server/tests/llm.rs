@@ -210,3 +210,26 @@ async fn bad_frames_get_typed_errors_and_the_conversation_goes_on() {
     let again = through_server(&mut ws, &mut front, 3, m.embed(&[28]).unwrap(), 16).await;
     assert_eq!(again.len(), dim);
 }
+
+#[actix_web::test]
+async fn frames_over_the_rate_are_refused_then_served_again() {
+    let srv = common::server_and_state(&["--rate-limit", "2"]).0;
+    let mut ws = connect(&srv).await;
+    let mut codes = Vec::new();
+    for id in 0..6 {
+        codes.push(match call(&mut ws, &open(id, 8)).await {
+            LlmFrame::Opened { .. } => None,
+            LlmFrame::Error { code, .. } => Some(code),
+            other => panic!("{other:?}"),
+        });
+    }
+    // Two at once are allowed (one opens the conversation, one finds it open); then refusals.
+    assert_eq!(&codes[..2], &[None, Some(LlmErrorCode::NotOpen)]);
+    assert!(codes[2..].contains(&Some(LlmErrorCode::RateLimited)), "{codes:?}");
+    assert!(LlmErrorCode::RateLimited.is_transient());
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let m = model();
+    let mut front = KvCache::new(&m.config, 0..FRONT, 8);
+    let back = through_server(&mut ws, &mut front, 0, m.embed(&[1]).unwrap(), 10).await;
+    assert_eq!(back.len(), m.config.dim, "served again after a second");
+}

@@ -65,19 +65,46 @@ pub enum LlmErrorCode {
     BadValues = 7,
     /// The server failed while running the blocks.
     Internal = 8,
+    /// More frames per second from this address than the server takes (`--rate-limit`).
+    RateLimited = 9,
 }
 
 impl LlmErrorCode {
     fn from_u16(v: u16) -> Option<Self> {
         use LlmErrorCode::*;
-        [BadFrame, UnknownModel, NotOpen, BadLayers, Position, KvBudget, BadValues, Internal]
-            .into_iter()
-            .find(|c| *c as u16 == v)
+        [
+            BadFrame,
+            UnknownModel,
+            NotOpen,
+            BadLayers,
+            Position,
+            KvBudget,
+            BadValues,
+            Internal,
+            RateLimited,
+        ]
+        .into_iter()
+        .find(|c| *c as u16 == v)
     }
 
-    /// Whether trying again later (after other sessions end) may succeed.
+    /// Whether trying again later (after other conversations end, or a second) may succeed.
     pub fn is_transient(self) -> bool {
-        matches!(self, LlmErrorCode::KvBudget)
+        matches!(self, LlmErrorCode::KvBudget | LlmErrorCode::RateLimited)
+    }
+
+    /// The code's name, as the docs and the server's metrics spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            LlmErrorCode::BadFrame => "bad_frame",
+            LlmErrorCode::UnknownModel => "unknown_model",
+            LlmErrorCode::NotOpen => "not_open",
+            LlmErrorCode::BadLayers => "bad_layers",
+            LlmErrorCode::Position => "position",
+            LlmErrorCode::KvBudget => "kv_budget",
+            LlmErrorCode::BadValues => "bad_values",
+            LlmErrorCode::Internal => "internal",
+            LlmErrorCode::RateLimited => "rate_limited",
+        }
     }
 }
 
