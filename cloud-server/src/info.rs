@@ -7,7 +7,10 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use split_shared::codec::{Calibration, SUPPORTED_BITS, Setting};
 use split_shared::model::{BoundaryInfo, NUM_BOUNDARIES, boundary_table};
-use split_shared::protocol::{MAX_FRAME_BYTES, PROTOCOL_VERSION};
+use split_shared::protocol::{
+    LLM_PROTOCOL_VERSION, MAX_FRAME_BYTES, MAX_HIDDEN_ROWS, MAX_LLM_FRAME_BYTES, MODEL_SMOLLM2,
+    PROTOCOL_VERSION,
+};
 
 use crate::state::AppState;
 
@@ -52,6 +55,32 @@ pub struct ServerInfo {
     pub light_model: Option<LightInfo>,
     /// Every boundary with its shape, MACs and parameter bytes.
     pub boundaries: &'static [BoundaryInfo; NUM_BOUNDARIES],
+    /// The language model a client may split with this server on `/llm`; absent without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub llm: Option<LlmInfo>,
+}
+
+/// The language model (`/api/info`'s `llm`): what a client needs to open a conversation.
+#[derive(Debug, Serialize)]
+pub struct LlmInfo {
+    /// The socket.
+    pub url: &'static str,
+    /// The model's name.
+    pub model: &'static str,
+    /// Its id in the open frame.
+    pub model_id: u8,
+    /// The `/llm` frames' version.
+    pub protocol_version: u16,
+    /// Transformer blocks (a conversation opens a range of them).
+    pub layers: usize,
+    /// Values per hidden state.
+    pub width: usize,
+    /// Positions one conversation may reserve.
+    pub max_positions: u32,
+    /// Most rows in one hidden-state frame.
+    pub max_rows: u32,
+    /// Largest frame accepted.
+    pub max_frame_bytes: usize,
 }
 
 /// The light model (`/api/info`'s `light_model`).
@@ -155,6 +184,17 @@ impl ServerInfo {
                 shards: state.light_shards.manifest(),
             }),
             boundaries: boundary_table(),
+            llm: state.llm.as_ref().map(|host| LlmInfo {
+                url: "/llm",
+                model: "smollm2-135m-instruct",
+                model_id: MODEL_SMOLLM2,
+                protocol_version: LLM_PROTOCOL_VERSION,
+                layers: host.model.config.layers,
+                width: host.model.config.dim,
+                max_positions: host.max_positions,
+                max_rows: MAX_HIDDEN_ROWS,
+                max_frame_bytes: MAX_LLM_FRAME_BYTES,
+            }),
         }
     }
 }

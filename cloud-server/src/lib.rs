@@ -35,7 +35,7 @@ mod ws;
 pub use config::{Config, DeviceChoice, Token};
 pub use engine::{Engine, Outcome, Work};
 pub use error::ServeError;
-pub use info::{CalibrationInfo, ServerInfo};
+pub use info::{CalibrationInfo, LlmInfo, ServerInfo};
 pub use metrics::Metrics;
 pub use routes::config_app;
 pub use service::{Session, answer};

@@ -146,6 +146,18 @@ async fn u_split_answers_as_the_unsplit_model() {
 #[actix_web::test]
 async fn bad_frames_get_typed_errors_and_the_conversation_goes_on() {
     let srv = common::server_and_state(&["--llm-positions", "64", "--llm-kv-mib", "2"]).0;
+    // What a client reads before it opens a conversation.
+    let info: serde_json::Value =
+        awc::Client::new().get(srv.url("/api/info")).send().await.unwrap().json().await.unwrap();
+    let llm = &info["llm"];
+    assert_eq!(
+        (llm["url"].as_str(), llm["model_id"].as_u64()),
+        (Some("/llm"), Some(u64::from(MODEL_SMOLLM2)))
+    );
+    assert_eq!(
+        (llm["layers"].as_u64(), llm["width"].as_u64(), llm["max_positions"].as_u64()),
+        (Some(30), Some(576), Some(64))
+    );
     let m = model();
     let dim = m.config.dim;
     let mut ws = connect(&srv).await;
