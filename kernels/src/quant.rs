@@ -177,7 +177,14 @@ pub fn quant_matmul(
     }
     let bpr = w.blocks_per_row();
     // Σ x per block of each input vector (the `min` term of Q4_1).
-    let sums: Vec<f32> = x.chunks_exact(QBLOCK).map(|c| c.iter().sum()).collect();
+    // Each row against one vector at a time (few vectors, or the reference), else each block
+    // dequantized once for every vector ([`row_dots`]), which needs no block sums.
+    let per_vector = tokens < MANY_TOKENS || isa == crate::Isa::Reference;
+    let sums: Vec<f32> = if per_vector {
+        x.chunks_exact(QBLOCK).map(|c| c.iter().sum()).collect()
+    } else {
+        Vec::new()
+    };
     let work = w.rows.saturating_mul(w.cols).saturating_mul(tokens);
     let parts = threads::max_threads().min(work / MIN_VALUES_PER_PART).min(w.rows).max(1);
     // Each part writes its rows for every token into a buffer of its own ([rows, tokens]),
@@ -195,7 +202,7 @@ pub fn quant_matmul(
         for (k, r) in rows.enumerate() {
             let blocks = r * bpr..(r + 1) * bpr;
             let dots = &mut local[k * tokens..(k + 1) * tokens];
-            if tokens >= MANY_TOKENS && isa != crate::Isa::Reference {
+            if !per_vector {
                 row_dots(isa, w, blocks, x, dots);
                 continue;
             }

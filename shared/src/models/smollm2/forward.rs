@@ -147,14 +147,7 @@ impl Smollm2 {
                 cache.layers, c.layers
             )));
         }
-        if !hidden.len().is_multiple_of(c.dim) {
-            return Err(LlmError::Shape(format!(
-                "{} values are not rows of {}",
-                hidden.len(),
-                c.dim
-            )));
-        }
-        let n = hidden.len() / c.dim;
+        let n = self.rows(hidden)?;
         if cache.len + n > cache.capacity {
             return Err(LlmError::Context { needed: cache.len + n, limit: cache.capacity });
         }
@@ -171,14 +164,7 @@ impl Smollm2 {
     /// Logits `[tokens, vocab]` of final hidden states `[tokens, dim]`.
     pub fn logits(&self, hidden: &[f32]) -> Result<Vec<f32>, LlmError> {
         let c = &self.config;
-        if !hidden.len().is_multiple_of(c.dim) {
-            return Err(LlmError::Shape(format!(
-                "{} values are not rows of {}",
-                hidden.len(),
-                c.dim
-            )));
-        }
-        let n = hidden.len() / c.dim;
+        let n = self.rows(hidden)?;
         let mut normed = hidden.to_vec();
         for row in normed.chunks_exact_mut(c.dim) {
             rms_norm(row, &self.weights.output_norm, c.norm_eps);
@@ -193,6 +179,15 @@ impl Smollm2 {
         self.forward_layers(0..self.config.layers, &mut hidden, cache)?;
         let last = hidden.len().saturating_sub(dim);
         self.logits(&hidden[last..])
+    }
+
+    /// Rows of a hidden-state buffer `[tokens, dim]`.
+    fn rows(&self, hidden: &[f32]) -> Result<usize, LlmError> {
+        let dim = self.config.dim;
+        if !hidden.len().is_multiple_of(dim) {
+            return Err(LlmError::Shape(format!("{} values are not rows of {dim}", hidden.len())));
+        }
+        Ok(hidden.len() / dim)
     }
 
     fn matmul(&self, w: &QuantWeight, x: &[f32], tokens: usize) -> Result<Vec<f32>, LlmError> {
