@@ -474,3 +474,66 @@ export class SplitClient {
    * with code "worker". */
   terminate?(): void;
 }
+
+/** Options of `SplitChat.create`. */
+export interface ChatOptions {
+  /** The server (its origin, or a base URL); the page's origin by default. */
+  server?: string;
+  /** Blocks of the language model run in the browser (2 by default); the rest run on the
+   * server. The model's block count (30 for SmolLM2) runs it whole in the browser. */
+  blocks?: number;
+  /** The longest conversation, prompt and answer, in tokens (1,024; the server's limit caps it). */
+  positions?: number;
+  /** The server's bearer token, when it requires one. */
+  token?: string;
+  /** The model share's download: `{ stage: "llm-weights", loaded, total, fraction, cached }`. */
+  onProgress?: (p: Progress) => void;
+}
+
+/** A chat message. */
+export interface ChatMessage {
+  role: "system" | "user" | "assistant";
+  content: string;
+}
+
+/** What an answer cost: milliseconds in the browser and waiting on the server (link
+ * included), bytes of hidden states each way. */
+export interface ChatFigures {
+  edgeMs: number;
+  serverMs: number;
+  bytesUp: number;
+  bytesDown: number;
+  promptTokens: number;
+}
+
+/** An answer. */
+export interface ChatAnswer extends ChatFigures {
+  text: string;
+  tokens: number[];
+  /** Ended by `stop()`. */
+  stopped: boolean;
+  firstTokenMs: number | null;
+  tokensPerSecond: number | null;
+  /** "split" (blocks on both sides) or "edge" (the whole model in the browser). */
+  placement: "split" | "edge";
+}
+
+/** SmolLM2-135M-Instruct split between this page and the server: the tokenizer, the embedding,
+ * the first blocks and the output layer run in a worker of the page; the server runs the
+ * blocks between and sees only hidden states (576 numbers per token each way), never the text
+ * or the token ids. */
+export declare class SplitChat {
+  /** Download the model's share (cached by the browser) and load it in a new worker. */
+  static create(options?: ChatOptions): Promise<SplitChat>;
+  /** What was loaded. */
+  readonly info: { blocks: number; layers: number; width: number; positions: number;
+    shareBytes: number; weightBytes: number; model: string } | null;
+  /** Answer a conversation; `onToken` sees the answer as it grows. Greedy unless
+   * `temperature` > 0 (then top-p `topP` with `seed`). */
+  ask(messages: ChatMessage[], options?: { maxTokens?: number; temperature?: number; topP?: number;
+    seed?: number; onToken?: (t: ChatFigures & { text: string; tokens: number }) => void }): Promise<ChatAnswer>;
+  /** End the answer being written. */
+  stop(): Promise<void>;
+  /** Stop the worker; pending calls fail with code "closed". */
+  close(): void;
+}

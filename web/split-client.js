@@ -41,6 +41,8 @@ import { EdgeWeights, boundaryIndex } from "./client/weights.js";
 import { DeviceGroup } from "./client/group.js";
 
 export { SplitError };
+/** The language model split between this page and the server (`client/chat.js`). */
+export { SplitChat } from "./client/chat.js";
 
 /** The boundary `options.weights` asks to load before `create` resolves: "all" is every
  * stage, "none" none, a boundary name the stages up to it. */

@@ -81,6 +81,11 @@ pub struct LlmInfo {
     pub max_rows: u32,
     /// Largest frame accepted.
     pub max_frame_bytes: usize,
+    /// Where a browser gets the model's share it runs: this, then the number of blocks
+    /// (`/llm/edge/4`: the tokenizer, the embedding, the final norm and blocks 0..4).
+    pub edge_url: &'static str,
+    /// What clients cache those shares under (a hash of the model file).
+    pub file_id: String,
 }
 
 /// The light model (`/api/info`'s `light_model`).
@@ -194,6 +199,8 @@ impl ServerInfo {
                 max_positions: host.max_positions,
                 max_rows: MAX_HIDDEN_ROWS,
                 max_frame_bytes: MAX_LLM_FRAME_BYTES,
+                edge_url: crate::llm_edge::LLM_EDGE_URL,
+                file_id: host.file_id.clone(),
             }),
         }
     }

@@ -40,6 +40,12 @@ pub struct LlmHost {
     pub budget_bytes: usize,
     /// Bytes reserved now.
     pub held: AtomicUsize,
+    /// The file the model was read from (the edge's shares are cut from it).
+    pub path: std::path::PathBuf,
+    /// FNV-1a 64 of the file, in hex: what clients cache its shares under.
+    pub file_id: String,
+    /// Shares of the model made for browsers ([`crate::llm_edge`]).
+    pub shares: crate::llm_edge::Shares,
 }
 
 impl LlmHost {
@@ -77,6 +83,9 @@ impl LlmHost {
             max_positions: config.llm_positions,
             budget_bytes: config.llm_kv_mib.saturating_mul(1 << 20),
             held: AtomicUsize::new(0),
+            file_id: format!("{:016x}", split_shared::container::fnv1a64(&bytes)),
+            path,
+            shares: Default::default(),
         }))
     }
 

@@ -82,6 +82,10 @@ pub fn config_app(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
             .route("/ws", web::get().to(crate::ws::websocket))
             .route("/group", web::get().to(crate::group_ws::group_socket))
             .route("/llm", web::get().to(crate::llm_ws::llm_socket))
+            .route(
+                &format!("{}{{blocks}}", crate::llm_edge::LLM_EDGE_URL),
+                web::get().to(crate::llm_edge::edge_weights),
+            )
             .route("/api/info", web::get().to(info))
             .route("/api/info", web::head().to(info))
             .route("/livez", web::get().to(livez))

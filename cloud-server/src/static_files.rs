@@ -12,6 +12,7 @@ pub const SERVED: &[&str] = &[
     "camera.js",
     "seen.js",
     "devices.js",
+    "chat-ui.js",
     "qr.js",
     "style.css",
     "split-client.js",

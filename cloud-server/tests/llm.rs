@@ -245,3 +245,30 @@ async fn frames_over_the_rate_are_refused_then_served_again() {
     let back = through_server(&mut ws, &mut front, 0, m.embed(&[1]).unwrap(), 10).await;
     assert_eq!(back.len(), m.config.dim, "served again after a second");
 }
+
+/// `/llm/edge/{blocks}`: the share a browser runs, named in `/api/info`; a share of 4 blocks
+/// loads with exactly those blocks; numbers past the model and non-numbers are refused.
+#[actix_web::test]
+async fn the_edge_share_is_served() {
+    let srv = common::server_and_state(&[]).0;
+    let client = awc::Client::default();
+    let info: serde_json::Value =
+        client.get(srv.url("/api/info")).send().await.unwrap().json().await.unwrap();
+    let llm = &info["llm"];
+    assert_eq!(llm["edge_url"], "/llm/edge/");
+    assert_eq!(llm["file_id"].as_str().unwrap().len(), 16);
+    let mut res = client.get(srv.url("/llm/edge/4")).send().await.unwrap();
+    assert_eq!(res.status(), 200);
+    let share = res.body().limit(200 << 20).await.unwrap();
+    let (edge, _) = Smollm2::load(&share).unwrap();
+    assert_eq!(edge.blocks(), 0..FRONT);
+    // The same again (from the server's kept shares).
+    let again = client.get(srv.url("/llm/edge/4")).send().await.unwrap().body().limit(200 << 20);
+    assert_eq!(again.await.unwrap(), share);
+    for bad in ["31", "abc", "-1"] {
+        let mut res = client.get(srv.url(&format!("/llm/edge/{bad}"))).send().await.unwrap();
+        assert_eq!(res.status(), 400, "{bad}");
+        let body = res.body().await.unwrap();
+        assert!(String::from_utf8_lossy(&body).contains("from 0 to 30"), "{bad}");
+    }
+}

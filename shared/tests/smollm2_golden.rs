@@ -132,3 +132,41 @@ fn split_layers_equal_the_whole() {
     assert!(model.forward_layers(0..4, &mut model.embed(&prompt).unwrap(), &mut small).is_err());
     assert!(model.embed(&[u32::MAX]).is_err());
 }
+
+/// The share a browser downloads (`edge_share`: metadata, embedding, final norm, blocks 0..4)
+/// runs its blocks and the output projection exactly as the whole file does, and refuses the
+/// blocks it does not hold.
+#[test]
+fn the_edge_share_runs_as_the_whole_model() {
+    use split_shared::models::smollm2::edge_share;
+    let bytes = std::fs::read(split_paths::llm_file()).unwrap();
+    let (model, _, _) = load();
+    let share = edge_share(&bytes, 4).unwrap();
+    let (edge, tok) = Smollm2::load(&share).unwrap();
+    assert_eq!(edge.blocks(), 0..4);
+    assert_eq!(tok.vocab(), model.config.vocab);
+    // The embedding (also the output projection) is 30 MB of the file's 98, a block 2.2 MB:
+    // 40.7 MB with four blocks.
+    assert!(share.len() < bytes.len() / 2, "{} of {} bytes", share.len(), bytes.len());
+    let prompt = ids(&golden()["prompts"][1]["ids"]);
+    let layers = model.config.layers;
+    let mut front = KvCache::new(&edge.config, 0..4, 64);
+    let mut h = edge.embed(&prompt).unwrap();
+    edge.forward_layers(0..4, &mut h, &mut front).unwrap();
+    model
+        .forward_layers(4..layers, &mut h, &mut KvCache::new(&model.config, 4..layers, 64))
+        .unwrap();
+    let dim = model.config.dim;
+    let mut whole = KvCache::new(&model.config, 0..layers, 64);
+    assert_eq!(
+        edge.logits(&h[h.len() - dim..]).unwrap(),
+        model.forward(&prompt, &mut whole).unwrap()
+    );
+    let mut past = KvCache::new(&edge.config, 4..5, 64);
+    let e = edge.forward_layers(4..5, &mut edge.embed(&prompt).unwrap(), &mut past).unwrap_err();
+    assert!(e.to_string().contains("holds blocks 0..4"), "{e}");
+    assert!(edge_share(&bytes, layers + 1).is_err());
+    // Every block is the whole model again.
+    let (all, _) = Smollm2::load(&edge_share(&bytes, layers).unwrap()).unwrap();
+    assert_eq!(all.blocks(), 0..layers);
+}

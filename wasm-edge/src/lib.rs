@@ -17,6 +17,7 @@
 
 mod edge;
 mod js;
+mod llm;
 mod panic;
 mod planner;
 
@@ -28,6 +29,7 @@ use split_shared::protocol::{ErrorCode, FeaturesFrame, Reply, Request};
 use wasm_bindgen::prelude::*;
 
 pub use edge::{EdgeOutput, EdgeRunner, RunOptions};
+pub use llm::LlmEdge;
 pub use planner::AdaptivePlanner;
 use split_shared::codec::{DecodeContext, EncodeContext, Setting};
 

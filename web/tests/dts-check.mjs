@@ -76,6 +76,7 @@ const problems = [
     { cls: DeviceGroup, file: "client/group.js" },
     { cls: RemoteDeviceGroup, file: "client/remote.js" },
   ]),
+  ...checkImplements("SplitChat", [{ cls: client.SplitChat, file: "client/chat.js" }]),
 ];
 for (const name of declaredValues()) {
   if (!(name in client)) problems.push(`split-client.js does not export ${name}`);
@@ -84,5 +85,5 @@ const error = new client.SplitError("busy", "a test");
 if (!(error instanceof Error) || error.code !== "busy" || error.name !== "SplitError") problems.push("SplitError is not an Error with a code and its name");
 
 assert.deepEqual(problems, [], `split-client.d.ts and the code disagree:\n  ${problems.join("\n  ")}`);
-const counted = declared("SplitClient").length + declared("DeviceGroup").length;
-console.log(`dts-check: ${counted} declared members of SplitClient and DeviceGroup found in the code, and ${declaredValues().length} exports`);
+const counted = ["SplitClient", "DeviceGroup", "SplitChat"].map((c) => declared(c).length).reduce((a, b) => a + b);
+console.log(`dts-check: ${counted} declared members of SplitClient, DeviceGroup and SplitChat found in the code, and ${declaredValues().length} exports`);

@@ -175,6 +175,12 @@ fn browser_tests((weights, calibration): &(PathBuf, PathBuf)) -> Result<()> {
     ];
     let server = start_server(&flags)?;
     run(Command::new("node").arg("tests/e2e.mjs").current_dir(&web).env("SPLIT_URL", &server.url))?;
+    // The Chat tab: the language model split between the page and the server, and whole in
+    // the page, token for token the reference's greedy answers.
+    run(Command::new("node")
+        .arg("tests/chat.mjs")
+        .current_dir(&web)
+        .env("SPLIT_URL", &server.url))?;
     // Outages: the link cut and silenced under a stream, a reload meanwhile, a server killed,
     // the backlog finished. It kills a server of its own: the command that starts one.
     let (bin, args) = crate::server::server_command(&flags);
@@ -252,6 +258,8 @@ fn check_package(web: &std::path::Path) -> Result<()> {
         "client/backlog.js",
         "client/resilience.js",
         "client/group.js",
+        "client/chat.js",
+        "client/chat-worker.js",
         "pkg/wasm_edge_bg.wasm",
         "pkg-cpu/wasm_edge.js",
         "pkg-cpu-relaxed/wasm_edge_bg.wasm",
@@ -263,6 +271,7 @@ fn check_package(web: &std::path::Path) -> Result<()> {
     anyhow::ensure!(threads_helper, "the client package lacks the threaded build's worker helpers");
     for demo in [
         "app.js",
+        "chat-ui.js",
         "index.html",
         "tests/e2e.mjs",
         "tests/outage.mjs",

@@ -9,9 +9,9 @@
 use super::{Cursor, Truncated};
 
 /// "GGUF" read as a little-endian u32.
-const MAGIC: &[u8; 4] = b"GGUF";
+pub(super) const MAGIC: &[u8; 4] = b"GGUF";
 /// Alignment of the data section when the file does not say (`general.alignment`).
-const DEFAULT_ALIGNMENT: u64 = 32;
+pub(super) const DEFAULT_ALIGNMENT: u64 = 32;
 /// Dimensions a tensor may have (GGML's limit).
 pub const MAX_DIMS: usize = 4;
 /// Nesting of array values: arrays of arrays are legal GGUF, deeper nesting is refused.
@@ -327,7 +327,7 @@ fn value(c: &mut Cursor, kind: u32, key: &str, depth: usize) -> Result<GgufValue
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     /// A small valid file: two metadata entries, one f32 tensor of 2×32 and one Q8_0 row.

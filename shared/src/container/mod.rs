@@ -15,6 +15,7 @@
 
 mod cursor;
 mod gguf;
+mod gguf_write;
 mod quantized;
 mod tensor_file;
 

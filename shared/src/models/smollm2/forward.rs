@@ -113,6 +113,13 @@ impl Smollm2 {
         self
     }
 
+    /// The blocks whose weights are loaded: every block (`0..config.layers`), or the share of
+    /// a split a file made by [`Gguf::write_subset`] holds.
+    pub fn blocks(&self) -> Range<usize> {
+        let first = self.weights.first_block;
+        first..first + self.weights.layers.len()
+    }
+
     /// Bytes the weights hold in memory.
     pub fn weight_bytes(&self) -> usize {
         self.weights.bytes()
@@ -140,11 +147,11 @@ impl Smollm2 {
         hidden: &mut [f32],
         cache: &mut KvCache,
     ) -> Result<(), LlmError> {
-        let c = &self.config;
-        if layers != cache.layers || layers.end > c.layers {
+        let held = self.blocks();
+        if layers != cache.layers || layers.start < held.start || layers.end > held.end {
             return Err(LlmError::Shape(format!(
-                "blocks {layers:?} with a cache of blocks {:?} (the model has {})",
-                cache.layers, c.layers
+                "blocks {layers:?} with a cache of blocks {:?} (this file holds blocks {held:?})",
+                cache.layers
             )));
         }
         let n = self.rows(hidden)?;
@@ -155,7 +162,8 @@ impl Smollm2 {
             return Err(LlmError::Shape(format!("a hidden state holds {bad}")));
         }
         for (k, layer) in layers.clone().enumerate() {
-            self.block(&self.weights.layers[layer], hidden, n, cache, k)?;
+            let w = &self.weights.layers[layer - held.start];
+            self.block(w, hidden, n, cache, k)?;
         }
         cache.len += n;
         Ok(())

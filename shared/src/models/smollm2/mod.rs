@@ -17,6 +17,7 @@ mod error;
 #[cfg(feature = "model")]
 mod forward;
 mod sample;
+mod share;
 mod tokenizer;
 #[cfg(feature = "model")]
 mod weights;
@@ -26,6 +27,7 @@ pub use error::LlmError;
 #[cfg(feature = "model")]
 pub use forward::{KvCache, Smollm2};
 pub use sample::{Sampler, Sampling, argmax};
+pub use share::{SHARE_BLOCKS_KEY, edge_share};
 pub use tokenizer::{ChatTemplate, Message, Tokenizer};
 #[cfg(feature = "model")]
 pub use weights::{QuantWeight, Weights};

@@ -94,12 +94,17 @@ pub struct LayerWeights {
 pub struct Weights {
     /// The token embedding, which is also the output projection (tied).
     pub(crate) embedding: QuantWeight,
+    /// The block `layers[0]` is.
+    pub(crate) first_block: usize,
+    /// The blocks the file holds, in order.
     pub(crate) layers: Vec<LayerWeights>,
     pub(crate) output_norm: Vec<f32>,
 }
 
 impl Weights {
-    /// Every tensor of a Llama GGUF file, checked against `config`.
+    /// The tensors of a Llama GGUF file, checked against `config`: the embedding, the final
+    /// norm and a run of consecutive blocks — every block, or the share of a split that one
+    /// side runs ([`Gguf::write_subset`] makes such a file).
     pub fn from_gguf(g: &Gguf, config: &Config) -> Result<Self, LlmError> {
         let find = |name: &str| {
             g.tensor(name)
@@ -126,7 +131,9 @@ impl Weights {
             });
         }
         let (d, kv, f) = (config.dim, config.kv_dim(), config.ffn);
-        let layers = (0..config.layers)
+        let blocks = held_blocks(g, config.layers)?;
+        let layers = blocks
+            .clone()
             .map(|i| {
                 let n = |s: &str| format!("blk.{i}.{s}.weight");
                 Ok(LayerWeights {
@@ -144,6 +151,7 @@ impl Weights {
             .collect::<Result<_, LlmError>>()?;
         Ok(Weights {
             embedding: matrix("token_embd.weight", config.vocab, d)?,
+            first_block: blocks.start,
             layers,
             output_norm: vector("output_norm.weight", d)?,
         })
@@ -162,6 +170,35 @@ impl Weights {
             + self.layers.iter().map(layer).sum::<usize>()
             + 4 * self.output_norm.len()
     }
+}
+
+/// The blocks whose tensors the file holds: one run of consecutive blocks inside the model's
+/// `layers` (a block is there when its first tensor is; the rest are then required).
+fn held_blocks(g: &Gguf, layers: usize) -> Result<std::ops::Range<usize>, LlmError> {
+    let present: Vec<usize> =
+        (0..layers).filter(|i| g.tensor(&format!("blk.{i}.attn_norm.weight")).is_some()).collect();
+    let (Some(&first), Some(&last)) = (present.first(), present.last()) else {
+        return Ok(0..0);
+    };
+    if last - first + 1 != present.len() {
+        return Err(LlmError::Tensor {
+            name: format!("blk.{first}..{last}"),
+            why: format!("blocks {present:?} are not one run of consecutive blocks"),
+        });
+    }
+    if let Some(t) = g.tensors.iter().find(|t| {
+        t.name
+            .strip_prefix("blk.")
+            .and_then(|r| r.split('.').next())
+            .and_then(|i| i.parse::<usize>().ok())
+            .is_some_and(|i| i >= layers)
+    }) {
+        return Err(LlmError::Tensor {
+            name: t.name.clone(),
+            why: format!("a block past the model's {layers}"),
+        });
+    }
+    Ok(first..last + 1)
 }
 
 /// IEEE half to single precision (exact: every half is a single).

@@ -1,0 +1,314 @@
+//! The browser's side of the language model's U-shaped split: the tokenizer, the embedding,
+//! the first blocks with their KV cache, the final norm, the tied output projection and the
+//! sampler. The server runs the blocks between (`/llm`); only hidden states cross, so the text
+//! and the token ids stay here. The socket stays in JavaScript (`web/client/chat-worker.js`),
+//! as the image path's does: this only computes and frames.
+//!
+//! ```js
+//! const edge = LlmEdge.load(shareBytes, 512);      // the GGUF share from /llm/edge/<blocks>
+//! socket.send(edge.openFrame());                   // server: blocks edge.blocks()..edge.layers()
+//! edge.acceptOpened(reply);
+//! socket.send(edge.send(edge.chatTokens(JSON.stringify([{ role: "user", content: "Hi" }]))));
+//! let token = edge.acceptHidden(reply);            // the next token; send([token]) for the one after
+//! ```
+
+use split_shared::models::smollm2::{
+    ChatTemplate, KvCache, LlmError, Message, Sampler, Sampling, Smollm2, Tokenizer,
+};
+use split_shared::protocol::{LlmFrame, MODEL_SMOLLM2};
+use wasm_bindgen::prelude::*;
+
+use crate::js;
+
+/// A failure of the language model as a coded `SplitError`.
+fn llm_error(e: LlmError) -> JsValue {
+    let code = match e {
+        LlmError::Gguf(_) | LlmError::Missing(_) | LlmError::Metadata { .. } => "bad_weights",
+        LlmError::Tensor { .. } => "bad_weights",
+        LlmError::Context { .. } => "context",
+        LlmError::Token { .. } | LlmError::Shape(_) => "bad_frame",
+    };
+    js::error(code, e)
+}
+
+/// What the edge waits for from the server.
+#[derive(Clone, Copy, Debug)]
+enum Awaiting {
+    /// Nothing: the conversation is not open (`openFrame` first) or a reply came.
+    Nothing,
+    /// The `opened` reply.
+    Opened { id: u64 },
+    /// The hidden states of `rows` positions from `position` on.
+    Hidden { id: u64, position: u32, rows: u32 },
+}
+
+/// One conversation's edge: the model's share in this browser and the cache of its blocks.
+#[wasm_bindgen]
+pub struct LlmEdge {
+    model: Smollm2,
+    tokenizer: Tokenizer,
+    template: ChatTemplate,
+    cache: KvCache,
+    positions: u32,
+    sampler: Sampler,
+    next_id: u64,
+    awaiting: Awaiting,
+    opened: bool,
+}
+
+#[wasm_bindgen]
+impl LlmEdge {
+    /// The model's share from a GGUF file (`/llm/edge/<blocks>`, or the whole file), with a
+    /// conversation of at most `positions` tokens. `bad_weights` when the file is not a model
+    /// this reads.
+    pub fn load(bytes: &[u8], positions: u32) -> Result<LlmEdge, JsValue> {
+        let (model, tokenizer) = Smollm2::load(bytes).map_err(llm_error)?;
+        let g = split_shared::container::Gguf::parse(bytes).map_err(|e| llm_error(e.into()))?;
+        let template = ChatTemplate::from_gguf(&g).map_err(llm_error)?;
+        let held = model.blocks();
+        if held.start != 0 {
+            return Err(js::error(
+                "bad_weights",
+                format!("the edge runs the first blocks; this file holds blocks {held:?}"),
+            ));
+        }
+        let positions = positions.clamp(1, model.config.context as u32);
+        let cache = KvCache::new(&model.config, held, positions as usize);
+        Ok(LlmEdge {
+            model,
+            tokenizer,
+            template,
+            cache,
+            positions,
+            sampler: Sampler::new(Sampling::Greedy),
+            next_id: 1,
+            awaiting: Awaiting::Nothing,
+            opened: false,
+        })
+    }
+
+    /// Blocks this edge runs (`0..blocks`).
+    pub fn blocks(&self) -> u32 {
+        self.model.blocks().end as u32
+    }
+
+    /// Blocks in the model (the server runs `blocks()..layers()`).
+    pub fn layers(&self) -> u32 {
+        self.model.config.layers as u32
+    }
+
+    /// Whether this edge holds every block (edge-only: [`Self::run_local`], no server).
+    #[wasm_bindgen(js_name = isWhole)]
+    pub fn is_whole(&self) -> bool {
+        self.model.blocks().end == self.model.config.layers
+    }
+
+    /// Bytes the weights hold in memory (quantized as in the file).
+    #[wasm_bindgen(js_name = weightBytes)]
+    pub fn weight_bytes(&self) -> f64 {
+        self.model.weight_bytes() as f64
+    }
+
+    /// Values per hidden state (what one position costs on the wire: 4 bytes each).
+    pub fn width(&self) -> u32 {
+        self.model.config.dim as u32
+    }
+
+    /// Positions held (the prompt and the tokens generated so far).
+    pub fn position(&self) -> u32 {
+        self.cache.len() as u32
+    }
+
+    /// The id of the token that ends an answer.
+    #[wasm_bindgen(js_name = endToken)]
+    pub fn end_token(&self) -> u32 {
+        self.tokenizer.eos
+    }
+
+    /// Greedy when `temperature` is 0, otherwise temperature and top-p sampling from `seed`.
+    #[wasm_bindgen(js_name = setSampling)]
+    pub fn set_sampling(&mut self, temperature: f32, top_p: f32, seed: u32) {
+        self.sampler = Sampler::new(if temperature <= 0.0 {
+            Sampling::Greedy
+        } else {
+            Sampling::TopP { temperature, top_p, seed: u64::from(seed) }
+        });
+    }
+
+    /// The token ids of a conversation (a JSON array of `{ role, content }`) and the opening of
+    /// the assistant's answer, in the model's chat format.
+    #[wasm_bindgen(js_name = chatTokens)]
+    pub fn chat_tokens(&self, messages_json: &str) -> Result<Vec<u32>, JsValue> {
+        #[derive(serde::Deserialize)]
+        struct In {
+            role: String,
+            content: String,
+        }
+        let messages: Vec<In> = serde_json::from_str(messages_json)
+            .map_err(|e| js::error("bad_option", format!("messages: {e}")))?;
+        if let Some(m) =
+            messages.iter().find(|m| !["system", "user", "assistant"].contains(&m.role.as_str()))
+        {
+            return Err(js::error("bad_option", format!("unknown role {:?}", m.role)));
+        }
+        let messages: Vec<Message> =
+            messages.into_iter().map(|m| Message { role: m.role, content: m.content }).collect();
+        self.template.encode(&self.tokenizer, &messages).map_err(llm_error)
+    }
+
+    /// The text of token ids (UTF-8 split across tokens is completed by later ones: decode
+    /// the whole answer so far, not token by token).
+    pub fn decode(&self, tokens: &[u32]) -> Result<String, JsValue> {
+        self.tokenizer.decode(tokens).map_err(llm_error)
+    }
+
+    /// The frame that opens the conversation on the server: blocks `blocks()..layers()`, the
+    /// positions of this edge's cache.
+    #[wasm_bindgen(js_name = openFrame)]
+    pub fn open_frame(&mut self) -> Result<Vec<u8>, JsValue> {
+        if self.opened || !matches!(self.awaiting, Awaiting::Nothing) {
+            return Err(js::error("bad_option", "this conversation is already open"));
+        }
+        if self.is_whole() {
+            return Err(js::error("bad_option", "this edge holds the whole model: runLocal"));
+        }
+        let id = self.take_id();
+        self.awaiting = Awaiting::Opened { id };
+        Ok(LlmFrame::Open {
+            id,
+            model: MODEL_SMOLLM2,
+            first: self.blocks() as u16,
+            end: self.layers() as u16,
+            positions: self.positions,
+        }
+        .encode())
+    }
+
+    /// The server's answer to [`Self::open_frame`]; its error as a `SplitError` with the
+    /// server's code.
+    #[wasm_bindgen(js_name = acceptOpened)]
+    pub fn accept_opened(&mut self, frame: &[u8]) -> Result<(), JsValue> {
+        let Awaiting::Opened { id } = self.awaiting else {
+            return Err(js::error("bad_frame", "no conversation is being opened"));
+        };
+        match decode(frame, id)? {
+            LlmFrame::Opened { first, end, width, .. }
+                if u32::from(first) == self.blocks()
+                    && u32::from(end) == self.layers()
+                    && width == self.width() =>
+            {
+                self.awaiting = Awaiting::Nothing;
+                self.opened = true;
+                Ok(())
+            }
+            other => {
+                Err(js::error("bad_frame", format!("not the conversation asked for: {other:?}")))
+            }
+        }
+    }
+
+    /// Embed `tokens` (the prompt, or the last token generated), run this edge's blocks on
+    /// them, and frame the hidden states for the server.
+    pub fn send(&mut self, tokens: &[u32]) -> Result<Vec<u8>, JsValue> {
+        if !self.opened || !matches!(self.awaiting, Awaiting::Nothing) {
+            return Err(js::error("bad_option", "open the conversation, and wait for each reply"));
+        }
+        let position = self.cache.len() as u32;
+        let hidden = self.run_edge_blocks(tokens)?;
+        let id = self.take_id();
+        let rows = tokens.len() as u32;
+        self.awaiting = Awaiting::Hidden { id, position, rows };
+        Ok(LlmFrame::Hidden { id, reply: false, position, width: self.width(), values: hidden }
+            .encode())
+    }
+
+    /// The server's hidden states for the last [`Self::send`]: the next token, chosen from
+    /// the last position's logits.
+    #[wasm_bindgen(js_name = acceptHidden)]
+    pub fn accept_hidden(&mut self, frame: &[u8]) -> Result<u32, JsValue> {
+        let Awaiting::Hidden { id, position: sent, rows } = self.awaiting else {
+            return Err(js::error("bad_frame", "no hidden states are awaited"));
+        };
+        let (position, width, values) = match decode(frame, id)? {
+            LlmFrame::Hidden { reply: true, position, width, values, .. } => {
+                (position, width, values)
+            }
+            other => {
+                return Err(js::error("bad_frame", format!("hidden states expected: {other:?}")));
+            }
+        };
+        if position != sent || width != self.width() || values.len() != (rows * width) as usize {
+            return Err(js::error(
+                "bad_frame",
+                format!(
+                    "{} values at position {position}, width {width}: not the {rows} rows sent at {sent}",
+                    values.len()
+                ),
+            ));
+        }
+        self.awaiting = Awaiting::Nothing;
+        self.next_token(&values)
+    }
+
+    /// Forget the conversation (this edge's cache, the server's side of it): the next one
+    /// starts at position 0, with [`Self::open_frame`] on a new socket when split.
+    pub fn reset(&mut self) {
+        self.cache.truncate(0);
+        self.awaiting = Awaiting::Nothing;
+        self.opened = false;
+    }
+
+    /// Edge-only: run every block here on `tokens` and return the next token.
+    #[wasm_bindgen(js_name = runLocal)]
+    pub fn run_local(&mut self, tokens: &[u32]) -> Result<u32, JsValue> {
+        if !self.is_whole() {
+            return Err(js::error(
+                "bad_option",
+                format!(
+                    "this edge holds blocks 0..{} of {}: send to the server",
+                    self.blocks(),
+                    self.layers()
+                ),
+            ));
+        }
+        let hidden = self.run_edge_blocks(tokens)?;
+        self.next_token(&hidden)
+    }
+}
+
+impl LlmEdge {
+    fn take_id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    fn run_edge_blocks(&mut self, tokens: &[u32]) -> Result<Vec<f32>, JsValue> {
+        if tokens.is_empty() {
+            return Err(js::error("bad_option", "no tokens"));
+        }
+        let mut hidden = self.model.embed(tokens).map_err(llm_error)?;
+        self.model
+            .forward_layers(self.model.blocks(), &mut hidden, &mut self.cache)
+            .map_err(llm_error)?;
+        Ok(hidden)
+    }
+
+    fn next_token(&mut self, hidden: &[f32]) -> Result<u32, JsValue> {
+        let last = hidden.len().saturating_sub(self.model.config.dim);
+        let logits = self.model.logits(&hidden[last..]).map_err(llm_error)?;
+        Ok(self.sampler.next(&logits))
+    }
+}
+
+/// A server frame: its error as a `SplitError` with the server's code, and the id checked.
+fn decode(frame: &[u8], id: u64) -> Result<LlmFrame, JsValue> {
+    let f = LlmFrame::decode(frame).map_err(|e| js::error("bad_frame", e))?;
+    if let LlmFrame::Error { code, message, .. } = &f {
+        return Err(js::error(code.name(), message));
+    }
+    if f.id() != id {
+        return Err(js::error("bad_frame", format!("reply {} to request {id}", f.id())));
+    }
+    Ok(f)
+}

@@ -1,0 +1,196 @@
+// The chat's worker: the language model's share this browser runs (the wasm `LlmEdge`: the
+// tokenizer, the embedding, the first blocks, the final norm, the output projection and the
+// sampler), the socket to the server's blocks, and the answer loop, off the page's thread.
+// Only hidden states go to the server: the text and the token ids stay here. `chat.js` is the
+// other end. Messages:
+//
+//   in:  { id, method: "create", args: [options] }   load the share (once)
+//        { id, method: "ask", args: [messages, options] }   answer; tokens come as events
+//        { id, method: "stop", args: [] }           end the answer being written
+//   out: { id, result } | { id, error: { code, message } }
+//        { event: "progress", value }               the share's download
+//        { event: "token", value }                  { text, tokens, edgeMs, serverMs, bytesUp, bytesDown }
+
+import { SplitError, fetchCached, fromWasm, loadWasm, serverUrl, wasm } from "./wasm.js";
+
+/** A handshake not finished in this long fails the answer with "timeout". */
+export const CONNECT_TIMEOUT_MS = 10_000;
+/** A reply of the server not come in this long fails the answer with "timeout" (a prompt's
+ * prefill of 1,024 positions takes seconds on a loaded server; a token, milliseconds). */
+export const REPLY_TIMEOUT_MS = 60_000;
+
+let state = null;
+let stopping = false;
+
+/** The socket of one answer: `send(frame)` resolves with the next binary message. */
+async function openSocket(url, token) {
+  const socket = new WebSocket(url, token ? ["split.v1", `bearer.${token}`] : []);
+  socket.binaryType = "arraybuffer";
+  const waiting = [];
+  const fail = (error) => {
+    while (waiting.length) waiting.shift().reject(error);
+  };
+  socket.onmessage = (e) => {
+    const w = waiting.shift();
+    if (w) w.resolve(new Uint8Array(e.data));
+  };
+  socket.onclose = (e) => fail(new SplitError("network", `the server closed the conversation (${e.code} ${e.reason || ""})`.trim()));
+  await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      socket.close();
+      reject(new SplitError("timeout", `no connection to ${url} within ${CONNECT_TIMEOUT_MS} ms`));
+    }, CONNECT_TIMEOUT_MS);
+    socket.onopen = () => { clearTimeout(timer); resolve(); };
+    socket.onerror = () => { clearTimeout(timer); reject(new SplitError("network", `cannot reach ${url}`)); };
+  });
+  return {
+    send(frame) {
+      return new Promise((resolve, reject) => {
+        const timer = setTimeout(() => {
+          reject(new SplitError("timeout", `no reply from the server within ${REPLY_TIMEOUT_MS} ms`));
+          socket.close();
+        }, REPLY_TIMEOUT_MS);
+        waiting.push({
+          resolve: (v) => { clearTimeout(timer); resolve(v); },
+          reject: (e) => { clearTimeout(timer); reject(e); },
+        });
+        socket.send(frame);
+      });
+    },
+    close: () => socket.close(),
+  };
+}
+
+const methods = {
+  /**
+   * @param {object} options  `server` (the page's origin by default), `blocks` (the edge's
+   *   blocks; the rest run on the server; the model's block count: edge-only), `positions`
+   *   (the conversation's longest, prompt and answer), `token` (the server's bearer token)
+   */
+  async create({ server, blocks = 2, positions = 1024, token = null }) {
+    if (state) throw new SplitError("bad_option", "this worker already has a chat");
+    const base = new URL(server ?? self.location.origin);
+    const response = await fetch(new URL("api/info", base)).catch(() => null);
+    if (!response?.ok) throw new SplitError("network", `cannot read ${base}api/info`);
+    const llm = (await response.json()).llm;
+    if (!llm) throw new SplitError("no_model", "this server hosts no language model");
+    if (!Number.isInteger(blocks) || blocks < 0 || blocks > llm.layers) {
+      throw new SplitError("bad_option", `blocks: a number from 0 to ${llm.layers}`);
+    }
+    positions = Math.min(positions, llm.max_positions);
+    // The cpu build: the model's matrix products run in wasm on any browser.
+    await loadWasm("cpu", "cpu");
+    const bytes = await fetchCached(
+      serverUrl(`${llm.edge_url}${blocks}`, base),
+      `${llm.file_id}-${blocks}`,
+      "llm-weights",
+      (value) => postMessage({ event: "progress", value }),
+    );
+    let edge;
+    try {
+      edge = wasm.LlmEdge.load(bytes, positions);
+    } catch (e) {
+      throw fromWasm(e);
+    }
+    const socketUrl = serverUrl(llm.url, base);
+    socketUrl.protocol = socketUrl.protocol === "https:" ? "wss:" : "ws:";
+    state = { edge, positions, token, socketUrl };
+    return {
+      blocks,
+      layers: llm.layers,
+      width: llm.width,
+      positions,
+      shareBytes: bytes.length,
+      weightBytes: edge.weightBytes(),
+      model: llm.model,
+    };
+  },
+
+  /**
+   * Answer `messages` (`[{ role, content }]`): greedy unless `temperature` > 0 (then top-p
+   * `topP` from `seed`); at most `maxTokens`. Resolves with the whole answer and its figures.
+   */
+  async ask(messages, { maxTokens = 128, temperature = 0, topP = 0.9, seed = 0 } = {}) {
+    if (!state) throw new SplitError("bad_option", "create the chat first");
+    if (state.busy) throw new SplitError("bad_option", "an answer is being written: stop it first");
+    state.busy = true;
+    stopping = false;
+    const { edge } = state;
+    edge.reset();
+    let socket = null;
+    try {
+      edge.setSampling(temperature, topP, seed);
+      const prompt = edge.chatTokens(JSON.stringify(messages));
+      if (prompt.length + maxTokens > state.positions) {
+        throw new SplitError("context", `${prompt.length} prompt tokens and ${maxTokens} more do not fit ${state.positions} positions`);
+      }
+      const whole = edge.isWhole();
+      const figures = { edgeMs: 0, serverMs: 0, bytesUp: 0, bytesDown: 0, promptTokens: prompt.length };
+      if (!whole) {
+        socket = await openSocket(state.socketUrl, state.token);
+        const opened = await socket.send(edge.openFrame());
+        edge.acceptOpened(opened);
+      }
+      const answer = [];
+      let input = prompt;
+      const started = performance.now();
+      let firstTokenMs = null;
+      while (answer.length < maxTokens && !stopping) {
+        let t0 = performance.now();
+        let next;
+        if (whole) {
+          next = edge.runLocal(input);
+          figures.edgeMs += performance.now() - t0;
+          // Let a `stop` message in between tokens.
+          await new Promise((resolve) => setTimeout(resolve, 0));
+        } else {
+          const frame = edge.send(input);
+          figures.edgeMs += performance.now() - t0;
+          figures.bytesUp += frame.length;
+          const t1 = performance.now();
+          const reply = await socket.send(frame);
+          figures.serverMs += performance.now() - t1;
+          figures.bytesDown += reply.length;
+          t0 = performance.now();
+          next = edge.acceptHidden(reply);
+          figures.edgeMs += performance.now() - t0;
+        }
+        firstTokenMs ??= performance.now() - started;
+        if (next === edge.endToken()) break;
+        answer.push(next);
+        postMessage({ event: "token", value: { text: edge.decode(new Uint32Array(answer)), tokens: answer.length, ...figures } });
+        input = new Uint32Array([next]);
+      }
+      const totalMs = performance.now() - started;
+      return {
+        text: edge.decode(new Uint32Array(answer)),
+        tokens: Array.from(answer),
+        stopped: stopping,
+        firstTokenMs,
+        tokensPerSecond: answer.length > 1 ? (answer.length - 1) / ((totalMs - firstTokenMs) / 1e3) : null,
+        placement: whole ? "edge" : "split",
+        ...figures,
+      };
+    } catch (e) {
+      throw fromWasm(e);
+    } finally {
+      socket?.close();
+      state.busy = false;
+    }
+  },
+
+  stop() {
+    stopping = true;
+  },
+};
+
+onmessage = async ({ data: { id, method, args } }) => {
+  try {
+    const f = methods[method];
+    if (!f) throw new SplitError("bad_option", `no chat method ${method}`);
+    postMessage({ id, result: await f(...args) });
+  } catch (e) {
+    const error = fromWasm(e);
+    postMessage({ id, error: { code: error.code, message: error.message } });
+  }
+};

@@ -1,0 +1,88 @@
+// The page's side of the chat: a `SplitChat` runs the language model's edge share and its
+// socket in a worker of its own (`chat-worker.js`), so the page stays responsive while the
+// model computes, and hands the page the answer as it is written.
+//
+//   const chat = await SplitChat.create({ blocks: 2, onProgress });
+//   const answer = await chat.ask([{ role: "user", content: "Hi" }], { onToken: (t) => show(t.text) });
+//   chat.stop();  chat.close();
+
+import { SplitError } from "./wasm.js";
+
+export class SplitChat {
+  constructor(worker) {
+    this.worker = worker;
+    this.pending = new Map();
+    this.nextId = 1;
+    this.onProgress = () => {};
+    this.onToken = () => {};
+    /** What `create` answered: `{ blocks, layers, width, positions, shareBytes, weightBytes, model }`. */
+    this.info = null;
+    worker.onmessage = ({ data }) => {
+      if (data.event === "progress") return this.onProgress(data.value);
+      if (data.event === "token") return this.onToken(data.value);
+      const p = this.pending.get(data.id);
+      if (!p) return;
+      this.pending.delete(data.id);
+      if (data.error) p.reject(new SplitError(data.error.code, data.error.message));
+      else p.resolve(data.result);
+    };
+    const failAll = (error) => {
+      for (const p of this.pending.values()) p.reject(error);
+      this.pending.clear();
+    };
+    worker.onerror = (e) => failAll(new SplitError("worker", `the chat worker failed: ${e.message ?? e}`));
+    worker.onmessageerror = () => failAll(new SplitError("worker", "a message from the chat worker could not be read"));
+    this.failAll = failAll;
+  }
+
+  /**
+   * Load the model's share into a new worker.
+   * @param {object} [options]  `server` (URL; the page's origin by default), `blocks` (the
+   *   edge's blocks, 2 by default; the model's block count runs it whole in the browser),
+   *   `positions` (1,024), `token`, `onProgress({ stage, loaded, total, fraction, cached })`
+   */
+  static async create({ onProgress, ...options } = {}) {
+    const worker = new Worker(new URL("./chat-worker.js", import.meta.url), { type: "module" });
+    const chat = new SplitChat(worker);
+    if (onProgress) chat.onProgress = onProgress;
+    try {
+      chat.info = await chat.call("create", options);
+    } catch (e) {
+      chat.close();
+      throw e;
+    }
+    return chat;
+  }
+
+  call(method, ...args) {
+    if (!this.worker) return Promise.reject(new SplitError("bad_option", "this chat is closed"));
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      this.pending.set(id, { resolve, reject });
+      this.worker.postMessage({ id, method, args });
+    });
+  }
+
+  /**
+   * Answer a conversation (`[{ role, content }]`, the last a user's message). `onToken({ text,
+   * tokens, edgeMs, serverMs, bytesUp, bytesDown })` sees the answer as it grows. Resolves with
+   * `{ text, tokens, stopped, firstTokenMs, tokensPerSecond, placement, edgeMs, serverMs,
+   * bytesUp, bytesDown, promptTokens }`.
+   */
+  ask(messages, { onToken, ...options } = {}) {
+    this.onToken = onToken ?? (() => {});
+    return this.call("ask", messages, options);
+  }
+
+  /** End the answer being written (it resolves with `stopped: true`). */
+  stop() {
+    return this.call("stop");
+  }
+
+  /** Stop the worker; pending calls fail with "closed". */
+  close() {
+    this.worker?.terminate();
+    this.worker = null;
+    this.failAll(new SplitError("closed", "the chat was closed"));
+  }
+}

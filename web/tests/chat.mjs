@@ -1,0 +1,100 @@
+// The Chat tab end to end: SmolLM2-135M-Instruct split between headless Chromium and the real
+// server over its socket (`/llm`), and whole in the browser. The answers are held to the
+// independent reference's greedy continuations (shared/tests/data/smollm2_golden.json, written
+// by tools/smollm2_reference.py): the same tokens, every one. `./run.sh test` runs it.
+//
+//   SPLIT_URL=http://127.0.0.1:PORT/ node tests/chat.mjs
+import { readFileSync } from "node:fs";
+import { withPage, GPU_ARGS } from "./browser.mjs";
+
+const url = process.env.SPLIT_URL;
+if (!url) throw new Error("set SPLIT_URL to a running server with the language model");
+const golden = JSON.parse(readFileSync(new URL("../../shared/tests/data/smollm2_golden.json", import.meta.url)));
+
+function same(a, b) {
+  return a.length === b.length && a.every((v, i) => v === b[i]);
+}
+
+const metricsLlm = async () => {
+  const page = await (await fetch(new URL("metrics", url))).text();
+  const line = page.split("\n").find((l) => l.startsWith("split_requests_total") && l.includes('from="llm"'));
+  return Number(line?.split(" ").at(-1) ?? 0);
+};
+
+await withPage(GPU_ARGS.cpu, async (page) => {
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(e.message));
+  await page.goto(new URL("index.html?tab=chat", url).href);
+  // The tab opens the chat: the share of 2 blocks downloads and loads in the chat's worker.
+  await page.waitForFunction(() => ["ready", "failed"].includes(document.body.dataset.chat), null, { timeout: 300_000 });
+  const status = await page.textContent("#chat-status");
+  if ((await page.evaluate(() => document.body.dataset.chat)) !== "ready") throw new Error(`the chat did not start: ${status}`);
+  const cells = await page.$$eval("#chat-split span", (s) => s.map((e) => e.className));
+  if (cells.length !== 32 || cells.filter((c) => c === "edge").length !== 2) throw new Error(`the split drawn: ${cells}`);
+
+  // Through the page's own form: the answer streams into the log, the figures below it.
+  const before = await metricsLlm();
+  const prompt = golden.prompts[0];
+  await page.fill("#chat-input", prompt.user);
+  await page.click("#chat-send");
+  await page.waitForFunction(() => ["answered", "failed"].includes(document.body.dataset.chat) && !document.querySelector("#chat-send").disabled, null, { timeout: 300_000 });
+  const shown = await page.$$eval("#chat-log p.assistant", (p) => p.map((e) => e.textContent));
+  if (shown.at(-1) !== prompt.greedy_text) throw new Error(`the page's answer ${JSON.stringify(shown.at(-1))}, the reference's ${JSON.stringify(prompt.greedy_text)}`);
+  const stats = await page.textContent("#chat-stats");
+  if (!/kB up/.test(stats) || !/tokens\/s/.test(stats)) throw new Error(`the figures shown: ${stats}`);
+  const served = (await metricsLlm()) - before;
+  // One frame opens, one carries the prompt, one per token after the first, and none for the
+  // end token's successor: the server answered every one of them.
+  if (served !== prompt.greedy.length + 2) throw new Error(`the server answered ${served} /llm frames for ${prompt.greedy.length} tokens`);
+
+  // The client API, split at 4 blocks and whole in the browser: the reference's tokens.
+  const runs = await page.evaluate(async (prompts) => {
+    const { SplitChat } = await import("/client/chat.js");
+    const out = [];
+    for (const blocks of [4, 30]) {
+      const chat = await SplitChat.create({ blocks, positions: 256 });
+      for (const p of prompts) {
+        const a = await chat.ask([{ role: "user", content: p.user }], { maxTokens: p.greedy.length });
+        out.push({ blocks, tokens: a.tokens, placement: a.placement, bytesUp: a.bytesUp, bytesDown: a.bytesDown, promptTokens: a.promptTokens, perSecond: a.tokensPerSecond, share: chat.info.shareBytes });
+      }
+      chat.close();
+    }
+    return out;
+  }, golden.prompts.slice(0, 2).map((p) => ({ user: p.user, greedy: p.greedy })));
+  for (const [i, r] of runs.entries()) {
+    const p = golden.prompts[i % 2];
+    if (!same(r.tokens, p.greedy)) throw new Error(`blocks ${r.blocks}, prompt ${i % 2}: ${JSON.stringify(r.tokens)} against the reference's ${JSON.stringify(p.greedy)}`);
+    if (r.blocks === 30 && (r.placement !== "edge" || r.bytesUp !== 0)) throw new Error(`the whole model in the browser sent ${r.bytesUp} bytes`);
+    // Hidden states only: 576 f32 per position each way plus the frames' headers.
+    if (r.blocks === 4 && r.bytesUp < (r.promptTokens + r.tokens.length - 1) * 576 * 4) throw new Error(`blocks 4 sent ${r.bytesUp} bytes for ${r.promptTokens} + ${r.tokens.length} positions`);
+  }
+  const [split, whole] = [runs.find((r) => r.blocks === 4), runs.find((r) => r.blocks === 30)];
+  if (!(whole.share > 2 * split.share)) throw new Error(`the shares: ${split.share} bytes for 4 blocks, ${whole.share} for 30`);
+
+  // Refusals come back as typed errors: blocks past the model, a prompt past the positions.
+  const refusals = await page.evaluate(async () => {
+    const { SplitChat } = await import("/client/chat.js");
+    const codes = [];
+    try { await SplitChat.create({ blocks: 31 }); } catch (e) { codes.push(e.code); }
+    const chat = await SplitChat.create({ blocks: 2, positions: 16 });
+    try { await chat.ask([{ role: "user", content: "Tell me everything about the sea." }], { maxTokens: 8 }); } catch (e) { codes.push(e.code); }
+    try { await chat.ask([{ role: "robot", content: "hi" }]); } catch (e) { codes.push(e.code); }
+    // A stop in the middle ends the answer early.
+    const chat2 = await SplitChat.create({ blocks: 2 });
+    let stopped = null;
+    const asked = chat2.ask([{ role: "user", content: "Write a long story about a dragon." }], {
+      maxTokens: 64,
+      onToken: (t) => { if (t.tokens === 3) chat2.stop(); },
+    });
+    stopped = await asked;
+    chat.close();
+    chat2.close();
+    return { codes, stopped: stopped.stopped, stoppedTokens: stopped.tokens.length };
+  });
+  if (JSON.stringify(refusals.codes) !== JSON.stringify(["bad_option", "context", "bad_option"])) throw new Error(`refusals: ${JSON.stringify(refusals.codes)}`);
+  if (!refusals.stopped || refusals.stoppedTokens >= 64) throw new Error(`stop: ${JSON.stringify(refusals)}`);
+  if (errors.length) throw new Error(`page errors: ${errors.join("; ")}`);
+  const line = (r) => `${r.blocks === 30 ? "whole in the browser" : `split at ${r.blocks}`}: ${r.tokens.length} tokens, ${r.perSecond?.toFixed(1)} tokens/s, share ${(r.share / 1e6).toFixed(1)} MB, ${r.bytesUp} B up`;
+  console.log(`chat: the page's answer and ${runs.length} client answers equal the reference's greedy tokens; ${runs.map(line).join("; ")}`);
+  console.log(`chat: refusals ${refusals.codes.join(", ")}; stopped after ${refusals.stoppedTokens} tokens (headless Chromium, CPU build, beside the test's server: not a speed figure)`);
+});
