@@ -31,6 +31,8 @@ mod depthwise;
 mod mbconv;
 mod pointwise;
 mod quant;
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod quant_wasm;
 pub mod reference;
 mod shape;
 mod simd;

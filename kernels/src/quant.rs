@@ -16,7 +16,8 @@
 //!
 //! The loops are safe code over fixed-size arrays; the x86 entries compile the same loop with
 //! AVX2 + FMA enabled (`f32::mul_add` is then one instruction; elsewhere it would be a library
-//! call, so the portable build multiplies and adds).
+//! call, so the portable build multiplies and adds). The browser's build has loops of its own
+//! in WebAssembly's 128-bit SIMD (`quant_wasm.rs`).
 
 use std::sync::Mutex;
 
@@ -243,6 +244,10 @@ fn row_dots(
             // SAFETY: as in `row_dot`: `quant_matmul` asserted AVX2 and FMA.
             unsafe { row_dots_fma(w, blocks, x, dots) }
         }
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        crate::Isa::Simd128 if w.format == QuantFormat::Q4_1 => {
+            crate::quant_wasm::row_dots(w, blocks, x, dots)
+        }
         _ => row_dots_generic::<false>(w, blocks, x, dots),
     }
 }
@@ -310,6 +315,12 @@ fn row_dot(
             // SAFETY: `quant_matmul` asserted that this machine has AVX2 and FMA, the
             // features `row_dot_fma` is compiled with.
             unsafe { row_dot_fma(w, blocks, x, sums) }
+        }
+        // `Q4_1` only: the compiler vectorises the portable `Q8_0` loop well for wasm (3.5 GB/s
+        // on the output projection against 2.6 for explicit SIMD), the `Q4_1` one not at all.
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        crate::Isa::Simd128 if w.format == QuantFormat::Q4_1 => {
+            crate::quant_wasm::row_dot(w, blocks, x, sums)
         }
         crate::Isa::Reference => row_dot_reference(w, blocks, x),
         _ => row_dot_plain(w, blocks, x, sums),

@@ -165,8 +165,10 @@ mod tests {
     #[test]
     #[should_panic(expected = "overflows usize")]
     fn a_length_that_overflows_is_refused() {
-        // 2^33 × 2^33 wraps to 0 in 64 bits: an empty slice would have passed an unchecked test.
-        let s = PointwiseShape { pixels: 1 << 33, c_in: 1 << 33, c_out: 8 };
+        // 2^33 × 2^33 wraps to 0 in 64 bits (2^17 × 2^17 in 32, wasm's width): an empty slice
+        // would have passed an unchecked test.
+        let half = 1usize << (usize::BITS / 2 + 1);
+        let s = PointwiseShape { pixels: half, c_in: half, c_out: 8 };
         let _ = s.input_len();
     }
 

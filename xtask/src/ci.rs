@@ -147,6 +147,8 @@ fn native_side(prefetch: Prefetch) -> Result<(PathBuf, PathBuf)> {
     run(cargo().args(["test", "-p", "split-kernels", "--profile", "kernels-checked"]))?;
     // The kernels' `unsafe` under Miri (portable and reference paths, small shapes).
     crate::toolchain::miri_kernels()?;
+    // The browser's SIMD loops, in WebAssembly under Node.
+    crate::toolchain::wasm_kernels()?;
     crate::fuzz::build()?;
     Ok((weights, calibration))
 }

@@ -58,6 +58,39 @@ pub fn nightly_cargo() -> Command {
     c
 }
 
+/// The kernels' tests compiled to WebAssembly (`wasm32-wasip1`) and run under Node's WASI
+/// (`tools/wasi-run.mjs`), once with `simd128` and once with relaxed SIMD too: the browser's
+/// loops (`Isa::Simd128`: the convolutions and the quantized product) against the references,
+/// which no native test reaches.
+pub fn wasm_kernels() -> Result<()> {
+    const TARGET: &str = "wasm32-wasip1";
+    let out = Command::new("rustup").args(["target", "list", "--installed"]).output();
+    if let Ok(out) = out
+        && !String::from_utf8_lossy(&out.stdout).lines().any(|l| l == TARGET)
+    {
+        run(Command::new("rustup").args(["target", "add", TARGET]))?;
+    }
+    let runner = paths::repo_root().join("tools/wasi-run.mjs");
+    for (dir, features, node_flag) in [
+        ("wasi-simd128", "+simd128", None),
+        ("wasi-relaxed", "+simd128,+relaxed-simd", Some("--experimental-wasm-relaxed-simd")),
+    ] {
+        let runner = format!(
+            "node --no-warnings {}{}",
+            node_flag.map_or(String::new(), |f| format!("{f} ")),
+            runner.display()
+        );
+        let mut c = crate::cmd::cargo();
+        crate::cmd::without_lints(&mut c);
+        run(c
+            .args(["test", "--release", "-p", "split-kernels", "--lib", "--target", TARGET])
+            .env("CARGO_TARGET_DIR", crate::cmd::target_dir().join(dir))
+            .env("CARGO_TARGET_WASM32_WASIP1_RUNNER", runner)
+            .env("CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS", format!("-C target-feature={features}")))?;
+    }
+    Ok(())
+}
+
 /// Miri over the kernels' portable and reference paths (`split-kernels`' `miri` tests: small
 /// shapes, every public entry, the owned outputs): undefined behaviour in the crate that holds
 /// the workspace's `unsafe` fails the test command.
