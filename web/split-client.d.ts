@@ -504,6 +504,9 @@ export interface ChatFigures {
   bytesUp: number;
   bytesDown: number;
   promptTokens: number;
+  /** Times the socket dropped mid-answer and the answer went on over a new one (the edge
+   * sends the hidden states it kept again; three attempts, then the answer fails). */
+  resumes: number;
 }
 
 /** An answer. */

@@ -11,11 +11,16 @@
 //! socket.send(edge.send(edge.chatTokens(JSON.stringify([{ role: "user", content: "Hi" }]))));
 //! let token = edge.acceptHidden(reply);            // the next token; send([token]) for the one after
 //! ```
+//!
+//! The edge keeps the hidden states it sent (2.3 KB a position for SmolLM2): when the socket
+//! drops mid-answer, `reopenFrame` opens a new conversation and `resendFrame` sends them again
+//! (in frames of at most [`MAX_HIDDEN_ROWS`] positions), so the server rebuilds its blocks'
+//! cache and the answer goes on where it stopped.
 
 use split_shared::models::smollm2::{
     ChatTemplate, KvCache, LlmError, Message, Sampler, Sampling, Smollm2, Tokenizer,
 };
-use split_shared::protocol::{LlmFrame, MODEL_SMOLLM2};
+use split_shared::protocol::{LlmFrame, MAX_HIDDEN_ROWS, MODEL_SMOLLM2};
 use wasm_bindgen::prelude::*;
 
 use crate::js;
@@ -38,8 +43,9 @@ enum Awaiting {
     Nothing,
     /// The `opened` reply.
     Opened { id: u64 },
-    /// The hidden states of `rows` positions from `position` on.
-    Hidden { id: u64, position: u32, rows: u32 },
+    /// The hidden states of `rows` positions from `position` on (`last`: the reply whose last
+    /// row gives the next token; a resent frame before the last is only checked).
+    Hidden { id: u64, position: u32, rows: u32, last: bool },
 }
 
 /// One conversation's edge: the model's share in this browser and the cache of its blocks.
@@ -54,6 +60,13 @@ pub struct LlmEdge {
     next_id: u64,
     awaiting: Awaiting,
     opened: bool,
+    /// The hidden states sent to the server, every position of the conversation
+    /// (`[positions, width]`), to send again after a reconnect.
+    sent: Vec<f32>,
+    /// Positions of `sent` already sent again since [`Self::reopen_frame`].
+    resent: usize,
+    /// Whether a resend is under way (from `reopenFrame` until its last reply).
+    resending: bool,
 }
 
 #[wasm_bindgen]
@@ -84,6 +97,9 @@ impl LlmEdge {
             next_id: 1,
             awaiting: Awaiting::Nothing,
             opened: false,
+            sent: Vec::new(),
+            resent: 0,
+            resending: false,
         })
     }
 
@@ -213,20 +229,67 @@ impl LlmEdge {
         if !self.opened || !matches!(self.awaiting, Awaiting::Nothing) {
             return Err(js::error("bad_option", "open the conversation, and wait for each reply"));
         }
+        if self.resending {
+            return Err(js::error("bad_option", "a resend is under way: resendFrame"));
+        }
+        if tokens.len() > MAX_HIDDEN_ROWS as usize {
+            return Err(js::error(
+                "context",
+                format!("{} tokens in one frame; at most {MAX_HIDDEN_ROWS}", tokens.len()),
+            ));
+        }
         let position = self.cache.len() as u32;
         let hidden = self.run_edge_blocks(tokens)?;
+        self.sent.extend_from_slice(&hidden);
         let id = self.take_id();
         let rows = tokens.len() as u32;
-        self.awaiting = Awaiting::Hidden { id, position, rows };
+        self.awaiting = Awaiting::Hidden { id, position, rows, last: true };
         Ok(LlmFrame::Hidden { id, reply: false, position, width: self.width(), values: hidden }
             .encode())
     }
 
-    /// The server's hidden states for the last [`Self::send`]: the next token, chosen from
-    /// the last position's logits.
+    /// After the socket dropped: the frame that opens the conversation again on a new one.
+    /// Then [`Self::accept_opened`], then [`Self::resend_frame`] until it returns nothing.
+    #[wasm_bindgen(js_name = reopenFrame)]
+    pub fn reopen_frame(&mut self) -> Result<Vec<u8>, JsValue> {
+        if self.sent.is_empty() {
+            return Err(js::error("bad_option", "nothing was sent: open the conversation instead"));
+        }
+        self.opened = false;
+        self.awaiting = Awaiting::Nothing;
+        self.resent = 0;
+        self.resending = true;
+        self.open_frame()
+    }
+
+    /// The next frame of kept hidden states for the reopened conversation, or nothing when all
+    /// are sent again. Each reply goes to [`Self::accept_hidden`]; the last one's gives the
+    /// next token, as the lost reply would have.
+    #[wasm_bindgen(js_name = resendFrame)]
+    pub fn resend_frame(&mut self) -> Result<Option<Vec<u8>>, JsValue> {
+        if !self.resending || !self.opened || !matches!(self.awaiting, Awaiting::Nothing) {
+            return Ok(None);
+        }
+        let width = self.width() as usize;
+        let total = self.sent.len() / width;
+        let rows = (total - self.resent).min(MAX_HIDDEN_ROWS as usize);
+        let position = self.resent as u32;
+        let values = self.sent[self.resent * width..(self.resent + rows) * width].to_vec();
+        self.resent += rows;
+        let id = self.take_id();
+        let last = self.resent == total;
+        self.awaiting = Awaiting::Hidden { id, position, rows: rows as u32, last };
+        Ok(Some(
+            LlmFrame::Hidden { id, reply: false, position, width: width as u32, values }.encode(),
+        ))
+    }
+
+    /// The server's hidden states for the last [`Self::send`] (or [`Self::resend_frame`]):
+    /// the next token, chosen from the last position's logits; nothing for a resent frame
+    /// before the last.
     #[wasm_bindgen(js_name = acceptHidden)]
-    pub fn accept_hidden(&mut self, frame: &[u8]) -> Result<u32, JsValue> {
-        let Awaiting::Hidden { id, position: sent, rows } = self.awaiting else {
+    pub fn accept_hidden(&mut self, frame: &[u8]) -> Result<Option<u32>, JsValue> {
+        let Awaiting::Hidden { id, position: sent, rows, last } = self.awaiting else {
             return Err(js::error("bad_frame", "no hidden states are awaited"));
         };
         let (position, width, values) = match decode(frame, id)? {
@@ -247,7 +310,11 @@ impl LlmEdge {
             ));
         }
         self.awaiting = Awaiting::Nothing;
-        self.next_token(&values)
+        if !last {
+            return Ok(None);
+        }
+        self.resending = false;
+        self.next_token(&values).map(Some)
     }
 
     /// Forget the conversation (this edge's cache, the server's side of it): the next one
@@ -256,6 +323,8 @@ impl LlmEdge {
         self.cache.truncate(0);
         self.awaiting = Awaiting::Nothing;
         self.opened = false;
+        self.sent.clear();
+        self.resending = false;
     }
 
     /// Edge-only: run every block here on `tokens` and return the next token.

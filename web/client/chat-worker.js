@@ -18,6 +18,11 @@ export const CONNECT_TIMEOUT_MS = 10_000;
 /** A reply of the server not come in this long fails the answer with "timeout" (a prompt's
  * prefill of 1,024 positions takes seconds on a loaded server; a token, milliseconds). */
 export const REPLY_TIMEOUT_MS = 60_000;
+/** Waits before each attempt to resume an answer whose socket dropped (then it fails). */
+export const RESUME_DELAYS_MS = [200, 1_000, 3_000];
+
+const transient = (e) => e?.code === "network" || e?.code === "timeout";
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 let state = null;
 let stopping = false;
@@ -125,7 +130,34 @@ const methods = {
         throw new SplitError("context", `${prompt.length} prompt tokens and ${maxTokens} more do not fit ${state.positions} positions`);
       }
       const whole = edge.isWhole();
-      const figures = { edgeMs: 0, serverMs: 0, bytesUp: 0, bytesDown: 0, promptTokens: prompt.length };
+      const figures = { edgeMs: 0, serverMs: 0, bytesUp: 0, bytesDown: 0, promptTokens: prompt.length, resumes: 0 };
+      // The socket dropped mid-answer: a new one, the conversation opened again, and the hidden
+      // states the edge kept sent again, so the server's blocks rebuild their cache; the last
+      // reply gives the token the lost one would have.
+      const resume = async (error) => {
+        for (;;) {
+          if (figures.resumes >= RESUME_DELAYS_MS.length || stopping) throw error;
+          await sleep(RESUME_DELAYS_MS[figures.resumes]);
+          figures.resumes += 1;
+          socket?.close();
+          try {
+            socket = await openSocket(state.socketUrl, state.token);
+            edge.acceptOpened(await socket.send(edge.reopenFrame()));
+            let token;
+            for (let f = edge.resendFrame(); f; f = edge.resendFrame()) {
+              const reply = await socket.send(f);
+              figures.bytesUp += f.length;
+              figures.bytesDown += reply.length;
+              token = edge.acceptHidden(reply);
+            }
+            return token;
+          } catch (e) {
+            const failure = fromWasm(e);
+            if (!transient(failure)) throw failure;
+            error = failure;
+          }
+        }
+      };
       if (!whole) {
         socket = await openSocket(state.socketUrl, state.token);
         const opened = await socket.send(edge.openFrame());
@@ -148,12 +180,20 @@ const methods = {
           figures.edgeMs += performance.now() - t0;
           figures.bytesUp += frame.length;
           const t1 = performance.now();
-          const reply = await socket.send(frame);
+          let reply = null;
+          try {
+            reply = await socket.send(frame);
+          } catch (e) {
+            if (!transient(e)) throw e;
+            next = await resume(e);
+          }
           figures.serverMs += performance.now() - t1;
-          figures.bytesDown += reply.length;
-          t0 = performance.now();
-          next = edge.acceptHidden(reply);
-          figures.edgeMs += performance.now() - t0;
+          if (reply) {
+            figures.bytesDown += reply.length;
+            t0 = performance.now();
+            next = edge.acceptHidden(reply);
+            figures.edgeMs += performance.now() - t0;
+          }
         }
         firstTokenMs ??= performance.now() - started;
         if (next === edge.endToken()) break;

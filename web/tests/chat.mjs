@@ -5,6 +5,7 @@
 //
 //   SPLIT_URL=http://127.0.0.1:PORT/ node tests/chat.mjs
 import { readFileSync } from "node:fs";
+import net from "node:net";
 import { withPage, GPU_ARGS } from "./browser.mjs";
 
 const url = process.env.SPLIT_URL;
@@ -13,6 +14,38 @@ const golden = JSON.parse(readFileSync(new URL("../../shared/tests/data/smollm2_
 
 function same(a, b) {
   return a.length === b.length && a.every((v, i) => v === b[i]);
+}
+
+/** A link the test can cut: a TCP relay to the server (HTTP and WebSocket alike); `cut()`
+ * drops every connection through it, and new ones connect again. */
+function cuttableLink(target) {
+  const sockets = new Set();
+  const relay = net.createServer((client) => {
+    const upstream = net.connect(Number(target.port), target.hostname);
+    for (const s of [client, upstream]) {
+      sockets.add(s);
+      s.on("error", () => {});
+      s.on("close", () => {
+        sockets.delete(s);
+        client.destroy();
+        upstream.destroy();
+      });
+    }
+    client.pipe(upstream);
+    upstream.pipe(client);
+  });
+  return new Promise((resolve) => relay.listen(0, "127.0.0.1", () => resolve({
+    url: `http://127.0.0.1:${relay.address().port}/`,
+    cut() {
+      const n = sockets.size;
+      for (const s of sockets) s.destroy();
+      return n;
+    },
+    close() {
+      for (const s of sockets) s.destroy();
+      relay.close();
+    },
+  })));
 }
 
 const metricsLlm = async () => {
@@ -93,8 +126,30 @@ await withPage(GPU_ARGS.cpu, async (page) => {
   });
   if (JSON.stringify(refusals.codes) !== JSON.stringify(["bad_option", "context", "bad_option"])) throw new Error(`refusals: ${JSON.stringify(refusals.codes)}`);
   if (!refusals.stopped || refusals.stoppedTokens >= 64) throw new Error(`stop: ${JSON.stringify(refusals)}`);
+  // The link dropped twice mid-answer: the client opens a new socket, sends the hidden states
+  // it kept, and the answer goes on, token for token the reference's.
+  const link = await cuttableLink(new URL(url));
+  let cuts = 0;
+  await page.exposeFunction("cutLink", () => {
+    cuts += 1;
+    return link.cut();
+  });
+  await page.goto(new URL("index.html", link.url).href);
+  const resumed = await page.evaluate(async (p) => {
+    const { SplitChat } = await import("/client/chat.js");
+    const chat = await SplitChat.create({ blocks: 2 });
+    const a = await chat.ask([{ role: "user", content: p.user }], {
+      maxTokens: p.greedy.length,
+      onToken: (t) => { if (t.tokens === 5 || t.tokens === 20) window.cutLink(); },
+    });
+    chat.close();
+    return { tokens: a.tokens, resumes: a.resumes };
+  }, { user: golden.prompts[1].user, greedy: golden.prompts[1].greedy });
+  link.close();
+  if (!same(resumed.tokens, golden.prompts[1].greedy)) throw new Error(`after ${cuts} cuts: ${JSON.stringify(resumed.tokens)} against the reference's ${JSON.stringify(golden.prompts[1].greedy)}`);
+  if (cuts !== 2 || resumed.resumes < 1) throw new Error(`${cuts} cuts, ${resumed.resumes} resumes`);
   if (errors.length) throw new Error(`page errors: ${errors.join("; ")}`);
   const line = (r) => `${r.blocks === 30 ? "whole in the browser" : `split at ${r.blocks}`}: ${r.tokens.length} tokens, ${r.perSecond?.toFixed(1)} tokens/s, share ${(r.share / 1e6).toFixed(1)} MB, ${r.bytesUp} B up`;
   console.log(`chat: the page's answer and ${runs.length} client answers equal the reference's greedy tokens; ${runs.map(line).join("; ")}`);
-  console.log(`chat: refusals ${refusals.codes.join(", ")}; stopped after ${refusals.stoppedTokens} tokens (headless Chromium, CPU build, beside the test's server: not a speed figure)`);
+  console.log(`chat: refusals ${refusals.codes.join(", ")}; stopped after ${refusals.stoppedTokens} tokens; the link cut ${cuts} times mid-answer, ${resumed.resumes} resumes, the reference's ${resumed.tokens.length} tokens (headless Chromium, CPU build, beside the test's server: not a speed figure)`);
 });
