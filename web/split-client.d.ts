@@ -63,7 +63,7 @@ export interface Constraints {
 
 /** Progress of `SplitClient.create`. */
 export interface Progress {
-  stage: "wasm" | "weights" | "light-weights" | "calibration" | "warm-up" | "profiling" | "ready";
+  stage: "wasm" | "weights" | "light-weights" | "llm-weights" | "calibration" | "warm-up" | "profiling" | "ready";
   fraction: number | null;
   loaded?: number;
   total?: number;
