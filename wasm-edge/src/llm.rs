@@ -28,8 +28,10 @@ use crate::js;
 /// A failure of the language model as a coded `SplitError`.
 fn llm_error(e: LlmError) -> JsValue {
     let code = match e {
-        LlmError::Gguf(_) | LlmError::Missing(_) | LlmError::Metadata { .. } => "bad_weights",
-        LlmError::Tensor { .. } => "bad_weights",
+        LlmError::Gguf(_)
+        | LlmError::Missing(_)
+        | LlmError::Metadata { .. }
+        | LlmError::Tensor { .. } => "bad_weights",
         LlmError::Context { .. } => "context",
         LlmError::Token { .. } | LlmError::Shape(_) => "bad_frame",
     };
@@ -75,8 +77,8 @@ impl LlmEdge {
     /// conversation of at most `positions` tokens. `bad_weights` when the file is not a model
     /// this reads.
     pub fn load(bytes: &[u8], positions: u32) -> Result<LlmEdge, JsValue> {
-        let (model, tokenizer) = Smollm2::load(bytes).map_err(llm_error)?;
         let g = split_shared::container::Gguf::parse(bytes).map_err(|e| llm_error(e.into()))?;
+        let (model, tokenizer) = Smollm2::load_parsed(&g).map_err(llm_error)?;
         let template = ChatTemplate::from_gguf(&g).map_err(llm_error)?;
         let held = model.blocks();
         if held.start != 0 {

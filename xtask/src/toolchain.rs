@@ -58,18 +58,24 @@ pub fn nightly_cargo() -> Command {
     c
 }
 
+/// A target of the stable toolchain, added with rustup when missing.
+pub fn ensure_target(target: &str) -> Result<()> {
+    let out = Command::new("rustup").args(["target", "list", "--installed"]).output();
+    if let Ok(out) = out
+        && !String::from_utf8_lossy(&out.stdout).lines().any(|l| l == target)
+    {
+        run(Command::new("rustup").args(["target", "add", target]))?;
+    }
+    Ok(())
+}
+
 /// The kernels' tests compiled to WebAssembly (`wasm32-wasip1`) and run under Node's WASI
 /// (`tools/wasi-run.mjs`), once with `simd128` and once with relaxed SIMD too: the browser's
 /// loops (`Isa::Simd128`: the convolutions and the quantized product) against the references,
 /// which no native test reaches.
 pub fn wasm_kernels() -> Result<()> {
     const TARGET: &str = "wasm32-wasip1";
-    let out = Command::new("rustup").args(["target", "list", "--installed"]).output();
-    if let Ok(out) = out
-        && !String::from_utf8_lossy(&out.stdout).lines().any(|l| l == TARGET)
-    {
-        run(Command::new("rustup").args(["target", "add", TARGET]))?;
-    }
+    ensure_target(TARGET)?;
     let runner = paths::repo_root().join("tools/wasi-run.mjs");
     for (dir, features, node_flag) in [
         ("wasi-simd128", "+simd128", None),

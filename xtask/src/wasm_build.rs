@@ -30,13 +30,7 @@ fn locked_wasm_bindgen_version() -> Result<String> {
 
 /// The wasm32 target of the stable toolchain, added with rustup when missing.
 pub fn ensure_wasm_target() -> Result<()> {
-    let out = Command::new("rustup").args(["target", "list", "--installed"]).output();
-    if let Ok(out) = out
-        && !String::from_utf8_lossy(&out.stdout).lines().any(|l| l == WASM_TARGET)
-    {
-        run(Command::new("rustup").args(["target", "add", WASM_TARGET]))?;
-    }
-    Ok(())
+    crate::toolchain::ensure_target(WASM_TARGET)
 }
 
 fn ensure_wasm_bindgen_cli(version: &str) -> Result<PathBuf> {

@@ -95,3 +95,9 @@ impl Config {
 fn meta(key: &str, why: &str) -> LlmError {
     LlmError::Metadata { key: key.into(), why: why.into() }
 }
+
+/// The block a tensor belongs to, from its name (`blk.7.attn_q.weight` → 7); `None` for the
+/// tensors outside the blocks (embedding, final norm).
+pub(crate) fn block_of(tensor: &str) -> Option<usize> {
+    tensor.strip_prefix("blk.")?.split('.').next()?.parse().ok()
+}

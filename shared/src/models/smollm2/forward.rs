@@ -96,9 +96,13 @@ impl Smollm2 {
 
     /// The model and its tokenizer from a GGUF file's bytes.
     pub fn load(bytes: &[u8]) -> Result<(Self, Tokenizer), LlmError> {
-        let g = Gguf::parse(bytes)?;
-        let tokenizer = Tokenizer::from_gguf(&g)?;
-        let model = Smollm2::from_gguf(&g)?;
+        Self::load_parsed(&Gguf::parse(bytes)?)
+    }
+
+    /// [`Self::load`] from a file already parsed (a caller that reads more of its metadata).
+    pub fn load_parsed(g: &Gguf) -> Result<(Self, Tokenizer), LlmError> {
+        let tokenizer = Tokenizer::from_gguf(g)?;
+        let model = Smollm2::from_gguf(g)?;
         if tokenizer.vocab() != model.config.vocab {
             return Err(LlmError::Shape(
                 "the tokenizer and the embedding differ in vocabulary".into(),

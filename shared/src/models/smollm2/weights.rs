@@ -3,6 +3,7 @@
 
 use split_kernels::{QBLOCK, QuantFormat, QuantMatrix};
 
+use super::config::block_of;
 use super::{Config, LlmError};
 use crate::container::{GgmlType, Gguf, GgufTensor};
 
@@ -186,13 +187,7 @@ fn held_blocks(g: &Gguf, layers: usize) -> Result<std::ops::Range<usize>, LlmErr
             why: format!("blocks {present:?} are not one run of consecutive blocks"),
         });
     }
-    if let Some(t) = g.tensors.iter().find(|t| {
-        t.name
-            .strip_prefix("blk.")
-            .and_then(|r| r.split('.').next())
-            .and_then(|i| i.parse::<usize>().ok())
-            .is_some_and(|i| i >= layers)
-    }) {
+    if let Some(t) = g.tensors.iter().find(|t| block_of(&t.name).is_some_and(|i| i >= layers)) {
         return Err(LlmError::Tensor {
             name: t.name.clone(),
             why: format!("a block past the model's {layers}"),
