@@ -70,8 +70,12 @@ pub(crate) mod mbconv_entry {
 
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 use crate::simd::Wasm128;
-#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128", not(feature = "relaxed-simd")))]
 entry_set!(mod wasm_set, Wasm128, , pw: (4, 3), dw: (4, 2), stem: (2, 4));
+// Relaxed SIMD's fused multiply-add in these functions only (`Wasm128::mul_add` inlines into
+// them), so the crates around the kernels compile the same as for the plain-SIMD module.
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128", feature = "relaxed-simd"))]
+entry_set!(mod wasm_set, Wasm128, "relaxed-simd", pw: (4, 3), dw: (4, 2), stem: (2, 4));
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86 {

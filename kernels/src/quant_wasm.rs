@@ -7,8 +7,10 @@
 //! it does vectorise (3.5 GB/s; explicit SIMD gave 2.6).
 //!
 //! Safe code: the intrinsics used are safe functions on wasm (there is no run-time feature
-//! check to skip: a module built with `+simd128` only instantiates where the engine has it),
-//! and every load is `v128_load` through a reference to an array of the right size.
+//! check to skip: a module built with `+simd128` only instantiates where the engine has it, and
+//! one holding relaxed SIMD instructions, the `relaxed-simd` feature's, only where the engine
+//! validates those), and every load is `v128_load` through a reference to an array of the
+//! right size.
 
 use std::arch::wasm32::*;
 use std::ops::Range;
@@ -20,11 +22,13 @@ const H: usize = QBLOCK / 2;
 /// `a · b + c`: fused under relaxed SIMD, else a multiply and an add.
 #[inline(always)]
 fn madd(a: v128, b: v128, c: v128) -> v128 {
-    #[cfg(target_feature = "relaxed-simd")]
+    // Inlined into the loops below, which the `relaxed-simd` feature compiles with that target
+    // feature (a call outside them would not inline: the instruction needs it).
+    #[cfg(feature = "relaxed-simd")]
     {
         f32x4_relaxed_madd(a, b, c)
     }
-    #[cfg(not(target_feature = "relaxed-simd"))]
+    #[cfg(not(feature = "relaxed-simd"))]
     {
         f32x4_add(f32x4_mul(a, b), c)
     }
@@ -84,6 +88,7 @@ fn horizontal(v: v128) -> f32 {
 /// One row of a `Q4_1` matrix dotted with one input vector (`x` the whole vector, `sums` its
 /// per-block sums, for the minimums): `scale · Σ q·x` per block in four accumulators, the minimums'
 /// term beside them.
+#[cfg_attr(feature = "relaxed-simd", target_feature(enable = "relaxed-simd"))]
 pub(crate) fn row_dot(w: &QuantMatrix, blocks: Range<usize>, x: &[f32], sums: &[f32]) -> f32 {
     let mut acc = [f32x4_splat(0.0); 4];
     let mut offset = 0.0f32;
@@ -102,6 +107,7 @@ pub(crate) fn row_dot(w: &QuantMatrix, blocks: Range<usize>, x: &[f32], sums: &[
 
 /// One row of a `Q4_1` matrix dotted with every input vector of `x` (`[dots.len(), cols]`),
 /// each block dequantized once for all of them.
+#[cfg_attr(feature = "relaxed-simd", target_feature(enable = "relaxed-simd"))]
 pub(crate) fn row_dots(w: &QuantMatrix, blocks: Range<usize>, x: &[f32], dots: &mut [f32]) {
     let mut acc = vec![[f32x4_splat(0.0); 2]; dots.len()];
     for (b, i) in blocks.enumerate() {

@@ -128,7 +128,8 @@ mod wasm {
     use super::Simd;
     use std::arch::wasm32::*;
 
-    /// WebAssembly's 128-bit SIMD: 4 lanes, no FMA (relaxed SIMD adds one).
+    /// WebAssembly's 128-bit SIMD: 4 lanes, no FMA (relaxed SIMD adds one: the `relaxed-simd`
+    /// feature).
     #[derive(Clone, Copy)]
     pub(crate) struct Wasm128;
 
@@ -151,11 +152,13 @@ mod wasm {
         }
         #[inline(always)]
         unsafe fn mul_add(a: v128, b: v128, c: v128) -> v128 {
-            #[cfg(target_feature = "relaxed-simd")]
+            // With the feature, the kernels' wasm entries are compiled with `relaxed-simd`
+            // (`entries.rs`) and this inlines into them.
+            #[cfg(feature = "relaxed-simd")]
             {
                 f32x4_relaxed_madd(a, b, c)
             }
-            #[cfg(not(target_feature = "relaxed-simd"))]
+            #[cfg(not(feature = "relaxed-simd"))]
             {
                 f32x4_add(f32x4_mul(a, b), c)
             }

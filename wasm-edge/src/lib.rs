@@ -104,7 +104,7 @@ pub fn build_kind() -> String {
         "webgpu".into()
     } else if cfg!(feature = "threads") {
         "cpu-threads".into()
-    } else if cfg!(target_feature = "relaxed-simd") {
+    } else if cfg!(feature = "relaxed-simd") {
         "cpu-relaxed".into()
     } else {
         "cpu".into()

@@ -9,7 +9,7 @@ pub fn pypi_dir() -> PathBuf {
     cache_dir().join("pypi")
 }
 
-/// Tools installed for the build (wasm-bindgen-cli, binaryen).
+/// Tools installed for the build and the tests (cargo-fuzz).
 pub fn tools_dir() -> PathBuf {
     cache_dir().join("tools")
 }

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 
 use crate::cmd::{cargo, run, target_dir, without_lints};
 use crate::paths;
@@ -13,19 +13,21 @@ use crate::toolchain::{ensure_nightly, nightly_cargo};
 /// The browser target.
 pub const WASM_TARGET: &str = "wasm32-unknown-unknown";
 
-/// The wasm-bindgen version pinned in Cargo.lock; the CLI must match it exactly.
-fn locked_wasm_bindgen_version() -> Result<String> {
-    let lock = std::fs::read_to_string(paths::repo_root().join("Cargo.lock"))
-        .context("reading Cargo.lock")?;
-    let mut lines = lock.lines();
+/// The version of the package `name` in the lock file at `lock`.
+#[cfg(test)]
+fn locked_version(lock: &Path, name: &str) -> Result<String> {
+    let text =
+        std::fs::read_to_string(lock).with_context(|| format!("reading {}", lock.display()))?;
+    let mut lines = text.lines();
+    let wanted = format!("name = \"{name}\"");
     while let Some(line) = lines.next() {
-        if line == "name = \"wasm-bindgen\""
+        if line == wanted
             && let Some(v) = lines.next().and_then(|l| l.strip_prefix("version = \""))
         {
             return Ok(v.trim_end_matches('"').to_string());
         }
     }
-    bail!("wasm-bindgen is not in Cargo.lock")
+    anyhow::bail!("{name} is not in {}", lock.display())
 }
 
 /// The wasm32 target of the stable toolchain, added with rustup when missing.
@@ -33,25 +35,36 @@ pub fn ensure_wasm_target() -> Result<()> {
     crate::toolchain::ensure_target(WASM_TARGET)
 }
 
-fn ensure_wasm_bindgen_cli(version: &str) -> Result<PathBuf> {
-    let root = paths::tools_dir().join(format!("wasm-bindgen-{version}"));
-    let bin = root.join("bin/wasm-bindgen");
-    if !bin.exists() {
-        eprintln!("web: installing wasm-bindgen-cli {version} (once, a few minutes)");
-        crate::cmd::cargo_install("wasm-bindgen-cli", version, &root)?;
-    }
-    Ok(bin)
+/// The crate that generates the modules' JavaScript bindings (`bindgen/`: wasm-bindgen's
+/// generator as a library, at the version the workspace links).
+const BINDGEN_CRATE: &str = "bindgen";
+
+/// `split-bindgen`, compiled (once; cargo finds it fresh afterwards) in a target directory of
+/// its own, so that it builds while the native tests do. Compiling the generator alone takes a
+/// fraction of `cargo install wasm-bindgen-cli`, which also compiles that command's test
+/// runner, HTTP client and TLS stack (13 of the cold run's minutes at a544a18).
+fn ensure_bindgen() -> Result<PathBuf> {
+    let manifest = paths::repo_root().join(BINDGEN_CRATE).join("Cargo.toml");
+    let target = target_dir().join("bindgen");
+    let mut c = cargo();
+    without_lints(&mut c)
+        .args(["build", "--release", "--locked", "--manifest-path"])
+        .arg(&manifest)
+        .env("CARGO_TARGET_DIR", &target);
+    run(&mut c)?;
+    Ok(target.join("release/split-bindgen"))
 }
 
 /// One build of the edge module the page may load (`web/split-client.js` picks).
 struct Variant {
     /// Folder under `web/` the bindings go to.
     dir: &'static str,
-    /// Cargo features of `wasm-edge`.
+    /// Cargo features of `wasm-edge` (`relaxed-simd` turns on relaxed SIMD in the kernels'
+    /// functions only, so the crates around them are the plain-SIMD build's).
     features: &'static str,
     /// Target features for this build, when not just `.cargo/config.toml`'s `+simd128`; such a
-    /// build gets its own target directory so the builds do not overwrite each other's units
-    /// (the others share `browser/` under the target directory).
+    /// build compiles every crate again, in its own target directory so the builds do not
+    /// overwrite each other's units (the others share `browser/` under the target directory).
     target_features: Option<&'static str>,
     /// Web Worker threads: shared memory, and the standard library rebuilt with atomics (which
     /// only a nightly compiler does: [`crate::toolchain::NIGHTLY`]).
@@ -94,15 +107,15 @@ const VARIANTS: [Variant; 4] = [
     },
     Variant {
         dir: "pkg-cpu-relaxed",
-        features: "",
-        target_features: Some("+simd128,+relaxed-simd"),
+        features: "relaxed-simd",
+        target_features: None,
         threads: false,
         opt_level: WASM_OPT_CPU,
     },
     Variant {
         dir: "pkg-cpu-threads",
-        features: "threads",
-        target_features: Some("+atomics,+bulk-memory,+mutable-globals,+simd128,+relaxed-simd"),
+        features: "threads,relaxed-simd",
+        target_features: Some("+atomics,+bulk-memory,+mutable-globals,+simd128"),
         threads: true,
         opt_level: WASM_OPT_CPU,
     },
@@ -173,7 +186,7 @@ pub fn build() -> Result<()> {
 /// meanwhile never hands out half a module.
 pub fn build_only(dirs: &[&str]) -> Result<()> {
     ensure_wasm_target()?;
-    let bindgen = ensure_wasm_bindgen_cli(&locked_wasm_bindgen_version()?)?;
+    let bindgen = ensure_bindgen()?;
     let opt = wasm_opt()?;
     let mut finishing = Vec::new();
     for dir in dirs {
@@ -276,13 +289,7 @@ fn bind_and_optimise(
     input: &Path,
     out_dir: &Path,
 ) -> Result<u64> {
-    run(Command::new(bindgen)
-        .args(["--target", "web", "--remove-name-section", "--remove-producers-section"])
-        .arg("--out-dir")
-        .arg(out_dir)
-        .arg("--out-name")
-        .arg("wasm_edge")
-        .arg(input))?;
+    run(Command::new(bindgen).arg(input).arg(out_dir).arg("wasm_edge"))?;
     let file = out_dir.join("wasm_edge_bg.wasm");
     let raw = std::fs::metadata(&file)?.len();
     let mut o = Command::new(opt);
@@ -298,7 +305,7 @@ fn bind_and_optimise(
     ] {
         o.arg(format!("--enable-{f}"));
     }
-    if v.target_features.is_some_and(|f| f.contains("relaxed-simd")) {
+    if v.features.contains("relaxed-simd") {
         o.arg("--enable-relaxed-simd");
     }
     if v.threads {
@@ -321,5 +328,16 @@ mod tests {
         let fallback = VARIANTS.iter().find(|v| v.dir == FALLBACK_BUILD).unwrap();
         assert!(fallback.features.is_empty() && fallback.target_features.is_none());
         assert!(!fallback.threads);
+    }
+
+    /// The bindings' generator must be the release the modules link: the same version in
+    /// both lock files.
+    #[test]
+    fn the_bindgen_crate_generates_for_the_linked_wasm_bindgen() {
+        let root = paths::repo_root();
+        let linked = locked_version(&root.join("Cargo.lock"), "wasm-bindgen").unwrap();
+        let generator = root.join(BINDGEN_CRATE).join("Cargo.lock");
+        assert_eq!(locked_version(&generator, "wasm-bindgen-cli-support").unwrap(), linked);
+        assert_eq!(locked_version(&generator, "wasm-bindgen-shared").unwrap(), linked);
     }
 }
