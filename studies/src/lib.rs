@@ -1,7 +1,8 @@
 //! What the split costs in answers and in privacy, measured on real photos with the real
 //! weights: the codec's calibration (`calibrate`), accuracy and agreement of split inference
 //! (`eval`), the light model's candidates, two devices' views fused, a camera pan's stream
-//! residuals, and the white-box attacks on the features the server receives (`privacy`).
+//! residuals, and the white-box attacks on the features the server receives (`privacy`) and
+//! on the language model's hidden states (`llm_invert`).
 //! The `split-studies` binary runs them (`./run.sh eval --help`, ...); the performance lab
 //! (`split-lab`) reuses the edge and server paths of [`eval`] and the charts of [`svg`].
 
@@ -9,6 +10,7 @@ pub mod calibrate;
 pub mod eval;
 pub mod fusion;
 pub mod light;
+pub mod llm_invert;
 pub mod privacy;
 pub mod stream_eval;
 pub mod svg;

@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use split_studies::{calibrate, eval, fusion, light, privacy, stream_eval};
+use split_studies::{calibrate, eval, fusion, light, llm_invert, privacy, stream_eval};
 
 /// The network's activations are multi-megabyte buffers allocated and freed on every forward;
 /// glibc's allocator hands them back to the OS and page-faults them in again each time
@@ -36,6 +36,9 @@ enum Task {
     /// Adversarial photos crafted against the public model, with and without the feature
     /// noise's random draw (builds with burn's autodiff).
     Adversarial(privacy::AdversarialArgs),
+    /// Name the prompt's tokens from the hidden states a chat split sends the server
+    /// (nearest embedding, logit lens, a learned linear map) per boundary.
+    LlmInvert(llm_invert::Args),
 }
 
 fn main() -> Result<()> {
@@ -47,5 +50,6 @@ fn main() -> Result<()> {
         Task::StreamEval(a) => stream_eval::run(a),
         Task::Invert(a) => privacy::invert(a),
         Task::Adversarial(a) => privacy::adversarial(a),
+        Task::LlmInvert(a) => llm_invert::run(a),
     }
 }
