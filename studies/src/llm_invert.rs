@@ -25,7 +25,7 @@ use anyhow::{Context, Result, bail};
 use nalgebra::DMatrix;
 use serde::Serialize;
 use split_kernels::{Activation, Isa, PointwiseShape};
-use split_shared::models::smollm2::{ChatTemplate, KvCache, Message, Smollm2, Tokenizer};
+use split_shared::models::smollm2::{ChatTemplate, KvCache, Message, Smollm2, Tokenizer, argmax};
 
 /// Recover the prompt's tokens from the hidden states a chat split sends.
 #[derive(clap::Args, Debug)]
@@ -220,6 +220,7 @@ fn lens_guesses(model: &Smollm2, states: &[f32]) -> Result<Vec<u32>> {
 /// packed as a 1x1 convolution's weight so that the scores of a chunk of states are one call
 /// of the kernels' GEMM.
 struct Nearest {
+    isa: Isa,
     packed: Vec<f32>,
     zeros: Vec<f32>,
     dim: usize,
@@ -238,7 +239,13 @@ impl Nearest {
             }
         }
         let shape = PointwiseShape { pixels: 1, c_in: dim, c_out: vocab };
-        Nearest { packed: shape.pack_weight(&t), zeros: vec![0.0; vocab], dim, vocab }
+        Nearest {
+            isa: Isa::detect(),
+            packed: shape.pack_weight(&t),
+            zeros: vec![0.0; vocab],
+            dim,
+            vocab,
+        }
     }
 
     /// The nearest row (by angle) to each of `states` (`[n, dim]`).
@@ -250,7 +257,7 @@ impl Nearest {
                 PointwiseShape { pixels: rows.len() / self.dim, c_in: self.dim, c_out: self.vocab };
             scores.resize(s.output_len(), 0.0);
             split_kernels::pointwise(
-                Isa::detect(),
+                self.isa,
                 s,
                 rows,
                 &self.packed,
@@ -263,10 +270,6 @@ impl Nearest {
         }
         out
     }
-}
-
-fn argmax(row: &[f32]) -> u32 {
-    split_shared::models::smollm2::argmax(row)
 }
 
 /// The ridge-regression map `W` (`[dim, dim]`) minimising `|X W − Y|² + λ|W|²`, with λ a
@@ -289,8 +292,8 @@ fn fit_linear_map(x: &[f32], y: &[f32], dim: usize) -> DMatrix<f64> {
 fn apply(states: &[f32], w: &DMatrix<f64>, dim: usize) -> Vec<f32> {
     let rows = states.len() / dim;
     let x = DMatrix::from_row_iterator(rows, dim, states.iter().map(|&v| f64::from(v)));
-    let out = x * w;
-    (0..rows).flat_map(|r| (0..dim).map(move |c| (r, c))).map(|(r, c)| out[(r, c)] as f32).collect()
+    // nalgebra is column-major: the transpose's storage is the product's rows in order.
+    (x * w).transpose().iter().map(|&v| v as f32).collect()
 }
 
 /// SplitMix64: the training sequences' token ids (a fixed seed makes the report reproducible).
