@@ -238,6 +238,8 @@ export interface ClassifyResult {
   edgeMs: number;
   bytesSent: number;
   serverMs: number;
+  /** Of `serverMs`, how long the request waited in the server's queue. */
+  queueMs: number;
   serverCached: boolean;
   roundTripMs: number;
   totalMs: number;

@@ -309,7 +309,7 @@ export class SplitClient {
    * @param {object} [options]  codec, stream, deadlineMs, modelInput, id, progressive, label
    *   (see `split-client.d.ts`)
    * @returns {Promise<object>}  { id, version, quality, model, mode, split, codec, backend, top,
-   *   edgeMs, bytesSent, serverMs, serverCached, roundTripMs, totalMs, load }; mode is "edge",
+   *   edgeMs, bytesSent, serverMs, queueMs, serverCached, roundTripMs, totalMs, load }; mode is "edge",
    *   "cloud", "split" or "cache"
    */
   async classify(image, split = "block5", options = {}) {
@@ -345,7 +345,7 @@ export class SplitClient {
           const quality = out.quality ?? "full";
           return { id: resultId, version: 1, quality, model: quality === "full" ? "full" : this.weights.lightModel,
                    mode: out.cached ? "cache" : "edge", split: split === "edge" ? "logits" : split, codec,
-                   backend: this.backend, top: out.top, edgeMs, bytesSent: 0, serverMs: 0, serverCached: false,
+                   backend: this.backend, top: out.top, edgeMs, bytesSent: 0, serverMs: 0, queueMs: 0, serverCached: false,
                    roundTripMs: 0, totalMs: edgeMs, load: null };
         }
         frame = out.frame;
@@ -392,6 +392,7 @@ export class SplitClient {
         edgeMs,
         bytesSent: frame.length,
         serverMs: t.queueMs + t.decodeMs + t.computeMs,
+        queueMs: t.queueMs,
         serverCached: t.cached,
         roundTripMs,
         totalMs: performance.now() - started,
@@ -456,7 +457,7 @@ export class SplitClient {
     const totalMs = performance.now() - started;
     return { id: resultId, version: 1, quality: "reduced", model: partial.model, mode: "edge", split, codec,
              backend: this.backend, top: partial.top, edgeMs: partial.edgeMs, bytesSent: 0, serverMs: 0,
-             serverCached: false, roundTripMs: 0, totalMs, load: null, fallback: reason, resumable };
+             queueMs: 0, serverCached: false, roundTripMs: 0, totalMs, load: null, fallback: reason, resumable };
   }
 
   /**

@@ -417,6 +417,7 @@ async fn client(cfg: &CrowdConfig, index: usize, start: Instant) -> (Vec<Sample>
                             round_trip_ms: ms(sent.elapsed()),
                             server_ms,
                             queue_wait_ms: Some(load.expected_wait_ms()),
+                            waited_ms: Some(f64::from(timings.queue_us) / 1e3),
                         },
                     );
                     sample.outcome = Outcome::Server;

@@ -124,8 +124,9 @@ impl AdaptivePlanner {
         self.policy.deadline_ms(timeout_ms)
     }
 
-    /// A request came back: bytes it sent, its round trip, the server's time, and the queue
-    /// wait from the reply's load (`NaN` when there was no reply).
+    /// A request came back: bytes it sent, its round trip, the server's time, the queue wait
+    /// from the reply's load and the time the request itself waited in the queue (both `NaN`
+    /// when there was no reply).
     #[wasm_bindgen(js_name = observeRequest)]
     pub fn observe_request(
         &mut self,
@@ -134,9 +135,12 @@ impl AdaptivePlanner {
         round_trip_ms: f64,
         server_ms: f64,
         queue_wait_ms: f64,
+        waited_ms: f64,
     ) {
         let queue_wait_ms = queue_wait_ms.is_finite().then_some(queue_wait_ms);
-        let r = RequestObservation { bytes_sent, round_trip_ms, server_ms, queue_wait_ms };
+        let waited_ms = waited_ms.is_finite().then_some(waited_ms);
+        let r =
+            RequestObservation { bytes_sent, round_trip_ms, server_ms, queue_wait_ms, waited_ms };
         self.policy.observe_request(now, r);
     }
 

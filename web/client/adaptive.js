@@ -63,7 +63,8 @@ export class Adaptive {
       r = await resilience.answer(image, split, codec, options.id, options, e.message);
       r.totalMs = performance.now() - started; // the wait for the server counts too
     }
-    planner.observeRequest(performance.now(), r.bytesSent, r.roundTripMs, r.serverMs, r.load ? r.load.waitMs : NaN);
+    planner.observeRequest(performance.now(), r.bytesSent, r.roundTripMs, r.serverMs,
+                           r.load ? r.load.waitMs : NaN, r.load ? r.queueMs : NaN);
     // After this request's own stages: the rest, for the fallback's sake.
     this.client.loadAllInBackground();
     const result = { ...r, auto: true, placement, explain: planner.explain(this.client.timeoutMs) };

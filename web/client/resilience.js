@@ -83,7 +83,7 @@ export class Resilience {
     const floor = client.privacyFloor;
     const ok = (b) => boundaryIndex(b) > 0 && boundaryIndex(b) <= boundaryIndex(have) && boundaryIndex(b) >= floor;
     const cut = ok(split) ? split : ok(have) ? have : "input";
-    const base = { split: cut, backend: client.backend, bytesSent: 0, serverMs: 0, serverCached: false,
+    const base = { split: cut, backend: client.backend, bytesSent: 0, serverMs: 0, queueMs: 0, serverCached: false,
                    roundTripMs: 0, load: null, id: resultId, version: 1, fallback: reason };
     const id = client.nextId++;
     if (cut === "input") {

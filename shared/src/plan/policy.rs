@@ -57,6 +57,10 @@ pub struct RequestObservation {
     pub server_ms: f64,
     /// The server's expected queue wait from the reply's load, ms, when there was a reply.
     pub queue_wait_ms: Option<f64>,
+    /// How long this request itself waited in the server's queue (the reply's `queue_us`), ms.
+    /// A worker takes everything queued into its batch, so under load a reply often leaves
+    /// with the queue empty and `queue_wait_ms` 0 while every request waited a whole batch.
+    pub waited_ms: Option<f64>,
 }
 
 /// An answered ping.
@@ -211,7 +215,13 @@ impl AdaptivePolicy {
             let base = self.base_rtt_ms.unwrap_or(network);
             self.monitor.observe_upload(now, r.bytes_sent, (network - base).max(0.05));
         }
-        if let Some(wait) = r.queue_wait_ms {
+        // The wait a new request would see: the larger of what the server forecasts and what
+        // this request just waited.
+        let wait = match (r.queue_wait_ms, r.waited_ms) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        if let Some(wait) = wait {
             self.monitor.observe_queue(now, wait);
         }
     }
@@ -324,6 +334,7 @@ mod tests {
             round_trip_ms: 150.0,
             server_ms: 40.0,
             queue_wait_ms: Some(5.0),
+            waited_ms: Some(1.0),
         };
         p.observe_request(1_700.0, sent);
         assert_eq!(p.start_probe(2_000.0), 0, "the request measured the uplink");
@@ -350,6 +361,29 @@ mod tests {
         p.observe_ping(3.0, PingObservation { ms: 900.0, skewed: true, ..bare });
         assert!(p.forecast().link_up);
         assert!((p.forecast().now.rtt_ms - 40.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_request_that_waited_shows_the_queue_even_when_its_reply_reports_none() {
+        // The engine batches whatever is queued, so under load a reply often leaves with the
+        // queue empty (forecast 0) although the request waited a whole batch.
+        let sent = |queue_wait_ms, waited_ms| RequestObservation {
+            bytes_sent: 10_000.0,
+            round_trip_ms: 150.0,
+            server_ms: 120.0,
+            queue_wait_ms,
+            waited_ms,
+        };
+        let mut p = AdaptivePolicy::new(candidates());
+        p.observe_request(0.0, sent(Some(0.0), Some(80.0)));
+        let f = p.forecast();
+        assert!(f.measured.queue && (f.now.queue_ms - 80.0).abs() < 1e-9, "{f:?}");
+        let mut p = AdaptivePolicy::new(candidates());
+        p.observe_request(0.0, sent(Some(30.0), Some(2.0)));
+        assert!((p.forecast().now.queue_ms - 30.0).abs() < 1e-9, "the forecast when larger");
+        let mut p = AdaptivePolicy::new(candidates());
+        p.observe_request(0.0, sent(None, None));
+        assert!(!p.forecast().measured.queue, "no reply, no queue observation");
     }
 
     #[test]

@@ -111,6 +111,7 @@ pub fn simulate(
                         round_trip_ms,
                         server_ms,
                         queue_wait_ms: Some(truth.queue_ms),
+                        waited_ms: Some(truth.queue_ms),
                     },
                 );
             } else {
@@ -326,6 +327,7 @@ pub fn simulate_shared(
                     round_trip_ms: client.rtt_ms + transfer + server_ms,
                     server_ms,
                     queue_wait_ms: Some(wait_ms),
+                    waited_ms: Some(wait_ms),
                 },
             ));
         }
