@@ -481,16 +481,28 @@ export class SplitClient {
 export interface ChatOptions {
   /** The server (its origin, or a base URL); the page's origin by default. */
   server?: string;
-  /** Blocks of the language model run in the browser (2 by default); the rest run on the
-   * server. The model's block count (30 for SmolLM2) runs it whole in the browser. */
+  /** Blocks of the language model run in the browser; the rest run on the server. The
+   * model's block count (30 for SmolLM2) runs it whole in the browser. By default the default
+   * privacy floor's (12: the fewest after which no measured attack names more than 5% of a
+   * prompt's tokens from what the server receives; docs/privacy.md). */
   blocks?: number;
+  /** Fewer blocks than this (short of the whole model) are refused with "privacy_floor";
+   * "default" is the measured floor above. None by default. */
+  privacyFloor?: number | "default";
   /** The longest conversation, prompt and answer, in tokens (1,024; the server's limit caps it). */
   positions?: number;
   /** The server's bearer token, when it requires one. */
   token?: string;
+  /** How the hidden states cross each way (docs/llm.md, "The hidden states' codec"); the
+   * module's default unless named. */
+  codec?: HiddenCodecName;
   /** The model share's download: `{ stage: "llm-weights", loaded, total, fraction, cached }`. */
   onProgress?: (p: Progress) => void;
 }
+
+/** A hidden-state encoding: f32 (exact), f16, bf16, q8 (a byte a value, one scale a row), q8o
+ * (q8 with the row's 8 largest values apart). */
+export type HiddenCodecName = "f32" | "f16" | "bf16" | "q8" | "q8o";
 
 /** A chat message. */
 export interface ChatMessage {
@@ -525,14 +537,16 @@ export interface ChatAnswer extends ChatFigures {
 
 /** SmolLM2-135M-Instruct split between this page and the server: the tokenizer, the embedding,
  * the first blocks and the output layer run in a worker of the page; the server runs the
- * blocks between and sees only hidden states (576 numbers per token each way), never the text
+ * blocks between and sees only hidden states (576 numbers per token each way, coded), never the text
  * or the token ids. */
 export declare class SplitChat {
   /** Download the model's share (cached by the browser) and load it in a new worker. */
   static create(options?: ChatOptions): Promise<SplitChat>;
   /** What was loaded. */
   readonly info: { blocks: number; layers: number; width: number; positions: number;
-    shareBytes: number; weightBytes: number; model: string } | null;
+    shareBytes: number; weightBytes: number; codec: HiddenCodecName;
+    /** Bytes of one position's hidden state on the wire, each way. */
+    rowBytes: number; model: string } | null;
   /** Answer a conversation; `onToken` sees the answer as it grows. Greedy unless
    * `temperature` > 0 (then top-p `topP` with `seed`). */
   ask(messages: ChatMessage[], options?: { maxTokens?: number; temperature?: number; topP?: number;

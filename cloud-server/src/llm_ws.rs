@@ -280,7 +280,7 @@ async fn answer(
             let width = host.model.config.dim as u32;
             LlmFrame::Opened { id, first, end, positions, width }
         }
-        LlmFrame::Hidden { id, reply: false, position, width, mut values } => {
+        LlmFrame::Hidden { id, reply: false, position, width, codec, mut values } => {
             let Some(c) = conversation.as_mut() else {
                 return error(
                     id,
@@ -335,7 +335,7 @@ async fn answer(
             match run {
                 Ok((Ok(()), values, cache)) => {
                     c.cache = Some(cache);
-                    LlmFrame::Hidden { id, reply: true, position, width, values }
+                    LlmFrame::Hidden { id, reply: true, position, width, codec, values }
                 }
                 Ok((Err(e), _, cache)) => {
                     c.cache = Some(cache);

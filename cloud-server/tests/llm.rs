@@ -12,6 +12,7 @@ use actix_codec::Framed;
 use awc::BoxedSocket;
 use awc::ws::{Codec, Frame, Message};
 use futures_util::{SinkExt, StreamExt};
+use split_shared::codec::{DEFAULT_HIDDEN_CODEC, HiddenCodec};
 use split_shared::models::smollm2::{KvCache, Smollm2, argmax};
 use split_shared::protocol::{LlmErrorCode, LlmFrame, MAX_LLM_FRAME_BYTES, MODEL_SMOLLM2};
 
@@ -74,7 +75,12 @@ fn open(id: u64, positions: u32) -> LlmFrame {
 }
 
 fn hidden(id: u64, position: u32, values: Vec<f32>) -> LlmFrame {
-    LlmFrame::Hidden { id, reply: false, position, width: model().config.dim as u32, values }
+    hidden_in(HiddenCodec::F32, id, position, values)
+}
+
+fn hidden_in(codec: HiddenCodec, id: u64, position: u32, values: Vec<f32>) -> LlmFrame {
+    let width = model().config.dim as u32;
+    LlmFrame::Hidden { id, reply: false, position, width, codec, values }
 }
 
 fn code(reply: LlmFrame) -> LlmErrorCode {
@@ -90,6 +96,7 @@ fn code(reply: LlmFrame) -> LlmErrorCode {
 /// One step of the client's side: its blocks on `x`, the server's, then back.
 async fn through_server(
     ws: &mut Socket,
+    codec: HiddenCodec,
     front: &mut KvCache,
     position: u32,
     mut x: Vec<f32>,
@@ -97,9 +104,13 @@ async fn through_server(
 ) -> Vec<f32> {
     let m = model();
     m.forward_layers(0..FRONT, &mut x, front).unwrap();
-    match call(ws, &hidden(id, position, x)).await {
-        LlmFrame::Hidden { id: got, reply: true, position: p, values, .. } => {
-            assert_eq!((got, p), (id, position));
+    match call(ws, &hidden_in(codec, id, position, x)).await {
+        LlmFrame::Hidden { id: got, reply: true, position: p, codec: back, values, .. } => {
+            assert_eq!(
+                (got, p, back),
+                (id, position, codec),
+                "the reply in the request's encoding"
+            );
             values
         }
         other => panic!("expected hidden states, got {other:?}"),
@@ -112,7 +123,9 @@ async fn u_split_answers_as_the_unsplit_model() {
     let m = model();
     let dim = m.config.dim;
     let golden = golden();
-    for case in golden["prompts"].as_array().unwrap().iter().take(2) {
+    // Exact floats, then the encoding clients send by default.
+    let codecs = [HiddenCodec::F32, DEFAULT_HIDDEN_CODEC];
+    for (case, codec) in golden["prompts"].as_array().unwrap().iter().zip(codecs) {
         let prompt = ids(&case["ids"]);
         let want = ids(&case["greedy"]);
         let mut ws = connect(&srv).await;
@@ -122,7 +135,8 @@ async fn u_split_answers_as_the_unsplit_model() {
         );
         let mut front = KvCache::new(&m.config, 0..FRONT, positions as usize);
         // Prefill: the whole prompt in one frame.
-        let back = through_server(&mut ws, &mut front, 0, m.embed(&prompt).unwrap(), 2).await;
+        let back =
+            through_server(&mut ws, codec, &mut front, 0, m.embed(&prompt).unwrap(), 2).await;
         let logits = m.logits(&back[back.len() - dim..]).unwrap();
         let mut next = argmax(&logits);
         let mut got = vec![];
@@ -131,6 +145,7 @@ async fn u_split_answers_as_the_unsplit_model() {
             let position = (prompt.len() + got.len() - 1) as u32;
             let back = through_server(
                 &mut ws,
+                codec,
                 &mut front,
                 position,
                 m.embed(&[next]).unwrap(),
@@ -139,7 +154,7 @@ async fn u_split_answers_as_the_unsplit_model() {
             .await;
             next = argmax(&m.logits(&back).unwrap());
         }
-        assert_eq!(got, want, "{}", case["user"]);
+        assert_eq!(got, want, "{} ({codec})", case["user"]);
     }
 }
 
@@ -196,8 +211,22 @@ async fn bad_frames_get_typed_errors_and_the_conversation_goes_on() {
         "a closed conversation's share is free again"
     );
     // Wrong width, NaN, a position that is not the next, garbage, a server frame sent by a client.
-    let f = LlmFrame::Hidden { id: 10, reply: false, position: 0, width: 7, values: vec![0.0; 14] };
+    let codec = HiddenCodec::F32;
+    let f = LlmFrame::Hidden {
+        id: 10,
+        reply: false,
+        position: 0,
+        width: 7,
+        codec,
+        values: vec![0.0; 14],
+    };
     assert_eq!(code(call(&mut ws, &f).await), LlmErrorCode::BadValues);
+    // An encoding byte this server does not know; half floats past their range (infinity).
+    let mut unknown = hidden(14, 0, vec![0.25; dim]).encode();
+    unknown[7] = 0x7f;
+    assert_eq!(code(call_bytes(&mut ws, unknown).await), LlmErrorCode::BadFrame);
+    let huge = hidden_in(HiddenCodec::F16, 15, 0, vec![1e6; dim]);
+    assert_eq!(code(call(&mut ws, &huge).await), LlmErrorCode::BadValues);
     let mut nan = vec![0.25; dim];
     nan[3] = f32::NAN;
     assert_eq!(code(call(&mut ws, &hidden(11, 0, nan)).await), LlmErrorCode::BadValues);
@@ -216,10 +245,11 @@ async fn bad_frames_get_typed_errors_and_the_conversation_goes_on() {
     // After all that, the conversation still runs, from position 0.
     let mut front = KvCache::new(&m.config, 0..FRONT, 16);
     let x = m.embed(&[1, 9690, 198]).unwrap();
-    let back = through_server(&mut ws, &mut front, 0, x, 15).await;
+    let back = through_server(&mut ws, HiddenCodec::F32, &mut front, 0, x, 15).await;
     assert_eq!(back.len(), 3 * dim);
     assert!(back.iter().all(|v| v.is_finite()));
-    let again = through_server(&mut ws, &mut front, 3, m.embed(&[28]).unwrap(), 16).await;
+    let again =
+        through_server(&mut ws, HiddenCodec::F32, &mut front, 3, m.embed(&[28]).unwrap(), 16).await;
     assert_eq!(again.len(), dim);
 }
 
@@ -242,7 +272,8 @@ async fn frames_over_the_rate_are_refused_then_served_again() {
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let m = model();
     let mut front = KvCache::new(&m.config, 0..FRONT, 8);
-    let back = through_server(&mut ws, &mut front, 0, m.embed(&[1]).unwrap(), 10).await;
+    let back =
+        through_server(&mut ws, HiddenCodec::F32, &mut front, 0, m.embed(&[1]).unwrap(), 10).await;
     assert_eq!(back.len(), m.config.dim, "served again after a second");
 }
 

@@ -1,5 +1,6 @@
 //! Any bytes as a client frame: the request decoder, then the codec with the real calibration
-//! and a stream decoder that lives across inputs (so delta paths with state are reached too).
+//! and a stream decoder that lives across inputs (so delta paths with state are reached too);
+//! and as a frame of the chat's socket (`/llm`), its hidden rows in every encoding.
 //! Nothing may panic; every input is either decoded or refused with a typed error.
 #![no_main]
 
@@ -7,7 +8,7 @@ use std::sync::{Mutex, OnceLock};
 
 use libfuzzer_sys::fuzz_target;
 use split_shared::codec::{Calibration, DecodeContext, StreamDecoder};
-use split_shared::protocol::Request;
+use split_shared::protocol::{LlmFrame, Request};
 
 fn calibration() -> &'static Calibration {
     static C: OnceLock<Calibration> = OnceLock::new();
@@ -18,6 +19,9 @@ fn calibration() -> &'static Calibration {
 }
 
 fuzz_target!(|data: &[u8]| {
+    if let Ok(LlmFrame::Hidden { width, values, .. }) = LlmFrame::decode(data) {
+        assert!(values.is_empty() || values.len() % width as usize == 0);
+    }
     static STREAMS: OnceLock<Mutex<StreamDecoder>> = OnceLock::new();
     let calibration = calibration();
     // Let the fuzzer reach the coded paths: stamp this calibration's id into coded and

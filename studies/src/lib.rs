@@ -2,7 +2,8 @@
 //! weights: the codec's calibration (`calibrate`), accuracy and agreement of split inference
 //! (`eval`), the light model's candidates, two devices' views fused, a camera pan's stream
 //! residuals, and the white-box attacks on the features the server receives (`privacy`) and
-//! on the language model's hidden states (`llm_invert`).
+//! on the language model's hidden states (`llm_invert`), and what coding those states costs in
+//! answers (`llm_codec`).
 //! The `split-studies` binary runs them (`./run.sh eval --help`, ...); the performance lab
 //! (`split-lab`) reuses the edge and server paths of [`eval`] and the charts of [`svg`].
 
@@ -10,6 +11,7 @@ pub mod calibrate;
 pub mod eval;
 pub mod fusion;
 pub mod light;
+pub mod llm_codec;
 pub mod llm_invert;
 pub mod privacy;
 pub mod stream_eval;

@@ -3,8 +3,9 @@
 //!
 //! The browser keeps the embedding, blocks `0..k`, the final norm and the output layer; per
 //! position of the prompt (and of the answer) it sends the hidden state after block `k − 1`, 576
-//! floats as they are (`protocol::llm`). A server that knows the public weights tries to name
-//! the token at each position from that state, three ways:
+//! floats coded as the chat codes them (`--codec`, f16 by default; `protocol::llm`). A server
+//! that knows the public weights tries to name the token at each position from what it decodes,
+//! three ways:
 //!
 //! - **nearest**: the token whose embedding row is closest in angle (cosine) to the state: the
 //!   residual stream starts as the embedding, and blocks add to it;
@@ -25,6 +26,7 @@ use anyhow::{Context, Result, bail};
 use nalgebra::DMatrix;
 use serde::Serialize;
 use split_kernels::{Activation, Isa, PointwiseShape};
+use split_shared::codec::{DEFAULT_HIDDEN_CODEC, HiddenCodec};
 use split_shared::models::smollm2::{ChatTemplate, KvCache, Message, Smollm2, Tokenizer, argmax};
 
 /// Recover the prompt's tokens from the hidden states a chat split sends.
@@ -48,6 +50,9 @@ pub struct Args {
     /// Seed of the training sequences.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// How the states cross (the attack sees them decoded, as the server does).
+    #[arg(long, default_value_t = DEFAULT_HIDDEN_CODEC)]
+    codec: HiddenCodec,
     /// Where the results go (JSON).
     #[arg(long, default_value = "reports/llm-privacy/data.json")]
     out: PathBuf,
@@ -73,6 +78,8 @@ struct Report {
     /// Rows the learned attack was fitted on.
     train_rows: usize,
     chance: f64,
+    /// The encoding the attacked states crossed in.
+    codec: HiddenCodec,
     boundaries: Vec<BoundaryResult>,
 }
 
@@ -104,7 +111,13 @@ pub fn run(a: Args) -> Result<()> {
         let message = Message { role: "user".into(), content: (*prompt).into() };
         let tokens = template.encode(&tok, &[message])?;
         let words = content_span(&tokens, &tok, prompt)?;
-        let after = states_after(&model, &tokens, &blocks)?;
+        let mut after = states_after(&model, &tokens, &blocks)?;
+        // What the server decodes, not what the browser computed.
+        for states in &mut after {
+            let mut bytes = Vec::new();
+            a.codec.encode(states, dim, &mut bytes);
+            *states = a.codec.decode(&bytes, states.len() / dim, dim)?;
+        }
         for (kept, all) in states.iter_mut().zip(&after) {
             kept.extend_from_slice(&all[words.start * dim..words.end * dim]);
         }
@@ -163,6 +176,7 @@ pub fn run(a: Args) -> Result<()> {
         positions: targets.len(),
         train_rows: train_tokens.len(),
         chance: 1.0 / vocab as f64,
+        codec: a.codec,
         boundaries: results,
     };
     eprintln!(
@@ -347,5 +361,38 @@ mod tests {
         state[dim] = 0.3;
         state[dim + 1] = 0.2;
         assert_eq!(n.guesses(&state), [2, 0]);
+    }
+}
+
+#[cfg(test)]
+mod floor {
+    use split_shared::codec::DEFAULT_HIDDEN_CODEC;
+    use split_shared::models::smollm2::{DEFAULT_CHAT_PRIVACY_FLOOR, RECOVERY_CEILING};
+    use xtask::paths;
+
+    /// The chat's default floor must be what the committed measurement says, measured on what a
+    /// browser sends by default: every boundary from the floor on keeps every attack at or below
+    /// the ceiling, and the last one measured before it does not (or the floor would be later
+    /// than the data says, or earlier than it allows).
+    #[test]
+    fn the_default_chat_floor_is_what_the_measurements_say() {
+        let path = paths::repo_root().join("reports/llm-privacy/data.json");
+        let report: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+        assert_eq!(report["codec"], DEFAULT_HIDDEN_CODEC.name(), "re-run ./run.sh llm-invert");
+        let worst = |b: &serde_json::Value| {
+            ["nearest", "lens", "learned"]
+                .iter()
+                .map(|k| b[k].as_f64().unwrap())
+                .fold(0.0, f64::max)
+        };
+        let boundaries = report["boundaries"].as_array().unwrap();
+        let blocks = |b: &serde_json::Value| b["blocks"].as_u64().unwrap() as usize;
+        assert!(boundaries.iter().any(|b| blocks(b) == DEFAULT_CHAT_PRIVACY_FLOOR), "measured");
+        for b in boundaries.iter().filter(|b| blocks(b) >= DEFAULT_CHAT_PRIVACY_FLOOR) {
+            assert!(worst(b) <= RECOVERY_CEILING, "{} blocks: {}", blocks(b), worst(b));
+        }
+        let before = boundaries.iter().rev().find(|b| blocks(b) < DEFAULT_CHAT_PRIVACY_FLOOR);
+        assert!(before.is_some_and(|b| worst(b) > RECOVERY_CEILING), "the floor could be earlier");
     }
 }

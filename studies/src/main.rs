@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use split_studies::{calibrate, eval, fusion, light, llm_invert, privacy, stream_eval};
+use split_studies::{calibrate, eval, fusion, light, llm_codec, llm_invert, privacy, stream_eval};
 
 /// The network's activations are multi-megabyte buffers allocated and freed on every forward;
 /// glibc's allocator hands them back to the OS and page-faults them in again each time
@@ -39,6 +39,9 @@ enum Task {
     /// Name the prompt's tokens from the hidden states a chat split sends the server
     /// (nearest embedding, logit lens, a learned linear map) per boundary.
     LlmInvert(llm_invert::Args),
+    /// The chat split's answers with its hidden states coded each way (f32, f16, bf16, q8),
+    /// against the unsplit model's, per boundary.
+    LlmCodec(llm_codec::Args),
 }
 
 fn main() -> Result<()> {
@@ -51,5 +54,6 @@ fn main() -> Result<()> {
         Task::Invert(a) => privacy::invert(a),
         Task::Adversarial(a) => privacy::adversarial(a),
         Task::LlmInvert(a) => llm_invert::run(a),
+        Task::LlmCodec(a) => llm_codec::run(a),
     }
 }

@@ -12,11 +12,14 @@
 //! let token = edge.acceptHidden(reply);            // the next token; send([token]) for the one after
 //! ```
 //!
-//! The edge keeps the hidden states it sent (2.3 KB a position for SmolLM2): when the socket
-//! drops mid-answer, `reopenFrame` opens a new conversation and `resendFrame` sends them again
-//! (in frames of at most [`MAX_HIDDEN_ROWS`] positions), so the server rebuilds its blocks'
-//! cache and the answer goes on where it stopped.
+//! Hidden states cross coded ([`HiddenCodec`], [`DEFAULT_HIDDEN_CODEC`] unless `setCodec` says
+//! otherwise; the server answers in the encoding it was sent). The edge keeps the hidden states
+//! it sent, as the server decoded them: when the socket drops mid-answer, `reopenFrame` opens a
+//! new conversation and `resendFrame` sends them again (in frames of at most
+//! [`MAX_HIDDEN_ROWS`] positions), so the server rebuilds its blocks' cache and the answer goes
+//! on where it stopped.
 
+use split_shared::codec::{DEFAULT_HIDDEN_CODEC, HiddenCodec};
 use split_shared::models::smollm2::{
     ChatTemplate, KvCache, LlmError, Message, Sampler, Sampling, Smollm2, Tokenizer,
 };
@@ -24,6 +27,14 @@ use split_shared::protocol::{LlmFrame, MAX_HIDDEN_ROWS, MODEL_SMOLLM2};
 use wasm_bindgen::prelude::*;
 
 use crate::js;
+
+/// Blocks the chat keeps in the browser when asked for a privacy floor without a number, and
+/// by default: the fewest after which no measured attack names more than 5% of a prompt's
+/// tokens from what the server receives (docs/privacy.md).
+#[wasm_bindgen(js_name = defaultChatPrivacyFloor)]
+pub fn default_chat_privacy_floor() -> u32 {
+    split_shared::models::smollm2::DEFAULT_CHAT_PRIVACY_FLOOR as u32
+}
 
 /// A failure of the language model as a coded `SplitError`.
 fn llm_error(e: LlmError) -> JsValue {
@@ -62,8 +73,10 @@ pub struct LlmEdge {
     next_id: u64,
     awaiting: Awaiting,
     opened: bool,
+    /// How hidden states cross.
+    codec: HiddenCodec,
     /// The hidden states sent to the server, every position of the conversation
-    /// (`[positions, width]`), to send again after a reconnect.
+    /// (`[positions, width]`) as the server decoded them, to send again after a reconnect.
     sent: Vec<f32>,
     /// Positions of `sent` already sent again since [`Self::reopen_frame`].
     resent: usize,
@@ -99,6 +112,7 @@ impl LlmEdge {
             next_id: 1,
             awaiting: Awaiting::Nothing,
             opened: false,
+            codec: DEFAULT_HIDDEN_CODEC,
             sent: Vec::new(),
             resent: 0,
             resending: false,
@@ -127,9 +141,32 @@ impl LlmEdge {
         self.model.weight_bytes() as f64
     }
 
-    /// Values per hidden state (what one position costs on the wire: 4 bytes each).
+    /// Values per hidden state.
     pub fn width(&self) -> u32 {
         self.model.config.dim as u32
+    }
+
+    /// How hidden states cross: `f32`, `f16`, `bf16`, `q8` or `q8o` (docs/llm.md).
+    pub fn codec(&self) -> String {
+        self.codec.name().into()
+    }
+
+    /// Code hidden states with `name` from the next conversation on (`bad_option` for an
+    /// unknown name, or while a conversation is open: its kept states are in the old one).
+    #[wasm_bindgen(js_name = setCodec)]
+    pub fn set_codec(&mut self, name: &str) -> Result<(), JsValue> {
+        let codec = name.parse().map_err(|e| js::error("bad_option", e))?;
+        if self.opened && codec != self.codec {
+            return Err(js::error("bad_option", "the conversation is open: reset it first"));
+        }
+        self.codec = codec;
+        Ok(())
+    }
+
+    /// Bytes one position's hidden state takes on the wire, each way.
+    #[wasm_bindgen(js_name = rowBytes)]
+    pub fn row_bytes(&self) -> u32 {
+        self.codec.row_bytes(self.width() as usize) as u32
     }
 
     /// Positions held (the prompt and the tokens generated so far).
@@ -242,12 +279,18 @@ impl LlmEdge {
         }
         let position = self.cache.len() as u32;
         let hidden = self.run_edge_blocks(tokens)?;
-        self.sent.extend_from_slice(&hidden);
         let id = self.take_id();
         let rows = tokens.len() as u32;
+        let (width, codec) = (self.width(), self.codec);
+        let frame = LlmFrame::Hidden { id, reply: false, position, width, codec, values: hidden };
+        let bytes = frame.encode();
+        // Kept as the server will decode them, so that a resend gives it the same rows.
+        match LlmFrame::decode(&bytes) {
+            Ok(LlmFrame::Hidden { values, .. }) => self.sent.extend_from_slice(&values),
+            other => return Err(js::error("bad_frame", format!("own frame: {other:?}"))),
+        }
         self.awaiting = Awaiting::Hidden { id, position, rows, last: true };
-        Ok(LlmFrame::Hidden { id, reply: false, position, width: self.width(), values: hidden }
-            .encode())
+        Ok(bytes)
     }
 
     /// After the socket dropped: the frame that opens the conversation again on a new one.
@@ -281,9 +324,8 @@ impl LlmEdge {
         let id = self.take_id();
         let last = self.resent == total;
         self.awaiting = Awaiting::Hidden { id, position, rows: rows as u32, last };
-        Ok(Some(
-            LlmFrame::Hidden { id, reply: false, position, width: width as u32, values }.encode(),
-        ))
+        let (width, codec) = (width as u32, self.codec);
+        Ok(Some(LlmFrame::Hidden { id, reply: false, position, width, codec, values }.encode()))
     }
 
     /// The server's hidden states for the last [`Self::send`] (or [`Self::resend_frame`]):
@@ -295,7 +337,9 @@ impl LlmEdge {
             return Err(js::error("bad_frame", "no hidden states are awaited"));
         };
         let (position, width, values) = match decode(frame, id)? {
-            LlmFrame::Hidden { reply: true, position, width, values, .. } => {
+            LlmFrame::Hidden { reply: true, position, width, codec, values, .. }
+                if codec == self.codec =>
+            {
                 (position, width, values)
             }
             other => {

@@ -69,22 +69,32 @@ async function openSocket(url, token) {
 const methods = {
   /**
    * @param {object} options  `server` (the page's origin by default), `blocks` (the edge's
-   *   blocks; the rest run on the server; the model's block count: edge-only), `positions`
-   *   (the conversation's longest, prompt and answer), `token` (the server's bearer token)
+   *   blocks; the rest run on the server; the model's block count: edge-only; the default
+   *   privacy floor unless named), `privacyFloor` (fewer blocks than this, short of the whole
+   *   model, are refused: a number, or "default"), `positions` (the conversation's longest,
+   *   prompt and answer), `token` (the server's bearer token), `codec` (how hidden states
+   *   cross: the wasm module's default unless named)
    */
-  async create({ server, blocks = 2, positions = 1024, token = null }) {
+  async create({ server, blocks = null, privacyFloor = 0, positions = 1024, token = null, codec = null }) {
     if (state) throw new SplitError("bad_option", "this worker already has a chat");
     const base = new URL(server ?? self.location.origin);
     const response = await fetch(new URL("api/info", base)).catch(() => null);
     if (!response?.ok) throw new SplitError("network", `cannot read ${base}api/info`);
     const llm = (await response.json()).llm;
     if (!llm) throw new SplitError("no_model", "this server hosts no language model");
+    // The cpu build: the model's matrix products run in wasm on any browser.
+    await loadWasm("cpu", "cpu");
+    const floor = privacyFloor === "default" ? wasm.defaultChatPrivacyFloor() : privacyFloor;
+    if (!Number.isInteger(floor) || floor < 0) throw new SplitError("bad_option", `privacyFloor: a number of blocks, or "default"`);
+    blocks ??= Math.max(floor, wasm.defaultChatPrivacyFloor());
     if (!Number.isInteger(blocks) || blocks < 0 || blocks > llm.layers) {
       throw new SplitError("bad_option", `blocks: a number from 0 to ${llm.layers}`);
     }
+    if (blocks < floor && blocks < llm.layers) {
+      throw new SplitError("privacy_floor", `the hidden states after ${blocks} blocks may not leave this device: ` +
+        `the privacy floor is ${floor} blocks (docs/privacy.md)`);
+    }
     positions = Math.min(positions, llm.max_positions);
-    // The cpu build: the model's matrix products run in wasm on any browser.
-    await loadWasm("cpu", "cpu");
     const bytes = await fetchCached(
       serverUrl(`${llm.edge_url}${blocks}`, base),
       `${llm.file_id}-${blocks}`,
@@ -94,6 +104,7 @@ const methods = {
     let edge;
     try {
       edge = wasm.LlmEdge.load(bytes, positions);
+      if (codec != null) edge.setCodec(codec);
     } catch (e) {
       throw fromWasm(e);
     }
@@ -107,6 +118,8 @@ const methods = {
       positions,
       shareBytes: bytes.length,
       weightBytes: edge.weightBytes(),
+      codec: edge.codec(),
+      rowBytes: edge.rowBytes(),
       model: llm.model,
     };
   },

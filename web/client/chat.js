@@ -2,7 +2,7 @@
 // socket in a worker of its own (`chat-worker.js`), so the page stays responsive while the
 // model computes, and hands the page the answer as it is written.
 //
-//   const chat = await SplitChat.create({ blocks: 2, onProgress });
+//   const chat = await SplitChat.create({ privacyFloor: "default", onProgress });
 //   const answer = await chat.ask([{ role: "user", content: "Hi" }], { onToken: (t) => show(t.text) });
 //   chat.stop();  chat.close();
 
@@ -15,7 +15,8 @@ export class SplitChat {
     this.nextId = 1;
     this.onProgress = () => {};
     this.onToken = () => {};
-    /** What `create` answered: `{ blocks, layers, width, positions, shareBytes, weightBytes, model }`. */
+    /** What `create` answered: `{ blocks, layers, width, positions, shareBytes, weightBytes,
+     * codec, rowBytes, model }`. */
     this.info = null;
     worker.onmessage = ({ data }) => {
       if (data.event === "progress") return this.onProgress(data.value);
@@ -38,8 +39,12 @@ export class SplitChat {
   /**
    * Load the model's share into a new worker.
    * @param {object} [options]  `server` (URL; the page's origin by default), `blocks` (the
-   *   edge's blocks, 2 by default; the model's block count runs it whole in the browser),
-   *   `positions` (1,024), `token`, `onProgress({ stage, loaded, total, fraction, cached })`
+   *   edge's blocks; the model's block count runs it whole in the browser; by default the
+   *   privacy floor's, 12), `privacyFloor` (fewer blocks are refused with "privacy_floor": a
+   *   number, or "default"),
+   *   `positions` (1,024), `token`, `codec` (how hidden states cross: "f32", "f16", "bf16",
+   *   "q8", "q8o"; the module's default unless named), `onProgress({ stage, loaded, total,
+   *   fraction, cached })`
    */
   static async create({ onProgress, ...options } = {}) {
     const worker = new Worker(new URL("./chat-worker.js", import.meta.url), { type: "module" });

@@ -58,12 +58,13 @@ await withPage(GPU_ARGS.cpu, async (page) => {
   const errors = [];
   page.on("pageerror", (e) => errors.push(e.message));
   await page.goto(new URL("index.html?tab=chat", url).href);
-  // The tab opens the chat: the share of 2 blocks downloads and loads in the chat's worker.
+  // The tab opens the chat: the share of the privacy floor's 12 blocks downloads and loads in
+  // the chat's worker.
   await page.waitForFunction(() => ["ready", "failed"].includes(document.body.dataset.chat), null, { timeout: 300_000 });
   const status = await page.textContent("#chat-status");
   if ((await page.evaluate(() => document.body.dataset.chat)) !== "ready") throw new Error(`the chat did not start: ${status}`);
   const cells = await page.$$eval("#chat-split span", (s) => s.map((e) => e.className));
-  if (cells.length !== 32 || cells.filter((c) => c === "edge").length !== 2) throw new Error(`the split drawn: ${cells}`);
+  if (cells.length !== 32 || cells.filter((c) => c === "edge").length !== 12) throw new Error(`the split drawn: ${cells}`);
 
   // Through the page's own form: the answer streams into the log, the figures below it.
   const before = await metricsLlm();
@@ -88,18 +89,34 @@ await withPage(GPU_ARGS.cpu, async (page) => {
       const chat = await SplitChat.create({ blocks, positions: 256 });
       for (const p of prompts) {
         const a = await chat.ask([{ role: "user", content: p.user }], { maxTokens: p.greedy.length });
-        out.push({ blocks, tokens: a.tokens, placement: a.placement, bytesUp: a.bytesUp, bytesDown: a.bytesDown, promptTokens: a.promptTokens, perSecond: a.tokensPerSecond, share: chat.info.shareBytes });
+        out.push({ blocks, tokens: a.tokens, placement: a.placement, bytesUp: a.bytesUp, bytesDown: a.bytesDown, promptTokens: a.promptTokens, perSecond: a.tokensPerSecond, share: chat.info.shareBytes, codec: chat.info.codec, rowBytes: chat.info.rowBytes });
       }
       chat.close();
     }
+    // Exact floats on the wire, asked for by name: twice the default's bytes, the same answer.
+    const exact = await SplitChat.create({ blocks: 4, positions: 256, codec: "f32" });
+    const p = prompts[0];
+    const a = await exact.ask([{ role: "user", content: p.user }], { maxTokens: p.greedy.length });
+    out.push({ blocks: 4, tokens: a.tokens, placement: a.placement, bytesUp: a.bytesUp, bytesDown: a.bytesDown, promptTokens: a.promptTokens, perSecond: a.tokensPerSecond, share: exact.info.shareBytes, codec: exact.info.codec, rowBytes: exact.info.rowBytes });
+    exact.close();
     return out;
   }, golden.prompts.slice(0, 2).map((p) => ({ user: p.user, greedy: p.greedy })));
   for (const [i, r] of runs.entries()) {
     const p = golden.prompts[i % 2];
-    if (!same(r.tokens, p.greedy)) throw new Error(`blocks ${r.blocks}, prompt ${i % 2}: ${JSON.stringify(r.tokens)} against the reference's ${JSON.stringify(p.greedy)}`);
+    if (!same(r.tokens, p.greedy)) throw new Error(`blocks ${r.blocks} (${r.codec}), prompt ${i % 2}: ${JSON.stringify(r.tokens)} against the reference's ${JSON.stringify(p.greedy)}`);
     if (r.blocks === 30 && (r.placement !== "edge" || r.bytesUp !== 0)) throw new Error(`the whole model in the browser sent ${r.bytesUp} bytes`);
-    // Hidden states only: 576 f32 per position each way plus the frames' headers.
-    if (r.blocks === 4 && r.bytesUp < (r.promptTokens + r.tokens.length - 1) * 576 * 4) throw new Error(`blocks 4 sent ${r.bytesUp} bytes for ${r.promptTokens} + ${r.tokens.length} positions`);
+    // Hidden states only: a coded row of 576 values per position each way, plus each frame's
+    // 28 bytes of headers (one frame for the prompt, one per token after it).
+    const positions = r.promptTokens + r.tokens.length - 1;
+    const frames = r.tokens.length;
+    const expected = positions * r.rowBytes + frames * 28;
+    if (r.blocks === 4 && (r.bytesUp !== expected || r.bytesDown !== expected)) {
+      throw new Error(`blocks 4 in ${r.codec}: ${r.bytesUp} B up and ${r.bytesDown} down for ${positions} positions of ${r.rowBytes} B in ${frames} frames (${expected} expected)`);
+    }
+  }
+  const exact = runs.at(-1);
+  if (exact.codec !== "f32" || exact.rowBytes !== 576 * 4 || runs[0].rowBytes >= exact.rowBytes) {
+    throw new Error(`the codecs: ${runs[0].codec} ${runs[0].rowBytes} B a position by default, ${exact.codec} ${exact.rowBytes} B asked for`);
   }
   const [split, whole] = [runs.find((r) => r.blocks === 4), runs.find((r) => r.blocks === 30)];
   if (!(whole.share > 2 * split.share)) throw new Error(`the shares: ${split.share} bytes for 4 blocks, ${whole.share} for 30`);
@@ -109,6 +126,12 @@ await withPage(GPU_ARGS.cpu, async (page) => {
     const { SplitChat } = await import("/client/chat.js");
     const codes = [];
     try { await SplitChat.create({ blocks: 31 }); } catch (e) { codes.push(e.code); }
+    try { await SplitChat.create({ blocks: 2, codec: "f8" }); } catch (e) { codes.push(e.code); }
+    // Below the privacy floor, when one is asked for; by default the floor's blocks.
+    try { await SplitChat.create({ blocks: 2, privacyFloor: "default" }); } catch (e) { codes.push(e.code); }
+    const floored = await SplitChat.create({ privacyFloor: "default" });
+    const floorBlocks = floored.info.blocks;
+    floored.close();
     const chat = await SplitChat.create({ blocks: 2, positions: 16 });
     try { await chat.ask([{ role: "user", content: "Tell me everything about the sea." }], { maxTokens: 8 }); } catch (e) { codes.push(e.code); }
     try { await chat.ask([{ role: "robot", content: "hi" }]); } catch (e) { codes.push(e.code); }
@@ -122,10 +145,11 @@ await withPage(GPU_ARGS.cpu, async (page) => {
     stopped = await asked;
     chat.close();
     chat2.close();
-    return { codes, stopped: stopped.stopped, stoppedTokens: stopped.tokens.length };
+    return { codes, floorBlocks, stopped: stopped.stopped, stoppedTokens: stopped.tokens.length };
   });
-  if (JSON.stringify(refusals.codes) !== JSON.stringify(["bad_option", "context", "bad_option"])) throw new Error(`refusals: ${JSON.stringify(refusals.codes)}`);
+  if (JSON.stringify(refusals.codes) !== JSON.stringify(["bad_option", "bad_option", "privacy_floor", "context", "bad_option"])) throw new Error(`refusals: ${JSON.stringify(refusals.codes)}`);
   if (!refusals.stopped || refusals.stoppedTokens >= 64) throw new Error(`stop: ${JSON.stringify(refusals)}`);
+  if (refusals.floorBlocks !== 12) throw new Error(`the default privacy floor kept ${refusals.floorBlocks} blocks, not 12`);
   // The link dropped twice mid-answer: the client opens a new socket, sends the hidden states
   // it kept, and the answer goes on, token for token the reference's.
   const link = await cuttableLink(new URL(url));
@@ -149,7 +173,7 @@ await withPage(GPU_ARGS.cpu, async (page) => {
   if (!same(resumed.tokens, golden.prompts[1].greedy)) throw new Error(`after ${cuts} cuts: ${JSON.stringify(resumed.tokens)} against the reference's ${JSON.stringify(golden.prompts[1].greedy)}`);
   if (cuts !== 2 || resumed.resumes < 1) throw new Error(`${cuts} cuts, ${resumed.resumes} resumes`);
   if (errors.length) throw new Error(`page errors: ${errors.join("; ")}`);
-  const line = (r) => `${r.blocks === 30 ? "whole in the browser" : `split at ${r.blocks}`}: ${r.tokens.length} tokens, ${r.perSecond?.toFixed(1)} tokens/s, share ${(r.share / 1e6).toFixed(1)} MB, ${r.bytesUp} B up`;
+  const line = (r) => `${r.blocks === 30 ? "whole in the browser" : `split at ${r.blocks} (${r.codec})`}: ${r.tokens.length} tokens, ${r.perSecond?.toFixed(1)} tokens/s, share ${(r.share / 1e6).toFixed(1)} MB, ${r.bytesUp} B up`;
   console.log(`chat: the page's answer and ${runs.length} client answers equal the reference's greedy tokens; ${runs.map(line).join("; ")}`);
   console.log(`chat: refusals ${refusals.codes.join(", ")}; stopped after ${refusals.stoppedTokens} tokens; the link cut ${cuts} times mid-answer, ${resumed.resumes} resumes, the reference's ${resumed.tokens.length} tokens (headless Chromium, CPU build, beside the test's server: not a speed figure)`);
 });

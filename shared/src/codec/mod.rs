@@ -19,6 +19,7 @@ mod calibration;
 pub mod entropy;
 mod error;
 pub mod fit;
+mod hidden;
 mod noise;
 pub mod quant;
 pub mod range;
@@ -31,6 +32,7 @@ pub use calibration::{
     BoundaryTables, CALIBRATION_MAGIC, CALIBRATION_VERSION, Calibration, PcaTables, QuantTable,
 };
 pub use error::CodecError;
+pub use hidden::{DEFAULT_HIDDEN_CODEC, HiddenCodec, HiddenCodecError};
 pub use noise::{Noise, NoiseKind};
 pub use quant::{ClipRange, Projection};
 pub use setting::{AllocSetting, QuantSetting, SUPPORTED_BITS, Setting};

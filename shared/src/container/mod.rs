@@ -9,13 +9,15 @@
 //! - [`Gguf`]: llama.cpp's model file (typed metadata, tensor descriptions, aligned data),
 //!   what the language model's weights come in;
 //! - [`quantize`] / [`dequantize`]: the same tensors in 8 or 4 bits per weight ("SPLQ"), the
-//!   file of the light model.
+//!   file of the light model;
+//! - [`half`]: IEEE half and bfloat16 numbers (GGUF's scales, the chat's hidden states).
 //!
 //! Nothing here knows what the bytes mean; errors say what is wrong with the bytes.
 
 mod cursor;
 mod gguf;
 mod gguf_write;
+pub mod half;
 mod quantized;
 mod tensor_file;
 

@@ -5,26 +5,29 @@
 //!
 //! One WebSocket is one conversation. Every frame has a 16-byte header laid out as the image
 //! frames' (little-endian): magic `"SPLM"`, version u16 [`LLM_PROTOCOL_VERSION`], kind u8,
-//! a reserved zero byte, request id u64 (echoed in the reply). Bodies:
+//! encoding u8 (in hidden frames the [`HiddenCodec`] of the rows, 0 in the others), request id
+//! u64 (echoed in the reply). Bodies:
 //!
 //! ```text
 //! 1    open     model u8 (2 = SmolLM2-135M-Instruct), 3 zero bytes, first block u16,
 //!               end block u16 (exclusive), positions u32 (the KV cache to reserve)
-//! 2    hidden   position u32 (of the first row), rows u32, width u32, then rows × width f32
+//! 2    hidden   position u32 (of the first row), rows u32, width u32, then rows coded each
+//!               on its own in the header's encoding (f32: rows × width f32)
 //! 0x81 opened   first block u16, end block u16, positions u32, width u32
-//! 0x82 hidden   as the request: the rows after the server's blocks
+//! 0x82 hidden   as the request: the rows after the server's blocks, in the request's encoding
 //! 0x83 error    code u16, message length u16, message (UTF-8)
 //! ```
 //!
 //! Every length is checked against [`MAX_HIDDEN_ROWS`], [`MAX_HIDDEN_WIDTH`] and the bytes
 //! present before anything is allocated; trailing bytes are refused.
 
+use crate::codec::{HiddenCodec, HiddenCodecError};
 use crate::container::Cursor;
 
 /// First four bytes of every frame of the `/llm` socket.
 pub const LLM_MAGIC: [u8; 4] = *b"SPLM";
-/// Version this build speaks.
-pub const LLM_PROTOCOL_VERSION: u16 = 1;
+/// Version this build speaks (2: hidden rows coded, the header's encoding byte).
+pub const LLM_PROTOCOL_VERSION: u16 = 2;
 /// The model id of SmolLM2-135M-Instruct (1 is EfficientNet-Lite0 on `/ws`).
 pub const MODEL_SMOLLM2: u8 = 2;
 /// Most positions in one hidden frame (a prompt's prefill; longer prompts go in several).
@@ -134,7 +137,9 @@ pub enum LlmFrame {
         position: u32,
         /// Values per row.
         width: u32,
-        /// `rows × width` values.
+        /// How the rows cross (a reply uses its request's).
+        codec: HiddenCodec,
+        /// `rows × width` values (as decoded, for a frame received).
         values: Vec<f32>,
     },
     /// Server: the conversation is open.
@@ -179,6 +184,9 @@ pub enum LlmWireError {
     /// Rows or width past the limits, or values that do not fill them.
     #[error("{0}")]
     Shape(String),
+    /// Rows in an encoding this side does not know, or that do not decode.
+    #[error("hidden rows: {0}")]
+    Codec(#[from] HiddenCodecError),
     /// An error frame with an unknown code or a message that is not UTF-8.
     #[error("malformed error frame")]
     ErrorFrame,
@@ -201,40 +209,38 @@ impl LlmFrame {
     /// The frame's bytes.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::new();
-        let header = |out: &mut Vec<u8>, kind: u8, id: u64| {
+        let header = |out: &mut Vec<u8>, kind: u8, encoding: u8, id: u64| {
             out.extend_from_slice(&LLM_MAGIC);
             out.extend_from_slice(&LLM_PROTOCOL_VERSION.to_le_bytes());
-            out.extend_from_slice(&[kind, 0]);
+            out.extend_from_slice(&[kind, encoding]);
             out.extend_from_slice(&id.to_le_bytes());
         };
         match self {
             LlmFrame::Open { id, model, first, end, positions } => {
-                header(&mut out, kind::OPEN, *id);
+                header(&mut out, kind::OPEN, 0, *id);
                 out.extend_from_slice(&[*model, 0, 0, 0]);
                 out.extend_from_slice(&first.to_le_bytes());
                 out.extend_from_slice(&end.to_le_bytes());
                 out.extend_from_slice(&positions.to_le_bytes());
             }
-            LlmFrame::Hidden { id, reply, position, width, values } => {
-                header(&mut out, if *reply { kind::HIDDEN_REPLY } else { kind::HIDDEN }, *id);
+            LlmFrame::Hidden { id, reply, position, width, codec, values } => {
+                let kind = if *reply { kind::HIDDEN_REPLY } else { kind::HIDDEN };
+                header(&mut out, kind, codec.id(), *id);
                 let rows = if *width == 0 { 0 } else { values.len() / *width as usize };
                 out.extend_from_slice(&position.to_le_bytes());
                 out.extend_from_slice(&(rows as u32).to_le_bytes());
                 out.extend_from_slice(&width.to_le_bytes());
-                out.reserve(values.len() * 4);
-                for v in values {
-                    out.extend_from_slice(&v.to_le_bytes());
-                }
+                codec.encode(&values[..rows * *width as usize], *width as usize, &mut out);
             }
             LlmFrame::Opened { id, first, end, positions, width } => {
-                header(&mut out, kind::OPENED, *id);
+                header(&mut out, kind::OPENED, 0, *id);
                 out.extend_from_slice(&first.to_le_bytes());
                 out.extend_from_slice(&end.to_le_bytes());
                 out.extend_from_slice(&positions.to_le_bytes());
                 out.extend_from_slice(&width.to_le_bytes());
             }
             LlmFrame::Error { id, code, message } => {
-                header(&mut out, kind::ERROR, *id);
+                header(&mut out, kind::ERROR, 0, *id);
                 let mut end = message.len().min(MAX_MESSAGE_BYTES);
                 while !message.is_char_boundary(end) {
                     end -= 1;
@@ -258,7 +264,7 @@ impl LlmFrame {
             return Err(LlmWireError::Version(version));
         }
         let kind = c.u8()?;
-        c.u8()?;
+        let encoding = c.u8()?;
         let id = c.u64()?;
         let frame = match kind {
             kind::OPEN => {
@@ -273,20 +279,18 @@ impl LlmFrame {
                         "{rows} rows of {width} values: at most {MAX_HIDDEN_ROWS} rows of {MAX_HIDDEN_WIDTH}"
                     )));
                 }
-                let n = rows as usize * width as usize;
-                if c.remaining() != n * 4 {
+                let codec = HiddenCodec::from_id(encoding)?;
+                // Within the limits above, rows × row bytes fits any usize of 32 bits or more.
+                let n = rows as usize * codec.row_bytes(width as usize);
+                if c.remaining() != n {
                     return Err(LlmWireError::Shape(format!(
-                        "{rows} rows of {width} values need {} bytes, the frame has {}",
-                        n * 4,
+                        "{rows} rows of {width} values in {codec} need {n} bytes, the frame has {}",
                         c.remaining()
                     )));
                 }
-                let values = c
-                    .take(n * 4)?
-                    .chunks_exact(4)
-                    .map(|b| f32::from_le_bytes(b.try_into().expect("4")))
-                    .collect();
-                LlmFrame::Hidden { id, reply: kind == kind::HIDDEN_REPLY, position, width, values }
+                let values = codec.decode(c.take(n)?, rows as usize, width as usize)?;
+                let reply = kind == kind::HIDDEN_REPLY;
+                LlmFrame::Hidden { id, reply, position, width, codec, values }
             }
             kind::OPENED => LlmFrame::Opened {
                 id,
@@ -330,9 +334,34 @@ mod tests {
                 reply: false,
                 position: 7,
                 width: 3,
+                codec: HiddenCodec::F32,
                 values: vec![1.0, -2.5, 3.0, 0.0, 1e-9, 7.0],
             },
-            LlmFrame::Hidden { id: 3, reply: true, position: 0, width: 2, values: vec![] },
+            LlmFrame::Hidden {
+                id: 3,
+                reply: true,
+                position: 0,
+                width: 2,
+                codec: HiddenCodec::F32,
+                values: vec![],
+            },
+            // Values each of these encodings holds exactly, so the round trip is equality.
+            LlmFrame::Hidden {
+                id: 4,
+                reply: false,
+                position: 1,
+                width: 2,
+                codec: HiddenCodec::F16,
+                values: vec![0.5, -3.0, 1024.0, 0.0],
+            },
+            LlmFrame::Hidden {
+                id: 5,
+                reply: true,
+                position: 2,
+                width: 12,
+                codec: HiddenCodec::Q8Outliers,
+                values: (0..12).map(|i| if i < 8 { 100.0 * i as f32 } else { 0.0 }).collect(),
+            },
             LlmFrame::Opened { id: 1, first: 4, end: 30, positions: 512, width: 576 },
             LlmFrame::Error {
                 id: 9,
@@ -375,6 +404,15 @@ mod tests {
         let mut kind = frames()[0].encode();
         kind[6] = 0x7f;
         assert_eq!(LlmFrame::decode(&kind), Err(LlmWireError::Kind(0x7f)));
+        let mut encoding = frames()[1].encode();
+        encoding[7] = 0x7f;
+        assert_eq!(
+            LlmFrame::decode(&encoding),
+            Err(LlmWireError::Codec(HiddenCodecError::Unknown(0x7f)))
+        );
+        // The same rows announced in another encoding do not fill the frame.
+        encoding[7] = HiddenCodec::F16.id();
+        assert!(matches!(LlmFrame::decode(&encoding), Err(LlmWireError::Shape(_))));
         let long =
             LlmFrame::Error { id: 0, code: LlmErrorCode::Internal, message: "é".repeat(600) };
         match LlmFrame::decode(&long.encode()).unwrap() {

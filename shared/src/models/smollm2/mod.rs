@@ -31,3 +31,15 @@ pub use share::{SHARE_BLOCKS_KEY, edge_share};
 pub use tokenizer::{ChatTemplate, Message, Tokenizer};
 #[cfg(feature = "model")]
 pub use weights::{QuantWeight, Weights};
+
+/// Blocks a browser keeps when it asks the chat for a privacy floor without naming one: the
+/// fewest after which none of the attacks of `./run.sh llm-invert` (nearest embedding, logit
+/// lens, a linear map fitted on random tokens) names more than [`RECOVERY_CEILING`] of a
+/// prompt's tokens from the hidden states the server receives, at this boundary or any later
+/// one measured (docs/privacy.md, "The language model's hidden states"). Measured, not
+/// assumed: a test in `studies` holds it to `reports/llm-privacy/data.json`.
+pub const DEFAULT_CHAT_PRIVACY_FLOOR: usize = 12;
+
+/// The share of a prompt's tokens an attack may name for a boundary to count as private
+/// enough: 5%. Not chance (1 in 49,152): no boundary measured comes near that.
+pub const RECOVERY_CEILING: f64 = 0.05;

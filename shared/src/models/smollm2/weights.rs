@@ -5,6 +5,7 @@ use split_kernels::{QBLOCK, QuantFormat, QuantMatrix};
 
 use super::config::block_of;
 use super::{Config, LlmError};
+use crate::container::half::f16_to_f32;
 use crate::container::{GgmlType, Gguf, GgufTensor};
 
 /// An owned block-quantized matrix (`rows × cols`, see [`QuantMatrix`]).
@@ -194,46 +195,4 @@ fn held_blocks(g: &Gguf, layers: usize) -> Result<std::ops::Range<usize>, LlmErr
         });
     }
     Ok(first..last + 1)
-}
-
-/// IEEE half to single precision (exact: every half is a single).
-pub(crate) fn f16_to_f32(h: u16) -> f32 {
-    let sign = u32::from(h >> 15) << 31;
-    let exp = u32::from((h >> 10) & 0x1f);
-    let mant = u32::from(h & 0x3ff);
-    let bits = match (exp, mant) {
-        (0, 0) => sign,
-        // Subnormal: mant · 2^-24.
-        (0, m) => {
-            let v = m as f32 * f32::powi(2.0, -24);
-            return if sign != 0 { -v } else { v };
-        }
-        (0x1f, 0) => sign | 0x7f80_0000,
-        (0x1f, m) => sign | 0x7fc0_0000 | (m << 13),
-        (e, m) => sign | ((e + 127 - 15) << 23) | (m << 13),
-    };
-    f32::from_bits(bits)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::f16_to_f32;
-
-    #[test]
-    fn half_floats_widen_exactly() {
-        for (h, f) in [
-            (0x3c00u16, 1.0f32),
-            (0xc000, -2.0),
-            (0x7bff, 65504.0),
-            (0x0001, 5.960_464_5e-8),
-            (0x8001, -5.960_464_5e-8),
-            (0x03ff, 6.097_555e-5),
-            (0x3555, 0.333_251_95),
-            (0x0000, 0.0),
-        ] {
-            assert_eq!(f16_to_f32(h), f, "{h:#06x}");
-        }
-        assert!(f16_to_f32(0x7c00).is_infinite() && f16_to_f32(0x7e00).is_nan());
-        assert!(f16_to_f32(0x8000).is_sign_negative());
-    }
 }
