@@ -39,7 +39,7 @@ enum Task {
     /// Name the prompt's tokens from the hidden states a chat split sends the server
     /// (nearest embedding, logit lens, a learned linear map) per boundary.
     LlmInvert(llm_invert::Args),
-    /// The chat split's answers with its hidden states coded each way (f32, f16, bf16, q8),
+    /// The chat split's answers with its hidden states coded each way (f32, f16, bf16, q8, q8o),
     /// against the unsplit model's, per boundary.
     LlmCodec(llm_codec::Args),
 }
