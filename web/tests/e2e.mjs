@@ -196,7 +196,11 @@ async function loadChecks(page, name) {
   const loaded = await page.evaluate(async () => {
     const c = window.splitClient;
     const rows = [];
-    for (let i = 0; i < 40; i++) {
+    // Up to 80 requests, about 40 s: a move the load drives waits out the controller's dwell
+    // (6 s ± 50% after the last switch), then happens at each 2 s re-plan with probability 0.3
+    // (clients de-synchronised by design, docs/adaptive.md), so even under a steady queue 20 s
+    // leave it undone about one time in six (0.7^5), 40 s about one in 200 (0.7^15).
+    for (let i = 0; i < 80; i++) {
       const r = await c.classify(window.chelsea, "auto", {});
       const f = r.explain.forecast;
       rows.push({ placement: r.placement.mode === "split" ? `${r.placement.boundary}/${r.placement.codec}` : r.placement.mode,
@@ -213,7 +217,10 @@ async function loadChecks(page, name) {
   console.log("load:", stats, "switches:", loaded.switches);
   assert.ok(stats.maxQueued >= 3, `${name}: the load generator filled the queue (${stats.maxQueued})`);
   assert.equal(loaded.rows.at(-1).placement, "edge_only", `${name}: under load the client moves the work to the edge`);
-  assert.ok(loaded.rows.at(-1).queueMs > 0, `${name}: the planner saw the server's queue`);
+  // The queue it saw at some point of the load: the estimate does not hold still (a pong's
+  // forecast reads 0 while a worker holds the whole queue in its batch, and two such in a row
+  // restart the average), so not necessarily at the last request.
+  assert.ok(loaded.rows.some((r) => r.queueMs > 0), `${name}: the planner saw the server's queue`);
   assert.ok(loaded.rows.every((r) => CATS.has(r.top1)), `${name}: every answer stays right under load`);
 }
 
