@@ -217,9 +217,10 @@ async function loadChecks(page, name) {
   console.log("load:", stats, "switches:", loaded.switches);
   assert.ok(stats.maxQueued >= 3, `${name}: the load generator filled the queue (${stats.maxQueued})`);
   assert.equal(loaded.rows.at(-1).placement, "edge_only", `${name}: under load the client moves the work to the edge`);
-  // The queue it saw at some point of the load: the estimate does not hold still (a pong's
-  // forecast reads 0 while a worker holds the whole queue in its batch, and two such in a row
-  // restart the average), so not necessarily at the last request.
+  // The queue it saw at some point of the load, not necessarily at the last request: under
+  // this load the estimate climbs, then can fall back to 0 (seen in CI; whether pongs read 0
+  // while a worker holds the queue in its batch, or the repeated photo is answered from the
+  // server's cache, is not yet told apart).
   assert.ok(loaded.rows.some((r) => r.queueMs > 0), `${name}: the planner saw the server's queue`);
   assert.ok(loaded.rows.every((r) => CATS.has(r.top1)), `${name}: every answer stays right under load`);
 }
