@@ -15,10 +15,12 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::{Context, Result, bail};
+use anyhow::Result;
 use serde::Serialize;
 use split_shared::codec::HiddenCodec;
-use split_shared::models::smollm2::{ChatTemplate, KvCache, Message, Smollm2, argmax};
+use split_shared::models::smollm2::{KvCache, Message, Smollm2, argmax};
+
+use crate::llm::{Chat, command_line, read_prompts, write_report};
 
 /// Greedy answers through the split with each hidden-state codec, against the unsplit model's.
 #[derive(clap::Args, Debug)]
@@ -90,29 +92,19 @@ struct Report {
 
 /// Run the study, print a table and write the JSON report.
 pub fn run(a: Args) -> Result<()> {
-    let path = a.model.clone().unwrap_or_else(split_paths::llm_file);
-    let bytes = std::fs::read(&path)
-        .with_context(|| format!("reading {} (`./run.sh setup` fetches it)", path.display()))?;
-    let gguf = split_shared::container::Gguf::parse(&bytes)?;
-    let template = ChatTemplate::from_gguf(&gguf)?;
-    let (model, tok) = Smollm2::load_parsed(&gguf)?;
-    drop(gguf);
-    drop(bytes);
-    let layers = model.config.layers;
-    if let Some(&bad) = a.blocks.iter().find(|&&b| b == 0 || b >= layers) {
-        bail!("--blocks {bad}: a split keeps 1 to {} blocks in the browser", layers - 1);
-    }
-    let text = std::fs::read_to_string(&a.prompts)
-        .with_context(|| format!("reading {}", a.prompts.display()))?;
-    let prompts: Vec<Vec<u32>> = text
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .map(|p| template.encode(&tok, &[Message { role: "user".into(), content: p.into() }]))
+    let chat = Chat::load(a.model.as_deref())?;
+    let model = &chat.model;
+    chat.check_blocks(&a.blocks)?;
+    let prompts: Vec<Vec<u32>> = read_prompts(&a.prompts)?
+        .into_iter()
+        .map(|content| {
+            let message = Message { role: "user".into(), content };
+            chat.template.encode(&chat.tokenizer, &[message])
+        })
         .collect::<Result<_, _>>()?;
     let started = Instant::now();
     let references: Vec<Vec<u32>> =
-        prompts.iter().map(|p| greedy(&model, p, a.tokens)).collect::<Result<_>>()?;
+        prompts.iter().map(|p| greedy(model, p, a.tokens)).collect::<Result<_>>()?;
     eprintln!(
         "llm-codec: {} unsplit answers of {} tokens in {:.1} s",
         prompts.len(),
@@ -139,7 +131,7 @@ pub fn run(a: Args) -> Result<()> {
             };
             for (prompt, reference) in prompts.iter().zip(&references) {
                 let agreeing =
-                    teacher_forced(&model, k, codec, a.crossing, prompt, reference, &mut row)?;
+                    teacher_forced(model, k, codec, a.crossing, prompt, reference, &mut row)?;
                 row.steps_agreeing += agreeing;
                 row.steps += reference.len();
                 row.prompts_identical += usize::from(agreeing == reference.len());
@@ -156,21 +148,14 @@ pub fn run(a: Args) -> Result<()> {
         }
     }
     let report = Report {
-        command: ["./run.sh".to_string()]
-            .into_iter()
-            .chain(std::env::args().skip(1))
-            .collect::<Vec<_>>()
-            .join(" "),
-        model: path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        command: command_line(),
+        model: chat.file.clone(),
         prompts: prompts.len(),
         tokens: a.tokens,
         crossing: a.crossing,
         rows,
     };
-    if let Some(dir) = a.out.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    std::fs::write(&a.out, serde_json::to_string_pretty(&report)? + "\n")?;
+    write_report(&a.out, &report)?;
     eprintln!("llm-codec: wrote {} ({:.0} s)", a.out.display(), started.elapsed().as_secs_f64());
     Ok(())
 }
@@ -204,12 +189,9 @@ fn teacher_forced(
     let mut edge = KvCache::new(&model.config, 0..k, capacity);
     let mut server = KvCache::new(&model.config, k..layers, capacity);
     let mut max_abs = row.max_abs;
-    let mut cross = |hidden: &mut Vec<f32>| -> Result<()> {
+    let mut cross = |hidden: &mut Vec<f32>| {
         max_abs = hidden.iter().fold(max_abs, |m, v| m.max(v.abs()));
-        let mut bytes = Vec::new();
-        codec.encode(hidden, dim, &mut bytes);
-        *hidden = codec.decode(&bytes, hidden.len() / dim, dim)?;
-        Ok(())
+        *hidden = codec.round_trip(hidden, dim);
     };
     let mut agreeing = 0;
     let mut input = prompt.to_vec();
@@ -217,11 +199,11 @@ fn teacher_forced(
         let mut hidden = model.embed(&input)?;
         model.forward_layers(0..k, &mut hidden, &mut edge)?;
         if crossing != Crossing::Down {
-            cross(&mut hidden)?;
+            cross(&mut hidden);
         }
         model.forward_layers(k..layers, &mut hidden, &mut server)?;
         if crossing != Crossing::Up {
-            cross(&mut hidden)?;
+            cross(&mut hidden);
         }
         let logits = model.logits(&hidden[hidden.len() - dim..])?;
         let chosen = argmax(&logits);

@@ -22,12 +22,14 @@
 use std::ops::Range;
 use std::path::PathBuf;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use nalgebra::DMatrix;
 use serde::Serialize;
 use split_kernels::{Activation, Isa, PointwiseShape};
 use split_shared::codec::{DEFAULT_HIDDEN_CODEC, HiddenCodec};
-use split_shared::models::smollm2::{ChatTemplate, KvCache, Message, Smollm2, Tokenizer, argmax};
+use split_shared::models::smollm2::{KvCache, Message, Smollm2, Tokenizer, argmax};
+
+use crate::llm::{Chat, command_line, read_prompts, write_report};
 
 /// Recover the prompt's tokens from the hidden states a chat split sends.
 #[derive(clap::Args, Debug)]
@@ -85,38 +87,26 @@ struct Report {
 
 /// Run the study, print a table and write the JSON report.
 pub fn run(a: Args) -> Result<()> {
-    let path = a.model.clone().unwrap_or_else(split_paths::llm_file);
-    let bytes = std::fs::read(&path)
-        .with_context(|| format!("reading {} (`./run.sh setup` fetches it)", path.display()))?;
-    let gguf = split_shared::container::Gguf::parse(&bytes)?;
-    let template = ChatTemplate::from_gguf(&gguf)?;
-    let (model, tok) = Smollm2::load_parsed(&gguf)?;
-    drop(gguf);
-    drop(bytes);
-    let (layers, dim, vocab) = (model.config.layers, model.config.dim, model.config.vocab);
+    let chat = Chat::load(a.model.as_deref())?;
+    let (model, tok, template) = (&chat.model, &chat.tokenizer, &chat.template);
+    let (dim, vocab) = (model.config.dim, model.config.vocab);
     let mut blocks = a.blocks.clone();
     blocks.sort_unstable();
     blocks.dedup();
-    if let Some(&bad) = blocks.iter().find(|&&b| b == 0 || b >= layers) {
-        bail!("--blocks {bad}: a split keeps 1 to {} blocks in the browser", layers - 1);
-    }
+    chat.check_blocks(&blocks)?;
 
     // The states the server would receive for the user's words, per boundary.
-    let text = std::fs::read_to_string(&a.prompts)
-        .with_context(|| format!("reading {}", a.prompts.display()))?;
-    let prompts: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let prompts = read_prompts(&a.prompts)?;
     let mut targets = Vec::new();
     let mut states = vec![Vec::new(); blocks.len()];
     for prompt in &prompts {
-        let message = Message { role: "user".into(), content: (*prompt).into() };
-        let tokens = template.encode(&tok, &[message])?;
-        let words = content_span(&tokens, &tok, prompt)?;
-        let mut after = states_after(&model, &tokens, &blocks)?;
+        let message = Message { role: "user".into(), content: prompt.clone() };
+        let tokens = template.encode(tok, &[message])?;
+        let words = content_span(&tokens, tok, prompt)?;
+        let mut after = states_after(model, &tokens, &blocks)?;
         // What the server decodes, not what the browser computed.
         for states in &mut after {
-            let mut bytes = Vec::new();
-            a.codec.encode(states, dim, &mut bytes);
-            *states = a.codec.decode(&bytes, states.len() / dim, dim)?;
+            *states = a.codec.round_trip(states, dim);
         }
         for (kept, all) in states.iter_mut().zip(&after) {
             kept.extend_from_slice(&all[words.start * dim..words.end * dim]);
@@ -131,7 +121,7 @@ pub fn run(a: Args) -> Result<()> {
     for _ in 0..a.train_sequences {
         let seq: Vec<u32> =
             (0..a.train_len).map(|_| (rng.next_u64() % vocab as u64) as u32).collect();
-        for (kept, all) in train.iter_mut().zip(states_after(&model, &seq, &blocks)?) {
+        for (kept, all) in train.iter_mut().zip(states_after(model, &seq, &blocks)?) {
             kept.extend(all);
         }
         train_tokens.extend(seq);
@@ -148,7 +138,7 @@ pub fn run(a: Args) -> Result<()> {
     println!("| blocks in the browser | nearest embedding | logit lens | learned linear map |");
     println!("| ---: | ---: | ---: | ---: |");
     for (i, &b) in blocks.iter().enumerate() {
-        let lens = lens_guesses(&model, &states[i])?;
+        let lens = lens_guesses(model, &states[i])?;
         let map = fit_linear_map(&train[i], &train_targets, dim);
         let mapped = apply(&states[i], &map, dim);
         let r = BoundaryResult {
@@ -166,12 +156,8 @@ pub fn run(a: Args) -> Result<()> {
         results.push(r);
     }
     let report = Report {
-        command: ["./run.sh".to_string()]
-            .into_iter()
-            .chain(std::env::args().skip(1))
-            .collect::<Vec<_>>()
-            .join(" "),
-        model: path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        command: command_line(),
+        model: chat.file.clone(),
         prompts: prompts.len(),
         positions: targets.len(),
         train_rows: train_tokens.len(),
@@ -183,10 +169,7 @@ pub fn run(a: Args) -> Result<()> {
         "llm-invert: {} prompts, {} positions scored, learned map fitted on {} rows; chance {:.1e}",
         report.prompts, report.positions, report.train_rows, report.chance
     );
-    if let Some(dir) = a.out.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    std::fs::write(&a.out, serde_json::to_string_pretty(&report)? + "\n")?;
+    write_report(&a.out, &report)?;
     eprintln!("llm-invert: wrote {}", a.out.display());
     Ok(())
 }

@@ -133,11 +133,12 @@ impl HiddenCodec {
             }
             HiddenCodec::Q8 => values.chunks(width.max(1)).for_each(|row| q8(row, out)),
             HiddenCodec::Q8Outliers => {
-                let mut rest = Vec::with_capacity(width);
+                let (mut rest, mut order) = (Vec::with_capacity(width), Vec::with_capacity(width));
                 for row in values.chunks(width.max(1)) {
                     rest.clear();
                     rest.extend_from_slice(row);
-                    let mut order: Vec<usize> = (0..row.len()).collect();
+                    order.clear();
+                    order.extend(0..row.len());
                     let k = OUTLIERS.min(width);
                     if k < row.len() {
                         order.select_nth_unstable_by(k, |&a, &b| {
@@ -157,6 +158,14 @@ impl HiddenCodec {
                 }
             }
         }
+    }
+
+    /// `values` (rows of `width`) as the other side decodes them.
+    pub fn round_trip(self, values: &[f32], width: usize) -> Vec<f32> {
+        let mut bytes = Vec::new();
+        self.encode(values, width, &mut bytes);
+        self.decode(&bytes, values.len() / width.max(1), width)
+            .expect("whole rows decode as they were encoded")
     }
 
     /// `rows × width` values from `bytes`, which must be exactly that many rows. Values are not
