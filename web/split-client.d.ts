@@ -31,8 +31,10 @@ export interface Prediction {
 
 /** The server's load, as replies carry it. */
 export interface ServerLoad {
+  /** Requests ahead of a new one: queued, or in a worker's batch and not yet answered. */
   queued: number;
   workers: number;
+  /** Recent compute time per request (moving average), ms. */
   recentMs: number;
   /** Expected wait before a new request starts, ms. */
   waitMs: number;

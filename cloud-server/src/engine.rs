@@ -71,7 +71,10 @@ impl Drop for Alive {
 struct Shared {
     max_batch: usize,
     batch_delay: Duration,
+    /// Compute time per request (a pass's time over its batch), moving average, µs.
     recent_us: AtomicU32,
+    /// Requests a worker has taken from the queue and not yet answered.
+    taken: AtomicUsize,
     passes: AtomicU64,
     abandoned: AtomicU64,
     metrics: Arc<Metrics>,
@@ -148,8 +151,10 @@ fn worker(
     shared: Arc<Shared>,
     _alive: Alive,
 ) {
-    let Shared { max_batch, batch_delay, recent_us, passes, abandoned, metrics } = &*shared;
+    let Shared { max_batch, batch_delay, recent_us, taken: in_hand, passes, abandoned, metrics } =
+        &*shared;
     while let Some(taken) = take_jobs(&jobs, *max_batch, *batch_delay) {
+        in_hand.fetch_add(taken.len(), Ordering::Relaxed);
         // Decode each on its own: a bad image costs its own request only.
         let mut ready: Vec<Ready> = Vec::with_capacity(taken.len());
         for Job { work, enqueued, reply } in taken {
@@ -157,6 +162,7 @@ fn worker(
             // computing it would only delay the requests behind it.
             if reply.is_closed() {
                 abandoned.fetch_add(1, Ordering::Relaxed);
+                in_hand.fetch_sub(1, Ordering::Relaxed);
                 continue;
             }
             let queue_us = micros(enqueued);
@@ -167,7 +173,10 @@ fn worker(
                 Ok((from, x)) => {
                     ready.push(Ready { from, x, decode_us: micros(start), queue_us, reply })
                 }
-                Err(e) => drop(reply.send(Err(e))),
+                Err(e) => {
+                    in_hand.fetch_sub(1, Ordering::Relaxed);
+                    drop(reply.send(Err(e)));
+                }
             }
         }
         // Requests from the same boundary share one forward pass of batch n.
@@ -184,13 +193,16 @@ fn worker(
                         Err(ServeError::Internal("the model panicked on this input".into()))
                     });
             let compute_us = micros(start);
+            // Answered from here on: a reply's load no longer counts its own pass.
+            in_hand.fetch_sub(group.len(), Ordering::Relaxed);
             passes.fetch_add(1, Ordering::Relaxed);
             metrics.forward_pass(group.len(), f64::from(compute_us) * 1e-6);
             match result {
                 Ok(logits) => {
-                    // Moving average over roughly the last eight passes.
+                    // Per request, moving average over roughly the last eight passes.
+                    let per_request = compute_us / group.len().max(1) as u32;
                     let old = recent_us.load(Ordering::Relaxed);
-                    let new = if old == 0 { compute_us } else { (old * 7 + compute_us) / 8 };
+                    let new = if old == 0 { per_request } else { (old * 7 + per_request) / 8 };
                     recent_us.store(new, Ordering::Relaxed);
                     for (r, logits) in group.into_iter().zip(logits) {
                         let outcome = Outcome {
@@ -254,6 +266,7 @@ impl Engine {
             max_batch: max_batch.clamp(1, MAX_BATCH),
             batch_delay,
             recent_us: AtomicU32::new(0),
+            taken: AtomicUsize::new(0),
             passes: AtomicU64::new(0),
             abandoned: AtomicU64::new(0),
             metrics,
@@ -298,9 +311,13 @@ impl Engine {
         self.shared.passes.load(Ordering::Relaxed)
     }
 
-    /// The load reported in replies: queue depth, workers, recent compute time.
+    /// The load reported in replies and pongs: the requests ahead of a new one (queued, and
+    /// taken by a worker but not yet answered), workers, recent compute time per request.
+    ///
+    /// A worker takes everything queued into its batch, so the queue alone reads 0 while a
+    /// whole batch is still to be computed: a client forecasting from it would see no wait.
     pub fn load(&self) -> ServerLoad {
-        let queued = self.queued();
+        let queued = self.queued() + self.shared.taken.load(Ordering::Relaxed);
         ServerLoad {
             queued: queued.min(usize::from(u16::MAX)) as u16,
             workers: self.workers.min(usize::from(u16::MAX)) as u16,

@@ -93,3 +93,31 @@ async fn a_batch_delay_gathers_requests_that_arrive_apart() {
     }
     assert_eq!(engine.forward_passes(), 1, "the four requests shared one pass");
 }
+
+/// A request a worker has taken but not answered still counts in the load replies and pongs
+/// carry: the queue itself is empty then, and a client forecasting from it alone would see no
+/// wait while a whole batch is still to be computed.
+#[actix_web::test]
+async fn a_taken_request_counts_in_the_load_until_answered() {
+    let device = Device::flex();
+    let model = EfficientNetLite0::load(&Config::for_tests().weights_path(), &device)
+        .unwrap_or_else(|e| panic!("{e}"));
+    // The batch delay holds the taken request in the worker's hand for two seconds.
+    let delay = std::time::Duration::from_secs(2);
+    let engine = Engine::start_with_delay(model, device, 1, 16, 4, delay, Default::default());
+    let submitted = engine.clone();
+    let answer =
+        actix_web::rt::spawn(async move { submitted.submit(Work::Image(CHELSEA.to_vec())).await });
+    let taken = std::time::Instant::now();
+    loop {
+        if engine.queued() == 0 && engine.load().queued == 1 {
+            break;
+        }
+        assert!(taken.elapsed() < delay, "the taken request never showed in the load");
+        actix_web::rt::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert_eq!(answer.await.unwrap().unwrap().top[0].class, 282);
+    let load = engine.load();
+    assert_eq!(load.queued, 0, "answered, nothing ahead any more");
+    assert!(load.recent_us > 0, "the pass's time per request is reported");
+}

@@ -26,7 +26,8 @@ pub struct ServerTimings {
 /// How loaded the server was when it answered, so clients can plan around it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct ServerLoad {
-    /// Requests waiting for a worker.
+    /// Requests ahead of a new one: waiting for a worker, or taken into a worker's batch and
+    /// not yet answered.
     pub queued: u16,
     /// Model workers.
     pub workers: u16,
