@@ -7,13 +7,15 @@
 //! - [`lab`] (`./run.sh lab`): the whole lab in one command and its report;
 //! - [`profile`] (`./run.sh profile`): the planner's cost table; [`plan_sim`] (`./run.sh
 //!   plan-sim`): the adaptive controller on synthetic traces; [`onnx`] (`./run.sh onnx`): ONNX
-//!   Runtime against burn; [`chat`] (`./run.sh chat`): SmolLM2 answering a message, timed.
+//!   Runtime against burn; [`chat`] (`./run.sh chat`): SmolLM2 answering a message, timed;
+//!   [`llm_crowd`] (`./run.sh llm-crowd`): many split conversations on one server at once.
 //!
-//! The `split-lab` binary runs the last five (`./run.sh lab --help`, ...).
+//! The `split-lab` binary runs the last six (`./run.sh lab --help`, ...).
 
 pub mod chat;
 pub mod crowd;
 pub mod lab;
+pub mod llm_crowd;
 pub mod loadgen;
 pub mod measure;
 pub mod netem;

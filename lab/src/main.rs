@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use split_lab::{chat, lab, onnx, plan_sim, profile};
+use split_lab::{chat, lab, llm_crowd, onnx, plan_sim, profile};
 
 /// The network's activations are multi-megabyte buffers allocated and freed on every forward;
 /// glibc's allocator hands them back to the OS and page-faults them in again each time
@@ -32,6 +32,9 @@ enum Task {
     Onnx(onnx::Args),
     /// SmolLM2-135M-Instruct answering one message on this CPU, with its prefill and decode speed.
     Chat(chat::Args),
+    /// Many split conversations with SmolLM2 on one server at once: the server's part of each
+    /// token, its memory, every reply checked.
+    LlmCrowd(llm_crowd::Args),
 }
 
 fn main() -> Result<()> {
@@ -41,5 +44,6 @@ fn main() -> Result<()> {
         Task::PlanSim(a) => plan_sim::run(a),
         Task::Onnx(a) => onnx::run(a),
         Task::Chat(a) => chat::run(a),
+        Task::LlmCrowd(a) => llm_crowd::run(a),
     }
 }

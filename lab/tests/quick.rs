@@ -1,12 +1,15 @@
-//! The load generator's quick mode against the real server in-process: few requests, so the
-//! harness cannot rot; no timing is asserted.
+//! The load generators' quick modes against the real server in-process: few requests, so the
+//! harnesses cannot rot; no timing is asserted.
 
 use std::time::Duration;
 
 use actix_web::App;
 use cloud_server::{AppState, Config, config_app};
+use split_lab::llm_crowd::{Setup, crowd, record};
 use split_lab::netem::{LinkProfile, Proxy};
 use split_lab::{LoadConfig, Workload, run};
+use split_shared::codec::HiddenCodec;
+use split_studies::llm::Chat;
 
 const CHELSEA: &[u8] = include_bytes!("../../web/samples/chelsea.png");
 
@@ -75,4 +78,34 @@ async fn the_link_emulator_adds_its_delay_and_serializes_uploads() {
     // A lower bound the link imposes on every request, not a speed goal.
     assert!(r.p50_ms >= floor_ms * 0.95, "{} ms < {floor_ms} ms", r.p50_ms);
     assert!(r.top1.iter().all(|c| (281..=285).contains(c)));
+}
+
+/// `llm-crowd`'s harness: a few split conversations with the language model at once, every
+/// reply checked against the rows this process computes with the same model.
+#[actix_web::test]
+async fn split_conversations_at_once_get_the_rows_the_model_computes() {
+    let srv = server();
+    let chat = Chat::load(None).expect("the language model: run `./run.sh setup`");
+    let setup = Setup {
+        url: srv.url("/llm"),
+        blocks: 12,
+        tokens: 5,
+        codec: HiddenCodec::F16,
+        message: "Name three colours.".into(),
+        server_pid: Some(std::process::id()),
+        timeout: Duration::from_secs(60),
+    };
+    let rec = record(&chat, &setup).unwrap();
+    assert_eq!(rec.frames(), 5, "the prompt's frame, then one a token");
+    let run = crowd(&setup, &rec, 3).await;
+    assert_eq!((run.completed, run.failed), (3, 0), "{run:?}");
+    assert_eq!(run.replies, 15, "{run:?}");
+    // Same frames, same model code: the server's rows are this process's to the bit.
+    assert_eq!(run.replies_exact, run.replies, "largest difference {}", run.max_abs_diff);
+    assert!(run.server_rss_peak_mib.is_some_and(|m| m > 0.0), "{run:?}");
+
+    // No server there: every conversation fails, and the report says why.
+    let run = crowd(&Setup { url: "ws://127.0.0.1:9/llm".into(), ..setup }, &rec, 2).await;
+    assert_eq!((run.completed, run.failed), (0, 2), "{run:?}");
+    assert!(run.first_error.is_some_and(|e| e.contains("connecting")));
 }

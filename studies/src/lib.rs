@@ -11,7 +11,7 @@ pub mod calibrate;
 pub mod eval;
 pub mod fusion;
 pub mod light;
-mod llm;
+pub mod llm;
 pub mod llm_codec;
 pub mod llm_invert;
 pub mod privacy;

@@ -10,9 +10,13 @@ use split_shared::models::smollm2::{ChatTemplate, Smollm2, Tokenizer};
 
 /// The model, its tokenizer and chat format, and the file's name (for the report).
 pub struct Chat {
+    /// The model, every block loaded.
     pub model: Smollm2,
+    /// Its tokenizer.
     pub tokenizer: Tokenizer,
+    /// Its chat format.
     pub template: ChatTemplate,
+    /// The file's name.
     pub file: String,
 }
 
