@@ -127,14 +127,24 @@ fn forward_batch(
 /// Take the next job (waiting for it), then whatever else is queued, up to `max`, waiting at
 /// most `delay` after the first for more to arrive (Triton's `max_queue_delay`): a batch of
 /// several costs less per image than the same images one by one, so a short wait can pay when
-/// requests arrive spread out.
-fn take_jobs(jobs: &Mutex<mpsc::Receiver<Job>>, max: usize, delay: Duration) -> Option<Vec<Job>> {
+/// requests arrive spread out. Each job taken is counted in `in_hand` at once: while the
+/// worker waits for more it is still ahead of a new request.
+fn take_jobs(
+    jobs: &Mutex<mpsc::Receiver<Job>>,
+    max: usize,
+    delay: Duration,
+    in_hand: &AtomicUsize,
+) -> Option<Vec<Job>> {
     let mut rx = jobs.lock().ok()?;
     let mut out = vec![rx.blocking_recv()?];
+    in_hand.fetch_add(1, Ordering::Relaxed);
     let deadline = Instant::now() + delay;
     while out.len() < max {
         match rx.try_recv() {
-            Ok(job) => out.push(job),
+            Ok(job) => {
+                in_hand.fetch_add(1, Ordering::Relaxed);
+                out.push(job);
+            }
             Err(mpsc::error::TryRecvError::Empty) if Instant::now() < deadline => {
                 std::thread::sleep(Duration::from_micros(50));
             }
@@ -153,8 +163,7 @@ fn worker(
 ) {
     let Shared { max_batch, batch_delay, recent_us, taken: in_hand, passes, abandoned, metrics } =
         &*shared;
-    while let Some(taken) = take_jobs(&jobs, *max_batch, *batch_delay) {
-        in_hand.fetch_add(taken.len(), Ordering::Relaxed);
+    while let Some(taken) = take_jobs(&jobs, *max_batch, *batch_delay, in_hand) {
         // Decode each on its own: a bad image costs its own request only.
         let mut ready: Vec<Ready> = Vec::with_capacity(taken.len());
         for Job { work, enqueued, reply } in taken {
