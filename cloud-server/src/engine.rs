@@ -74,7 +74,7 @@ struct Shared {
     /// Compute time per request (a pass's time over its batch), moving average, µs.
     recent_us: AtomicU32,
     /// Requests a worker has taken from the queue and not yet answered.
-    taken: AtomicUsize,
+    in_hand: AtomicUsize,
     passes: AtomicU64,
     abandoned: AtomicU64,
     metrics: Arc<Metrics>,
@@ -161,7 +161,7 @@ fn worker(
     shared: Arc<Shared>,
     _alive: Alive,
 ) {
-    let Shared { max_batch, batch_delay, recent_us, taken: in_hand, passes, abandoned, metrics } =
+    let Shared { max_batch, batch_delay, recent_us, in_hand, passes, abandoned, metrics } =
         &*shared;
     while let Some(taken) = take_jobs(&jobs, *max_batch, *batch_delay, in_hand) {
         // Decode each on its own: a bad image costs its own request only.
@@ -275,7 +275,7 @@ impl Engine {
             max_batch: max_batch.clamp(1, MAX_BATCH),
             batch_delay,
             recent_us: AtomicU32::new(0),
-            taken: AtomicUsize::new(0),
+            in_hand: AtomicUsize::new(0),
             passes: AtomicU64::new(0),
             abandoned: AtomicU64::new(0),
             metrics,
@@ -326,7 +326,7 @@ impl Engine {
     /// A worker takes everything queued into its batch, so the queue alone reads 0 while a
     /// whole batch is still to be computed: a client forecasting from it would see no wait.
     pub fn load(&self) -> ServerLoad {
-        let queued = self.queued() + self.shared.taken.load(Ordering::Relaxed);
+        let queued = self.queued() + self.shared.in_hand.load(Ordering::Relaxed);
         ServerLoad {
             queued: queued.min(usize::from(u16::MAX)) as u16,
             workers: self.workers.min(usize::from(u16::MAX)) as u16,

@@ -21,16 +21,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
-use awc::ws::{Frame, Message};
-use futures_util::{SinkExt, StreamExt};
+use anyhow::{Result, bail};
+use futures_util::SinkExt;
 use serde::Serialize;
 use split_shared::codec::HiddenCodec;
 use split_shared::models::smollm2::{DEFAULT_CHAT_PRIVACY_FLOOR, KvCache, Message as Turn, argmax};
 use split_shared::protocol::{LlmFrame, MAX_LLM_FRAME_BYTES, MODEL_SMOLLM2};
 use split_studies::llm::{Chat, command_line, write_report};
 
-use crate::loadgen::quantile;
+use crate::loadgen::{Lost, Socket, connect, quantile, send_and_receive};
 
 /// Many split conversations on one server at once.
 #[derive(clap::Args, Debug)]
@@ -234,34 +233,17 @@ struct Played {
     max_abs_diff: f32,
 }
 
-type Socket = actix_codec::Framed<awc::BoxedSocket, awc::ws::Codec>;
+// `connect` takes frames up to the image path's limit: the largest `/llm` frame fits.
+const _: () = assert!(MAX_LLM_FRAME_BYTES <= split_shared::protocol::MAX_FRAME_BYTES);
 
 async fn exchange(ws: &mut Socket, frame: Vec<u8>, timeout: Duration) -> Result<LlmFrame> {
-    ws.send(Message::Binary(frame.into())).await.context("sending")?;
-    let reply = tokio::time::timeout(timeout, async {
-        loop {
-            match ws.next().await {
-                Some(Ok(Frame::Binary(b))) => return Ok(LlmFrame::decode(&b)?),
-                Some(Ok(Frame::Ping(_) | Frame::Pong(_))) => continue,
-                Some(Ok(Frame::Close(reason))) => bail!("closed: {reason:?}"),
-                Some(Ok(other)) => bail!("unexpected frame {other:?}"),
-                Some(Err(e)) => bail!("websocket: {e}"),
-                None => bail!("connection closed"),
-            }
-        }
-    })
-    .await;
-    reply.unwrap_or_else(|_| bail!("no reply within {timeout:?}"))
+    let bytes = send_and_receive(ws, frame, timeout).await.map_err(Lost::into_error)?;
+    Ok(LlmFrame::decode(&bytes)?)
 }
 
 async fn converse(a: &Setup, rec: &Recording) -> Result<Played> {
     let timeout = a.timeout;
-    let (_, mut ws) = awc::Client::new()
-        .ws(a.url.as_str())
-        .max_frame_size(MAX_LLM_FRAME_BYTES + 1024)
-        .connect()
-        .await
-        .map_err(|e| anyhow::anyhow!("connecting to {}: {e}", a.url))?;
+    let mut ws = connect(&a.url).await?;
     let open = LlmFrame::Open {
         id: 1,
         model: MODEL_SMOLLM2,

@@ -113,7 +113,7 @@ pub(crate) async fn connect(url: &str) -> Result<Socket> {
 }
 
 /// Why a request got no reply on its connection.
-enum Lost {
+pub(crate) enum Lost {
     /// The connection ended (closed, reset, or a close frame: a server shutting down sends
     /// 1012): reconnect and send it again.
     Connection(anyhow::Error),
@@ -121,16 +121,28 @@ enum Lost {
     Request(anyhow::Error),
 }
 
-async fn exchange(ws: &mut Socket, frame: &[u8], timeout: Duration) -> Result<Reply, Lost> {
-    ws.send(Message::Binary(frame.to_vec().into()))
+impl Lost {
+    /// The reason, whichever kind.
+    pub(crate) fn into_error(self) -> anyhow::Error {
+        match self {
+            Lost::Connection(e) | Lost::Request(e) => e,
+        }
+    }
+}
+
+/// Send `frame` and wait up to `timeout` for the binary message that answers it.
+pub(crate) async fn send_and_receive(
+    ws: &mut Socket,
+    frame: Vec<u8>,
+    timeout: Duration,
+) -> Result<actix_web::web::Bytes, Lost> {
+    ws.send(Message::Binary(frame.into()))
         .await
         .map_err(|e| Lost::Connection(anyhow::anyhow!("sending: {e}")))?;
     let reply = tokio::time::timeout(timeout, async {
         loop {
             match ws.next().await {
-                Some(Ok(Frame::Binary(b))) => {
-                    return Reply::decode(&b).map_err(|e| Lost::Request(e.into()));
-                }
+                Some(Ok(Frame::Binary(b))) => return Ok(b),
                 Some(Ok(Frame::Ping(_) | Frame::Pong(_))) => continue,
                 Some(Ok(Frame::Close(reason))) => {
                     return Err(Lost::Connection(anyhow::anyhow!("closed: {reason:?}")));
@@ -145,6 +157,11 @@ async fn exchange(ws: &mut Socket, frame: &[u8], timeout: Duration) -> Result<Re
     })
     .await;
     reply.unwrap_or_else(|_| Err(Lost::Request(anyhow::anyhow!("request timed out"))))
+}
+
+async fn exchange(ws: &mut Socket, frame: &[u8], timeout: Duration) -> Result<Reply, Lost> {
+    let bytes = send_and_receive(ws, frame.to_vec(), timeout).await?;
+    Reply::decode(&bytes).map_err(|e| Lost::Request(e.into()))
 }
 
 /// Connections one client may open again for one request, as a browser client reconnects

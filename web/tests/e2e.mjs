@@ -196,9 +196,8 @@ async function loadChecks(page, name) {
   const loaded = await page.evaluate(async () => {
     const c = window.splitClient;
     // A different photo each time (the cat with a small square of its own colour in the
-    // middle, which the centre crop keeps): the server
-    // answers a repeat from its result cache without queueing it, and such replies would say
-    // nothing about the queue this check is about.
+    // middle, which the centre crop keeps): the server answers a repeat from its result cache
+    // without queueing it, and such replies would say nothing about the queue checked here.
     const bitmap = await createImageBitmap(new Blob([window.chelsea]));
     const canvas = new OffscreenCanvas(bitmap.width, bitmap.height);
     const ctx = canvas.getContext("2d");
