@@ -498,9 +498,18 @@ export interface ChatOptions {
   /** How the hidden states cross each way (docs/llm.md, "The hidden states' codec"); the
    * module's default unless named. */
   codec?: HiddenCodecName;
+  /** Where the model runs (docs/llm.md, "Placements"). */
+  placement?: ChatPlacement;
   /** The model share's download: `{ stage: "llm-weights", loaded, total, fraction, cached }`. */
   onProgress?: (p: Progress) => void;
 }
+
+/** "split" (the default, U-shaped): the browser runs the first `blocks` and the head, the
+ * server the blocks between, seeing only hidden states. "plain": the server also runs the
+ * head and samples (it sees the answer's tokens, not the prompt's). "cloud": the server runs
+ * everything from the prompt's token ids and streams the answer (only the tokenizer is
+ * downloaded; refused under a privacy floor). "edge": the whole model in the browser. */
+export type ChatPlacement = "split" | "plain" | "cloud" | "edge";
 
 /** A hidden-state encoding: f32 (exact), f16, bf16, q8 (a byte a value, one scale a row), q8o
  * (q8 with the row's 8 largest values apart). */
@@ -533,8 +542,9 @@ export interface ChatAnswer extends ChatFigures {
   stopped: boolean;
   firstTokenMs: number | null;
   tokensPerSecond: number | null;
-  /** "split" (blocks on both sides) or "edge" (the whole model in the browser). */
-  placement: "split" | "edge";
+  /** Where it ran (`ChatPlacement`). For "cloud", `serverMs` is the whole answer's time and
+   * `edgeMs` 0. */
+  placement: ChatPlacement;
 }
 
 /** SmolLM2-135M-Instruct split between this page and the server: the tokenizer, the embedding,
@@ -545,8 +555,8 @@ export declare class SplitChat {
   /** Download the model's share (cached by the browser) and load it in a new worker. */
   static create(options?: ChatOptions): Promise<SplitChat>;
   /** What was loaded. */
-  readonly info: { blocks: number; layers: number; width: number; positions: number;
-    shareBytes: number; weightBytes: number; codec: HiddenCodecName;
+  readonly info: { placement: ChatPlacement; blocks: number; layers: number; width: number;
+    positions: number; shareBytes: number; weightBytes: number; codec: HiddenCodecName | null;
     /** Bytes of one position's hidden state on the wire, each way. */
     rowBytes: number; model: string } | null;
   /** Answer a conversation; `onToken` sees the answer as it grows. Greedy unless

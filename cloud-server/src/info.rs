@@ -86,6 +86,13 @@ pub struct LlmInfo {
     pub edge_url: &'static str,
     /// What clients cache those shares under (a hash of the model file).
     pub file_id: String,
+    /// The model's metadata without weights (the tokenizer and the chat format): all a
+    /// cloud-only client needs.
+    pub tokenizer_url: &'static str,
+    /// Where a conversation may put the blocks and the head: `split` (the client keeps the
+    /// first blocks and the head), `plain` (the server runs the head), `cloud` (the server runs
+    /// everything, from token ids).
+    pub placements: [&'static str; 3],
 }
 
 /// The light model (`/api/info`'s `light_model`).
@@ -201,6 +208,8 @@ impl ServerInfo {
                 max_frame_bytes: MAX_LLM_FRAME_BYTES,
                 edge_url: crate::llm_edge::LLM_EDGE_URL,
                 file_id: host.file_id.clone(),
+                tokenizer_url: crate::llm_edge::LLM_TOKENIZER_URL,
+                placements: ["split", "plain", "cloud"],
             }),
         }
     }

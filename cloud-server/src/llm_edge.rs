@@ -13,6 +13,8 @@ use crate::state::AppState;
 
 /// Where the shares are: `/llm/edge/4` holds blocks 0..4.
 pub const LLM_EDGE_URL: &str = "/llm/edge/";
+/// The model's metadata without weights: the tokenizer and the chat format (cloud-only).
+pub const LLM_TOKENIZER_URL: &str = "/llm/tokenizer";
 /// Shares kept in memory after they are made (each is 30 MB and 2.2 MB per block for SmolLM2).
 pub const KEPT_SHARES: usize = 2;
 
@@ -75,4 +77,16 @@ pub async fn edge_weights(
         .content_type("application/octet-stream")
         .insert_header(("ETag", format!("\"{}-{blocks}\"", host.file_id)))
         .body(share))
+}
+
+/// `GET /llm/tokenizer`: the model file's metadata, no tensors (404 without a language model).
+pub async fn tokenizer(state: web::Data<AppState>) -> HttpResponse {
+    match state.llm.as_ref() {
+        None => HttpResponse::NotFound()
+            .body("no language model on this server (`./run.sh setup` fetches it)"),
+        Some(host) => HttpResponse::Ok()
+            .content_type("application/octet-stream")
+            .insert_header(("ETag", format!("\"{}-tokenizer\"", host.file_id)))
+            .body(host.tokenizer.clone()),
+    }
 }

@@ -1,11 +1,14 @@
-//! `/llm`: the server's share of a language model split between a client and this server. The
-//! client keeps the token embedding, its first blocks and the output projection (so the text and
-//! the token ids stay with it) and sends hidden states; the server runs the block range the
-//! client opened the conversation with, on the KV cache of those blocks, and sends the hidden
-//! states back ([`LlmFrame`] has the frames).
+//! `/llm`: the server's share of a language model split between a client and this server. In
+//! the U-shaped split the client keeps the token embedding, its first blocks and the output
+//! projection (so the text and the token ids stay with it) and sends hidden states; the server
+//! runs the block range the client opened the conversation with, on the KV cache of those
+//! blocks, and sends the hidden states back. A conversation opened with the head makes the
+//! server finish the model and answer with tokens (plain split); one that also starts at block
+//! 0 takes token ids and streams a whole answer (cloud-only). [`LlmFrame`] has the frames.
 //!
 //! One socket is one conversation, served one frame at a time: the blocks run on the blocking
-//! pool, never on the event loop. KV cache is reserved when a conversation opens (its
+//! pool, never on the event loop. While a generation streams, the socket is still read: `stop`
+//! ends it after the token being computed, anything else is refused with `placement`. KV cache is reserved when a conversation opens (its
 //! positions × its blocks), against the conversation's limit (`--llm-positions`) and every
 //! conversation's together (`--llm-kv-mib`); a conversation over either is refused with
 //! `kv_budget` and other conversations are not touched. The reservation ends with the socket.
@@ -19,9 +22,9 @@ use std::time::Duration;
 use actix_web::{HttpRequest, HttpResponse, rt, web};
 use actix_ws::{AggregatedMessage, CloseCode, CloseReason};
 use futures_util::StreamExt;
-use split_shared::models::smollm2::{KvCache, Smollm2};
+use split_shared::models::smollm2::{KvCache, LlmError, Sampler, Sampling, Smollm2};
 use split_shared::protocol::{
-    LlmErrorCode, LlmFrame, MAX_LLM_FRAME_BYTES, MODEL_SMOLLM2, peek_llm_id,
+    Finish, HeadSampling, LlmErrorCode, LlmFrame, MAX_LLM_FRAME_BYTES, MODEL_SMOLLM2, peek_llm_id,
 };
 
 use crate::state::AppState;
@@ -34,6 +37,8 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 pub struct LlmHost {
     /// The model (weights shared by every conversation).
     pub model: Smollm2,
+    /// The token that ends an answer (a generation stops after sending it).
+    pub end_token: u32,
     /// Positions one conversation may reserve.
     pub max_positions: u32,
     /// Bytes of KV cache all conversations may reserve.
@@ -46,6 +51,8 @@ pub struct LlmHost {
     pub file_id: String,
     /// Shares of the model made for browsers ([`crate::llm_edge`]).
     pub shares: crate::llm_edge::Shares,
+    /// The file's metadata without its tensors: the tokenizer a cloud-only client needs.
+    pub tokenizer: actix_web::web::Bytes,
 }
 
 impl LlmHost {
@@ -71,7 +78,7 @@ impl LlmHost {
         };
         let bytes = std::fs::read(&path)
             .with_context(|| format!("reading the language model {}", path.display()))?;
-        let (model, _) = Smollm2::load(&bytes)
+        let (model, tokenizer) = Smollm2::load(&bytes)
             .with_context(|| format!("loading the language model {}", path.display()))?;
         log::info!(
             "language model from {} ({:.1} MB of weights)",
@@ -80,10 +87,12 @@ impl LlmHost {
         );
         Ok(Some(LlmHost {
             model,
+            end_token: tokenizer.eos,
             max_positions: config.llm_positions,
             budget_bytes: config.llm_kv_mib.saturating_mul(1 << 20),
             held: AtomicUsize::new(0),
             file_id: format!("{:016x}", split_shared::container::fnv1a64(&bytes)),
+            tokenizer: split_shared::models::smollm2::tokenizer_share(&bytes)?.into(),
             path,
             shares: Default::default(),
         }))
@@ -128,16 +137,125 @@ impl Drop for Reservation {
     }
 }
 
-/// An open conversation: its blocks, its cache (absent while the blocks run), its budget.
+/// An open conversation: its blocks, its cache (absent while the blocks run), the server's
+/// sampler when it runs the head, its budget.
 struct Conversation {
     first: u16,
     end: u16,
     cache: Option<KvCache>,
+    sampler: Option<Sampler>,
     _reservation: Reservation,
+}
+
+/// What a frame gets.
+enum Reply {
+    /// One frame back.
+    Frame(LlmFrame),
+    /// Nothing (a `stop` after its generation ended).
+    Nothing,
+    /// A generation whose first token is chosen: [`stream_answer`] sends it and the rest.
+    Generate(Generation),
+}
+
+/// A generation under way.
+struct Generation {
+    /// The tokens frame's id.
+    id: u64,
+    /// Tokens asked for.
+    generate: u32,
+    /// The next token to send, and where it goes.
+    token: u32,
+    position: u32,
+}
+
+/// How a streamed answer ended.
+enum Streamed {
+    /// Its `done` (or an error frame) is the last reply.
+    Done(LlmFrame),
+    /// The client closed the socket meanwhile.
+    Closing(Option<CloseReason>),
+    /// The socket is gone.
+    Gone,
+}
+
+/// What the server's blocks take in: hidden states, or token ids it embeds.
+enum Input {
+    Hidden(Vec<f32>),
+    Tokens(Vec<u32>),
+}
+
+/// What they give back: the hidden states after them, or the head's next token.
+enum Output {
+    Hidden(Vec<f32>),
+    Token(u32),
 }
 
 fn error(id: u64, code: LlmErrorCode, message: impl Into<String>) -> LlmFrame {
     LlmFrame::Error { id, code, message: message.into() }
+}
+
+/// The model's failure as the error frame the client gets: a token id past the vocabulary is
+/// the client's; anything else the server's.
+fn model_error(id: u64, e: &LlmError) -> LlmFrame {
+    let code = match e {
+        LlmError::Token { .. } => LlmErrorCode::BadValues,
+        _ => LlmErrorCode::Internal,
+    };
+    error(id, code, e.to_string())
+}
+
+/// The sampler a conversation opened with `head` asks for, or why it is refused.
+fn sampler(head: HeadSampling) -> Result<Sampler, String> {
+    let HeadSampling { temperature, top_p, seed } = head;
+    if !(temperature.is_finite() && temperature >= 0.0) {
+        return Err(format!("temperature {temperature}: 0 (greedy) or above"));
+    }
+    if temperature == 0.0 {
+        return Ok(Sampler::new(Sampling::Greedy));
+    }
+    if !(top_p > 0.0 && top_p <= 1.0) {
+        return Err(format!("top-p {top_p}: above 0, at most 1"));
+    }
+    Ok(Sampler::new(Sampling::TopP { temperature, top_p, seed }))
+}
+
+/// Run the conversation's blocks (and its head, with a sampler) on `input`, on the blocking
+/// pool; the cache and the sampler go back into the conversation whatever happens, except
+/// when the task panicked (then the conversation is gone: `None`).
+async fn compute(
+    host: &Arc<LlmHost>,
+    c: &mut Conversation,
+    input: Input,
+) -> Option<Result<Output, LlmError>> {
+    let Some(mut cache) = c.cache.take() else {
+        return Some(Err(LlmError::Shape("the conversation's cache was lost".into())));
+    };
+    let mut sampler = c.sampler.take();
+    let range = usize::from(c.first)..usize::from(c.end);
+    let worker = host.clone();
+    let run = web::block(move || {
+        let model = &worker.model;
+        let outcome = (|| {
+            let mut hidden = match input {
+                Input::Hidden(values) => values,
+                Input::Tokens(tokens) => model.embed(&tokens)?,
+            };
+            model.forward_layers(range, &mut hidden, &mut cache)?;
+            match sampler.as_mut() {
+                None => Ok(Output::Hidden(hidden)),
+                Some(s) => {
+                    let last = hidden.len().saturating_sub(model.config.dim);
+                    Ok(Output::Token(s.next(&model.logits(&hidden[last..])?)))
+                }
+            }
+        })();
+        (outcome, cache, sampler)
+    })
+    .await;
+    let (outcome, cache, sampler) = run.ok()?;
+    c.cache = Some(cache);
+    c.sampler = sampler;
+    Some(outcome)
 }
 
 /// `GET /llm`: the same admission as `/ws` (origin, token, connection limits), then one
@@ -162,7 +280,7 @@ async fn serve(
     admitted: crate::limits::Admitted,
 ) {
     let mut conversation: Option<Conversation> = None;
-    let reason = loop {
+    let reason = 'serve: loop {
         let msg = match tokio::time::timeout(IDLE_TIMEOUT, stream.next()).await {
             Err(_) => {
                 break Some(CloseReason {
@@ -177,14 +295,26 @@ async fn serve(
                 state.metrics.received(bytes.len());
                 let started = std::time::Instant::now();
                 // The same per-address bucket as `/ws`: frames per second, a second's worth at once.
-                let reply = if state.rate.allow(admitted.ip, started) {
-                    answer(&state, &mut conversation, &bytes).await
-                } else {
+                let reply = if !state.rate.allow(admitted.ip, started) {
                     let message = format!(
                         "over {} frames per second from this address; retry later",
                         state.rate.rate()
                     );
                     error(peek_llm_id(&bytes).unwrap_or(0), LlmErrorCode::RateLimited, message)
+                } else {
+                    match answer(&state, &mut conversation, &bytes).await {
+                        Reply::Frame(frame) => frame,
+                        // A `stop` with nothing to stop: the generation it meant has ended.
+                        Reply::Nothing => continue,
+                        Reply::Generate(g) => {
+                            let c = conversation.as_mut().expect("a generation has a conversation");
+                            match stream_answer(&mut session, &mut stream, &state, c, g).await {
+                                Streamed::Done(done) => done,
+                                Streamed::Closing(reason) => break 'serve reason,
+                                Streamed::Gone => return,
+                            }
+                        }
+                    }
                 };
                 match &reply {
                     LlmFrame::Error { code, .. } => state.metrics.refused(code.name()),
@@ -214,142 +344,297 @@ async fn serve(
     let _ = session.close(reason).await;
 }
 
-/// One frame in, one frame out.
-async fn answer(
-    state: &AppState,
-    conversation: &mut Option<Conversation>,
-    bytes: &[u8],
-) -> LlmFrame {
+/// `position` is where the conversation's cache stands and `rows` more fit in it, or the error
+/// frame saying why not.
+fn check_room(c: &Conversation, id: u64, position: u32, rows: usize) -> Result<(), LlmFrame> {
+    let Some(cache) = c.cache.as_ref() else {
+        return Err(error(id, LlmErrorCode::Internal, "the conversation's cache was lost"));
+    };
+    if position as usize != cache.len() {
+        let expected = cache.len();
+        return Err(error(
+            id,
+            LlmErrorCode::Position,
+            format!("rows start at position {position}; the server's cache holds {expected}"),
+        ));
+    }
+    if cache.len() + rows > cache.capacity() {
+        let capacity = cache.capacity();
+        return Err(error(
+            id,
+            LlmErrorCode::KvBudget,
+            format!("{rows} more positions do not fit the {capacity} this conversation reserved"),
+        ));
+    }
+    Ok(())
+}
+
+/// One frame in: the frame back, or a generation to stream.
+async fn answer(state: &AppState, conversation: &mut Option<Conversation>, bytes: &[u8]) -> Reply {
     let id = peek_llm_id(bytes).unwrap_or(0);
     let frame = match LlmFrame::decode(bytes) {
         Ok(f) => f,
-        Err(e) => return error(id, LlmErrorCode::BadFrame, e.to_string()),
+        Err(e) => return Reply::Frame(error(id, LlmErrorCode::BadFrame, e.to_string())),
     };
     let Some(host) = state.llm.clone() else {
-        return error(
+        return Reply::Frame(error(
             id,
             LlmErrorCode::UnknownModel,
             "this server hosts no language model (start it with --llm)",
-        );
+        ));
     };
     match frame {
-        LlmFrame::Open { id, model, first, end, positions } => {
-            if model != MODEL_SMOLLM2 {
-                return error(
-                    id,
-                    LlmErrorCode::UnknownModel,
-                    format!("model {model} is not hosted; {MODEL_SMOLLM2} is SmolLM2"),
-                );
-            }
-            if conversation.is_some() {
-                return error(
-                    id,
-                    LlmErrorCode::NotOpen,
-                    "this socket's conversation is already open",
-                );
-            }
-            let layers = host.model.config.layers;
-            if first >= end || usize::from(end) > layers {
-                return error(
-                    id,
-                    LlmErrorCode::BadLayers,
-                    format!("blocks {first}..{end}: the model has 0..{layers}"),
-                );
-            }
-            if positions == 0 || positions > host.max_positions {
-                return error(
-                    id,
-                    LlmErrorCode::KvBudget,
-                    format!(
-                        "{positions} positions: a conversation may have 1..={}",
-                        host.max_positions
-                    ),
-                );
-            }
-            let reservation = match host.reserve(host.cache_bytes(first, end, positions)) {
-                Ok(r) => r,
-                Err(why) => return error(id, LlmErrorCode::KvBudget, why),
-            };
-            let cache = KvCache::new(
-                &host.model.config,
-                usize::from(first)..usize::from(end),
-                positions as usize,
-            );
-            *conversation =
-                Some(Conversation { first, end, cache: Some(cache), _reservation: reservation });
-            let width = host.model.config.dim as u32;
-            LlmFrame::Opened { id, first, end, positions, width }
+        LlmFrame::Open { id, model, first, end, positions, head } => {
+            Reply::Frame(open(&host, conversation, id, model, first..end, positions, head))
         }
-        LlmFrame::Hidden { id, reply: false, position, width, codec, mut values } => {
+        LlmFrame::Hidden { id, reply: false, position, width, codec, values } => {
             let Some(c) = conversation.as_mut() else {
-                return error(
+                return Reply::Frame(error(
                     id,
                     LlmErrorCode::NotOpen,
                     "open the conversation before sending hidden states",
-                );
+                ));
             };
             let dim = host.model.config.dim;
             if width as usize != dim || values.is_empty() {
-                return error(
+                return Reply::Frame(error(
                     id,
                     LlmErrorCode::BadValues,
                     format!("rows of {width} values; this model's are {dim}"),
-                );
+                ));
             }
             if values.iter().any(|v| !v.is_finite()) {
-                return error(id, LlmErrorCode::BadValues, "a hidden state holds NaN or infinity");
-            }
-            let Some(mut cache) = c.cache.take() else {
-                return error(id, LlmErrorCode::Internal, "the conversation's cache was lost");
-            };
-            if position as usize != cache.len() {
-                let expected = cache.len();
-                c.cache = Some(cache);
-                return error(
+                return Reply::Frame(error(
                     id,
-                    LlmErrorCode::Position,
-                    format!(
-                        "rows start at position {position}; the server's cache holds {expected}"
-                    ),
-                );
+                    LlmErrorCode::BadValues,
+                    "a hidden state holds NaN or infinity",
+                ));
             }
             let rows = values.len() / dim;
-            if cache.len() + rows > cache.capacity() {
-                let capacity = cache.capacity();
-                c.cache = Some(cache);
-                return error(
-                    id,
-                    LlmErrorCode::KvBudget,
-                    format!(
-                        "{rows} more positions do not fit the {capacity} this conversation reserved"
-                    ),
-                );
+            if let Err(refused) = check_room(c, id, position, rows) {
+                return Reply::Frame(refused);
             }
-            let range = usize::from(c.first)..usize::from(c.end);
-            let worker = host.clone();
-            let run = web::block(move || {
-                let outcome = worker.model.forward_layers(range, &mut values, &mut cache);
-                (outcome, values, cache)
-            })
-            .await;
-            match run {
-                Ok((Ok(()), values, cache)) => {
-                    c.cache = Some(cache);
+            Reply::Frame(match compute(&host, c, Input::Hidden(values)).await {
+                Some(Ok(Output::Hidden(values))) => {
                     LlmFrame::Hidden { id, reply: true, position, width, codec, values }
                 }
-                Ok((Err(e), _, cache)) => {
-                    c.cache = Some(cache);
-                    error(id, LlmErrorCode::Internal, e.to_string())
+                Some(Ok(Output::Token(token))) => {
+                    LlmFrame::Token { id, position: position + rows as u32, token }
                 }
+                Some(Err(e)) => model_error(id, &e),
                 // The blocking task panicked: the cache is gone with it, so is the conversation.
-                Err(_) => {
+                None => {
                     *conversation = None;
                     error(id, LlmErrorCode::Internal, "the blocks failed; open a new conversation")
                 }
+            })
+        }
+        LlmFrame::Tokens { id, position, generate, tokens } => {
+            let Some(c) = conversation.as_mut() else {
+                return Reply::Frame(error(
+                    id,
+                    LlmErrorCode::NotOpen,
+                    "open the conversation before sending tokens",
+                ));
+            };
+            if c.first != 0 {
+                return Reply::Frame(error(
+                    id,
+                    LlmErrorCode::Placement,
+                    format!(
+                        "this conversation runs blocks {}..{} here: send hidden states, not token ids",
+                        c.first, c.end
+                    ),
+                ));
+            }
+            if c.sampler.is_none() {
+                return Reply::Frame(error(
+                    id,
+                    LlmErrorCode::Placement,
+                    "token ids go to a conversation opened with the head (cloud-only)",
+                ));
+            }
+            if tokens.is_empty() {
+                return Reply::Frame(error(id, LlmErrorCode::BadValues, "no tokens"));
+            }
+            let rows = tokens.len();
+            if let Err(refused) = check_room(c, id, position, rows) {
+                return Reply::Frame(refused);
+            }
+            let after = position + rows as u32;
+            match compute(&host, c, Input::Tokens(tokens)).await {
+                Some(Ok(Output::Hidden(_))) => {
+                    Reply::Frame(error(id, LlmErrorCode::Internal, "the head did not run"))
+                }
+                // Prefill only: the positions are in the cache, no token is asked for.
+                Some(Ok(Output::Token(_))) if generate == 0 => {
+                    Reply::Frame(LlmFrame::Done { id, generated: 0, finish: Finish::Count })
+                }
+                Some(Ok(Output::Token(token))) => {
+                    Reply::Generate(Generation { id, generate, token, position: after })
+                }
+                Some(Err(e)) => Reply::Frame(model_error(id, &e)),
+                None => {
+                    *conversation = None;
+                    Reply::Frame(error(
+                        id,
+                        LlmErrorCode::Internal,
+                        "the blocks failed; open a new conversation",
+                    ))
+                }
             }
         }
-        other => {
-            error(other.id(), LlmErrorCode::BadFrame, "a client sends open and hidden frames only")
-        }
+        LlmFrame::Stop { .. } => Reply::Nothing,
+        other => Reply::Frame(error(
+            other.id(),
+            LlmErrorCode::BadFrame,
+            "a client sends open, hidden, tokens and stop frames only",
+        )),
     }
+}
+
+/// Open the conversation: the reply to an `open` frame.
+fn open(
+    host: &Arc<LlmHost>,
+    conversation: &mut Option<Conversation>,
+    id: u64,
+    model: u8,
+    blocks: std::ops::Range<u16>,
+    positions: u32,
+    head: Option<HeadSampling>,
+) -> LlmFrame {
+    let (first, end) = (blocks.start, blocks.end);
+    if model != MODEL_SMOLLM2 {
+        return error(
+            id,
+            LlmErrorCode::UnknownModel,
+            format!("model {model} is not hosted; {MODEL_SMOLLM2} is SmolLM2"),
+        );
+    }
+    if conversation.is_some() {
+        return error(id, LlmErrorCode::NotOpen, "this socket's conversation is already open");
+    }
+    let layers = host.model.config.layers;
+    if first >= end || usize::from(end) > layers {
+        return error(
+            id,
+            LlmErrorCode::BadLayers,
+            format!("blocks {first}..{end}: the model has 0..{layers}"),
+        );
+    }
+    if head.is_some() && usize::from(end) != layers {
+        return error(
+            id,
+            LlmErrorCode::BadLayers,
+            format!(
+                "the head runs after the last block: blocks {first}..{end} end before {layers}"
+            ),
+        );
+    }
+    let sampler = match head.map(sampler).transpose() {
+        Ok(s) => s,
+        Err(why) => return error(id, LlmErrorCode::BadValues, why),
+    };
+    if positions == 0 || positions > host.max_positions {
+        return error(
+            id,
+            LlmErrorCode::KvBudget,
+            format!("{positions} positions: a conversation may have 1..={}", host.max_positions),
+        );
+    }
+    let reservation = match host.reserve(host.cache_bytes(first, end, positions)) {
+        Ok(r) => r,
+        Err(why) => return error(id, LlmErrorCode::KvBudget, why),
+    };
+    let cache =
+        KvCache::new(&host.model.config, usize::from(first)..usize::from(end), positions as usize);
+    *conversation =
+        Some(Conversation { first, end, cache: Some(cache), sampler, _reservation: reservation });
+    let width = host.model.config.dim as u32;
+    LlmFrame::Opened { id, first, end, positions, width, head: head.is_some() }
+}
+
+/// Stream a generation: each token as soon as it is chosen, the next computed meanwhile,
+/// until the end token, the count asked for, the conversation's positions, or the client's
+/// `stop`; then `done`. The socket is read while the blocks run.
+async fn stream_answer(
+    session: &mut actix_ws::Session,
+    stream: &mut actix_ws::AggregatedMessageStream,
+    state: &AppState,
+    c: &mut Conversation,
+    mut g: Generation,
+) -> Streamed {
+    let host = state.llm.clone().expect("a generation has a model");
+    let mut generated = 0;
+    let mut stop = false;
+    let finish = loop {
+        let token = LlmFrame::Token { id: g.id, position: g.position, token: g.token };
+        if !send(session, token.encode(), state).await {
+            return Streamed::Gone;
+        }
+        generated += 1;
+        let capacity = c.cache.as_ref().map_or(0, |cache| cache.capacity());
+        if g.token == host.end_token {
+            break Finish::EndToken;
+        } else if generated == g.generate {
+            break Finish::Count;
+        } else if stop {
+            break Finish::Stopped;
+        } else if g.position as usize >= capacity {
+            break Finish::Positions;
+        }
+        let mut step = std::pin::pin!(compute(&host, c, Input::Tokens(vec![g.token])));
+        let outcome = loop {
+            tokio::select! {
+                outcome = &mut step => break outcome,
+                msg = stream.next() => match msg {
+                    Some(Ok(AggregatedMessage::Binary(bytes))) => {
+                        state.metrics.received(bytes.len());
+                        match LlmFrame::decode(&bytes) {
+                            Ok(LlmFrame::Stop { .. }) => stop = true,
+                            _ => {
+                                let id = peek_llm_id(&bytes).unwrap_or(0);
+                                let why = "a generation is under way: stop it first";
+                                state.metrics.refused(LlmErrorCode::Placement.name());
+                                let refused = error(id, LlmErrorCode::Placement, why);
+                                if !send(session, refused.encode(), state).await {
+                                    return Streamed::Gone;
+                                }
+                            }
+                        }
+                    }
+                    Some(Ok(AggregatedMessage::Ping(bytes))) => {
+                        if session.pong(&bytes).await.is_err() {
+                            return Streamed::Gone;
+                        }
+                    }
+                    Some(Ok(AggregatedMessage::Close(reason))) => return Streamed::Closing(reason),
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => {
+                        return Streamed::Closing(Some(crate::ws::framing_close(&e, MAX_LLM_FRAME_BYTES, state)));
+                    }
+                    None => return Streamed::Gone,
+                },
+            }
+        };
+        match outcome {
+            Some(Ok(Output::Token(next))) => {
+                g.token = next;
+                g.position += 1;
+            }
+            Some(Ok(Output::Hidden(_))) => {
+                return Streamed::Done(error(g.id, LlmErrorCode::Internal, "the head did not run"));
+            }
+            Some(Err(e)) => return Streamed::Done(model_error(g.id, &e)),
+            // The blocking task panicked with the cache: the conversation answers no more.
+            None => {
+                return Streamed::Done(error(
+                    g.id,
+                    LlmErrorCode::Internal,
+                    "the blocks failed; open a new conversation",
+                ));
+            }
+        }
+    };
+    Streamed::Done(LlmFrame::Done { id: g.id, generated, finish })
 }

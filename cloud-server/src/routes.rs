@@ -86,6 +86,7 @@ pub fn config_app(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
                 &format!("{}{{blocks}}", crate::llm_edge::LLM_EDGE_URL),
                 web::get().to(crate::llm_edge::edge_weights),
             )
+            .route(crate::llm_edge::LLM_TOKENIZER_URL, web::get().to(crate::llm_edge::tokenizer))
             .route("/api/info", web::get().to(info))
             .route("/api/info", web::head().to(info))
             .route("/livez", web::get().to(livez))

@@ -1,7 +1,8 @@
 //! The language model split across a real socket: this test is the client (embedding, blocks
-//! 0..4, output projection and sampling), the server runs blocks 4..30 on `/llm`. The greedy
-//! answers equal the independent reference's for the unsplit model, and bad frames get typed
-//! errors while the conversation (and other conversations) go on.
+//! 0..4, output projection and sampling), the server runs blocks 4..30 on `/llm`; then the
+//! server runs the head too (plain split), and the whole model, streaming (cloud-only). The
+//! greedy answers equal the independent reference's for the unsplit model, and bad frames get
+//! typed errors while the conversation (and other conversations) go on.
 
 mod common;
 
@@ -14,7 +15,9 @@ use awc::ws::{Codec, Frame, Message};
 use futures_util::{SinkExt, StreamExt};
 use split_shared::codec::{DEFAULT_HIDDEN_CODEC, HiddenCodec};
 use split_shared::models::smollm2::{KvCache, Smollm2, argmax};
-use split_shared::protocol::{LlmErrorCode, LlmFrame, MAX_LLM_FRAME_BYTES, MODEL_SMOLLM2};
+use split_shared::protocol::{
+    Finish, HeadSampling, LlmErrorCode, LlmFrame, MAX_LLM_FRAME_BYTES, MODEL_SMOLLM2,
+};
 
 type Socket = Framed<BoxedSocket, Codec>;
 
@@ -51,6 +54,11 @@ async fn call(ws: &mut Socket, frame: &LlmFrame) -> LlmFrame {
 
 async fn call_bytes(ws: &mut Socket, bytes: Vec<u8>) -> LlmFrame {
     ws.send(Message::Binary(bytes.into())).await.unwrap();
+    next_frame(ws).await
+}
+
+/// The server's next frame.
+async fn next_frame(ws: &mut Socket) -> LlmFrame {
     tokio::time::timeout(Duration::from_secs(60), async {
         loop {
             match ws.next().await.expect("socket open").expect("valid frame") {
@@ -71,6 +79,33 @@ fn open(id: u64, positions: u32) -> LlmFrame {
         first: FRONT as u16,
         end: model().config.layers as u16,
         positions,
+        head: None,
+    }
+}
+
+/// Open a conversation whose server runs blocks `first..` and the head, greedy.
+fn open_head(id: u64, first: u16, positions: u32) -> LlmFrame {
+    let end = model().config.layers as u16;
+    let head = Some(HeadSampling::GREEDY);
+    LlmFrame::Open { id, model: MODEL_SMOLLM2, first, end, positions, head }
+}
+
+/// A streamed generation's tokens (their positions checked from `position` on) and its end.
+async fn streamed(ws: &mut Socket, id: u64, mut position: u32) -> (Vec<u32>, u32, Finish) {
+    let mut tokens = Vec::new();
+    loop {
+        match next_frame(ws).await {
+            LlmFrame::Token { id: got, position: p, token } => {
+                assert_eq!((got, p), (id, position), "token {}", tokens.len());
+                tokens.push(token);
+                position += 1;
+            }
+            LlmFrame::Done { id: got, generated, finish } => {
+                assert_eq!(got, id);
+                return (tokens, generated, finish);
+            }
+            other => panic!("expected tokens, got {other:?}"),
+        }
     }
 }
 
@@ -184,7 +219,8 @@ async fn bad_frames_get_typed_errors_and_the_conversation_goes_on() {
     }
     assert_eq!(code(call(&mut ws, &other).await), LlmErrorCode::UnknownModel);
     for (first, end) in [(4u16, 4u16), (10, 5), (0, 31)] {
-        let f = LlmFrame::Open { id: 3, model: MODEL_SMOLLM2, first, end, positions: 8 };
+        let f =
+            LlmFrame::Open { id: 3, model: MODEL_SMOLLM2, first, end, positions: 8, head: None };
         assert_eq!(code(call(&mut ws, &f).await), LlmErrorCode::BadLayers, "{first}..{end}");
     }
     assert_eq!(code(call(&mut ws, &open(4, 65)).await), LlmErrorCode::KvBudget);
@@ -235,7 +271,8 @@ async fn bad_frames_get_typed_errors_and_the_conversation_goes_on() {
         code(call_bytes(&mut ws, b"SPLM\x01\x00garbage".to_vec()).await),
         LlmErrorCode::BadFrame
     );
-    let opened = LlmFrame::Opened { id: 13, first: 0, end: 1, positions: 1, width: 576 };
+    let opened =
+        LlmFrame::Opened { id: 13, first: 0, end: 1, positions: 1, width: 576, head: false };
     assert_eq!(code(call(&mut ws, &opened).await), LlmErrorCode::BadFrame);
     // More positions than reserved.
     assert_eq!(
@@ -251,6 +288,138 @@ async fn bad_frames_get_typed_errors_and_the_conversation_goes_on() {
     let again =
         through_server(&mut ws, HiddenCodec::F32, &mut front, 3, m.embed(&[28]).unwrap(), 16).await;
     assert_eq!(again.len(), dim);
+}
+
+#[actix_web::test]
+async fn plain_split_and_cloud_only_answer_as_the_unsplit_model() {
+    let srv = common::server_and_state(&[]).0;
+    let m = model();
+    let golden = golden();
+    let case = &golden["prompts"][1];
+    let (prompt, want) = (ids(&case["ids"]), ids(&case["greedy"]));
+    let positions = (prompt.len() + want.len()) as u32;
+    // Plain split: this side runs blocks 0..4, the server the rest and the head.
+    let mut ws = connect(&srv).await;
+    let opened = call(&mut ws, &open_head(1, FRONT as u16, positions)).await;
+    assert!(matches!(opened, LlmFrame::Opened { head: true, .. }), "{opened:?}");
+    let mut front = KvCache::new(&m.config, 0..FRONT, positions as usize);
+    let (mut got, mut input, mut position) = (vec![], prompt.clone(), 0u32);
+    while got.len() < want.len() {
+        let mut x = m.embed(&input).unwrap();
+        m.forward_layers(0..FRONT, &mut x, &mut front).unwrap();
+        let id = 2 + got.len() as u64;
+        position += input.len() as u32;
+        match call(&mut ws, &hidden(id, position - input.len() as u32, x)).await {
+            LlmFrame::Token { id: i, position: p, token } if (i, p) == (id, position) => {
+                got.push(token);
+                input = vec![token];
+            }
+            other => panic!("expected the next token, got {other:?}"),
+        }
+    }
+    assert_eq!(got, want, "plain split");
+    // Cloud-only: the prompt's ids in, the answer streamed.
+    let mut ws = connect(&srv).await;
+    assert!(matches!(call(&mut ws, &open_head(1, 0, positions)).await, LlmFrame::Opened { .. }));
+    let ask = LlmFrame::Tokens { id: 2, position: 0, generate: want.len() as u32, tokens: prompt };
+    ws.send(Message::Binary(ask.encode().into())).await.unwrap();
+    let (tokens, generated, finish) = streamed(&mut ws, 2, positions - want.len() as u32).await;
+    assert_eq!(tokens, want, "cloud-only");
+    assert_eq!((generated, finish), (want.len() as u32, Finish::Count));
+    // The cache holds every token but the last sent (the next frame starts with it); two more
+    // do not fit.
+    let last = *tokens.last().unwrap();
+    let more =
+        LlmFrame::Tokens { id: 3, position: positions - 1, generate: 1, tokens: vec![last, 28] };
+    assert_eq!(code(call(&mut ws, &more).await), LlmErrorCode::KvBudget);
+}
+
+#[actix_web::test]
+async fn a_generation_stops_when_asked_and_the_conversation_goes_on() {
+    let srv = common::server_and_state(&[]).0;
+    let golden = golden();
+    let prompt = ids(&golden["prompts"][0]["ids"]);
+    let n = prompt.len() as u32;
+    let mut ws = connect(&srv).await;
+    assert!(matches!(call(&mut ws, &open_head(1, 0, 512)).await, LlmFrame::Opened { .. }));
+    // A stop with nothing under way gets no reply: the next reply is the generation's.
+    ws.send(Message::Binary(LlmFrame::Stop { id: 2 }.encode().into())).await.unwrap();
+    let ask = LlmFrame::Tokens { id: 3, position: 0, generate: 400, tokens: prompt.clone() };
+    ws.send(Message::Binary(ask.encode().into())).await.unwrap();
+    let first = next_frame(&mut ws).await;
+    assert!(matches!(first, LlmFrame::Token { id: 3, .. }), "{first:?}");
+    // While it streams: another frame is refused (the generation goes on), then stop.
+    let x = hidden(4, n, vec![0.25; model().config.dim]);
+    ws.send(Message::Binary(x.encode().into())).await.unwrap();
+    ws.send(Message::Binary(LlmFrame::Stop { id: 5 }.encode().into())).await.unwrap();
+    let (mut tokens, mut refused, mut end) = (1u32, vec![], None);
+    while end.is_none() {
+        match next_frame(&mut ws).await {
+            LlmFrame::Token { id: 3, .. } => tokens += 1,
+            LlmFrame::Error { id, code, .. } => refused.push((id, code)),
+            LlmFrame::Done { id: 3, generated, finish } => end = Some((generated, finish)),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(refused, [(4, LlmErrorCode::Placement)]);
+    let (generated, finish) = end.unwrap();
+    assert_eq!((generated, finish), (tokens, Finish::Stopped));
+    assert!(tokens < 40, "stopped after {tokens} tokens");
+    // The conversation goes on from the last token sent (in no cache yet): a prefill with none
+    // asked for, then one token.
+    let next =
+        LlmFrame::Tokens { id: 6, position: n + tokens - 1, generate: 0, tokens: vec![28, 29] };
+    assert_eq!(
+        call(&mut ws, &next).await,
+        LlmFrame::Done { id: 6, generated: 0, finish: Finish::Count }
+    );
+    let one = LlmFrame::Tokens { id: 7, position: n + tokens + 1, generate: 1, tokens: vec![30] };
+    ws.send(Message::Binary(one.encode().into())).await.unwrap();
+    let (one, generated, finish) = streamed(&mut ws, 7, n + tokens + 2).await;
+    assert_eq!((one.len(), generated, finish), (1, 1, Finish::Count));
+}
+
+#[actix_web::test]
+async fn placements_refuse_the_frames_they_do_not_take() {
+    let srv = common::server_and_state(&[]).0;
+    let dim = model().config.dim;
+    let mut ws = connect(&srv).await;
+    // The head needs the last block; sampling values must make sense.
+    let early = LlmFrame::Open {
+        id: 1,
+        model: MODEL_SMOLLM2,
+        first: 0,
+        end: 10,
+        positions: 8,
+        head: Some(HeadSampling::GREEDY),
+    };
+    assert_eq!(code(call(&mut ws, &early).await), LlmErrorCode::BadLayers);
+    for (temperature, top_p) in [(f32::NAN, 0.9), (-1.0, 0.9), (0.7, 0.0), (0.7, 1.5)] {
+        let head = Some(HeadSampling { temperature, top_p, seed: 1 });
+        let f =
+            LlmFrame::Open { id: 2, model: MODEL_SMOLLM2, first: 0, end: 30, positions: 8, head };
+        assert_eq!(code(call(&mut ws, &f).await), LlmErrorCode::BadValues, "{temperature} {top_p}");
+    }
+    // Token ids to a U-split conversation (the server holds no embedding there).
+    assert!(matches!(call(&mut ws, &open(3, 8)).await, LlmFrame::Opened { head: false, .. }));
+    let tokens = LlmFrame::Tokens { id: 4, position: 0, generate: 1, tokens: vec![1] };
+    assert_eq!(code(call(&mut ws, &tokens).await), LlmErrorCode::Placement);
+    // Cloud-only: a token id past the vocabulary, no tokens, the wrong position.
+    let mut ws = connect(&srv).await;
+    assert!(matches!(call(&mut ws, &open_head(5, 0, 8)).await, LlmFrame::Opened { .. }));
+    for (id, position, tokens, want) in [
+        (6, 0, vec![1, 49_152], LlmErrorCode::BadValues),
+        (7, 0, vec![], LlmErrorCode::BadValues),
+        (8, 3, vec![1], LlmErrorCode::Position),
+    ] {
+        let f = LlmFrame::Tokens { id, position, generate: 1, tokens };
+        assert_eq!(code(call(&mut ws, &f).await), want, "request {id}");
+    }
+    // Hidden states into a cloud-only conversation are taken (the client embedded them).
+    let x = model().embed(&[1, 9690]).unwrap();
+    assert_eq!(x.len(), 2 * dim);
+    let reply = call(&mut ws, &hidden(9, 0, x)).await;
+    assert!(matches!(reply, LlmFrame::Token { id: 9, position: 2, .. }), "{reply:?}");
 }
 
 #[actix_web::test]
@@ -296,6 +465,16 @@ async fn the_edge_share_is_served() {
     // The same again (from the server's kept shares).
     let again = client.get(srv.url("/llm/edge/4")).send().await.unwrap().body().limit(200 << 20);
     assert_eq!(again.await.unwrap(), share);
+    // The tokenizer alone (cloud-only clients): the metadata, no weights.
+    assert_eq!(llm["tokenizer_url"], "/llm/tokenizer");
+    let mut res = client.get(srv.url("/llm/tokenizer")).send().await.unwrap();
+    assert_eq!(res.status(), 200);
+    let file = res.body().limit(200 << 20).await.unwrap();
+    let g = split_shared::container::Gguf::parse(&file).unwrap();
+    assert!(g.tensors.is_empty() && file.len() < share.len() / 4, "{} bytes", file.len());
+    let tokenizer = split_shared::models::smollm2::Tokenizer::from_gguf(&g).unwrap();
+    assert_eq!(tokenizer.vocab(), model().config.vocab);
+    assert!(Smollm2::load(&file).is_err(), "no weights in it");
     for bad in ["31", "abc", "-1"] {
         let mut res = client.get(srv.url(&format!("/llm/edge/{bad}"))).send().await.unwrap();
         assert_eq!(res.status(), 400, "{bad}");

@@ -250,6 +250,7 @@ async fn converse(a: &Setup, rec: &Recording) -> Result<Played> {
         first: a.blocks as u16,
         end: rec.layers,
         positions: rec.positions,
+        head: None,
     };
     match exchange(&mut ws, open.encode(), timeout).await? {
         LlmFrame::Opened { .. } => {}

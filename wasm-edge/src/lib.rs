@@ -18,6 +18,7 @@
 mod edge;
 mod js;
 mod llm;
+mod llm_cloud;
 mod panic;
 mod planner;
 
@@ -30,6 +31,7 @@ use wasm_bindgen::prelude::*;
 
 pub use edge::{EdgeOutput, EdgeRunner, RunOptions};
 pub use llm::LlmEdge;
+pub use llm_cloud::LlmCloud;
 pub use planner::AdaptivePlanner;
 use split_shared::codec::{DecodeContext, EncodeContext, Setting};
 

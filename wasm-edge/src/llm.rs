@@ -9,11 +9,14 @@
 //! socket.send(edge.openFrame());                   // server: blocks edge.blocks()..edge.layers()
 //! edge.acceptOpened(reply);
 //! socket.send(edge.send(edge.chatTokens(JSON.stringify([{ role: "user", content: "Hi" }]))));
-//! let token = edge.acceptHidden(reply);            // the next token; send([token]) for the one after
+//! let token = edge.acceptReply(reply);             // the next token; send([token]) for the one after
 //! ```
 //!
 //! Hidden states cross coded ([`HiddenCodec`], [`DEFAULT_HIDDEN_CODEC`] unless `setCodec` says
-//! otherwise; the server answers in the encoding it was sent). The edge keeps the hidden states
+//! otherwise; the server answers in the encoding it was sent). With `setServerHead(true)` the
+//! split is plain: the server also runs the final norm, the output projection and the sampler
+//! and answers each frame with the next token (it then sees the answer's tokens, not the
+//! prompt's); cloud-only is [`crate::llm_cloud::LlmCloud`]. The edge keeps the hidden states
 //! it sent, as the server decoded them: when the socket drops mid-answer, `reopenFrame` opens a
 //! new conversation and `resendFrame` sends them again (in frames of at most
 //! [`MAX_HIDDEN_ROWS`] positions), so the server rebuilds its blocks' cache and the answer goes
@@ -23,7 +26,7 @@ use split_shared::codec::{DEFAULT_HIDDEN_CODEC, HiddenCodec};
 use split_shared::models::smollm2::{
     ChatTemplate, KvCache, LlmError, Message, Sampler, Sampling, Smollm2, Tokenizer,
 };
-use split_shared::protocol::{LlmFrame, MAX_HIDDEN_ROWS, MODEL_SMOLLM2};
+use split_shared::protocol::{HeadSampling, LlmFrame, MAX_HIDDEN_ROWS, MODEL_SMOLLM2};
 use wasm_bindgen::prelude::*;
 
 use crate::js;
@@ -37,7 +40,7 @@ pub fn default_chat_privacy_floor() -> u32 {
 }
 
 /// A failure of the language model as a coded `SplitError`.
-fn llm_error(e: LlmError) -> JsValue {
+pub(crate) fn llm_error(e: LlmError) -> JsValue {
     let code = match e {
         LlmError::Gguf(_)
         | LlmError::Missing(_)
@@ -47,6 +50,55 @@ fn llm_error(e: LlmError) -> JsValue {
         LlmError::Token { .. } | LlmError::Shape(_) => "bad_frame",
     };
     js::error(code, e)
+}
+
+/// The model's chat format: its tokenizer and chat template, on both kinds of client.
+pub(crate) struct ChatFormat {
+    pub(crate) tokenizer: Tokenizer,
+    template: ChatTemplate,
+}
+
+impl ChatFormat {
+    pub(crate) fn new(
+        tokenizer: Tokenizer,
+        g: &split_shared::container::Gguf,
+    ) -> Result<Self, JsValue> {
+        Ok(ChatFormat { tokenizer, template: ChatTemplate::from_gguf(g).map_err(llm_error)? })
+    }
+
+    /// The token ids of a conversation (a JSON array of `{ role, content }`) and the opening
+    /// of the assistant's answer.
+    pub(crate) fn chat_tokens(&self, messages_json: &str) -> Result<Vec<u32>, JsValue> {
+        #[derive(serde::Deserialize)]
+        struct In {
+            role: String,
+            content: String,
+        }
+        let messages: Vec<In> = serde_json::from_str(messages_json)
+            .map_err(|e| js::error("bad_option", format!("messages: {e}")))?;
+        if let Some(m) =
+            messages.iter().find(|m| !["system", "user", "assistant"].contains(&m.role.as_str()))
+        {
+            return Err(js::error("bad_option", format!("unknown role {:?}", m.role)));
+        }
+        let messages: Vec<Message> =
+            messages.into_iter().map(|m| Message { role: m.role, content: m.content }).collect();
+        self.template.encode(&self.tokenizer, &messages).map_err(llm_error)
+    }
+
+    pub(crate) fn decode(&self, tokens: &[u32]) -> Result<String, JsValue> {
+        self.tokenizer.decode(tokens).map_err(llm_error)
+    }
+}
+
+/// How a client asks the server to sample: `temperature` 0 is greedy.
+pub(crate) fn sampling(temperature: f32, top_p: f32, seed: u32) -> (Sampling, HeadSampling) {
+    if temperature <= 0.0 || !temperature.is_finite() {
+        (Sampling::Greedy, HeadSampling::GREEDY)
+    } else {
+        let seed = u64::from(seed);
+        (Sampling::TopP { temperature, top_p, seed }, HeadSampling { temperature, top_p, seed })
+    }
 }
 
 /// What the edge waits for from the server.
@@ -65,11 +117,14 @@ enum Awaiting {
 #[wasm_bindgen]
 pub struct LlmEdge {
     model: Smollm2,
-    tokenizer: Tokenizer,
-    template: ChatTemplate,
+    chat: ChatFormat,
     cache: KvCache,
     positions: u32,
     sampler: Sampler,
+    /// What the server is asked for when it runs the head.
+    head_sampling: HeadSampling,
+    /// Whether the server runs the head (plain split): its replies are tokens.
+    server_head: bool,
     next_id: u64,
     awaiting: Awaiting,
     opened: bool,
@@ -92,7 +147,7 @@ impl LlmEdge {
     pub fn load(bytes: &[u8], positions: u32) -> Result<LlmEdge, JsValue> {
         let g = split_shared::container::Gguf::parse(bytes).map_err(|e| llm_error(e.into()))?;
         let (model, tokenizer) = Smollm2::load_parsed(&g).map_err(llm_error)?;
-        let template = ChatTemplate::from_gguf(&g).map_err(llm_error)?;
+        let chat = ChatFormat::new(tokenizer, &g)?;
         let held = model.blocks();
         if held.start != 0 {
             return Err(js::error(
@@ -104,11 +159,12 @@ impl LlmEdge {
         let cache = KvCache::new(&model.config, held, positions as usize);
         Ok(LlmEdge {
             model,
-            tokenizer,
-            template,
+            chat,
             cache,
             positions,
             sampler: Sampler::new(Sampling::Greedy),
+            head_sampling: HeadSampling::GREEDY,
+            server_head: false,
             next_id: 1,
             awaiting: Awaiting::Nothing,
             opened: false,
@@ -177,44 +233,46 @@ impl LlmEdge {
     /// The id of the token that ends an answer.
     #[wasm_bindgen(js_name = endToken)]
     pub fn end_token(&self) -> u32 {
-        self.tokenizer.eos
+        self.chat.tokenizer.eos
     }
 
-    /// Greedy when `temperature` is 0, otherwise temperature and top-p sampling from `seed`.
+    /// Greedy when `temperature` is 0, otherwise temperature and top-p sampling from `seed`
+    /// (on the server with its head: from the next conversation on).
     #[wasm_bindgen(js_name = setSampling)]
     pub fn set_sampling(&mut self, temperature: f32, top_p: f32, seed: u32) {
-        self.sampler = Sampler::new(if temperature <= 0.0 {
-            Sampling::Greedy
-        } else {
-            Sampling::TopP { temperature, top_p, seed: u64::from(seed) }
-        });
+        let (here, there) = sampling(temperature, top_p, seed);
+        self.sampler = Sampler::new(here);
+        self.head_sampling = there;
+    }
+
+    /// Whether the server runs the head and samples (plain split; it then learns the answer's
+    /// tokens) from the next conversation on. `bad_option` while one is open.
+    #[wasm_bindgen(js_name = setServerHead)]
+    pub fn set_server_head(&mut self, on: bool) -> Result<(), JsValue> {
+        if self.opened && on != self.server_head {
+            return Err(js::error("bad_option", "the conversation is open: reset it first"));
+        }
+        self.server_head = on;
+        Ok(())
+    }
+
+    /// Whether the server runs the head ([`Self::set_server_head`]).
+    #[wasm_bindgen(js_name = serverHead)]
+    pub fn server_head(&self) -> bool {
+        self.server_head
     }
 
     /// The token ids of a conversation (a JSON array of `{ role, content }`) and the opening of
     /// the assistant's answer, in the model's chat format.
     #[wasm_bindgen(js_name = chatTokens)]
     pub fn chat_tokens(&self, messages_json: &str) -> Result<Vec<u32>, JsValue> {
-        #[derive(serde::Deserialize)]
-        struct In {
-            role: String,
-            content: String,
-        }
-        let messages: Vec<In> = serde_json::from_str(messages_json)
-            .map_err(|e| js::error("bad_option", format!("messages: {e}")))?;
-        if let Some(m) =
-            messages.iter().find(|m| !["system", "user", "assistant"].contains(&m.role.as_str()))
-        {
-            return Err(js::error("bad_option", format!("unknown role {:?}", m.role)));
-        }
-        let messages: Vec<Message> =
-            messages.into_iter().map(|m| Message { role: m.role, content: m.content }).collect();
-        self.template.encode(&self.tokenizer, &messages).map_err(llm_error)
+        self.chat.chat_tokens(messages_json)
     }
 
     /// The text of token ids (UTF-8 split across tokens is completed by later ones: decode
     /// the whole answer so far, not token by token).
     pub fn decode(&self, tokens: &[u32]) -> Result<String, JsValue> {
-        self.tokenizer.decode(tokens).map_err(llm_error)
+        self.chat.decode(tokens)
     }
 
     /// The frame that opens the conversation on the server: blocks `blocks()..layers()`, the
@@ -235,6 +293,7 @@ impl LlmEdge {
             first: self.blocks() as u16,
             end: self.layers() as u16,
             positions: self.positions,
+            head: self.server_head.then_some(self.head_sampling),
         }
         .encode())
     }
@@ -247,10 +306,11 @@ impl LlmEdge {
             return Err(js::error("bad_frame", "no conversation is being opened"));
         };
         match decode(frame, id)? {
-            LlmFrame::Opened { first, end, width, .. }
+            LlmFrame::Opened { first, end, width, head, .. }
                 if u32::from(first) == self.blocks()
                     && u32::from(end) == self.layers()
-                    && width == self.width() =>
+                    && width == self.width()
+                    && head == self.server_head =>
             {
                 self.awaiting = Awaiting::Nothing;
                 self.opened = true;
@@ -308,7 +368,7 @@ impl LlmEdge {
     }
 
     /// The next frame of kept hidden states for the reopened conversation, or nothing when all
-    /// are sent again. Each reply goes to [`Self::accept_hidden`]; the last one's gives the
+    /// are sent again. Each reply goes to [`Self::accept_reply`]; the last one's gives the
     /// next token, as the lost reply would have.
     #[wasm_bindgen(js_name = resendFrame)]
     pub fn resend_frame(&mut self) -> Result<Option<Vec<u8>>, JsValue> {
@@ -328,39 +388,54 @@ impl LlmEdge {
         Ok(Some(LlmFrame::Hidden { id, reply: false, position, width, codec, values }.encode()))
     }
 
-    /// The server's hidden states for the last [`Self::send`] (or [`Self::resend_frame`]):
-    /// the next token, chosen from the last position's logits; nothing for a resent frame
-    /// before the last.
-    #[wasm_bindgen(js_name = acceptHidden)]
-    pub fn accept_hidden(&mut self, frame: &[u8]) -> Result<Option<u32>, JsValue> {
+    /// The server's reply to the last [`Self::send`] (or [`Self::resend_frame`]): the next
+    /// token, chosen here from the hidden states' last position, or by the server with its
+    /// head; nothing for a resent frame before the last.
+    #[wasm_bindgen(js_name = acceptReply)]
+    pub fn accept_reply(&mut self, frame: &[u8]) -> Result<Option<u32>, JsValue> {
         let Awaiting::Hidden { id, position: sent, rows, last } = self.awaiting else {
-            return Err(js::error("bad_frame", "no hidden states are awaited"));
+            return Err(js::error("bad_frame", "no reply is awaited"));
         };
-        let (position, width, values) = match decode(frame, id)? {
-            LlmFrame::Hidden { reply: true, position, width, codec, values, .. }
-                if codec == self.codec =>
+        let width = self.width();
+        let next = match decode(frame, id)? {
+            LlmFrame::Hidden { reply: true, position, width: w, codec, values, .. }
+                if codec == self.codec && !self.server_head =>
             {
-                (position, width, values)
+                if position != sent || w != width || values.len() != (rows * width) as usize {
+                    return Err(js::error(
+                        "bad_frame",
+                        format!(
+                            "{} values at position {position}, width {w}: not the {rows} rows sent at {sent}",
+                            values.len()
+                        ),
+                    ));
+                }
+                Next::Hidden(values)
+            }
+            LlmFrame::Token { position, token, .. } if self.server_head => {
+                if position != sent + rows {
+                    return Err(js::error(
+                        "bad_frame",
+                        format!(
+                            "a token for position {position}, after {rows} rows sent at {sent}"
+                        ),
+                    ));
+                }
+                Next::Token(token)
             }
             other => {
-                return Err(js::error("bad_frame", format!("hidden states expected: {other:?}")));
+                return Err(js::error("bad_frame", format!("not the reply awaited: {other:?}")));
             }
         };
-        if position != sent || width != self.width() || values.len() != (rows * width) as usize {
-            return Err(js::error(
-                "bad_frame",
-                format!(
-                    "{} values at position {position}, width {width}: not the {rows} rows sent at {sent}",
-                    values.len()
-                ),
-            ));
-        }
         self.awaiting = Awaiting::Nothing;
         if !last {
             return Ok(None);
         }
         self.resending = false;
-        self.next_token(&values).map(Some)
+        match next {
+            Next::Hidden(values) => self.next_token(&values).map(Some),
+            Next::Token(token) => Ok(Some(token)),
+        }
     }
 
     /// Forget the conversation (this edge's cache, the server's side of it): the next one
@@ -391,6 +466,12 @@ impl LlmEdge {
     }
 }
 
+/// What a reply gives: hidden states to finish here, or the server's token.
+enum Next {
+    Hidden(Vec<f32>),
+    Token(u32),
+}
+
 impl LlmEdge {
     fn take_id(&mut self) -> u64 {
         let id = self.next_id;
@@ -417,7 +498,7 @@ impl LlmEdge {
 }
 
 /// A server frame: its error as a `SplitError` with the server's code, and the id checked.
-fn decode(frame: &[u8], id: u64) -> Result<LlmFrame, JsValue> {
+pub(crate) fn decode(frame: &[u8], id: u64) -> Result<LlmFrame, JsValue> {
     let f = LlmFrame::decode(frame).map_err(|e| js::error("bad_frame", e))?;
     if let LlmFrame::Error { code, message, .. } = &f {
         return Err(js::error(code.name(), message));

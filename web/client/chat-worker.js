@@ -1,7 +1,10 @@
 // The chat's worker: the language model's share this browser runs (the wasm `LlmEdge`: the
 // tokenizer, the embedding, the first blocks, the final norm, the output projection and the
 // sampler), the socket to the server's blocks, and the answer loop, off the page's thread.
-// Only hidden states go to the server: the text and the token ids stay here. `chat.js` is the
+// In the U-shaped split (placement "split", the default) only hidden states go to the server:
+// the text and the token ids stay here. "plain" lets the server run the head (it sees the
+// answer's tokens); "cloud" sends the prompt's token ids and the server streams the answer
+// (the wasm `LlmCloud`: the tokenizer only); "edge" runs the whole model here. `chat.js` is the
 // other end. Messages:
 //
 //   in:  { id, method: "create", args: [options] }   load the share (once)
@@ -27,17 +30,14 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 let state = null;
 let stopping = false;
 
-/** The socket of one answer: `send(frame)` resolves with the next binary message. */
+/** The socket of one answer: `send(frame)` resolves with the next binary message,
+ * `receive()` waits for the next one without sending, `post(frame)` sends only. */
 async function openSocket(url, token) {
   const socket = new WebSocket(url, token ? ["split.v1", `bearer.${token}`] : []);
   socket.binaryType = "arraybuffer";
   const waiting = [];
   const fail = (error) => {
     while (waiting.length) waiting.shift().reject(error);
-  };
-  socket.onmessage = (e) => {
-    const w = waiting.shift();
-    if (w) w.resolve(new Uint8Array(e.data));
   };
   socket.onclose = (e) => fail(new SplitError("network", `the server closed the conversation (${e.code} ${e.reason || ""})`.trim()));
   await new Promise((resolve, reject) => {
@@ -48,20 +48,35 @@ async function openSocket(url, token) {
     socket.onopen = () => { clearTimeout(timer); resolve(); };
     socket.onerror = () => { clearTimeout(timer); reject(new SplitError("network", `cannot reach ${url}`)); };
   });
+  const receive = () => new Promise((resolve, reject) => {
+    if (socket.readyState !== WebSocket.OPEN) {
+      reject(new SplitError("network", "the server closed the conversation"));
+      return;
+    }
+    const timer = setTimeout(() => {
+      reject(new SplitError("timeout", `no reply from the server within ${REPLY_TIMEOUT_MS} ms`));
+      socket.close();
+    }, REPLY_TIMEOUT_MS);
+    waiting.push({
+      resolve: (v) => { clearTimeout(timer); resolve(v); },
+      reject: (e) => { clearTimeout(timer); reject(e); },
+    });
+  });
+  // Messages that came while nobody waited (a streamed answer's tokens) wait in `early`.
+  const early = [];
+  socket.onmessage = (e) => {
+    const w = waiting.shift();
+    if (w) w.resolve(new Uint8Array(e.data));
+    else early.push(new Uint8Array(e.data));
+  };
   return {
     send(frame) {
-      return new Promise((resolve, reject) => {
-        const timer = setTimeout(() => {
-          reject(new SplitError("timeout", `no reply from the server within ${REPLY_TIMEOUT_MS} ms`));
-          socket.close();
-        }, REPLY_TIMEOUT_MS);
-        waiting.push({
-          resolve: (v) => { clearTimeout(timer); resolve(v); },
-          reject: (e) => { clearTimeout(timer); reject(e); },
-        });
-        socket.send(frame);
-      });
+      const reply = receive();
+      socket.send(frame);
+      return reply;
     },
+    receive: () => (early.length ? Promise.resolve(early.shift()) : receive()),
+    post: (frame) => socket.send(frame),
     close: () => socket.close(),
   };
 }
@@ -73,9 +88,12 @@ const methods = {
    *   privacy floor unless named), `privacyFloor` (fewer blocks than this, short of the whole
    *   model, are refused: a number, or "default"), `positions` (the conversation's longest,
    *   prompt and answer), `token` (the server's bearer token), `codec` (how hidden states
-   *   cross: the wasm module's default unless named)
+   *   cross: the wasm module's default unless named), `placement` ("split": the server runs
+   *   the middle blocks and sees only hidden states; "plain": it also runs the head and sees
+   *   the answer's tokens; "cloud": it runs everything and sees the conversation; "edge":
+   *   nothing leaves, the whole model is downloaded)
    */
-  async create({ server, blocks = null, privacyFloor = 0, positions = 1024, token = null, codec = null }) {
+  async create({ server, blocks = null, privacyFloor = 0, positions = 1024, token = null, codec = null, placement = "split" }) {
     if (state) throw new SplitError("bad_option", "this worker already has a chat");
     const base = new URL(server ?? self.location.origin);
     const response = await fetch(new URL("api/info", base)).catch(() => null);
@@ -86,6 +104,28 @@ const methods = {
     await loadWasm("cpu", "cpu");
     const floor = privacyFloor === "default" ? wasm.defaultChatPrivacyFloor() : privacyFloor;
     if (!Number.isInteger(floor) || floor < 0) throw new SplitError("bad_option", `privacyFloor: a number of blocks, or "default"`);
+    if (!["split", "plain", "cloud", "edge"].includes(placement)) {
+      throw new SplitError("bad_option", `placement: "split", "plain", "cloud" or "edge", not ${JSON.stringify(placement)}`);
+    }
+    const socketUrl = serverUrl(llm.url, base);
+    socketUrl.protocol = socketUrl.protocol === "https:" ? "wss:" : "ws:";
+    if (placement === "cloud") {
+      if (floor > 0) {
+        throw new SplitError("privacy_floor", `cloud-only sends the conversation to the server: the privacy floor is ${floor} blocks`);
+      }
+      positions = Math.min(positions, llm.max_positions);
+      const bytes = await fetchCached(serverUrl(llm.tokenizer_url, base), `${llm.file_id}-tokenizer`, "llm-weights",
+        (value) => postMessage({ event: "progress", value }));
+      let cloud;
+      try {
+        cloud = wasm.LlmCloud.load(bytes, positions);
+      } catch (e) {
+        throw fromWasm(e);
+      }
+      state = { cloud, positions, token, socketUrl };
+      return { placement, blocks: 0, layers: llm.layers, width: llm.width, positions, shareBytes: bytes.length, weightBytes: 0, codec: null, rowBytes: 0, model: llm.model };
+    }
+    if (placement === "edge") blocks = llm.layers;
     blocks ??= Math.max(floor, wasm.defaultChatPrivacyFloor());
     if (!Number.isInteger(blocks) || blocks < 0 || blocks > llm.layers) {
       throw new SplitError("bad_option", `blocks: a number from 0 to ${llm.layers}`);
@@ -105,13 +145,13 @@ const methods = {
     try {
       edge = wasm.LlmEdge.load(bytes, positions);
       if (codec != null) edge.setCodec(codec);
+      edge.setServerHead(placement === "plain" && blocks < llm.layers);
     } catch (e) {
       throw fromWasm(e);
     }
-    const socketUrl = serverUrl(llm.url, base);
-    socketUrl.protocol = socketUrl.protocol === "https:" ? "wss:" : "ws:";
     state = { edge, positions, token, socketUrl };
     return {
+      placement: blocks === llm.layers ? "edge" : placement,
       blocks,
       layers: llm.layers,
       width: llm.width,
@@ -131,6 +171,7 @@ const methods = {
   async ask(messages, { maxTokens = 128, temperature = 0, topP = 0.9, seed = 0 } = {}) {
     if (!state) throw new SplitError("bad_option", "create the chat first");
     if (state.busy) throw new SplitError("bad_option", "an answer is being written: stop it first");
+    if (state.cloud) return askCloud(messages, { maxTokens, temperature, topP, seed });
     state.busy = true;
     stopping = false;
     const { edge } = state;
@@ -161,7 +202,7 @@ const methods = {
               const reply = await socket.send(f);
               figures.bytesUp += f.length;
               figures.bytesDown += reply.length;
-              token = edge.acceptHidden(reply);
+              token = edge.acceptReply(reply);
             }
             return token;
           } catch (e) {
@@ -204,7 +245,7 @@ const methods = {
           if (reply) {
             figures.bytesDown += reply.length;
             t0 = performance.now();
-            next = edge.acceptHidden(reply);
+            next = edge.acceptReply(reply);
             figures.edgeMs += performance.now() - t0;
           }
         }
@@ -221,7 +262,7 @@ const methods = {
         stopped: stopping,
         firstTokenMs,
         tokensPerSecond: answer.length > 1 ? (answer.length - 1) / ((totalMs - firstTokenMs) / 1e3) : null,
-        placement: whole ? "edge" : "split",
+        placement: whole ? "edge" : edge.serverHead() ? "plain" : "split",
         ...figures,
       };
     } catch (e) {
@@ -234,8 +275,86 @@ const methods = {
 
   stop() {
     stopping = true;
+    state?.stopNow?.();
   },
 };
+
+/**
+ * Cloud-only: the prompt's token ids go up, the server streams the answer. A dropped socket
+ * mid-answer: a new one, and the prompt with the answer so far sent again (the server
+ * prefills them and goes on).
+ */
+async function askCloud(messages, { maxTokens, temperature, topP, seed }) {
+  if (state.busy) throw new SplitError("bad_option", "an answer is being written: stop it first");
+  state.busy = true;
+  stopping = false;
+  const { cloud } = state;
+  let socket = null;
+  try {
+    cloud.setSampling(temperature, topP, seed);
+    const prompt = cloud.chatTokens(JSON.stringify(messages));
+    if (prompt.length + maxTokens > state.positions) {
+      throw new SplitError("context", `${prompt.length} prompt tokens and ${maxTokens} more do not fit ${state.positions} positions`);
+    }
+    const figures = { edgeMs: 0, serverMs: 0, bytesUp: 0, bytesDown: 0, promptTokens: prompt.length, resumes: 0 };
+    const answer = [];
+    const started = performance.now();
+    let firstTokenMs = null;
+    let finish = null;
+    // One request: a socket, the conversation opened, the tokens so far sent with what is left
+    // to write, then its tokens as they come.
+    const request = async () => {
+      socket?.close();
+      cloud.reset();
+      socket = await openSocket(state.socketUrl, state.token);
+      cloud.acceptOpened(await socket.send(cloud.openFrame()));
+      const tokens = new Uint32Array([...prompt, ...answer]);
+      const frame = cloud.askFrame(0, tokens, maxTokens - answer.length);
+      figures.bytesUp += frame.length;
+      socket.post(frame);
+      state.stopNow = () => socket.post(cloud.stopFrame());
+      if (stopping) state.stopNow();
+      for (;;) {
+        const reply = await socket.receive();
+        figures.bytesDown += reply.length;
+        const next = cloud.accept(reply);
+        if (next === undefined) return cloud.finish();
+        firstTokenMs ??= performance.now() - started;
+        if (next === cloud.endToken()) continue;
+        answer.push(next);
+        postMessage({ event: "token", value: { text: cloud.decode(new Uint32Array(answer)), tokens: answer.length, ...figures } });
+      }
+    };
+    for (;;) {
+      try {
+        finish = await request();
+        break;
+      } catch (e) {
+        const failure = fromWasm(e);
+        if (!transient(failure) || stopping || figures.resumes >= RESUME_DELAYS_MS.length) throw failure;
+        await sleep(RESUME_DELAYS_MS[figures.resumes]);
+        figures.resumes += 1;
+      }
+    }
+    const totalMs = performance.now() - started;
+    figures.serverMs = totalMs;
+    return {
+      text: cloud.decode(new Uint32Array(answer)),
+      tokens: Array.from(answer),
+      stopped: finish === "stopped",
+      firstTokenMs,
+      tokensPerSecond: answer.length > 1 ? (answer.length - 1) / ((totalMs - firstTokenMs) / 1e3) : null,
+      placement: "cloud",
+      ...figures,
+    };
+  } catch (e) {
+    throw fromWasm(e);
+  } finally {
+    state.stopNow = null;
+    socket?.close();
+    state.busy = false;
+  }
+}
 
 onmessage = async ({ data: { id, method, args } }) => {
   try {

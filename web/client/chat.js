@@ -15,8 +15,8 @@ export class SplitChat {
     this.nextId = 1;
     this.onProgress = () => {};
     this.onToken = () => {};
-    /** What `create` answered: `{ blocks, layers, width, positions, shareBytes, weightBytes,
-     * codec, rowBytes, model }`. */
+    /** What `create` answered: `{ placement, blocks, layers, width, positions, shareBytes,
+     * weightBytes, codec, rowBytes, model }`. */
     this.info = null;
     worker.onmessage = ({ data }) => {
       if (data.event === "progress") return this.onProgress(data.value);
@@ -43,8 +43,9 @@ export class SplitChat {
    *   privacy floor's, 12), `privacyFloor` (fewer blocks are refused with "privacy_floor": a
    *   number, or "default"),
    *   `positions` (1,024), `token`, `codec` (how hidden states cross: "f32", "f16", "bf16",
-   *   "q8", "q8o"; the module's default unless named), `onProgress({ stage, loaded, total,
-   *   fraction, cached })`
+   *   "q8", "q8o"; the module's default unless named), `placement` ("split", the default;
+   *   "plain": the server also runs the head; "cloud": the server runs everything; "edge":
+   *   the whole model here), `onProgress({ stage, loaded, total, fraction, cached })`
    */
   static async create({ onProgress, ...options } = {}) {
     const worker = new Worker(new URL("./chat-worker.js", import.meta.url), { type: "module" });

@@ -121,6 +121,48 @@ await withPage(GPU_ARGS.cpu, async (page) => {
   const [split, whole] = [runs.find((r) => r.blocks === 4), runs.find((r) => r.blocks === 30)];
   if (!(whole.share > 2 * split.share)) throw new Error(`the shares: ${split.share} bytes for 4 blocks, ${whole.share} for 30`);
 
+  // The other placements: the server runs the head (plain split at 4 blocks) or everything
+  // (cloud-only, only the tokenizer downloaded): the reference's tokens again.
+  const placed = await page.evaluate(async (p) => {
+    const { SplitChat } = await import("/client/chat.js");
+    const out = {};
+    for (const placement of ["plain", "cloud"]) {
+      const chat = await SplitChat.create({ blocks: 4, positions: 256, placement });
+      const a = await chat.ask([{ role: "user", content: p.user }], { maxTokens: p.greedy.length });
+      out[placement] = { tokens: a.tokens, placement: a.placement, bytesUp: a.bytesUp, bytesDown: a.bytesDown, promptTokens: a.promptTokens, share: chat.info.shareBytes, rowBytes: chat.info.rowBytes, info: chat.info.placement };
+      chat.close();
+    }
+    // Cloud-only under a privacy floor is refused; a stop ends a streamed answer early.
+    try { await SplitChat.create({ placement: "cloud", privacyFloor: "default" }); } catch (e) { out.floor = e.code; }
+    try { await SplitChat.create({ placement: "server" }); } catch (e) { out.unknown = e.code; }
+    const cloud = await SplitChat.create({ placement: "cloud" });
+    const stopped = await cloud.ask([{ role: "user", content: "Write a long story about a dragon." }], {
+      maxTokens: 200,
+      onToken: (t) => { if (t.tokens === 3) cloud.stop(); },
+    });
+    cloud.close();
+    out.stopped = { stopped: stopped.stopped, tokens: stopped.tokens.length };
+    return out;
+  }, { user: golden.prompts[1].user, greedy: golden.prompts[1].greedy });
+  for (const placement of ["plain", "cloud"]) {
+    const r = placed[placement];
+    if (!same(r.tokens, golden.prompts[1].greedy) || r.placement !== placement || r.info !== placement) {
+      throw new Error(`${placement}: ${JSON.stringify(r)} against the reference's ${JSON.stringify(golden.prompts[1].greedy)}`);
+    }
+  }
+  // Plain split: hidden states up as in the U-split, a token frame (24 bytes) down per token.
+  const plain = placed.plain;
+  const plainUp = (plain.promptTokens + plain.tokens.length - 1) * plain.rowBytes + plain.tokens.length * 28;
+  if (plain.bytesUp !== plainUp || plain.bytesDown !== plain.tokens.length * 24) throw new Error(`plain split bytes: ${JSON.stringify(plain)}`);
+  // Cloud-only: the tokenizer only (no weights), the prompt's ids up (4 bytes each), a token
+  // frame per token down and the end.
+  const cloudRun = placed.cloud;
+  if (!(cloudRun.share < split.share / 4) || cloudRun.bytesUp !== 28 + cloudRun.promptTokens * 4 || cloudRun.bytesDown !== cloudRun.tokens.length * 24 + 21) {
+    throw new Error(`cloud-only bytes: ${JSON.stringify(cloudRun)} (the 4-block share is ${split.share} bytes)`);
+  }
+  if (placed.floor !== "privacy_floor" || placed.unknown !== "bad_option") throw new Error(`cloud refusals: ${placed.floor}, ${placed.unknown}`);
+  if (!placed.stopped.stopped || placed.stopped.tokens >= 20) throw new Error(`cloud stop: ${JSON.stringify(placed.stopped)}`);
+
   // Refusals come back as typed errors: blocks past the model, a prompt past the positions.
   const refusals = await page.evaluate(async () => {
     const { SplitChat } = await import("/client/chat.js");
@@ -161,19 +203,27 @@ await withPage(GPU_ARGS.cpu, async (page) => {
   await page.goto(new URL("index.html", link.url).href);
   const resumed = await page.evaluate(async (p) => {
     const { SplitChat } = await import("/client/chat.js");
-    const chat = await SplitChat.create({ blocks: 2 });
-    const a = await chat.ask([{ role: "user", content: p.user }], {
-      maxTokens: p.greedy.length,
-      onToken: (t) => { if (t.tokens === 5 || t.tokens === 20) window.cutLink(); },
-    });
-    chat.close();
-    return { tokens: a.tokens, resumes: a.resumes };
+    const out = [];
+    for (const placement of ["split", "cloud"]) {
+      const chat = await SplitChat.create({ blocks: 2, placement });
+      const a = await chat.ask([{ role: "user", content: p.user }], {
+        maxTokens: p.greedy.length,
+        onToken: (t) => { if (t.tokens === 5 || t.tokens === 20) window.cutLink(); },
+      });
+      chat.close();
+      out.push({ placement, tokens: a.tokens, resumes: a.resumes });
+    }
+    return out;
   }, { user: golden.prompts[1].user, greedy: golden.prompts[1].greedy });
   link.close();
-  if (!same(resumed.tokens, golden.prompts[1].greedy)) throw new Error(`after ${cuts} cuts: ${JSON.stringify(resumed.tokens)} against the reference's ${JSON.stringify(golden.prompts[1].greedy)}`);
-  if (cuts !== 2 || resumed.resumes < 1) throw new Error(`${cuts} cuts, ${resumed.resumes} resumes`);
+  for (const r of resumed) {
+    if (!same(r.tokens, golden.prompts[1].greedy)) throw new Error(`${r.placement} after ${cuts} cuts: ${JSON.stringify(r.tokens)} against the reference's ${JSON.stringify(golden.prompts[1].greedy)}`);
+    if (r.resumes < 1) throw new Error(`${r.placement}: ${r.resumes} resumes after the cuts`);
+  }
+  if (cuts !== 4) throw new Error(`${cuts} cuts`);
   if (errors.length) throw new Error(`page errors: ${errors.join("; ")}`);
   const line = (r) => `${r.blocks === 30 ? "whole in the browser" : `split at ${r.blocks} (${r.codec})`}: ${r.tokens.length} tokens, ${r.perSecond?.toFixed(1)} tokens/s, share ${(r.share / 1e6).toFixed(1)} MB, ${r.bytesUp} B up`;
   console.log(`chat: the page's answer and ${runs.length} client answers equal the reference's greedy tokens; ${runs.map(line).join("; ")}`);
-  console.log(`chat: refusals ${refusals.codes.join(", ")}; stopped after ${refusals.stoppedTokens} tokens; the link cut ${cuts} times mid-answer, ${resumed.resumes} resumes, the reference's ${resumed.tokens.length} tokens (headless Chromium, CPU build, beside the test's server: not a speed figure)`);
+  console.log(`chat: plain split and cloud-only give the reference's tokens (plain ${plain.bytesUp} B up, ${plain.bytesDown} down; cloud ${cloudRun.bytesUp} B up, ${cloudRun.bytesDown} down, tokenizer ${(cloudRun.share / 1e6).toFixed(2)} MB); a cloud answer stopped after ${placed.stopped.tokens} tokens`);
+  console.log(`chat: refusals ${refusals.codes.join(", ")}; stopped after ${refusals.stoppedTokens} tokens; the link cut ${cuts} times mid-answer, ${resumed.map((r) => `${r.placement} ${r.resumes} resumes`).join(", ")}, the reference's tokens (headless Chromium, CPU build, beside the test's server: not a speed figure)`);
 });

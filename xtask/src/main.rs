@@ -65,8 +65,20 @@ enum Task {
     Docs(docs::Args),
 }
 
-fn main() -> Result<()> {
-    match Cli::parse().task {
+/// Runs the task; a failure's cause is the last line printed, without a backtrace (CI keeps
+/// the end of a long log: a backtrace there pushed the cause out of it).
+fn main() -> std::process::ExitCode {
+    match task(Cli::parse().task) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask failed: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn task(task: Task) -> Result<()> {
+    match task {
         Task::Setup => setup::ensure_weights()
             .and_then(|_| setup::ensure_calibration())
             .and_then(|_| setup::ensure_llm())

@@ -34,7 +34,13 @@ impl Drop for Server {
 /// its URL.
 pub fn start_server(extra: &[String]) -> Result<Server> {
     let (bin, args) = server_command(extra);
-    let mut child = Command::new(&bin)
+    let mut command = Command::new(&bin);
+    // The test servers log warnings and errors only (unless RUST_LOG says otherwise): a line per
+    // request buried the failing test's own output in CI's log.
+    if std::env::var_os("RUST_LOG").is_none() {
+        command.env("RUST_LOG", "warn");
+    }
+    let mut child = command
         .args(&args)
         .stdout(Stdio::piped())
         .spawn()

@@ -1,7 +1,17 @@
-//! Frames of the language model's split (`/llm`): a client that keeps the embedding, the first
-//! blocks and the output projection sends hidden states; the server runs its range of blocks on
-//! them with the KV cache of that range and sends the hidden states back. Token ids and text
-//! never cross.
+//! Frames of the language model's split (`/llm`). The placement is the conversation's block
+//! range and whether the server also runs the head (the final norm, the output projection and
+//! the sampler):
+//!
+//! - **U-shaped split** (`first > 0`, no head): the client keeps the embedding, the first blocks
+//!   and the head, sends hidden states, and the server answers with the hidden states after its
+//!   blocks. Token ids and text never cross.
+//! - **Plain split** (`first > 0`, head): the server answers a hidden frame with the next token;
+//!   it sees the answer's tokens, never the prompt's.
+//! - **Cloud-only** (`first = 0`, head): the client sends the prompt's token ids and how many to
+//!   generate; the server streams the answer token by token (one `token` frame each, then
+//!   `done`) without waiting for the client between tokens; `stop` ends it early. The
+//!   server's cache then holds every token sent but the last: the conversation's next
+//!   `tokens` frame starts with that one, at its position.
 //!
 //! One WebSocket is one conversation. Every frame has a 16-byte header laid out as the image
 //! frames' (little-endian): magic `"SPLM"`, version u16 [`LLM_PROTOCOL_VERSION`], kind u8,
@@ -9,25 +19,33 @@
 //! u64 (echoed in the reply). Bodies:
 //!
 //! ```text
-//! 1    open     model u8 (2 = SmolLM2-135M-Instruct), 3 zero bytes, first block u16,
-//!               end block u16 (exclusive), positions u32 (the KV cache to reserve)
+//! 1    open     model u8 (2 = SmolLM2-135M-Instruct), flags u8 (bit 0: the server runs the
+//!               head), 2 zero bytes, first block u16, end block u16 (exclusive), positions
+//!               u32 (the KV cache to reserve); with the head bit: temperature f32 (0 is
+//!               greedy), top-p f32, seed u64
 //! 2    hidden   position u32 (of the first row), rows u32, width u32, then rows coded each
 //!               on its own in the header's encoding (f32: rows × width f32)
-//! 0x81 opened   first block u16, end block u16, positions u32, width u32
+//! 3    tokens   position u32, generate u32 (tokens to answer with; 0: only fill the cache),
+//!               count u32, then count token ids u32 (cloud-only conversations)
+//! 4    stop     (no body) end the generation under way; nothing else is answered
+//! 0x81 opened   first block u16, end block u16, positions u32, width u32, flags u8
 //! 0x82 hidden   as the request: the rows after the server's blocks, in the request's encoding
 //! 0x83 error    code u16, message length u16, message (UTF-8)
+//! 0x84 token    position u32 (where the token goes in the conversation), token id u32
+//! 0x85 done     tokens generated u32, why the generation ended u8 ([`Finish`])
 //! ```
 //!
 //! Every length is checked against [`MAX_HIDDEN_ROWS`], [`MAX_HIDDEN_WIDTH`] and the bytes
-//! present before anything is allocated; trailing bytes are refused.
+//! present before anything is allocated; unknown flag bits and trailing bytes are refused.
 
 use crate::codec::{HiddenCodec, HiddenCodecError};
 use crate::container::Cursor;
 
 /// First four bytes of every frame of the `/llm` socket.
 pub const LLM_MAGIC: [u8; 4] = *b"SPLM";
-/// Version this build speaks (2: hidden rows coded, the header's encoding byte).
-pub const LLM_PROTOCOL_VERSION: u16 = 2;
+/// Version this build speaks (2: hidden rows coded, the header's encoding byte; 3: the server's
+/// head, token and generation frames).
+pub const LLM_PROTOCOL_VERSION: u16 = 3;
 /// The model id of SmolLM2-135M-Instruct (1 is EfficientNet-Lite0 on `/ws`).
 pub const MODEL_SMOLLM2: u8 = 2;
 /// Most positions in one hidden frame (a prompt's prefill; longer prompts go in several).
@@ -39,13 +57,68 @@ pub const MAX_HIDDEN_WIDTH: u32 = 8192;
 pub const MAX_LLM_FRAME_BYTES: usize = 16 + 12 + (MAX_HIDDEN_ROWS as usize) * 576 * 4;
 /// Longest error message.
 const MAX_MESSAGE_BYTES: usize = 1024;
+/// The open frame's flag: the server runs the head and answers with tokens.
+const FLAG_HEAD: u8 = 1;
 
 mod kind {
     pub const OPEN: u8 = 1;
     pub const HIDDEN: u8 = 2;
+    pub const TOKENS: u8 = 3;
+    pub const STOP: u8 = 4;
     pub const OPENED: u8 = 0x81;
     pub const HIDDEN_REPLY: u8 = 0x82;
     pub const ERROR: u8 = 0x83;
+    pub const TOKEN: u8 = 0x84;
+    pub const DONE: u8 = 0x85;
+}
+
+/// How the server chooses tokens when it runs the head: greedy at temperature 0, otherwise
+/// temperature and top-p from a seeded generator (the model's sampler; values out of range are
+/// refused by the server, not the decoder).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HeadSampling {
+    /// 0: greedy.
+    pub temperature: f32,
+    /// Nucleus mass, in (0, 1].
+    pub top_p: f32,
+    /// The generator's seed.
+    pub seed: u64,
+}
+
+impl HeadSampling {
+    /// The most likely token each time.
+    pub const GREEDY: HeadSampling = HeadSampling { temperature: 0.0, top_p: 1.0, seed: 0 };
+}
+
+/// Why a generation ended (the `done` frame).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Finish {
+    /// The model wrote its end token (the last `token` frame carries it).
+    EndToken = 1,
+    /// As many tokens as asked.
+    Count = 2,
+    /// The client's `stop`.
+    Stopped = 3,
+    /// The positions the conversation reserved are full.
+    Positions = 4,
+}
+
+impl Finish {
+    fn from_u8(v: u8) -> Option<Self> {
+        use Finish::*;
+        [EndToken, Count, Stopped, Positions].into_iter().find(|f| *f as u8 == v)
+    }
+
+    /// The reason's name, as the client reports it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Finish::EndToken => "end",
+            Finish::Count => "count",
+            Finish::Stopped => "stopped",
+            Finish::Positions => "positions",
+        }
+    }
 }
 
 /// Why the server refused a frame (the `code` of an error frame).
@@ -70,6 +143,10 @@ pub enum LlmErrorCode {
     Internal = 8,
     /// More frames per second from this address than the server takes (`--rate-limit`).
     RateLimited = 9,
+    /// A frame the conversation's placement does not take (token ids where the server does not
+    /// hold the embedding, a generation without the head, anything but `stop` while a
+    /// generation is under way).
+    Placement = 10,
 }
 
 impl LlmErrorCode {
@@ -85,6 +162,7 @@ impl LlmErrorCode {
             BadValues,
             Internal,
             RateLimited,
+            Placement,
         ]
         .into_iter()
         .find(|c| *c as u16 == v)
@@ -107,6 +185,7 @@ impl LlmErrorCode {
             LlmErrorCode::BadValues => "bad_values",
             LlmErrorCode::Internal => "internal",
             LlmErrorCode::RateLimited => "rate_limited",
+            LlmErrorCode::Placement => "placement",
         }
     }
 }
@@ -126,6 +205,44 @@ pub enum LlmFrame {
         end: u16,
         /// Positions of KV cache to reserve.
         positions: u32,
+        /// Whether the server runs the head, and how it samples.
+        head: Option<HeadSampling>,
+    },
+    /// Client: token ids for the server to embed and run, in a cloud-only conversation (block 0
+    /// and the head on the server); it answers with up to `generate` tokens, streamed, then
+    /// `done` (with 0, only `done`: the tokens are in its cache).
+    Tokens {
+        /// Request id (every `token` and the `done` of the generation echo it).
+        id: u64,
+        /// Position of the first token in the conversation.
+        position: u32,
+        /// Tokens to generate.
+        generate: u32,
+        /// The token ids.
+        tokens: Vec<u32>,
+    },
+    /// Client: end the generation under way.
+    Stop {
+        /// Request id.
+        id: u64,
+    },
+    /// Server: a token the head chose.
+    Token {
+        /// Request id of the hidden or tokens frame it answers.
+        id: u64,
+        /// Where the token goes in the conversation.
+        position: u32,
+        /// The token id.
+        token: u32,
+    },
+    /// Server: a generation ended.
+    Done {
+        /// Request id of the tokens frame.
+        id: u64,
+        /// Tokens sent.
+        generated: u32,
+        /// Why it ended.
+        finish: Finish,
     },
     /// Client: rows to run through the server's blocks; server: the rows after them.
     Hidden {
@@ -154,6 +271,8 @@ pub enum LlmFrame {
         positions: u32,
         /// Width of the hidden states it takes.
         width: u32,
+        /// Whether the server runs the head.
+        head: bool,
     },
     /// Server: a refused frame.
     Error {
@@ -193,6 +312,9 @@ pub enum LlmWireError {
     /// Bytes after the body.
     #[error("{0} unexpected bytes after the frame body")]
     Trailing(usize),
+    /// Flag bits this side does not know, or a `done` with an unknown reason.
+    #[error("{0}")]
+    Field(String),
 }
 
 impl LlmFrame {
@@ -201,8 +323,12 @@ impl LlmFrame {
         match self {
             LlmFrame::Open { id, .. }
             | LlmFrame::Hidden { id, .. }
+            | LlmFrame::Tokens { id, .. }
+            | LlmFrame::Stop { id }
             | LlmFrame::Opened { id, .. }
-            | LlmFrame::Error { id, .. } => *id,
+            | LlmFrame::Error { id, .. }
+            | LlmFrame::Token { id, .. }
+            | LlmFrame::Done { id, .. } => *id,
         }
     }
 
@@ -216,12 +342,38 @@ impl LlmFrame {
             out.extend_from_slice(&id.to_le_bytes());
         };
         match self {
-            LlmFrame::Open { id, model, first, end, positions } => {
+            LlmFrame::Open { id, model, first, end, positions, head } => {
                 header(&mut out, kind::OPEN, 0, *id);
-                out.extend_from_slice(&[*model, 0, 0, 0]);
+                let flags = if head.is_some() { FLAG_HEAD } else { 0 };
+                out.extend_from_slice(&[*model, flags, 0, 0]);
                 out.extend_from_slice(&first.to_le_bytes());
                 out.extend_from_slice(&end.to_le_bytes());
                 out.extend_from_slice(&positions.to_le_bytes());
+                if let Some(s) = head {
+                    out.extend_from_slice(&s.temperature.to_le_bytes());
+                    out.extend_from_slice(&s.top_p.to_le_bytes());
+                    out.extend_from_slice(&s.seed.to_le_bytes());
+                }
+            }
+            LlmFrame::Tokens { id, position, generate, tokens } => {
+                header(&mut out, kind::TOKENS, 0, *id);
+                out.extend_from_slice(&position.to_le_bytes());
+                out.extend_from_slice(&generate.to_le_bytes());
+                out.extend_from_slice(&(tokens.len() as u32).to_le_bytes());
+                for t in tokens {
+                    out.extend_from_slice(&t.to_le_bytes());
+                }
+            }
+            LlmFrame::Stop { id } => header(&mut out, kind::STOP, 0, *id),
+            LlmFrame::Token { id, position, token } => {
+                header(&mut out, kind::TOKEN, 0, *id);
+                out.extend_from_slice(&position.to_le_bytes());
+                out.extend_from_slice(&token.to_le_bytes());
+            }
+            LlmFrame::Done { id, generated, finish } => {
+                header(&mut out, kind::DONE, 0, *id);
+                out.extend_from_slice(&generated.to_le_bytes());
+                out.push(*finish as u8);
             }
             LlmFrame::Hidden { id, reply, position, width, codec, values } => {
                 let kind = if *reply { kind::HIDDEN_REPLY } else { kind::HIDDEN };
@@ -232,12 +384,13 @@ impl LlmFrame {
                 out.extend_from_slice(&width.to_le_bytes());
                 codec.encode(&values[..rows * *width as usize], *width as usize, &mut out);
             }
-            LlmFrame::Opened { id, first, end, positions, width } => {
+            LlmFrame::Opened { id, first, end, positions, width, head } => {
                 header(&mut out, kind::OPENED, 0, *id);
                 out.extend_from_slice(&first.to_le_bytes());
                 out.extend_from_slice(&end.to_le_bytes());
                 out.extend_from_slice(&positions.to_le_bytes());
                 out.extend_from_slice(&width.to_le_bytes());
+                out.push(if *head { FLAG_HEAD } else { 0 });
             }
             LlmFrame::Error { id, code, message } => {
                 header(&mut out, kind::ERROR, 0, *id);
@@ -269,8 +422,44 @@ impl LlmFrame {
         let frame = match kind {
             kind::OPEN => {
                 let model = c.u8()?;
-                c.take(3)?;
-                LlmFrame::Open { id, model, first: c.u16()?, end: c.u16()?, positions: c.u32()? }
+                let flags = flags(c.u8()?)?;
+                c.take(2)?;
+                let (first, end, positions) = (c.u16()?, c.u16()?, c.u32()?);
+                let head = if flags & FLAG_HEAD != 0 {
+                    let temperature = f32::from_le_bytes(c.take(4)?.try_into().expect("4 bytes"));
+                    let top_p = f32::from_le_bytes(c.take(4)?.try_into().expect("4 bytes"));
+                    Some(HeadSampling { temperature, top_p, seed: c.u64()? })
+                } else {
+                    None
+                };
+                LlmFrame::Open { id, model, first, end, positions, head }
+            }
+            kind::TOKENS => {
+                let (position, generate, count) = (c.u32()?, c.u32()?, c.u32()?);
+                if count > MAX_HIDDEN_ROWS {
+                    return Err(LlmWireError::Shape(format!(
+                        "{count} tokens in one frame: at most {MAX_HIDDEN_ROWS}"
+                    )));
+                }
+                if c.remaining() != count as usize * 4 {
+                    return Err(LlmWireError::Shape(format!(
+                        "{count} tokens need {} bytes, the frame has {}",
+                        count * 4,
+                        c.remaining()
+                    )));
+                }
+                let tokens = (0..count).map(|_| c.u32()).collect::<Result<_, _>>()?;
+                LlmFrame::Tokens { id, position, generate, tokens }
+            }
+            kind::STOP => LlmFrame::Stop { id },
+            kind::TOKEN => LlmFrame::Token { id, position: c.u32()?, token: c.u32()? },
+            kind::DONE => {
+                let generated = c.u32()?;
+                let reason = c.u8()?;
+                let finish = Finish::from_u8(reason).ok_or_else(|| {
+                    LlmWireError::Field(format!("unknown end of generation {reason}"))
+                })?;
+                LlmFrame::Done { id, generated, finish }
             }
             kind::HIDDEN | kind::HIDDEN_REPLY => {
                 let (position, rows, width) = (c.u32()?, c.u32()?, c.u32()?);
@@ -292,13 +481,11 @@ impl LlmFrame {
                 let reply = kind == kind::HIDDEN_REPLY;
                 LlmFrame::Hidden { id, reply, position, width, codec, values }
             }
-            kind::OPENED => LlmFrame::Opened {
-                id,
-                first: c.u16()?,
-                end: c.u16()?,
-                positions: c.u32()?,
-                width: c.u32()?,
-            },
+            kind::OPENED => {
+                let (first, end, positions, width) = (c.u16()?, c.u16()?, c.u32()?, c.u32()?);
+                let head = flags(c.u8()?)? & FLAG_HEAD != 0;
+                LlmFrame::Opened { id, first, end, positions, width, head }
+            }
             kind::ERROR => {
                 let code = LlmErrorCode::from_u16(c.u16()?).ok_or(LlmWireError::ErrorFrame)?;
                 let len = usize::from(c.u16()?);
@@ -316,6 +503,14 @@ impl LlmFrame {
     }
 }
 
+/// Flag bits, unknown ones refused.
+fn flags(bits: u8) -> Result<u8, LlmWireError> {
+    match bits & !FLAG_HEAD {
+        0 => Ok(bits),
+        unknown => Err(LlmWireError::Field(format!("unknown flags {unknown:#04x}"))),
+    }
+}
+
 /// The request id of a frame whose header is readable.
 pub fn peek_llm_id(frame: &[u8]) -> Option<u64> {
     (frame.len() >= 16 && frame[..4] == LLM_MAGIC)
@@ -328,7 +523,27 @@ mod tests {
 
     fn frames() -> Vec<LlmFrame> {
         vec![
-            LlmFrame::Open { id: 1, model: MODEL_SMOLLM2, first: 4, end: 30, positions: 512 },
+            LlmFrame::Open {
+                id: 1,
+                model: MODEL_SMOLLM2,
+                first: 4,
+                end: 30,
+                positions: 512,
+                head: None,
+            },
+            LlmFrame::Open {
+                id: 1,
+                model: MODEL_SMOLLM2,
+                first: 0,
+                end: 30,
+                positions: 64,
+                head: Some(HeadSampling { temperature: 0.7, top_p: 0.9, seed: u64::MAX }),
+            },
+            LlmFrame::Tokens { id: 6, position: 0, generate: 64, tokens: vec![1, 49151, 0] },
+            LlmFrame::Tokens { id: 7, position: 3, generate: 0, tokens: vec![] },
+            LlmFrame::Stop { id: 8 },
+            LlmFrame::Token { id: 6, position: 3, token: 2 },
+            LlmFrame::Done { id: 6, generated: 1, finish: Finish::EndToken },
             LlmFrame::Hidden {
                 id: 2,
                 reply: false,
@@ -362,7 +577,8 @@ mod tests {
                 codec: HiddenCodec::Q8Outliers,
                 values: (0..12).map(|i| if i < 8 { 100.0 * i as f32 } else { 0.0 }).collect(),
             },
-            LlmFrame::Opened { id: 1, first: 4, end: 30, positions: 512, width: 576 },
+            LlmFrame::Opened { id: 1, first: 4, end: 30, positions: 512, width: 576, head: false },
+            LlmFrame::Opened { id: 1, first: 0, end: 30, positions: 64, width: 576, head: true },
             LlmFrame::Error {
                 id: 9,
                 code: LlmErrorCode::KvBudget,
@@ -394,7 +610,8 @@ mod tests {
 
     #[test]
     fn crafted_headers_are_refused() {
-        let mut bytes = frames()[1].encode();
+        let hidden = frames().into_iter().position(|f| matches!(f, LlmFrame::Hidden { .. }));
+        let mut bytes = frames()[hidden.unwrap()].encode();
         // rows = u32::MAX: refused before any allocation.
         bytes[20..24].copy_from_slice(&u32::MAX.to_le_bytes());
         assert!(matches!(LlmFrame::decode(&bytes), Err(LlmWireError::Shape(_))));
@@ -404,7 +621,8 @@ mod tests {
         let mut kind = frames()[0].encode();
         kind[6] = 0x7f;
         assert_eq!(LlmFrame::decode(&kind), Err(LlmWireError::Kind(0x7f)));
-        let mut encoding = frames()[1].encode();
+        let mut encoding = bytes.clone();
+        encoding[20..24].copy_from_slice(&2u32.to_le_bytes());
         encoding[7] = 0x7f;
         assert_eq!(
             LlmFrame::decode(&encoding),
@@ -413,6 +631,23 @@ mod tests {
         // The same rows announced in another encoding do not fill the frame.
         encoding[7] = HiddenCodec::F16.id();
         assert!(matches!(LlmFrame::decode(&encoding), Err(LlmWireError::Shape(_))));
+        // Unknown flags, an unknown end of generation, a token count past the limit.
+        let mut open = frames()[0].encode();
+        open[17] = 0x02;
+        assert!(matches!(LlmFrame::decode(&open), Err(LlmWireError::Field(_))));
+        let mut done = LlmFrame::Done { id: 1, generated: 0, finish: Finish::Count }.encode();
+        *done.last_mut().unwrap() = 9;
+        assert!(matches!(LlmFrame::decode(&done), Err(LlmWireError::Field(_))));
+        let mut tokens = LlmFrame::Tokens { id: 1, position: 0, generate: 1, tokens: vec![5] };
+        let mut many = tokens.encode();
+        many[24..28].copy_from_slice(&(MAX_HIDDEN_ROWS + 1).to_le_bytes());
+        assert!(matches!(LlmFrame::decode(&many), Err(LlmWireError::Shape(_))));
+        if let LlmFrame::Tokens { tokens, .. } = &mut tokens {
+            tokens.push(6);
+        }
+        let mut short = tokens.encode();
+        short[24..28].copy_from_slice(&1u32.to_le_bytes());
+        assert!(matches!(LlmFrame::decode(&short), Err(LlmWireError::Shape(_))));
         let long =
             LlmFrame::Error { id: 0, code: LlmErrorCode::Internal, message: "é".repeat(600) };
         match LlmFrame::decode(&long.encode()).unwrap() {

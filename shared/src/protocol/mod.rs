@@ -26,8 +26,8 @@ mod samples;
 pub use error::{ErrorCode, WireError};
 pub use features::FeaturesFrame;
 pub use llm::{
-    LLM_MAGIC, LLM_PROTOCOL_VERSION, LlmErrorCode, LlmFrame, LlmWireError, MAX_HIDDEN_ROWS,
-    MAX_HIDDEN_WIDTH, MAX_LLM_FRAME_BYTES, MODEL_SMOLLM2, peek_llm_id,
+    Finish, HeadSampling, LLM_MAGIC, LLM_PROTOCOL_VERSION, LlmErrorCode, LlmFrame, LlmWireError,
+    MAX_HIDDEN_ROWS, MAX_HIDDEN_WIDTH, MAX_LLM_FRAME_BYTES, MODEL_SMOLLM2, peek_llm_id,
 };
 pub use reply::{Reply, ServerLoad, ServerTimings};
 pub use request::{Encoding, Request};

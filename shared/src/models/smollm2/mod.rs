@@ -27,7 +27,7 @@ pub use error::LlmError;
 #[cfg(feature = "model")]
 pub use forward::{KvCache, Smollm2};
 pub use sample::{Sampler, Sampling, argmax};
-pub use share::{SHARE_BLOCKS_KEY, edge_share};
+pub use share::{SHARE_BLOCKS_KEY, edge_share, tokenizer_share};
 pub use tokenizer::{ChatTemplate, Message, Tokenizer};
 #[cfg(feature = "model")]
 pub use weights::{QuantWeight, Weights};

@@ -27,3 +27,14 @@ pub fn edge_share(file: &[u8], blocks: usize) -> Result<Vec<u8>, LlmError> {
     let keep = |name: &str| block_of(name).is_none_or(|i| i < blocks);
     Ok(g.write_subset(keep, &[(SHARE_BLOCKS_KEY, GgufValue::U32(blocks as u32))])?)
 }
+
+/// A GGUF file with every metadata entry of `file` and no tensors: the tokenizer and the chat
+/// format, all a client needs when the server runs the whole model (cloud-only).
+///
+/// # Errors
+/// `file` is not a model this crate loads.
+pub fn tokenizer_share(file: &[u8]) -> Result<Vec<u8>, LlmError> {
+    let g = Gguf::parse(file)?;
+    Config::from_gguf(&g)?;
+    Ok(g.write_subset(|_| false, &[])?)
+}
