@@ -44,7 +44,7 @@ const LOGGED_REFUSALS: u32 = 3;
 /// the allocator keeps its large blocks in per-thread pages rounded up, so the memory held runs
 /// above the symbols counted. Measured under the attack suite's flood (100 sessions, stem
 /// keyframes of 392 KiB): the server grew 83 MiB more with 64 MiB of symbols held than with
-/// none (`cloud-server/tests/attacks.rs`), 1.3 per byte; `--stream-bytes-total` counts that.
+/// none (`cloud-server/tests/server/attacks.rs`), 1.3 per byte; `--stream-bytes-total` counts that.
 const REFERENCE_COST_TENTHS: usize = 13;
 
 /// The memory `symbols` bytes of stream references hold, as the server's budget counts it.

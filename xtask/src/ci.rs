@@ -171,7 +171,7 @@ fn browser_tests((weights, calibration): &(PathBuf, PathBuf)) -> Result<()> {
         "--calibration".into(),
         calibration.display().to_string(),
         // The e2e load check drives the server from loopback, one address, far over the rate
-        // one person's page sends (the limit itself is tested in cloud-server/tests/ws.rs).
+        // one person's page sends (the limit itself is tested in cloud-server/tests/server/ws.rs).
         "--rate-limit".into(),
         "0".into(),
     ];

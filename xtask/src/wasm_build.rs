@@ -71,18 +71,7 @@ struct Variant {
     threads: bool,
     /// binaryen's optimisation level for this module ([`WASM_OPT_WEBGPU`], [`WASM_OPT_CPU`]).
     opt_level: &'static str,
-    /// Settings of the `wasm` profile changed for this build only (`cargo --config`): only
-    /// the units they touch compile apart from the other builds' ([`WEBGPU_PROFILE`]).
-    profile: &'static [&'static str],
 }
-
-/// The WebGPU module's burn-flex is size-optimised like the crates around it: there it only
-/// runs when the browser has WebGPU but no adapter, since the client loads the CPU modules where
-/// WebGPU is missing, and the network's hot loops are the kernels' (`opt-level = 3` still).
-/// At the `wasm` profile's `opt-level = 3` for burn-flex its compile was the build's longest
-/// step, one codegen unit on one core: 224 s of 510 (`cargo build --timings`, fresh target
-/// directory, machine otherwise idle), 99 s at `"s"`.
-const WEBGPU_PROFILE: [&str; 1] = ["profile.wasm.package.burn-flex.opt-level=\"s\""];
 
 /// `wasm-opt` on the WebGPU module (13.6 MB from wasm-bindgen, mostly cubecl and wgpu, which
 /// run on the GPU's time, not the module's): measured on this module (npm binaryen 132, two
@@ -108,7 +97,6 @@ const VARIANTS: [Variant; 4] = [
         target_features: None,
         threads: false,
         opt_level: WASM_OPT_WEBGPU,
-        profile: &WEBGPU_PROFILE,
     },
     Variant {
         dir: "pkg-cpu",
@@ -116,7 +104,6 @@ const VARIANTS: [Variant; 4] = [
         target_features: None,
         threads: false,
         opt_level: WASM_OPT_CPU,
-        profile: &[],
     },
     Variant {
         dir: "pkg-cpu-relaxed",
@@ -124,7 +111,6 @@ const VARIANTS: [Variant; 4] = [
         target_features: None,
         threads: false,
         opt_level: WASM_OPT_CPU,
-        profile: &[],
     },
     Variant {
         dir: "pkg-cpu-threads",
@@ -132,7 +118,6 @@ const VARIANTS: [Variant; 4] = [
         target_features: Some("+atomics,+bulk-memory,+mutable-globals,+simd128"),
         threads: true,
         opt_level: WASM_OPT_CPU,
-        profile: &[],
     },
 ];
 
@@ -220,9 +205,6 @@ pub fn build_only(dirs: &[&str]) -> Result<()> {
             c
         };
         cmd.args(["--package", "wasm-edge", "--profile", "wasm", "--target", WASM_TARGET]);
-        for setting in v.profile {
-            cmd.args(["--config", setting]);
-        }
         if !v.features.is_empty() {
             cmd.args(["--features", v.features]);
         }

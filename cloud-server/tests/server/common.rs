@@ -2,9 +2,6 @@
 //! memory as the kernel counts it), and a raw WebSocket handshake for the tests that must write
 //! frames no client library would.
 
-// Each test binary that includes this module uses a part of it.
-#![allow(dead_code)]
-
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 

@@ -4,7 +4,7 @@
 //! greedy answers equal the independent reference's for the unsplit model, and bad frames get
 //! typed errors while the conversation (and other conversations) go on.
 
-mod common;
+use crate::common;
 
 use std::sync::OnceLock;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! list, signalling and relayed frames between members, and every refusal a bad or hostile
 //! client can provoke, each typed and leaving other groups served.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

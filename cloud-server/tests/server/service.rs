@@ -6,7 +6,7 @@ use split_shared::labels::TOP_K;
 use split_shared::model::Boundary;
 use split_shared::protocol::{Encoding, ErrorCode, FeaturesFrame, Reply, Request};
 
-const CHELSEA: &[u8] = include_bytes!("../../web/samples/chelsea.png");
+const CHELSEA: &[u8] = include_bytes!("../../../web/samples/chelsea.png");
 
 fn state_with(flags: &[&str]) -> AppState {
     AppState::load(&Config::for_tests_with(flags)).unwrap_or_else(|e| panic!("{e:#}"))

@@ -4,7 +4,7 @@ use burn::tensor::Device;
 use cloud_server::{Config, Engine, ServeError, Work};
 use split_shared::model::EfficientNetLite0;
 
-const CHELSEA: &[u8] = include_bytes!("../../web/samples/chelsea.png");
+const CHELSEA: &[u8] = include_bytes!("../../../web/samples/chelsea.png");
 
 #[actix_web::test]
 async fn a_full_queue_answers_busy_and_serves_the_rest() {

@@ -1,6 +1,6 @@
 //! The real server over a real WebSocket: split frames, cloud-only images, malformed input.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
@@ -21,7 +21,7 @@ use split_shared::protocol::{
 
 type Socket = Framed<BoxedSocket, Codec>;
 
-const CHELSEA: &[u8] = include_bytes!("../../web/samples/chelsea.png");
+const CHELSEA: &[u8] = include_bytes!("../../../web/samples/chelsea.png");
 /// ImageNet's cat classes: tabby, tiger cat, Persian, Siamese, Egyptian cat.
 const CATS: std::ops::RangeInclusive<u16> = 281..=285;
 
@@ -174,7 +174,7 @@ async fn coded_features_repeats_and_streams_are_served() {
     assert_eq!(top[0].class, reference);
 
     // A stream: keyframe, then residuals; a lost frame is refused until a keyframe comes.
-    let coffee: &[u8] = include_bytes!("../../web/samples/coffee.png");
+    let coffee: &[u8] = include_bytes!("../../../web/samples/coffee.png");
     let mut enc = StreamEncoder::new(4, 30, 1);
     let key = coded_frame(20, block5, "q4", coffee, Some(&mut enc));
     let delta = coded_frame(21, block5, "q4", CHELSEA, Some(&mut enc));

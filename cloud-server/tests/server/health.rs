@@ -1,7 +1,7 @@
 //! What operators and load balancers see: `/livez`, `/readyz`, `/metrics`, and a graceful
 //! shutdown that answers the request in flight and tells clients to reconnect.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -11,7 +11,7 @@ use cloud_server::Work;
 use futures_util::{SinkExt, StreamExt};
 use split_shared::protocol::{Reply, Request};
 
-const CHELSEA: &[u8] = include_bytes!("../../web/samples/chelsea.png");
+const CHELSEA: &[u8] = include_bytes!("../../../web/samples/chelsea.png");
 
 /// `/metrics` parsed by an independent Prometheus text parser: sample name and labels
 /// (`name{a="b"}`, labels sorted) to value.

@@ -2,7 +2,7 @@
 //! client that trusts only it, and the refusal to serve clear text beyond loopback, or every
 //! interface without the host names clients use.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::sync::Arc;
@@ -12,7 +12,7 @@ use common::start;
 use futures_util::{SinkExt, StreamExt};
 use split_shared::protocol::{Reply, Request};
 
-const CHELSEA: &[u8] = include_bytes!("../../web/samples/chelsea.png");
+const CHELSEA: &[u8] = include_bytes!("../../../web/samples/chelsea.png");
 
 fn client_trusting(cert: &rcgen::CertifiedKey) -> awc::Client {
     let mut roots = rustls::RootCertStore::empty();

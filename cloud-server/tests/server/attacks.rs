@@ -2,7 +2,7 @@
 //! camera-stream references, and connections announcing gigabyte messages, while a well-behaved
 //! client keeps getting right answers. The bound asserted follows the flags and the flood.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
@@ -15,7 +15,7 @@ use split_shared::protocol::{FeaturesFrame, Reply, Request, synthetic_activation
 
 type Socket = actix_codec::Framed<BoxedSocket, Codec>;
 
-const CHELSEA: &[u8] = include_bytes!("../../web/samples/chelsea.png");
+const CHELSEA: &[u8] = include_bytes!("../../../web/samples/chelsea.png");
 /// Sessions pinning stream references, and streams each one opens.
 const SESSIONS: usize = 100;
 const STREAMS: u32 = 8;

@@ -1,0 +1,23 @@
+//! The server's integration tests, one binary: each module was a test binary of its own, and
+//! every one of them compiled and linked the WebSocket client, the server and the model again
+//! (15–32 s each in the test build, most of it the same generic code); together they share it.
+//!
+//! - `attacks`: the real server process under hostile clients, its memory as the kernel counts it;
+//! - `engine`: the model worker pool, and `busy` when its queue is full;
+//! - `groups`: device groups, signalling and relay over real sockets;
+//! - `health`: `/livez`, `/readyz`, `/metrics` and a graceful shutdown;
+//! - `llm`: the language model's `/llm` conversations, every placement;
+//! - `service`: the request service without a socket, and `/api/info` as the client reads it;
+//! - `tls`: the binary behind TLS, and its refusals to serve clear text;
+//! - `ws`: the image protocol over `/ws`.
+
+mod common;
+
+mod attacks;
+mod engine;
+mod groups;
+mod health;
+mod llm;
+mod service;
+mod tls;
+mod ws;
