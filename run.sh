@@ -30,7 +30,7 @@ fi
 case "${1:-}" in
   calibrate | eval | fusion | light | stream-eval | invert | adversarial | llm-invert | llm-codec)
     exec cargo run --package split-studies -- "$@" ;;
-  lab | profile | plan-sim | onnx | chat | llm-crowd)
+  lab | profile | plan-sim | onnx | chat | llm-crowd | llm-placements)
     exec cargo run --package split-lab --bin split-lab -- "$@" ;;
   *)
     exec cargo xtask "$@" ;;

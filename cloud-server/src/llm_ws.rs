@@ -415,9 +415,15 @@ async fn answer(state: &AppState, conversation: &mut Option<Conversation>, bytes
                 return Reply::Frame(refused);
             }
             Reply::Frame(match compute(&host, c, Input::Hidden(values)).await {
-                Some(Ok(Output::Hidden(values))) => {
-                    LlmFrame::Hidden { id, reply: true, position, width, codec, values }
-                }
+                // The last position only: the client's head needs no other.
+                Some(Ok(Output::Hidden(values))) => LlmFrame::Hidden {
+                    id,
+                    reply: true,
+                    position: position + rows as u32 - 1,
+                    width,
+                    codec,
+                    values: values[values.len() - dim..].to_vec(),
+                },
                 Some(Ok(Output::Token(token))) => {
                     LlmFrame::Token { id, position: position + rows as u32, token }
                 }

@@ -143,8 +143,8 @@ pub fn record(chat: &Chat, s: &Setup) -> Result<Recording> {
         // What the server decodes, runs and sends back, and what the edge then decodes.
         let mut up = s.codec.round_trip(&rows, c.dim);
         m.forward_layers(s.blocks..c.layers, &mut up, &mut server)?;
-        let down = s.codec.round_trip(&up, c.dim);
-        let next = argmax(&m.logits(&down[down.len() - c.dim..])?);
+        let down = s.codec.round_trip(&up[up.len() - c.dim..], c.dim);
+        let next = argmax(&m.logits(&down)?);
         replies.push(down);
         ended |= next == chat.tokenizer.eos;
         if !ended {

@@ -139,6 +139,14 @@ pub(crate) async fn send_and_receive(
     ws.send(Message::Binary(frame.into()))
         .await
         .map_err(|e| Lost::Connection(anyhow::anyhow!("sending: {e}")))?;
+    receive(ws, timeout).await
+}
+
+/// Wait up to `timeout` for the next binary message (pings and pongs skipped).
+pub(crate) async fn receive(
+    ws: &mut Socket,
+    timeout: Duration,
+) -> Result<actix_web::web::Bytes, Lost> {
     let reply = tokio::time::timeout(timeout, async {
         loop {
             match ws.next().await {

@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use split_lab::{chat, lab, llm_crowd, onnx, plan_sim, profile};
+use split_lab::{chat, lab, llm_crowd, llm_placements, onnx, plan_sim, profile};
 
 /// The network's activations are multi-megabyte buffers allocated and freed on every forward;
 /// glibc's allocator hands them back to the OS and page-faults them in again each time
@@ -35,6 +35,9 @@ enum Task {
     /// Many split conversations with SmolLM2 on one server at once: the server's part of each
     /// token, its memory, every reply checked.
     LlmCrowd(llm_crowd::Args),
+    /// SmolLM2's placements (edge-only, U-split, plain split, cloud-only) timed against each
+    /// other over the lab's emulated links.
+    LlmPlacements(llm_placements::Args),
 }
 
 fn main() -> Result<()> {
@@ -45,5 +48,6 @@ fn main() -> Result<()> {
         Task::Onnx(a) => onnx::run(a),
         Task::Chat(a) => chat::run(a),
         Task::LlmCrowd(a) => llm_crowd::run(a),
+        Task::LlmPlacements(a) => llm_placements::run(a),
     }
 }

@@ -401,11 +401,12 @@ impl LlmEdge {
             LlmFrame::Hidden { reply: true, position, width: w, codec, values, .. }
                 if codec == self.codec && !self.server_head =>
             {
-                if position != sent || w != width || values.len() != (rows * width) as usize {
+                // One row back: the state of the last position sent.
+                if position != sent + rows - 1 || w != width || values.len() != width as usize {
                     return Err(js::error(
                         "bad_frame",
                         format!(
-                            "{} values at position {position}, width {w}: not the {rows} rows sent at {sent}",
+                            "{} values at position {position}, width {w}: not the last of the {rows} rows sent at {sent}",
                             values.len()
                         ),
                     ));

@@ -105,13 +105,15 @@ await withPage(GPU_ARGS.cpu, async (page) => {
     const p = golden.prompts[i % 2];
     if (!same(r.tokens, p.greedy)) throw new Error(`blocks ${r.blocks} (${r.codec}), prompt ${i % 2}: ${JSON.stringify(r.tokens)} against the reference's ${JSON.stringify(p.greedy)}`);
     if (r.blocks === 30 && (r.placement !== "edge" || r.bytesUp !== 0)) throw new Error(`the whole model in the browser sent ${r.bytesUp} bytes`);
-    // Hidden states only: a coded row of 576 values per position each way, plus each frame's
-    // 28 bytes of headers (one frame for the prompt, one per token after it).
+    // Hidden states only: a coded row of 576 values per position up, one row per frame down
+    // (the last position's, all the head needs), plus each frame's 28 bytes of headers (one
+    // frame for the prompt, one per token after it).
     const positions = r.promptTokens + r.tokens.length - 1;
     const frames = r.tokens.length;
-    const expected = positions * r.rowBytes + frames * 28;
-    if (r.blocks === 4 && (r.bytesUp !== expected || r.bytesDown !== expected)) {
-      throw new Error(`blocks 4 in ${r.codec}: ${r.bytesUp} B up and ${r.bytesDown} down for ${positions} positions of ${r.rowBytes} B in ${frames} frames (${expected} expected)`);
+    const up = positions * r.rowBytes + frames * 28;
+    const down = frames * (r.rowBytes + 28);
+    if (r.blocks === 4 && (r.bytesUp !== up || r.bytesDown !== down)) {
+      throw new Error(`blocks 4 in ${r.codec}: ${r.bytesUp} B up and ${r.bytesDown} down for ${positions} positions of ${r.rowBytes} B in ${frames} frames (${up} and ${down} expected)`);
     }
   }
   const exact = runs.at(-1);

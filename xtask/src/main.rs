@@ -29,7 +29,7 @@ use xtask::{ci, cluster, docs, fuzz, server, setup, wasm_build};
     long_about = None,
     after_help = "The measuring tasks, each with its own --help:\n  \
                   split-studies: calibrate, eval, fusion, light, stream-eval, invert, adversarial,\n                 llm-invert, llm-codec\n  \
-                  split-lab:     lab, profile, plan-sim, onnx, chat, llm-crowd"
+                  split-lab:     lab, profile, plan-sim, onnx, chat, llm-crowd, llm-placements"
 )]
 struct Cli {
     #[command(subcommand)]

@@ -3,8 +3,9 @@
 //! the sampler):
 //!
 //! - **U-shaped split** (`first > 0`, no head): the client keeps the embedding, the first blocks
-//!   and the head, sends hidden states, and the server answers with the hidden states after its
-//!   blocks. Token ids and text never cross.
+//!   and the head, sends hidden states, and the server answers with the last position's hidden
+//!   state after its blocks (the one the head needs: a prompt's prefill sends its rows up and
+//!   gets one back). Token ids and text never cross.
 //! - **Plain split** (`first > 0`, head): the server answers a hidden frame with the next token;
 //!   it sees the answer's tokens, never the prompt's.
 //! - **Cloud-only** (`first = 0`, head): the client sends the prompt's token ids and how many to
@@ -29,7 +30,8 @@
 //!               count u32, then count token ids u32 (cloud-only conversations)
 //! 4    stop     (no body) end the generation under way; nothing else is answered
 //! 0x81 opened   first block u16, end block u16, positions u32, width u32, flags u8
-//! 0x82 hidden   as the request: the rows after the server's blocks, in the request's encoding
+//! 0x82 hidden   as the request, one row: the last position's state after the server's blocks
+//!               (position: that row's), in the request's encoding
 //! 0x83 error    code u16, message length u16, message (UTF-8)
 //! 0x84 token    position u32 (where the token goes in the conversation), token id u32
 //! 0x85 done     tokens generated u32, why the generation ended u8 ([`Finish`])
@@ -44,8 +46,8 @@ use crate::container::Cursor;
 /// First four bytes of every frame of the `/llm` socket.
 pub const LLM_MAGIC: [u8; 4] = *b"SPLM";
 /// Version this build speaks (2: hidden rows coded, the header's encoding byte; 3: the server's
-/// head, token and generation frames).
-pub const LLM_PROTOCOL_VERSION: u16 = 3;
+/// head, token and generation frames; 4: a hidden reply holds the last position only).
+pub const LLM_PROTOCOL_VERSION: u16 = 4;
 /// The model id of SmolLM2-135M-Instruct (1 is EfficientNet-Lite0 on `/ws`).
 pub const MODEL_SMOLLM2: u8 = 2;
 /// Most positions in one hidden frame (a prompt's prefill; longer prompts go in several).
