@@ -5,7 +5,9 @@
 //! - **edge-only**: the whole model here, no link;
 //! - **U-split**: the edge keeps the embedding, the first `--blocks` blocks, the final norm and the
 //!   output projection and chooses the token; the server runs the blocks between, one hidden
-//!   state up and one back a token;
+//!   state up and one back a token; **pipelined**, the prompt goes up in frames of
+//!   `--prefill-chunk` positions, each as soon as the edge has it, so that the edge, the link
+//!   and the server work on the prompt at once;
 //! - **plain split**: the same blocks at the edge, the server runs the rest with the head and
 //!   answers each hidden state with the next token;
 //! - **cloud-only**: token ids up, the server runs everything and streams the answer.
@@ -36,6 +38,8 @@ use tokio::sync::oneshot;
 
 use crate::loadgen::{Lost, Socket, connect, quantile, receive, send_and_receive};
 use crate::netem::{LinkProfile, Proxy, profile};
+use awc::ws::Message;
+use futures_util::SinkExt;
 
 /// The language model's placements timed against each other over the lab's links.
 #[derive(clap::Args, Debug)]
@@ -58,6 +62,9 @@ pub struct Args {
     /// What the user says.
     #[arg(long, default_value = "Write a short story about a lighthouse keeper.")]
     message: String,
+    /// Positions a frame of the pipelined U-split's prefill holds.
+    #[arg(long, default_value_t = 8)]
+    prefill_chunk: usize,
     /// Conversations per placement and link; figures are medians over them.
     #[arg(long, default_value_t = 3)]
     repeats: usize,
@@ -83,6 +90,8 @@ pub enum Placement {
     EdgeOnly,
     /// Edge: embedding, first blocks, head; server: the blocks between.
     USplit,
+    /// The U-split with the prompt sent in chunks, each as soon as the edge has it.
+    USplitPipelined,
     /// Edge: embedding, first blocks; server: the rest and the head.
     PlainSplit,
     /// The whole model on the server.
@@ -95,6 +104,7 @@ impl Placement {
         match self {
             Placement::EdgeOnly => "edge-only",
             Placement::USplit => "U-split",
+            Placement::USplitPipelined => "U-split, prefill pipelined",
             Placement::PlainSplit => "plain split",
             Placement::CloudOnly => "cloud-only",
         }
@@ -161,6 +171,8 @@ pub struct Report {
     pub layers: usize,
     /// Blocks the edge keeps in the splits.
     pub blocks: usize,
+    /// Positions a frame of the pipelined prefill holds.
+    pub prefill_chunk: usize,
     /// How hidden states crossed.
     pub codec: String,
     /// Tokens of the prompt.
@@ -181,6 +193,7 @@ struct Setup<'a> {
     blocks: usize,
     tokens: usize,
     codec: HiddenCodec,
+    chunk: usize,
     timeout: Duration,
 }
 
@@ -243,53 +256,97 @@ async fn open(ws: &mut Socket, s: &Setup<'_>, first: usize, head: bool) -> Resul
 
 /// A split: the edge's blocks here, one hidden state a token up; the U-split's reply is the
 /// server's hidden state (the head runs here), the plain split's the next token.
-async fn split(ws: &mut Socket, s: &Setup<'_>, u_shaped: bool) -> Result<Played> {
+///
+/// The prompt goes up in frames of `chunk` positions (0: one frame), each sent as soon as the
+/// edge's blocks have run on it, without waiting for the reply to the one before: the server
+/// computes a chunk while the link carries the next and the edge computes the one after (the
+/// server takes a conversation's frames in order). Only the last chunk's reply is used.
+async fn split(ws: &mut Socket, s: &Setup<'_>, u_shaped: bool, chunk: usize) -> Result<Played> {
     let m = &s.chat.model;
-    let c = &m.config;
     open(ws, s, s.blocks, !u_shaped).await?;
-    let mut edge = KvCache::new(c, 0..s.blocks, s.positions());
+    let mut edge = KvCache::new(&m.config, 0..s.blocks, s.positions());
     let mut played = Played::default();
     let start = Instant::now();
-    let mut input = s.prompt.clone();
-    let mut first = 0.0;
-    while played.tokens.len() < s.tokens {
-        let id = played.tokens.len() as u64 + 2;
-        let position = edge.len() as u32;
-        let mut rows = m.embed(&input)?;
-        m.forward_layers(0..s.blocks, &mut rows, &mut edge)?;
-        let frame = LlmFrame::Hidden {
-            id,
-            reply: false,
-            position,
-            width: c.dim as u32,
-            codec: s.codec,
-            values: rows,
-        };
-        let next = match call(ws, &frame, s.timeout, &mut played).await? {
-            LlmFrame::Hidden { id: got, reply: true, values, .. } if u_shaped && got == id => {
-                if values.len() < c.dim {
-                    bail!("token {}: a reply without a row", played.tokens.len());
-                }
-                argmax(&m.logits(&values[values.len() - c.dim..])?)
-            }
-            LlmFrame::Token { id: got, token, .. } if !u_shaped && got == id => token,
-            LlmFrame::Error { code, message, .. } => {
-                bail!("token {}: {}: {message}", played.tokens.len(), code.name())
-            }
-            other => bail!("token {} answered with {other:?}", played.tokens.len()),
-        };
-        if played.tokens.is_empty() {
-            first = start.elapsed().as_secs_f64();
-        }
+    let chunk = if chunk == 0 { s.prompt.len() } else { chunk };
+    let mut id = 1;
+    for part in s.prompt.chunks(chunk) {
+        id += 1;
+        send_rows(ws, s, &mut edge, part, id, &mut played).await?;
+    }
+    // The replies to every chunk but the last: read, checked, not used.
+    for earlier in 2..id {
+        next_token(ws, s, earlier, u_shaped, false, &mut played).await?;
+    }
+    let mut next = next_token(ws, s, id, u_shaped, true, &mut played).await?;
+    let first = start.elapsed().as_secs_f64();
+    loop {
         played.tokens.push(next);
-        if next == s.chat.tokenizer.eos {
+        if next == s.chat.tokenizer.eos || played.tokens.len() == s.tokens {
             break;
         }
-        input = vec![next];
+        id += 1;
+        send_rows(ws, s, &mut edge, &[next], id, &mut played).await?;
+        next = next_token(ws, s, id, u_shaped, true, &mut played).await?;
     }
     played.first_token_ms = first * 1e3;
     played.decode_s = start.elapsed().as_secs_f64() - first;
     Ok(played)
+}
+
+/// The edge's blocks on `tokens`, their hidden states sent (no reply awaited).
+async fn send_rows(
+    ws: &mut Socket,
+    s: &Setup<'_>,
+    edge: &mut KvCache,
+    tokens: &[u32],
+    id: u64,
+    played: &mut Played,
+) -> Result<()> {
+    let m = &s.chat.model;
+    let position = edge.len() as u32;
+    let mut rows = m.embed(tokens)?;
+    m.forward_layers(0..s.blocks, &mut rows, edge)?;
+    let frame = LlmFrame::Hidden {
+        id,
+        reply: false,
+        position,
+        width: m.config.dim as u32,
+        codec: s.codec,
+        values: rows,
+    }
+    .encode();
+    played.bytes_up += frame.len();
+    ws.send(Message::Binary(frame.into())).await.context("sending a hidden frame")
+}
+
+/// The reply to frame `id`: the next token (the U-split's chosen here with the head, when
+/// `head`; 0 without it).
+async fn next_token(
+    ws: &mut Socket,
+    s: &Setup<'_>,
+    id: u64,
+    u_shaped: bool,
+    head: bool,
+    played: &mut Played,
+) -> Result<u32> {
+    let m = &s.chat.model;
+    let bytes = receive(ws, s.timeout).await.map_err(Lost::into_error)?;
+    played.bytes_down += bytes.len();
+    match LlmFrame::decode(&bytes)? {
+        LlmFrame::Hidden { id: got, reply: true, values, .. } if u_shaped && got == id => {
+            if values.len() != m.config.dim {
+                bail!(
+                    "frame {id}: {} values back, one row of {} expected",
+                    values.len(),
+                    m.config.dim
+                );
+            }
+            Ok(if head { argmax(&m.logits(&values)?) } else { 0 })
+        }
+        LlmFrame::Token { id: got, token, .. } if !u_shaped && got == id => Ok(token),
+        LlmFrame::Error { code, message, .. } => bail!("frame {id}: {}: {message}", code.name()),
+        other => bail!("frame {id} answered with {other:?}"),
+    }
 }
 
 /// Cloud-only: the prompt's token ids up, the answer streamed back a token a frame.
@@ -334,12 +391,13 @@ async fn cloud_only(ws: &mut Socket, s: &Setup<'_>) -> Result<Played> {
 async fn over_link(url: &str, s: &Setup<'_>, placement: Placement) -> Result<Played> {
     let mut ws = connect(url).await?;
     let played = match placement {
-        Placement::USplit => split(&mut ws, s, true).await,
-        Placement::PlainSplit => split(&mut ws, s, false).await,
+        Placement::USplit => split(&mut ws, s, true, 0).await,
+        Placement::USplitPipelined => split(&mut ws, s, true, s.chunk).await,
+        Placement::PlainSplit => split(&mut ws, s, false, 0).await,
         Placement::CloudOnly => cloud_only(&mut ws, s).await,
         Placement::EdgeOnly => unreachable!("edge-only uses no link"),
     };
-    let _ = futures_util::SinkExt::close(&mut ws).await;
+    let _ = ws.close().await;
     played
 }
 
@@ -420,6 +478,9 @@ pub fn run(a: Args) -> Result<()> {
     if a.repeats == 0 || a.tokens < 2 {
         bail!("--repeats at least 1 and --tokens at least 2 (tokens/s needs two)");
     }
+    if a.prefill_chunk == 0 {
+        bail!("--prefill-chunk: at least 1 position a frame");
+    }
     let links = a.links.iter().map(|n| profile(n)).collect::<Result<Vec<_>>>()?;
     let upstream = upstream(&a.url)?;
     // Through the emulator an absent server is only a reset connection: ask it directly first.
@@ -442,6 +503,7 @@ pub fn run(a: Args) -> Result<()> {
         blocks: a.blocks,
         tokens: a.tokens,
         codec: a.codec,
+        chunk: a.prefill_chunk,
         timeout: Duration::from_secs(a.timeout_s),
     };
 
@@ -459,6 +521,7 @@ pub fn run(a: Args) -> Result<()> {
         let mut rows = vec![row(Placement::EdgeOnly, layers, downloads[0], &local, &reference)];
         for (placement, blocks, download) in [
             (Placement::USplit, a.blocks, downloads[1]),
+            (Placement::USplitPipelined, a.blocks, downloads[1]),
             (Placement::PlainSplit, a.blocks, downloads[1]),
             (Placement::CloudOnly, 0, downloads[2]),
         ] {
@@ -505,6 +568,7 @@ pub fn run(a: Args) -> Result<()> {
         file_bytes: downloads[0],
         layers,
         blocks: a.blocks,
+        prefill_chunk: a.prefill_chunk,
         codec: a.codec.to_string(),
         prompt_tokens: s.prompt.len(),
         edge_threads: a.edge_threads,
@@ -526,8 +590,9 @@ pub fn markdown(r: &Report) -> String {
         "# SmolLM2's placements on the lab's links\n\n\
          Made by `{}` (`data.json` holds every figure). {} ({:.1} MB), {} prompt tokens, greedy, \
          at most {} tokens an answer; the splits keep {} of {} blocks at the edge, hidden states \
-         in `{}`. The edge is the lab's process on {} kernel thread(s), natively: the browser's \
-         module is slower, so the edge's part is a lower bound. Medians of {} conversations; \
+         in `{}`; the pipelined U-split sends the prompt in frames of {} positions. The edge \
+         is the lab's process on {} kernel thread(s), natively: the browser's module is \
+         slower, so the edge's part is a lower bound. Medians of {} conversations; \
          the time to first token runs from the user's message, the edge's work included; \
          tokens/s counts those after the first.\n\n\
          The answer: {:?}\n",
@@ -539,6 +604,7 @@ pub fn markdown(r: &Report) -> String {
         r.blocks,
         r.layers,
         r.codec,
+        r.prefill_chunk,
         r.edge_threads,
         r.repeats,
         r.answer,
