@@ -1,9 +1,37 @@
-//! The real server binary for the tests that need its process (its `main`, its flags, its
-//! memory as the kernel counts it), and a raw WebSocket handshake for the tests that must write
-//! frames no client library would.
+//! What the server's tests share: a WebSocket client to an in-process server, the real server
+//! binary for the tests that need its process (its `main`, its flags, its memory as the kernel
+//! counts it), and a raw WebSocket handshake for the tests that must write frames no client
+//! library would.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use awc::ws::Frame;
+use futures_util::StreamExt;
+
+/// A WebSocket as the tests hold it.
+pub type Socket = actix_codec::Framed<awc::BoxedSocket, awc::ws::Codec>;
+
+/// A WebSocket to `path` of `srv`, taking messages up to `max_frame_bytes`.
+pub async fn connect(srv: &actix_test::TestServer, path: &str, max_frame_bytes: usize) -> Socket {
+    let ws = awc::Client::new().ws(srv.url(path)).max_frame_size(max_frame_bytes);
+    ws.connect().await.expect("websocket handshake").1
+}
+
+/// The next text, binary or close frame (pings and pongs skipped) within `within`.
+pub async fn next_message(ws: &mut Socket, within: Duration) -> Frame {
+    tokio::time::timeout(within, async {
+        loop {
+            match ws.next().await.expect("socket open").expect("valid frame") {
+                Frame::Ping(_) | Frame::Pong(_) => continue,
+                other => return other,
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("a message within {within:?}"))
+}
 
 /// The server binary, killed on drop.
 pub struct Server(pub Child);
@@ -29,6 +57,9 @@ pub fn start(args: &[&str]) -> (Server, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_cloud-server"))
         .args(["--port", "0"])
         .args(args)
+        // Warnings only, unless asked: a line per request (hundreds under the attacks) buried
+        // the failing test's own output in CI's log.
+        .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()))
         .stdout(Stdio::piped())
         .spawn()
         .expect("starting cloud-server");

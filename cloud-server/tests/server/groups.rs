@@ -6,35 +6,23 @@ use crate::common;
 
 use std::time::Duration;
 
-use actix_codec::Framed;
-use awc::BoxedSocket;
-use awc::ws::{Codec, Frame, Message};
-use futures_util::{SinkExt, StreamExt};
+use awc::ws::{Frame, Message};
+use futures_util::SinkExt;
 use serde_json::{Value, json};
 use split_shared::group::relay::RelayFrame;
 use split_shared::group::{MAX_CONTROL_BYTES, MAX_DEVICES_PER_GROUP};
 use split_shared::protocol::{Reply, Request};
 
-type Socket = Framed<BoxedSocket, Codec>;
+use crate::common::Socket;
 
 async fn connect(srv: &actix_test::TestServer) -> Socket {
-    let (_response, socket) =
-        awc::Client::new().ws(srv.url("/group")).connect().await.expect("websocket handshake");
-    socket
+    // awc's default limit on received messages, as before: relayed frames included.
+    common::connect(srv, "/group", 64 * 1024).await
 }
 
 /// The next text or binary message (pings skipped), within 30 s.
 async fn next(ws: &mut Socket) -> Frame {
-    tokio::time::timeout(Duration::from_secs(30), async {
-        loop {
-            match ws.next().await.expect("socket open").expect("valid frame") {
-                Frame::Ping(_) | Frame::Pong(_) => continue,
-                other => return other,
-            }
-        }
-    })
-    .await
-    .expect("a message within 30 s")
+    common::next_message(ws, Duration::from_secs(30)).await
 }
 
 async fn next_json(ws: &mut Socket) -> Value {

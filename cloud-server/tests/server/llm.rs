@@ -9,17 +9,15 @@ use crate::common;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use actix_codec::Framed;
-use awc::BoxedSocket;
-use awc::ws::{Codec, Frame, Message};
-use futures_util::{SinkExt, StreamExt};
+use awc::ws::{Frame, Message};
+use futures_util::SinkExt;
 use split_shared::codec::{DEFAULT_HIDDEN_CODEC, HiddenCodec};
 use split_shared::models::smollm2::{KvCache, Smollm2, argmax};
 use split_shared::protocol::{
     Finish, HeadSampling, LlmErrorCode, LlmFrame, MAX_LLM_FRAME_BYTES, MODEL_SMOLLM2,
 };
 
-type Socket = Framed<BoxedSocket, Codec>;
+use crate::common::Socket;
 
 /// Blocks the client keeps (the smallest U-split's front: the server then sees no embedding).
 const FRONT: usize = 4;
@@ -44,8 +42,7 @@ fn ids(v: &serde_json::Value) -> Vec<u32> {
 }
 
 async fn connect(srv: &actix_test::TestServer) -> Socket {
-    let ws = awc::Client::new().ws(srv.url("/llm")).max_frame_size(MAX_LLM_FRAME_BYTES);
-    ws.connect().await.expect("websocket handshake").1
+    common::connect(srv, "/llm", MAX_LLM_FRAME_BYTES).await
 }
 
 async fn call(ws: &mut Socket, frame: &LlmFrame) -> LlmFrame {
@@ -59,17 +56,10 @@ async fn call_bytes(ws: &mut Socket, bytes: Vec<u8>) -> LlmFrame {
 
 /// The server's next frame.
 async fn next_frame(ws: &mut Socket) -> LlmFrame {
-    tokio::time::timeout(Duration::from_secs(60), async {
-        loop {
-            match ws.next().await.expect("socket open").expect("valid frame") {
-                Frame::Binary(b) => return LlmFrame::decode(&b).expect("reply decodes"),
-                Frame::Ping(_) | Frame::Pong(_) => continue,
-                other => panic!("expected a binary reply, got {other:?}"),
-            }
-        }
-    })
-    .await
-    .expect("reply within 60 s")
+    match common::next_message(ws, Duration::from_secs(60)).await {
+        Frame::Binary(b) => LlmFrame::decode(&b).expect("reply decodes"),
+        other => panic!("expected a binary reply, got {other:?}"),
+    }
 }
 
 fn open(id: u64, positions: u32) -> LlmFrame {

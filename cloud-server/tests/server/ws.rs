@@ -4,12 +4,10 @@ use crate::common;
 
 use std::time::Duration;
 
-use actix_codec::Framed;
-use awc::BoxedSocket;
-use awc::ws::{Codec, Frame, Message};
+use awc::ws::{Frame, Message};
 use burn::tensor::Device;
 use cloud_server::Config;
-use futures_util::{SinkExt, StreamExt};
+use futures_util::SinkExt;
 use std::sync::OnceLock;
 
 use split_shared::codec::{Calibration, EncodeContext, Setting, StreamEncoder};
@@ -19,7 +17,7 @@ use split_shared::protocol::{
     Encoding, ErrorCode, MAX_FRAME_BYTES, MAX_PAYLOAD_BYTES, PROTOCOL_VERSION, Reply, Request,
 };
 
-type Socket = Framed<BoxedSocket, Codec>;
+use crate::common::Socket;
 
 const CHELSEA: &[u8] = include_bytes!("../../../web/samples/chelsea.png");
 /// ImageNet's cat classes: tabby, tiger cat, Persian, Siamese, Egyptian cat.
@@ -34,22 +32,12 @@ fn server() -> actix_test::TestServer {
 }
 
 async fn connect(srv: &actix_test::TestServer) -> Socket {
-    let (_response, socket) =
-        awc::Client::new().ws(srv.url("/ws")).connect().await.expect("websocket handshake");
-    socket
+    // awc's default limit on received messages: every reply of `/ws` is smaller.
+    common::connect(srv, "/ws", 64 * 1024).await
 }
 
 async fn next_frame(ws: &mut Socket) -> Frame {
-    tokio::time::timeout(Duration::from_secs(60), async {
-        loop {
-            match ws.next().await.expect("socket open").expect("valid frame") {
-                Frame::Ping(_) | Frame::Pong(_) => continue,
-                other => return other,
-            }
-        }
-    })
-    .await
-    .expect("reply within 60 s")
+    common::next_message(ws, Duration::from_secs(60)).await
 }
 
 async fn roundtrip(ws: &mut Socket, frame: Vec<u8>) -> Reply {
