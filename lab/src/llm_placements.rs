@@ -431,17 +431,22 @@ fn row(
     }
 }
 
-/// The server's address from a `ws://host:port/path` URL, and the URL through `proxy` instead.
-fn through(url: &str, proxy: SocketAddr) -> Result<String> {
+/// A `ws://host:port/path` URL's host and path (`/llm` when it has none).
+fn host_and_path(url: &str) -> Result<(&str, &str)> {
     let rest = url.strip_prefix("ws://").context("--url: a ws:// URL (the emulator speaks TCP)")?;
-    let path = rest.find('/').map_or("/llm", |i| &rest[i..]);
+    Ok(rest.find('/').map_or((rest, "/llm"), |i| rest.split_at(i)))
+}
+
+/// The URL through `proxy` instead of the server.
+fn through(url: &str, proxy: SocketAddr) -> Result<String> {
+    let (_, path) = host_and_path(url)?;
     Ok(format!("ws://{proxy}{path}"))
 }
 
+/// The server's address.
 fn upstream(url: &str) -> Result<SocketAddr> {
     use std::net::ToSocketAddrs;
-    let rest = url.strip_prefix("ws://").context("--url: a ws:// URL (the emulator speaks TCP)")?;
-    let host = rest.split('/').next().unwrap_or(rest);
+    let (host, _) = host_and_path(url)?;
     host.to_socket_addrs()
         .with_context(|| format!("--url: resolving {host}"))?
         .next()

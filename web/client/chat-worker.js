@@ -178,11 +178,7 @@ const methods = {
     edge.reset();
     let socket = null;
     try {
-      edge.setSampling(temperature, topP, seed);
-      const prompt = edge.chatTokens(JSON.stringify(messages));
-      if (prompt.length + maxTokens > state.positions) {
-        throw new SplitError("context", `${prompt.length} prompt tokens and ${maxTokens} more do not fit ${state.positions} positions`);
-      }
+      const prompt = promptTokens(edge, messages, { maxTokens, temperature, topP, seed });
       const whole = edge.isWhole();
       const figures = { edgeMs: 0, serverMs: 0, bytesUp: 0, bytesDown: 0, promptTokens: prompt.length, resumes: 0 };
       // The socket dropped mid-answer: a new one, the conversation opened again, and the hidden
@@ -280,22 +276,31 @@ const methods = {
 };
 
 /**
+ * The prompt's token ids for `messages` in the model's chat format, with `model` (the
+ * `LlmEdge` or the `LlmCloud`) set to sample as asked; `context` when the prompt and
+ * `maxTokens` more do not fit the conversation's positions.
+ */
+function promptTokens(model, messages, { maxTokens, temperature, topP, seed }) {
+  model.setSampling(temperature, topP, seed);
+  const prompt = model.chatTokens(JSON.stringify(messages));
+  if (prompt.length + maxTokens > state.positions) {
+    throw new SplitError("context", `${prompt.length} prompt tokens and ${maxTokens} more do not fit ${state.positions} positions`);
+  }
+  return prompt;
+}
+
+/**
  * Cloud-only: the prompt's token ids go up, the server streams the answer. A dropped socket
  * mid-answer: a new one, and the prompt with the answer so far sent again (the server
  * prefills them and goes on).
  */
 async function askCloud(messages, { maxTokens, temperature, topP, seed }) {
-  if (state.busy) throw new SplitError("bad_option", "an answer is being written: stop it first");
   state.busy = true;
   stopping = false;
   const { cloud } = state;
   let socket = null;
   try {
-    cloud.setSampling(temperature, topP, seed);
-    const prompt = cloud.chatTokens(JSON.stringify(messages));
-    if (prompt.length + maxTokens > state.positions) {
-      throw new SplitError("context", `${prompt.length} prompt tokens and ${maxTokens} more do not fit ${state.positions} positions`);
-    }
+    const prompt = promptTokens(cloud, messages, { maxTokens, temperature, topP, seed });
     const figures = { edgeMs: 0, serverMs: 0, bytesUp: 0, bytesDown: 0, promptTokens: prompt.length, resumes: 0 };
     const answer = [];
     const started = performance.now();

@@ -196,7 +196,6 @@ async function loadChecks(page, name) {
     return rows;
   });
   console.table(idle.map(({ why, ...row }) => row));
-  if (process.env.SPLIT_E2E_WHY) for (const r of idle) console.log(r.why);
   // Why, when it fails: the planner's explanation of the last choice.
   assert.notEqual(idle.at(-1).placement, "edge_only", `${name}: an idle server on loopback gets work (last: ${JSON.stringify(idle.at(-1))})`);
   const loader = await startLoad(page.context(), 16, 3);
