@@ -7,8 +7,9 @@ import { SplitChat } from "./client/chat.js";
 
 const $ = (id) => document.getElementById(id);
 
-/** What the page knows: the chat (once made), the blocks it was made for, the conversation. */
-const ui = { chat: null, blocks: null, loading: null, messages: [] };
+/** What the page knows: the chat (once made), the placement and blocks it was made for, the
+ * conversation. */
+const ui = { chat: null, key: null, loading: null, messages: [] };
 
 function selectTab(tab) {
   document.body.dataset.tab = tab;
@@ -21,43 +22,63 @@ function kb(bytes) {
   return bytes >= 1e6 ? `${(bytes / 1e6).toFixed(1)} MB` : `${(bytes / 1e3).toFixed(1)} kB`;
 }
 
+/** Where each part runs in a placement: the embedding, block `i`, the output layer. */
+function sides({ placement, blocks }) {
+  const here = "this browser";
+  return {
+    embedding: placement === "cloud" ? "server" : here,
+    block: (i) => (placement === "edge" || (placement !== "cloud" && i < blocks) ? here : "server"),
+    head: placement === "split" || placement === "edge" ? here : "server",
+  };
+}
+
 /** One cell per block, the embedding and the output projection at the ends, coloured by side. */
-function drawSplit(blocks, layers) {
+function drawSplit(info) {
+  const { placement, blocks, layers } = info;
+  const side = sides(info);
   const cells = [];
-  const cell = (cls, title) => {
+  const cell = (where, end, title) => {
     const s = document.createElement("span");
-    s.className = cls;
-    s.title = title;
+    s.className = where === "server" ? (end ? "server-end" : "server") : end ? "ends" : "edge";
+    s.title = `${title}: ${where}`;
     cells.push(s);
   };
-  cell("ends", "embedding: this browser");
-  for (let i = 0; i < layers; i++) cell(i < blocks ? "edge" : "server", `block ${i}: ${i < blocks ? "this browser" : "server"}`);
-  cell("ends", "final norm, output projection, sampling: this browser");
+  cell(side.embedding, true, "embedding");
+  for (let i = 0; i < layers; i++) cell(side.block(i), false, `block ${i}`);
+  cell(side.head, true, "final norm, output projection, sampling");
   $("chat-split").replaceChildren(...cells);
-  $("chat-split-caption").textContent = blocks === layers
-    ? `All ${layers} blocks run here: nothing goes to the server.`
-    : `Dark: this browser (the embedding, blocks 0–${blocks - 1}, the output layer). Light: the server (blocks ${blocks}–${layers - 1}).`;
+  $("chat-split-caption").textContent = {
+    edge: `All ${layers} blocks and the output layer run here: nothing goes to the server.`,
+    cloud: "Everything runs on the server: it receives your conversation's token ids and writes the answer; this browser holds only the tokenizer.",
+    plain: `Dark: this browser (the embedding, blocks 0–${blocks - 1}). Light: the server (blocks ${blocks}–${layers - 1}, the output layer and sampling: it writes, and sees, the answer).`,
+    split: `Dark: this browser (the embedding, blocks 0–${blocks - 1}, the output layer). Light: the server (blocks ${blocks}–${layers - 1}).`,
+  }[placement];
 }
 
 function setStatus(text) {
   $("chat-status").textContent = text;
 }
 
-/** The chat for the blocks selected, made (downloading the share) when it is not there yet. */
+/** The chat for the placement and blocks selected, made (downloading its share) when it is
+ * not there yet. */
 async function ensureChat() {
-  const blocks = Number($("chat-blocks").value);
-  if (ui.chat && ui.blocks === blocks) return ui.chat;
-  if (ui.loading?.blocks === blocks) return ui.loading.promise;
+  const placement = $("chat-placement").value;
+  const local = placement === "split" || placement === "plain";
+  $("chat-blocks").disabled = !local;
+  const options = local ? { placement, blocks: Number($("chat-blocks").value) } : { placement };
+  const key = JSON.stringify(options);
+  if (ui.chat && ui.key === key) return ui.chat;
+  if (ui.loading?.key === key) return ui.loading.promise;
   ui.chat?.close();
   ui.chat = null;
   $("chat-send").disabled = true;
   const promise = SplitChat.create({
-    blocks,
+    ...options,
     onProgress: (p) => setStatus(p.cached
       ? `Model share read from this browser's cache (${kb(p.total)}).`
       : `Downloading the model's share: ${kb(p.loaded)}${p.total ? ` of ${kb(p.total)}` : ""}…`),
   });
-  ui.loading = { blocks, promise };
+  ui.loading = { key, promise };
   try {
     const chat = await promise;
     if (ui.loading?.promise !== promise) {
@@ -65,9 +86,11 @@ async function ensureChat() {
       return ui.chat;
     }
     ui.chat = chat;
-    ui.blocks = blocks;
-    drawSplit(blocks, chat.info.layers);
-    setStatus(`Ready: ${kb(chat.info.shareBytes)} of the model downloaded, ${kb(chat.info.weightBytes)} held here.`);
+    ui.key = key;
+    drawSplit(chat.info);
+    setStatus(chat.info.placement === "cloud"
+      ? `Ready: the tokenizer downloaded (${kb(chat.info.shareBytes)}); the model runs on the server.`
+      : `Ready: ${kb(chat.info.shareBytes)} of the model downloaded, ${kb(chat.info.weightBytes)} held here.`);
     document.body.dataset.chat = "ready";
     return chat;
   } catch (e) {
@@ -88,16 +111,21 @@ function bubble(role, text) {
   return p;
 }
 
-function showStats(a) {
+/** The answer's figures, `a` as `ask` resolves or a token event has them; `placement` the
+ * chat's (token events do not carry it). */
+function showStats(a, placement) {
   const tokens = Math.max(1, a.tokens?.length ?? a.tokens ?? 1);
   const steps = tokens + 1;
   const parts = [];
-  if (a.placement === "edge" || a.serverMs === 0) {
+  if (placement === "edge") {
     parts.push(`all blocks here: ${(a.edgeMs / steps).toFixed(1)} ms per token`);
+  } else if (placement === "cloud") {
+    if (a.serverMs) parts.push(`server and link ${(a.serverMs / steps).toFixed(1)} ms per token`);
+    parts.push(`${kb(a.bytesUp)} up (the ${a.promptTokens} prompt tokens' ids), ${kb(a.bytesDown)} down`);
   } else {
     parts.push(`here ${(a.edgeMs / steps).toFixed(1)} ms per token, server and link ${(a.serverMs / steps).toFixed(1)} ms`);
     const positions = a.promptTokens + tokens;
-    parts.push(`${kb(a.bytesUp)} up, ${kb(a.bytesDown)} down (${a.promptTokens} prompt tokens, then ${tokens}: ${kb(a.bytesUp / positions)} per token each way)`);
+    parts.push(`${kb(a.bytesUp)} up, ${kb(a.bytesDown)} down (${a.promptTokens} prompt tokens, then ${tokens}: ${kb(a.bytesUp / positions)} per token up)`);
   }
   if (a.firstTokenMs != null) parts.push(`first token after ${a.firstTokenMs.toFixed(0)} ms`);
   if (a.tokensPerSecond) parts.push(`${a.tokensPerSecond.toFixed(1)} tokens/s`);
@@ -126,12 +154,12 @@ async function send(event) {
       maxTokens: 128,
       onToken: (t) => {
         answer.textContent = t.text;
-        showStats(t);
+        showStats(t, chat.info.placement);
       },
     });
     answer.textContent = a.text + (a.stopped ? " [stopped]" : "");
     ui.messages.push({ role: "assistant", content: a.text });
-    showStats(a);
+    showStats(a, chat.info.placement);
     setStatus(a.stopped ? "Stopped." : "Answered.");
     document.body.dataset.chat = "answered";
   } catch (e) {
@@ -153,9 +181,11 @@ $("chat-input").addEventListener("keydown", (e) => {
   if (e.key === "Enter" && !e.shiftKey) send(e);
 });
 $("chat-stop").addEventListener("click", () => ui.chat?.stop());
-$("chat-blocks").addEventListener("change", () => {
-  ui.messages = [];
-  $("chat-log").replaceChildren();
-  ensureChat().catch(() => {});
-});
+for (const id of ["chat-placement", "chat-blocks"]) {
+  $(id).addEventListener("change", () => {
+    ui.messages = [];
+    $("chat-log").replaceChildren();
+    ensureChat().catch(() => {});
+  });
+}
 if (new URLSearchParams(location.search).get("tab") === "chat") selectTab("chat");

@@ -22,6 +22,8 @@
 //! [`MAX_HIDDEN_ROWS`] positions), so the server rebuilds its blocks' cache and the answer goes
 //! on where it stopped.
 
+use std::collections::VecDeque;
+
 use split_shared::codec::{DEFAULT_HIDDEN_CODEC, HiddenCodec};
 use split_shared::models::smollm2::{
     ChatTemplate, KvCache, LlmError, Message, Sampler, Sampling, Smollm2, Tokenizer,
@@ -101,11 +103,9 @@ pub(crate) fn sampling(temperature: f32, top_p: f32, seed: u32) -> (Sampling, He
     }
 }
 
-/// What the edge waits for from the server.
+/// A reply the edge waits for from the server.
 #[derive(Clone, Copy, Debug)]
 enum Awaiting {
-    /// Nothing: the conversation is not open (`openFrame` first) or a reply came.
-    Nothing,
     /// The `opened` reply.
     Opened { id: u64 },
     /// The hidden states of `rows` positions from `position` on (`last`: the reply whose last
@@ -126,7 +126,8 @@ pub struct LlmEdge {
     /// Whether the server runs the head (plain split): its replies are tokens.
     server_head: bool,
     next_id: u64,
-    awaiting: Awaiting,
+    /// The replies awaited, oldest first: one at a time, except for a prompt sent in parts.
+    awaiting: VecDeque<Awaiting>,
     opened: bool,
     /// How hidden states cross.
     codec: HiddenCodec,
@@ -137,6 +138,9 @@ pub struct LlmEdge {
     resent: usize,
     /// Whether a resend is under way (from `reopenFrame` until its last reply).
     resending: bool,
+    /// Whether the last frame sent ended its input (its reply gives a token): a resend ends as
+    /// it did.
+    sent_last: bool,
 }
 
 #[wasm_bindgen]
@@ -166,12 +170,13 @@ impl LlmEdge {
             head_sampling: HeadSampling::GREEDY,
             server_head: false,
             next_id: 1,
-            awaiting: Awaiting::Nothing,
+            awaiting: VecDeque::new(),
             opened: false,
             codec: DEFAULT_HIDDEN_CODEC,
             sent: Vec::new(),
             resent: 0,
             resending: false,
+            sent_last: true,
         })
     }
 
@@ -279,14 +284,14 @@ impl LlmEdge {
     /// positions of this edge's cache.
     #[wasm_bindgen(js_name = openFrame)]
     pub fn open_frame(&mut self) -> Result<Vec<u8>, JsValue> {
-        if self.opened || !matches!(self.awaiting, Awaiting::Nothing) {
+        if self.opened || !self.awaiting.is_empty() {
             return Err(js::error("bad_option", "this conversation is already open"));
         }
         if self.is_whole() {
             return Err(js::error("bad_option", "this edge holds the whole model: runLocal"));
         }
         let id = self.take_id();
-        self.awaiting = Awaiting::Opened { id };
+        self.awaiting.push_back(Awaiting::Opened { id });
         Ok(LlmFrame::Open {
             id,
             model: MODEL_SMOLLM2,
@@ -302,7 +307,7 @@ impl LlmEdge {
     /// server's code.
     #[wasm_bindgen(js_name = acceptOpened)]
     pub fn accept_opened(&mut self, frame: &[u8]) -> Result<(), JsValue> {
-        let Awaiting::Opened { id } = self.awaiting else {
+        let Some(&Awaiting::Opened { id }) = self.awaiting.front() else {
             return Err(js::error("bad_frame", "no conversation is being opened"));
         };
         match decode(frame, id)? {
@@ -312,7 +317,7 @@ impl LlmEdge {
                     && width == self.width()
                     && head == self.server_head =>
             {
-                self.awaiting = Awaiting::Nothing;
+                self.awaiting.pop_front();
                 self.opened = true;
                 Ok(())
             }
@@ -325,32 +330,36 @@ impl LlmEdge {
     /// Embed `tokens` (the prompt, or the last token generated), run this edge's blocks on
     /// them, and frame the hidden states for the server.
     pub fn send(&mut self, tokens: &[u32]) -> Result<Vec<u8>, JsValue> {
-        if !self.opened || !matches!(self.awaiting, Awaiting::Nothing) {
+        if !self.opened || !self.awaiting.is_empty() {
             return Err(js::error("bad_option", "open the conversation, and wait for each reply"));
         }
-        if self.resending {
-            return Err(js::error("bad_option", "a resend is under way: resendFrame"));
-        }
-        if tokens.len() > MAX_HIDDEN_ROWS as usize {
+        self.hidden_frame(tokens, true)
+    }
+
+    /// A prompt in parts, each framed as soon as this edge has run its blocks on it, so that
+    /// the server's blocks work on one part while these compute the next: [`Self::send`]
+    /// without waiting for the replies of the parts before. Only the `last` part's reply gives
+    /// the next token ([`Self::accept_reply`] takes the replies in order). The U-shaped split
+    /// only: a server that runs the head would sample after every part.
+    #[wasm_bindgen(js_name = sendPart)]
+    pub fn send_part(&mut self, tokens: &[u32], last: bool) -> Result<Vec<u8>, JsValue> {
+        if self.server_head {
             return Err(js::error(
-                "context",
-                format!("{} tokens in one frame; at most {MAX_HIDDEN_ROWS}", tokens.len()),
+                "bad_option",
+                "a prompt in parts needs the output layer here (the U-shaped split)",
             ));
         }
-        let position = self.cache.len() as u32;
-        let hidden = self.run_edge_blocks(tokens)?;
-        let id = self.take_id();
-        let rows = tokens.len() as u32;
-        let (width, codec) = (self.width(), self.codec);
-        let frame = LlmFrame::Hidden { id, reply: false, position, width, codec, values: hidden };
-        let bytes = frame.encode();
-        // Kept as the server will decode them, so that a resend gives it the same rows.
-        match LlmFrame::decode(&bytes) {
-            Ok(LlmFrame::Hidden { values, .. }) => self.sent.extend_from_slice(&values),
-            other => return Err(js::error("bad_frame", format!("own frame: {other:?}"))),
+        let after_last = self
+            .awaiting
+            .iter()
+            .any(|a| matches!(a, Awaiting::Opened { .. } | Awaiting::Hidden { last: true, .. }));
+        if !self.opened || after_last {
+            return Err(js::error(
+                "bad_option",
+                "open the conversation; after a last part, wait for its reply",
+            ));
         }
-        self.awaiting = Awaiting::Hidden { id, position, rows, last: true };
-        Ok(bytes)
+        self.hidden_frame(tokens, last)
     }
 
     /// After the socket dropped: the frame that opens the conversation again on a new one.
@@ -361,7 +370,7 @@ impl LlmEdge {
             return Err(js::error("bad_option", "nothing was sent: open the conversation instead"));
         }
         self.opened = false;
-        self.awaiting = Awaiting::Nothing;
+        self.awaiting.clear();
         self.resent = 0;
         self.resending = true;
         self.open_frame()
@@ -372,7 +381,7 @@ impl LlmEdge {
     /// next token, as the lost reply would have.
     #[wasm_bindgen(js_name = resendFrame)]
     pub fn resend_frame(&mut self) -> Result<Option<Vec<u8>>, JsValue> {
-        if !self.resending || !self.opened || !matches!(self.awaiting, Awaiting::Nothing) {
+        if !self.resending || !self.opened || !self.awaiting.is_empty() {
             return Ok(None);
         }
         let width = self.width() as usize;
@@ -382,18 +391,20 @@ impl LlmEdge {
         let values = self.sent[self.resent * width..(self.resent + rows) * width].to_vec();
         self.resent += rows;
         let id = self.take_id();
-        let last = self.resent == total;
-        self.awaiting = Awaiting::Hidden { id, position, rows: rows as u32, last };
+        let last = self.resent == total && self.sent_last;
+        self.awaiting.push_back(Awaiting::Hidden { id, position, rows: rows as u32, last });
         let (width, codec) = (width as u32, self.codec);
         Ok(Some(LlmFrame::Hidden { id, reply: false, position, width, codec, values }.encode()))
     }
 
-    /// The server's reply to the last [`Self::send`] (or [`Self::resend_frame`]): the next
-    /// token, chosen here from the hidden states' last position, or by the server with its
-    /// head; nothing for a resent frame before the last.
+    /// The server's reply to the oldest frame not answered yet ([`Self::send`],
+    /// [`Self::send_part`], [`Self::resend_frame`]): the next token, chosen here from the
+    /// hidden states' last position, or by the server with its head; nothing for a part or a
+    /// resent frame before the last.
     #[wasm_bindgen(js_name = acceptReply)]
     pub fn accept_reply(&mut self, frame: &[u8]) -> Result<Option<u32>, JsValue> {
-        let Awaiting::Hidden { id, position: sent, rows, last } = self.awaiting else {
+        let Some(&Awaiting::Hidden { id, position: sent, rows, last }) = self.awaiting.front()
+        else {
             return Err(js::error("bad_frame", "no reply is awaited"));
         };
         let width = self.width();
@@ -428,11 +439,16 @@ impl LlmEdge {
                 return Err(js::error("bad_frame", format!("not the reply awaited: {other:?}")));
             }
         };
-        self.awaiting = Awaiting::Nothing;
+        self.awaiting.pop_front();
+        if self.resending
+            && self.awaiting.is_empty()
+            && self.resent * width as usize == self.sent.len()
+        {
+            self.resending = false;
+        }
         if !last {
             return Ok(None);
         }
-        self.resending = false;
         match next {
             Next::Hidden(values) => self.next_token(&values).map(Some),
             Next::Token(token) => Ok(Some(token)),
@@ -443,10 +459,11 @@ impl LlmEdge {
     /// starts at position 0, with [`Self::open_frame`] on a new socket when split.
     pub fn reset(&mut self) {
         self.cache.truncate(0);
-        self.awaiting = Awaiting::Nothing;
+        self.awaiting.clear();
         self.opened = false;
         self.sent.clear();
         self.resending = false;
+        self.sent_last = true;
     }
 
     /// Edge-only: run every block here on `tokens` and return the next token.
@@ -474,6 +491,35 @@ enum Next {
 }
 
 impl LlmEdge {
+    /// Run this edge's blocks on `tokens` and frame their hidden states; the reply awaited
+    /// after those already awaited.
+    fn hidden_frame(&mut self, tokens: &[u32], last: bool) -> Result<Vec<u8>, JsValue> {
+        if self.resending {
+            return Err(js::error("bad_option", "a resend is under way: resendFrame"));
+        }
+        if tokens.len() > MAX_HIDDEN_ROWS as usize {
+            return Err(js::error(
+                "context",
+                format!("{} tokens in one frame; at most {MAX_HIDDEN_ROWS}", tokens.len()),
+            ));
+        }
+        let position = self.cache.len() as u32;
+        let hidden = self.run_edge_blocks(tokens)?;
+        let id = self.take_id();
+        let rows = tokens.len() as u32;
+        let (width, codec) = (self.width(), self.codec);
+        let frame = LlmFrame::Hidden { id, reply: false, position, width, codec, values: hidden };
+        let bytes = frame.encode();
+        // Kept as the server will decode them, so that a resend gives it the same rows.
+        match LlmFrame::decode(&bytes) {
+            Ok(LlmFrame::Hidden { values, .. }) => self.sent.extend_from_slice(&values),
+            other => return Err(js::error("bad_frame", format!("own frame: {other:?}"))),
+        }
+        self.awaiting.push_back(Awaiting::Hidden { id, position, rows, last });
+        self.sent_last = last;
+        Ok(bytes)
+    }
+
     fn take_id(&mut self) -> u64 {
         let id = self.next_id;
         self.next_id += 1;

@@ -21,6 +21,11 @@ export const CONNECT_TIMEOUT_MS = 10_000;
 /** A reply of the server not come in this long fails the answer with "timeout" (a prompt's
  * prefill of 1,024 positions takes seconds on a loaded server; a token, milliseconds). */
 export const REPLY_TIMEOUT_MS = 60_000;
+/** Positions in each part of a prompt the U-shaped split sends in parts: the server's blocks
+ * run one part while this edge computes the next (`./run.sh llm-placements` timed the first
+ * token on its 4G link at 1.03x cloud-only's with parts of 8 against 1.24x in one frame:
+ * docs/llm.md). */
+export const PROMPT_PART = 8;
 /** Waits before each attempt to resume an answer whose socket dropped (then it fails). */
 export const RESUME_DELAYS_MS = [200, 1_000, 3_000];
 
@@ -226,24 +231,44 @@ const methods = {
           // Let a `stop` message in between tokens.
           await new Promise((resolve) => setTimeout(resolve, 0));
         } else {
-          const frame = edge.send(input);
-          figures.edgeMs += performance.now() - t0;
-          figures.bytesUp += frame.length;
-          const t1 = performance.now();
-          let reply = null;
+          // The prompt of the U-shaped split in parts, every part posted as soon as it is
+          // computed and the replies taken in order after; a token a frame afterwards.
+          const parts = answer.length === 0 && !edge.serverHead() ? inParts(input, PROMPT_PART) : [input];
+          const stepStarted = performance.now();
+          let edgeStepMs = 0;
           try {
-            reply = await socket.send(frame);
+            if (parts.length === 1) {
+              const frame = edge.send(input);
+              edgeStepMs += performance.now() - t0;
+              figures.bytesUp += frame.length;
+              const reply = await socket.send(frame);
+              figures.bytesDown += reply.length;
+              t0 = performance.now();
+              next = edge.acceptReply(reply);
+              edgeStepMs += performance.now() - t0;
+            } else {
+              for (const [i, part] of parts.entries()) {
+                t0 = performance.now();
+                const frame = edge.sendPart(part, i === parts.length - 1);
+                edgeStepMs += performance.now() - t0;
+                figures.bytesUp += frame.length;
+                socket.post(frame);
+              }
+              for (let i = 0; i < parts.length; i++) {
+                const reply = await socket.receive();
+                figures.bytesDown += reply.length;
+                t0 = performance.now();
+                next = edge.acceptReply(reply);
+                edgeStepMs += performance.now() - t0;
+              }
+            }
           } catch (e) {
-            if (!transient(e)) throw e;
-            next = await resume(e);
+            const failure = fromWasm(e);
+            if (!transient(failure)) throw failure;
+            next = await resume(failure);
           }
-          figures.serverMs += performance.now() - t1;
-          if (reply) {
-            figures.bytesDown += reply.length;
-            t0 = performance.now();
-            next = edge.acceptReply(reply);
-            figures.edgeMs += performance.now() - t0;
-          }
+          figures.edgeMs += edgeStepMs;
+          figures.serverMs += performance.now() - stepStarted - edgeStepMs;
         }
         firstTokenMs ??= performance.now() - started;
         if (next === edge.endToken()) break;
@@ -274,6 +299,13 @@ const methods = {
     state?.stopNow?.();
   },
 };
+
+/** `tokens` in consecutive parts of at most `size`. */
+function inParts(tokens, size) {
+  const parts = [];
+  for (let i = 0; i < tokens.length; i += size) parts.push(tokens.subarray(i, i + size));
+  return parts;
+}
 
 /**
  * The prompt's token ids for `messages` in the model's chat format, with `model` (the

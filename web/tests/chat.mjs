@@ -77,9 +77,12 @@ await withPage(GPU_ARGS.cpu, async (page) => {
   const stats = await page.textContent("#chat-stats");
   if (!/kB up/.test(stats) || !/tokens\/s/.test(stats)) throw new Error(`the figures shown: ${stats}`);
   const served = (await metricsLlm()) - before;
-  // One frame opens, one carries the prompt, one per token after the first, and none for the
-  // end token's successor: the server answered every one of them.
-  if (served !== prompt.greedy.length + 2) throw new Error(`the server answered ${served} /llm frames for ${prompt.greedy.length} tokens`);
+  // One frame opens, the prompt goes in parts of 8 positions (`PROMPT_PART` in
+  // client/chat-worker.js), then one frame per token after the first, and none for the end
+  // token's successor: the server answered every one of them.
+  const promptTokens = Number(/\((\d+) prompt tokens/.exec(stats)?.[1]);
+  const expectedFrames = 1 + Math.ceil(promptTokens / 8) + prompt.greedy.length;
+  if (served !== expectedFrames) throw new Error(`the server answered ${served} /llm frames for ${promptTokens} prompt tokens and ${prompt.greedy.length} answer tokens (${expectedFrames} expected)`);
 
   // The client API, split at 4 blocks and whole in the browser: the reference's tokens.
   const runs = await page.evaluate(async (prompts) => {
@@ -106,10 +109,10 @@ await withPage(GPU_ARGS.cpu, async (page) => {
     if (!same(r.tokens, p.greedy)) throw new Error(`blocks ${r.blocks} (${r.codec}), prompt ${i % 2}: ${JSON.stringify(r.tokens)} against the reference's ${JSON.stringify(p.greedy)}`);
     if (r.blocks === 30 && (r.placement !== "edge" || r.bytesUp !== 0)) throw new Error(`the whole model in the browser sent ${r.bytesUp} bytes`);
     // Hidden states only: a coded row of 576 values per position up, one row per frame down
-    // (the last position's, all the head needs), plus each frame's 28 bytes of headers (one
-    // frame for the prompt, one per token after it).
+    // (the last position's, all the head needs), plus each frame's 28 bytes of headers (the
+    // prompt in frames of 8 positions, then one per token after the first).
     const positions = r.promptTokens + r.tokens.length - 1;
-    const frames = r.tokens.length;
+    const frames = Math.ceil(r.promptTokens / 8) + r.tokens.length - 1;
     const up = positions * r.rowBytes + frames * 28;
     const down = frames * (r.rowBytes + 28);
     if (r.blocks === 4 && (r.bytesUp !== up || r.bytesDown !== down)) {
@@ -194,6 +197,30 @@ await withPage(GPU_ARGS.cpu, async (page) => {
   if (JSON.stringify(refusals.codes) !== JSON.stringify(["bad_option", "bad_option", "privacy_floor", "context", "bad_option"])) throw new Error(`refusals: ${JSON.stringify(refusals.codes)}`);
   if (!refusals.stopped || refusals.stoppedTokens >= 64) throw new Error(`stop: ${JSON.stringify(refusals)}`);
   if (refusals.floorBlocks !== 12) throw new Error(`the default privacy floor kept ${refusals.floorBlocks} blocks, not 12`);
+  // The page's placement selector: the plain split at 4 blocks (its share in the cache since
+  // the client's runs above) and cloud-only (the tokenizer alone) write the reference's
+  // answer, the split drawn says where each part ran, and the blocks are not asked for when
+  // the model runs whole on one side.
+  const pagePlaced = [];
+  for (const [placement, blocks] of [["plain", "4"], ["cloud", null]]) {
+    await page.evaluate(() => { document.body.dataset.chat = "switching"; });
+    await page.selectOption("#chat-placement", placement);
+    if (blocks) await page.selectOption("#chat-blocks", blocks);
+    await page.waitForFunction(() => ["ready", "failed"].includes(document.body.dataset.chat), null, { timeout: 300_000 });
+    await page.fill("#chat-input", prompt.user);
+    await page.click("#chat-send");
+    await page.waitForFunction(() => ["answered", "failed"].includes(document.body.dataset.chat) && !document.querySelector("#chat-send").disabled, null, { timeout: 300_000 });
+    const answer = (await page.$$eval("#chat-log p.assistant", (p) => p.map((e) => e.textContent))).at(-1);
+    const drawn = await page.$$eval("#chat-split span", (s) => s.map((e) => e.className));
+    const count = (c) => drawn.filter((d) => d === c).length;
+    const state = { placement, answer, edge: count("edge"), ends: count("ends"), serverEnds: count("server-end"), blocksDisabled: await page.isDisabled("#chat-blocks"), stats: await page.textContent("#chat-stats") };
+    const expected = placement === "plain" ? { edge: 4, ends: 1, serverEnds: 1, blocksDisabled: false } : { edge: 0, ends: 0, serverEnds: 2, blocksDisabled: true };
+    if (answer !== prompt.greedy_text || Object.entries(expected).some(([k, v]) => state[k] !== v) || drawn.length !== 32) {
+      throw new Error(`the page's ${placement} placement: ${JSON.stringify(state)}, drawn ${drawn}; expected ${JSON.stringify(expected)} and the reference's ${JSON.stringify(prompt.greedy_text)}`);
+    }
+    pagePlaced.push(`${placement} (${state.stats})`);
+  }
+
   // The link dropped twice mid-answer: the client opens a new socket, sends the hidden states
   // it kept, and the answer goes on, token for token the reference's.
   const link = await cuttableLink(new URL(url));
@@ -227,5 +254,6 @@ await withPage(GPU_ARGS.cpu, async (page) => {
   const line = (r) => `${r.blocks === 30 ? "whole in the browser" : `split at ${r.blocks} (${r.codec})`}: ${r.tokens.length} tokens, ${r.perSecond?.toFixed(1)} tokens/s, share ${(r.share / 1e6).toFixed(1)} MB, ${r.bytesUp} B up`;
   console.log(`chat: the page's answer and ${runs.length} client answers equal the reference's greedy tokens; ${runs.map(line).join("; ")}`);
   console.log(`chat: plain split and cloud-only give the reference's tokens (plain ${plain.bytesUp} B up, ${plain.bytesDown} down; cloud ${cloudRun.bytesUp} B up, ${cloudRun.bytesDown} down, tokenizer ${(cloudRun.share / 1e6).toFixed(2)} MB); a cloud answer stopped after ${placed.stopped.tokens} tokens`);
+  console.log(`chat: the page's placements answer the reference's text: ${pagePlaced.join("; ")}`);
   console.log(`chat: refusals ${refusals.codes.join(", ")}; stopped after ${refusals.stoppedTokens} tokens; the link cut ${cuts} times mid-answer, ${resumed.map((r) => `${r.placement} ${r.resumes} resumes`).join(", ")}, the reference's tokens (headless Chromium, CPU build, beside the test's server: not a speed figure)`);
 });

@@ -42,13 +42,15 @@ pub const MODES: [&str; 5] = ["edge", "cloud", "block5:q6", "block11:q6", "auto"
 
 impl CrowdOptions {
     /// The quick run the test suite makes: a few clients and one page for a few seconds per
-    /// mode, against one server and two replicas (checks behaviour, not speed).
+    /// mode, against one server and two replicas (checks behaviour, not speed). 5 s a mode,
+    /// the first 1.5 left out: the page still makes a dozen requests in each (8 and 2 took
+    /// 113 s of a new machine's test run, reports/cold-test/timeline-1e59f41.txt).
     pub fn quick() -> Self {
         Self {
             clients: 4,
             pages: 1,
-            duration_s: 8.0,
-            settle_s: 2.0,
+            duration_s: 5.0,
+            settle_s: 1.5,
             interval_ms: 250.0,
             modes: MODES.iter().map(ToString::to_string).collect(),
             replicas: vec![1, 2],
