@@ -232,35 +232,25 @@ const methods = {
           await new Promise((resolve) => setTimeout(resolve, 0));
         } else {
           // The prompt of the U-shaped split in parts, every part posted as soon as it is
-          // computed and the replies taken in order after; a token a frame afterwards.
+          // computed and the replies taken in order after; a token a frame afterwards (a plain
+          // split's server samples after every frame: its prompt goes whole, with `send`).
           const parts = answer.length === 0 && !edge.serverHead() ? inParts(input, PROMPT_PART) : [input];
           const stepStarted = performance.now();
           let edgeStepMs = 0;
           try {
-            if (parts.length === 1) {
-              const frame = edge.send(input);
+            for (const [i, part] of parts.entries()) {
+              t0 = performance.now();
+              const frame = edge.serverHead() ? edge.send(part) : edge.sendPart(part, i === parts.length - 1);
               edgeStepMs += performance.now() - t0;
               figures.bytesUp += frame.length;
-              const reply = await socket.send(frame);
+              socket.post(frame);
+            }
+            for (let i = 0; i < parts.length; i++) {
+              const reply = await socket.receive();
               figures.bytesDown += reply.length;
               t0 = performance.now();
               next = edge.acceptReply(reply);
               edgeStepMs += performance.now() - t0;
-            } else {
-              for (const [i, part] of parts.entries()) {
-                t0 = performance.now();
-                const frame = edge.sendPart(part, i === parts.length - 1);
-                edgeStepMs += performance.now() - t0;
-                figures.bytesUp += frame.length;
-                socket.post(frame);
-              }
-              for (let i = 0; i < parts.length; i++) {
-                const reply = await socket.receive();
-                figures.bytesDown += reply.length;
-                t0 = performance.now();
-                next = edge.acceptReply(reply);
-                edgeStepMs += performance.now() - t0;
-              }
             }
           } catch (e) {
             const failure = fromWasm(e);
