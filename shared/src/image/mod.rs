@@ -111,7 +111,8 @@ fn decode_jpeg(bytes: &[u8]) -> Option<Result<(RgbImage, Orientation)>> {
     };
     let orientation = decoder
         .exif_data()
-        .and_then(Orientation::from_exif_chunk)
+        .and_then(exif_orientation)
+        .and_then(Orientation::from_exif)
         .unwrap_or(Orientation::NoTransforms);
     let img = match info.pixel_format {
         jpeg_decoder::PixelFormat::RGB24 => RgbImage::new(w, h, pixels),
@@ -121,6 +122,38 @@ fn decode_jpeg(bytes: &[u8]) -> Option<Result<(RgbImage, Orientation)>> {
         _ => return None,
     };
     Some(img.map(|img| (img, orientation)))
+}
+
+/// The orientation tag (0x0112, 1-8) of an EXIF block's first directory: the TIFF structure
+/// after the `Exif\0\0` marker, little- (`II`) or big-endian (`MM`). `None` when the block is
+/// cut short, malformed, or has no such tag (the photo is then taken as stored).
+fn exif_orientation(tiff: &[u8]) -> Option<u8> {
+    let little = match tiff.get(..4)? {
+        [b'I', b'I', 42, 0] => true,
+        [b'M', b'M', 0, 42] => false,
+        _ => return None,
+    };
+    let u16_at = |at: usize| -> Option<u16> {
+        let b: [u8; 2] = tiff.get(at..at.checked_add(2)?)?.try_into().ok()?;
+        Some(if little { u16::from_le_bytes(b) } else { u16::from_be_bytes(b) })
+    };
+    let u32_at = |at: usize| -> Option<u32> {
+        let b: [u8; 4] = tiff.get(at..at.checked_add(4)?)?.try_into().ok()?;
+        Some(if little { u32::from_le_bytes(b) } else { u32::from_be_bytes(b) })
+    };
+    /// A directory entry: tag, type, count, then the value (or its offset) in 4 bytes.
+    const ENTRY: usize = 12;
+    /// The TIFF type SHORT: an orientation is one of them, held in the entry itself.
+    const SHORT: u16 = 3;
+    let directory = usize::try_from(u32_at(4)?).ok()?;
+    let entries = usize::from(u16_at(directory)?);
+    (0..entries).find_map(|i| {
+        let at = directory.checked_add(2 + i * ENTRY)?;
+        if u16_at(at)? != 0x0112 || u16_at(at + 2)? != SHORT || u32_at(at + 4)? != 1 {
+            return None;
+        }
+        u8::try_from(u16_at(at + 8)?).ok()
+    })
 }
 
 /// Turn decoded pixels the way their EXIF orientation says the photo is meant to be seen:
@@ -307,6 +340,23 @@ mod tests {
         assert!(diff < 3.0, "upright after EXIF: mean difference {diff} (JPEG q95 alone)");
         // Orientation 1 changes nothing.
         assert_eq!(decode(&with_exif_orientation(&jpeg, 1)).unwrap(), sideways);
+    }
+
+    #[test]
+    fn exif_orientation_reads_either_byte_order_and_nothing_malformed() {
+        // One directory at offset 8 with two entries: another tag first, then the orientation.
+        let little =
+            b"II*\0\x08\0\0\0\x02\0\x0f\x01\x02\0\x04\0\0\0Foo\0\x12\x01\x03\0\x01\0\0\0\x08\0\0\0";
+        assert_eq!(exif_orientation(little), Some(8));
+        let big = b"MM\0*\0\0\0\x08\0\x01\x01\x12\0\x03\0\0\0\x01\0\x03\0\0";
+        assert_eq!(exif_orientation(big), Some(3));
+        // Cut inside the entry, a LONG instead of a SHORT, a directory past the end, no header.
+        assert_eq!(exif_orientation(&little[..little.len() - 5]), None);
+        let mut long = big.to_vec();
+        long[13] = 4;
+        assert_eq!(exif_orientation(&long), None);
+        assert_eq!(exif_orientation(b"MM\0*\xff\xff\xff\xf0"), None);
+        assert_eq!(exif_orientation(b"Exif"), None);
     }
 
     #[test]
