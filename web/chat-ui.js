@@ -65,7 +65,9 @@ async function ensureChat() {
   const placement = $("chat-placement").value;
   const local = placement === "split" || placement === "plain";
   $("chat-blocks").disabled = !local;
-  const options = local ? { placement, blocks: Number($("chat-blocks").value) } : { placement };
+  // "auto": the planner chooses among the placements the default privacy floor allows.
+  const options = local ? { placement, blocks: Number($("chat-blocks").value) }
+    : placement === "auto" ? { placement, privacyFloor: "default" } : { placement };
   const key = JSON.stringify(options);
   if (ui.chat && ui.key === key) return ui.chat;
   if (ui.loading?.key === key) return ui.loading.promise;
@@ -88,6 +90,12 @@ async function ensureChat() {
     ui.chat = chat;
     ui.key = key;
     drawSplit(chat.info);
+    const chosen = chat.info.plan?.chosen;
+    const why = chosen
+      ? ` The planner chose it: first token in ${chosen.firstTokenMs.toFixed(0)} ms, ${(1000 / chosen.tokenMs).toFixed(1)} tokens/s predicted (this browser's speed ${chat.info.plan.edgeCosts}).`
+      : "";
+    // The planner's reason stays beside the drawing (the status line changes as answers come).
+    $("chat-split-caption").textContent += why;
     setStatus(chat.info.placement === "cloud"
       ? `Ready: the tokenizer downloaded (${kb(chat.info.shareBytes)}); the model runs on the server.`
       : `Ready: ${kb(chat.info.shareBytes)} of the model downloaded, ${kb(chat.info.weightBytes)} held here.`);

@@ -3,7 +3,7 @@
 
 /** Every failure of the client: a stable, machine-readable `code` and a message for developers.
  * Codes: "network", "timeout", "closed", "worker", "wasm_trap" (a panic in the wasm module: the message
- * says where), "bad_option", "no_cost_table", "privacy_floor", "no_light_model", "webgpu_unavailable",
+ * says where), "bad_option", "no_cost_table", "privacy_floor", "no_placement", "no_light_model", "webgpu_unavailable",
  * "bad_weights", "weights_missing", "bad_calibration", "backend", "internal", or an error code the server sent
  * ("malformed", "shape_mismatch", "bad_image", "busy", "rate_limited", "calibration_mismatch",
  * "keyframe_required", "unsupported_codec", ...). */
@@ -498,8 +498,12 @@ export interface ChatOptions {
   /** How the hidden states cross each way (docs/llm.md, "The hidden states' codec"); the
    * module's default unless named. */
   codec?: HiddenCodecName;
-  /** Where the model runs (docs/llm.md, "Placements"). */
-  placement?: ChatPlacement;
+  /** Where the model runs (docs/llm.md, "Placements"); "auto": where the planner predicts the
+   * fastest answer under `privacyFloor` and `memoryBytes` (`info.plan` says why). */
+  placement?: ChatPlacement | "auto";
+  /** Most bytes of the model this browser may download and hold (`placement: "auto"` only:
+   * larger shares are refused with the reason "memory"). */
+  memoryBytes?: number;
   /** The model share's download: `{ stage: "llm-weights", loaded, total, fraction, cached }`. */
   onProgress?: (p: Progress) => void;
 }
@@ -510,6 +514,35 @@ export interface ChatOptions {
  * everything from the prompt's token ids and streams the answer (only the tokenizer is
  * downloaded; refused under a privacy floor). "edge": the whole model in the browser. */
 export type ChatPlacement = "split" | "plain" | "cloud" | "edge";
+
+/** A placement of the language model with its predicted figures (milliseconds, bytes). */
+export interface ChatEstimate {
+  placement: ChatPlacement;
+  /** Edge blocks of a split. */
+  blocks?: number;
+  firstTokenMs: number;
+  tokenMs: number;
+  /** The share's download before the first answer; 0 when cached. */
+  downloadMs: number;
+  /** The download, the first token and the rest of a 128-token answer to a 64-token prompt. */
+  answerMs: number;
+  downloadBytes: number;
+  bytesUp: number;
+  bytesDown: number;
+}
+
+/** Why the planner chose: every allowed placement fastest first, and the refused ones
+ * (`[{ placement, blocks? }, "privacy_floor" | "memory" | "no_such_split"]`). */
+export interface ChatPlan {
+  chosen: ChatEstimate;
+  ranked: ChatEstimate[];
+  refused: [{ placement: ChatPlacement; blocks?: number }, string][];
+  /** Whether this browser's costs were timed (the last time a share loaded) or assumed. */
+  edgeCosts: "measured" | "assumed";
+  link: { rtt_ms: number; up_kbps: number; down_kbps: number };
+  /** Shares (by blocks) already in the browser's cache. */
+  cachedShares: number[];
+}
 
 /** A hidden-state encoding: f32 (exact), f16, bf16, q8 (a byte a value, one scale a row), q8o
  * (q8 with the row's 8 largest values apart). */
@@ -558,7 +591,9 @@ export declare class SplitChat {
   readonly info: { placement: ChatPlacement; blocks: number; layers: number; width: number;
     positions: number; shareBytes: number; weightBytes: number; codec: HiddenCodecName | null;
     /** Bytes of one position's hidden state on the wire, each way. */
-    rowBytes: number; model: string } | null;
+    rowBytes: number; model: string;
+    /** The planner's choice, with `placement: "auto"`; null otherwise. */
+    plan: ChatPlan | null } | null;
   /** Answer a conversation; `onToken` sees the answer as it grows. Greedy unless
    * `temperature` > 0 (then top-p `topP` with `seed`). */
   ask(messages: ChatMessage[], options?: { maxTokens?: number; temperature?: number; topP?: number;

@@ -93,6 +93,14 @@ pub struct LlmInfo {
     /// first blocks and the head), `plain` (the server runs the head), `cloud` (the server runs
     /// everything, from token ids).
     pub placements: [&'static str; 3],
+    /// What a block and the head cost on this server, measured when it loaded the model: what
+    /// a client's placement planner weighs against its own ([`split_shared::plan::plan_llm`]).
+    pub costs: split_shared::plan::LlmSideCosts,
+    /// Bytes of each share a browser may download: `share_bytes[k]` holds `k` blocks (the last,
+    /// every block: the whole model).
+    pub share_bytes: Vec<usize>,
+    /// Bytes of the tokenizer alone (cloud-only's download).
+    pub tokenizer_bytes: usize,
 }
 
 /// The light model (`/api/info`'s `light_model`).
@@ -210,6 +218,9 @@ impl ServerInfo {
                 file_id: host.file_id.clone(),
                 tokenizer_url: crate::llm_edge::LLM_TOKENIZER_URL,
                 placements: ["split", "plain", "cloud"],
+                costs: host.costs,
+                share_bytes: host.share_bytes.clone(),
+                tokenizer_bytes: host.tokenizer.len(),
             }),
         }
     }

@@ -53,6 +53,11 @@ pub struct LlmHost {
     pub shares: crate::llm_edge::Shares,
     /// The file's metadata without its tensors: the tokenizer a cloud-only client needs.
     pub tokenizer: actix_web::web::Bytes,
+    /// What a block and the head cost here, measured at load (`/api/info`'s `llm.costs`, for
+    /// the clients' placement planners).
+    pub costs: split_shared::plan::LlmSideCosts,
+    /// Bytes of the share of `k` blocks, `k` = 0 ..= the model's blocks (`/llm/edge/{k}`).
+    pub share_bytes: Vec<usize>,
 }
 
 impl LlmHost {
@@ -80,10 +85,18 @@ impl LlmHost {
             .with_context(|| format!("reading the language model {}", path.display()))?;
         let (model, tokenizer) = Smollm2::load(&bytes)
             .with_context(|| format!("loading the language model {}", path.display()))?;
+        let start = std::time::Instant::now();
+        let clock = || start.elapsed().as_secs_f64() * 1e3;
+        let costs = split_shared::models::smollm2::measure_costs(&model, &clock)
+            .context("timing the language model's blocks")?;
         log::info!(
-            "language model from {} ({:.1} MB of weights)",
+            "language model from {} ({:.1} MB of weights; a block {:.2} ms a token, {:.3} a \
+             prefill position; the head {:.2} ms)",
             path.display(),
-            model.weight_bytes() as f64 / 1e6
+            model.weight_bytes() as f64 / 1e6,
+            costs.block_token_ms,
+            costs.block_prefill_ms,
+            costs.head_ms
         );
         Ok(Some(LlmHost {
             model,
@@ -95,6 +108,8 @@ impl LlmHost {
             tokenizer: split_shared::models::smollm2::tokenizer_share(&bytes)?.into(),
             path,
             shares: Default::default(),
+            costs,
+            share_bytes: split_shared::models::smollm2::share_sizes(&bytes)?,
         }))
     }
 

@@ -21,6 +21,11 @@
 //! the edge's own work included; tokens/s counts the tokens after the first over the time from
 //! the first to the last. Every placement is greedy and must give edge-only's tokens (the
 //! report says whether it did); a conversation stops at the model's end token or `--tokens`.
+//!
+//! Beside each measured row the report puts the placement planner's prediction for it
+//! ([`split_shared::plan::estimate_llm`]) from the costs each side measured of itself: this
+//! process's edge ([`measure_costs`], on the same kernel threads) and the server's, which its
+//! `/api/info` publishes. The two disagree by what the planner's model of time leaves out.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -30,7 +35,11 @@ use anyhow::{Context, Result, bail};
 use serde::Serialize;
 use split_shared::codec::{DEFAULT_HIDDEN_CODEC, HiddenCodec};
 use split_shared::models::smollm2::{
-    DEFAULT_CHAT_PRIVACY_FLOOR, KvCache, Message as Turn, argmax, edge_share, tokenizer_share,
+    DEFAULT_CHAT_PRIVACY_FLOOR, KvCache, Message as Turn, argmax, edge_share, measure_costs,
+    tokenizer_share,
+};
+use split_shared::plan::{
+    LlmLink, LlmPlacement, LlmShape, LlmSideCosts, LlmWorkload, estimate_llm,
 };
 use split_shared::protocol::{HeadSampling, LlmFrame, MODEL_SMOLLM2};
 use split_studies::llm::{Chat, command_line, write_report};
@@ -147,6 +156,11 @@ pub struct Row {
     pub first_token_vs_cloud: f64,
     /// Cloud-only's tokens/s over this one's on the same link.
     pub token_time_vs_cloud: f64,
+    /// The planner's prediction of the first token from the sides' measured costs, ms (none
+    /// when the server publishes no costs).
+    pub predicted_first_token_ms: Option<f64>,
+    /// ... and of the tokens a second after it.
+    pub predicted_tokens_per_s: Option<f64>,
 }
 
 /// Every placement on one link.
@@ -179,6 +193,10 @@ pub struct Report {
     pub prompt_tokens: usize,
     /// Threads of the edge's kernels.
     pub edge_threads: usize,
+    /// What a block and the head cost this process's edge (measured here).
+    pub edge_costs: LlmSideCosts,
+    /// What they cost the server (its `/api/info`), when it says.
+    pub server_costs: Option<LlmSideCosts>,
     /// Conversations per placement and link.
     pub repeats: usize,
     /// The answer, up to `--tokens` tokens.
@@ -428,6 +446,73 @@ fn row(
         same_tokens_as_unsplit: runs.iter().all(|p| p.tokens == reference),
         first_token_vs_cloud: 0.0,
         token_time_vs_cloud: 0.0,
+        predicted_first_token_ms: None,
+        predicted_tokens_per_s: None,
+    }
+}
+
+/// The server's measured costs from its `/api/info` (`llm.costs`); `None` from a server that
+/// does not publish them.
+async fn server_costs(url: &str) -> Result<Option<LlmSideCosts>> {
+    let (host, _) = host_and_path(url)?;
+    let info: serde_json::Value = awc::Client::new()
+        .get(format!("http://{host}/api/info"))
+        .send()
+        .await
+        .map_err(|e| anyhow::anyhow!("GET /api/info: {e}"))?
+        .json()
+        .limit(1 << 20)
+        .await
+        .map_err(|e| anyhow::anyhow!("/api/info: {e}"))?;
+    match info.pointer("/llm/costs") {
+        Some(costs) => Ok(Some(serde_json::from_value(costs.clone()).context("llm.costs")?)),
+        None => Ok(None),
+    }
+}
+
+/// The planner's prediction for each row measured on `link`.
+fn predict(
+    rows: &mut [Row],
+    s: &Setup,
+    edge: &LlmSideCosts,
+    server: &LlmSideCosts,
+    link: &LinkProfile,
+) {
+    let layers = s.chat.model.config.layers;
+    let mut share_bytes = vec![f64::NAN; layers + 1];
+    let mut tokenizer_bytes = f64::NAN;
+    for r in rows.iter() {
+        match r.placement {
+            Placement::CloudOnly => tokenizer_bytes = r.edge_download_bytes as f64,
+            _ => share_bytes[r.edge_blocks.min(layers)] = r.edge_download_bytes as f64,
+        }
+    }
+    let shape = LlmShape {
+        layers,
+        row_bytes: s.codec.row_bytes(s.chat.model.config.dim) as f64,
+        share_bytes,
+        tokenizer_bytes,
+    };
+    let link = LlmLink { rtt_ms: link.rtt_ms, up_kbps: link.up_kbps, down_kbps: link.down_kbps };
+    for r in rows {
+        let (placement, chunk) = match r.placement {
+            Placement::EdgeOnly => (LlmPlacement::Edge, 0),
+            Placement::USplit => (LlmPlacement::Split { blocks: r.edge_blocks }, 0),
+            Placement::USplitPipelined => (LlmPlacement::Split { blocks: r.edge_blocks }, s.chunk),
+            Placement::PlainSplit => (LlmPlacement::Plain { blocks: r.edge_blocks }, 0),
+            Placement::CloudOnly => (LlmPlacement::Cloud, 0),
+        };
+        let work = LlmWorkload {
+            prompt_tokens: s.prompt.len(),
+            answer_tokens: r.tokens,
+            prefill_chunk: chunk,
+            count_download: false,
+            cached_shares: Vec::new(),
+            cached_tokenizer: false,
+        };
+        let e = estimate_llm(&shape, edge, server, &link, &work, placement);
+        r.predicted_first_token_ms = Some(e.first_token_ms);
+        r.predicted_tokens_per_s = Some(1e3 / e.token_ms);
     }
 }
 
@@ -499,6 +584,8 @@ pub fn run(a: Args) -> Result<()> {
     let downloads = [file.len(), edge_share(&file, a.blocks)?.len(), tokenizer_share(&file)?.len()];
     drop(file);
     split_kernels::set_max_threads(a.edge_threads);
+    let start = Instant::now();
+    let edge_costs = measure_costs(&chat.model, &|| start.elapsed().as_secs_f64() * 1e3)?;
     let prompt = chat
         .template
         .encode(&chat.tokenizer, &[Turn { role: "user".into(), content: a.message.clone() }])?;
@@ -519,6 +606,8 @@ pub fn run(a: Args) -> Result<()> {
     eprintln!("llm-placements: {} prompt tokens; the answer: {answer:?}", s.prompt.len());
 
     let client = actix_web::rt::System::new();
+    let server = client.block_on(server_costs(&a.url))?;
+    eprintln!("llm-placements: costs measured here {edge_costs:?}, by the server {server:?}");
     let mut runs = Vec::new();
     for link in links {
         let (addr, emulator) = emulate(upstream, link)?;
@@ -549,6 +638,9 @@ pub fn run(a: Args) -> Result<()> {
                 r.token_time_vs_cloud = rate / r.tokens_per_s;
             }
         }
+        if let Some(server) = &server {
+            predict(&mut rows, &s, &edge_costs, server, &link);
+        }
         for r in &rows {
             eprintln!(
                 "llm-placements: {} {}: first token {:.0} ms ({:.2}x cloud-only), {:.1} tokens/s \
@@ -577,6 +669,8 @@ pub fn run(a: Args) -> Result<()> {
         codec: a.codec.to_string(),
         prompt_tokens: s.prompt.len(),
         edge_threads: a.edge_threads,
+        edge_costs,
+        server_costs: server,
         repeats: a.repeats,
         answer,
         links: runs,
@@ -617,13 +711,13 @@ pub fn markdown(r: &Report) -> String {
     for l in &r.links {
         s += &format!(
             "\n## {}: {} kbit/s up, {} down, {} ms round trip\n\n\
-             | placement | edge downloads | first token | × cloud-only | tokens/s | time a token × cloud-only | bytes up | bytes down | edge-only's tokens |\n\
-             | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+             | placement | edge downloads | first token | × cloud-only | tokens/s | time a token × cloud-only | predicted first token, tokens/s | bytes up | bytes down | edge-only's tokens |\n\
+             | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
             l.link.name, l.link.up_kbps, l.link.down_kbps, l.link.rtt_ms
         );
         for row in &l.rows {
             s += &format!(
-                "| {} | {:.1} MB ({:.0}%) | {:.0} ms | {:.2} | {:.1} | {:.2} | {} | {} | {} |\n",
+                "| {} | {:.1} MB ({:.0}%) | {:.0} ms | {:.2} | {:.1} | {:.2} | {} | {} | {} | {} |\n",
                 row.placement.name(),
                 row.edge_download_bytes as f64 / 1e6,
                 100.0 * row.edge_download_bytes as f64 / r.file_bytes as f64,
@@ -631,6 +725,10 @@ pub fn markdown(r: &Report) -> String {
                 row.first_token_vs_cloud,
                 row.tokens_per_s,
                 row.token_time_vs_cloud,
+                match (row.predicted_first_token_ms, row.predicted_tokens_per_s) {
+                    (Some(f), Some(t)) => format!("{f:.0} ms, {t:.1}"),
+                    _ => "–".into(),
+                },
                 row.bytes_up,
                 row.bytes_down,
                 if row.same_tokens_as_unsplit { "yes" } else { "no" },

@@ -167,6 +167,37 @@ fn the_edge_share_runs_as_the_whole_model() {
     assert!(e.to_string().contains("holds blocks 0..4"), "{e}");
     assert!(edge_share(&bytes, layers + 1).is_err());
     // Every block is the whole model again.
-    let (all, _) = Smollm2::load(&edge_share(&bytes, layers).unwrap()).unwrap();
+    let whole_share = edge_share(&bytes, layers).unwrap();
+    let (all, _) = Smollm2::load(&whole_share).unwrap();
     assert_eq!(all.blocks(), 0..layers);
+    // The sizes a server publishes for the planner are the shares' own.
+    let sizes = split_shared::models::smollm2::share_sizes(&bytes).unwrap();
+    assert_eq!(sizes.len(), layers + 1);
+    assert_eq!((sizes[4], sizes[layers]), (share.len(), whole_share.len()));
+    assert_eq!(sizes[0], edge_share(&bytes, 0).unwrap().len());
+    assert!(sizes.windows(2).all(|w| w[0] < w[1]), "{sizes:?}");
+}
+
+/// What a side measures of its own compute for the placement planner: every figure positive
+/// and finite, a prefill position cheaper than a decode step (the positions share the
+/// weights' reads), on the whole model and on a share.
+#[test]
+fn the_costs_a_side_measures_are_sane() {
+    use split_shared::models::smollm2::{edge_share, measure_costs};
+    let (model, _, _) = load();
+    let start = std::time::Instant::now();
+    let clock = || start.elapsed().as_secs_f64() * 1e3;
+    let c = measure_costs(&model, &clock).unwrap();
+    for v in [c.block_token_ms, c.block_prefill_ms, c.head_ms] {
+        assert!(v.is_finite() && v > 0.0, "{c:?}");
+    }
+    assert!(c.block_prefill_ms < c.block_token_ms, "{c:?}");
+    // A clock that never moves: zero, not a division by zero.
+    let still = measure_costs(&model, &|| 5.0).unwrap();
+    assert_eq!((still.block_token_ms, still.head_ms), (0.0, 0.0));
+    // A share without blocks has no block cost to measure.
+    let bytes = std::fs::read(split_paths::llm_file()).unwrap();
+    let (head_only, _) = Smollm2::load(&edge_share(&bytes, 0).unwrap()).unwrap();
+    let h = measure_costs(&head_only, &clock).unwrap();
+    assert!(h.block_token_ms.is_nan() && h.head_ms > 0.0, "{h:?}");
 }

@@ -41,6 +41,44 @@ pub fn default_chat_privacy_floor() -> u32 {
     split_shared::models::smollm2::DEFAULT_CHAT_PRIVACY_FLOOR as u32
 }
 
+/// The chat's placement planner ([`split_shared::plan::plan_llm`]) for `chat-worker.js`:
+/// `request` is `{ shape, edge, server, link, work, limits, blocks }` (each as
+/// `split_shared::plan` names its fields, snake_case as `/api/info` writes them; `blocks`: the
+/// edge blocks each split may keep). Returns `{ chosen, ranked, refused }`, estimates in
+/// camelCase; `no_placement` when the privacy floor and the memory budget leave nothing.
+#[wasm_bindgen(js_name = planChat)]
+pub fn plan_chat(request: JsValue) -> Result<JsValue, JsValue> {
+    use split_shared::plan::{
+        LlmLimits, LlmLink, LlmShape, LlmSideCosts, LlmWorkload, llm_candidates, plan_llm,
+    };
+    #[derive(serde::Deserialize)]
+    struct Request {
+        shape: LlmShape,
+        edge: LlmSideCosts,
+        server: LlmSideCosts,
+        link: LlmLink,
+        work: LlmWorkload,
+        limits: LlmLimits,
+        blocks: Vec<usize>,
+    }
+    let r: Request = js::from_object(&request, "bad_option")?;
+    let candidates = llm_candidates(&r.blocks);
+    plan_llm(&r.shape, &r.edge, &r.server, &r.link, &r.work, &r.limits, &candidates)
+        .map(|plan| js::to_object(&plan))
+        .map_err(|e| js::error("no_placement", e))
+}
+
+/// Bytes of one hidden state of `width` values in the codec named (the module's default when
+/// none): what each position costs on the wire each way.
+#[wasm_bindgen(js_name = hiddenRowBytes)]
+pub fn hidden_row_bytes(codec: Option<String>, width: u32) -> Result<u32, JsValue> {
+    let codec = match codec {
+        Some(name) => name.parse::<HiddenCodec>().map_err(|e| js::error("bad_option", e))?,
+        None => DEFAULT_HIDDEN_CODEC,
+    };
+    Ok(codec.row_bytes(width as usize) as u32)
+}
+
 /// A failure of the language model as a coded `SplitError`.
 pub(crate) fn llm_error(e: LlmError) -> JsValue {
     let code = match e {
@@ -194,6 +232,16 @@ impl LlmEdge {
     #[wasm_bindgen(js_name = isWhole)]
     pub fn is_whole(&self) -> bool {
         self.model.blocks().end == self.model.config.layers
+    }
+
+    /// What a block and the head cost this browser (`{ block_token_ms, block_prefill_ms,
+    /// head_ms }`, timed on the share's own weights: about a tenth of a second), for the
+    /// placement planner's next choice.
+    #[wasm_bindgen(js_name = measureCosts)]
+    pub fn measure_costs(&self) -> Result<JsValue, JsValue> {
+        split_shared::models::smollm2::measure_costs(&self.model, &js::now_ms)
+            .map(|costs| js::to_object(&costs))
+            .map_err(llm_error)
     }
 
     /// Bytes the weights hold in memory (quantized as in the file).

@@ -14,7 +14,7 @@
 //        { event: "progress", value }               the share's download
 //        { event: "token", value }                  { text, tokens, edgeMs, serverMs, bytesUp, bytesDown }
 
-import { SplitError, fetchCached, fromWasm, loadWasm, serverUrl, wasm } from "./wasm.js";
+import { SplitError, fetchCached, fromWasm, isCached, loadWasm, readCachedJson, serverUrl, wasm, writeCachedJson } from "./wasm.js";
 
 /** A handshake not finished in this long fails the answer with "timeout". */
 export const CONNECT_TIMEOUT_MS = 10_000;
@@ -26,6 +26,19 @@ export const REPLY_TIMEOUT_MS = 60_000;
  * token on its 4G link at 1.03x cloud-only's with parts of 8 against 1.24x in one frame:
  * docs/llm.md). */
 export const PROMPT_PART = 8;
+/** The edge blocks a split may keep when the planner chooses (`placement: "auto"`): the Chat
+ * tab's choices. */
+export const PLANNED_BLOCKS = [1, 2, 4, 8, 12, 16];
+/** What the planner assumes of this browser before it has timed itself: the server's measured
+ * costs times this. From the test run at 1e59f41 (reports/cold-test/timeline-1e59f41.txt): the
+ * whole model in headless Chromium's CPU build wrote 19.4 tokens/s, natively on one thread
+ * 42.8 (reports/llm-placements); once a share has loaded, its own timing replaces it. */
+export const ASSUMED_EDGE_SLOWDOWN = 2.5;
+/** The link assumed where the browser does not estimate it (`navigator.connection`): the
+ * lab's 4G profile, kbit/s. */
+export const ASSUMED_LINK_KBPS = { up: 5_000, down: 20_000 };
+/** The answer the planner weighs placements for: a prompt and an answer of these lengths. */
+export const PLANNED_ANSWER = { promptTokens: 64, answerTokens: 128 };
 /** Waits before each attempt to resume an answer whose socket dropped (then it fails). */
 export const RESUME_DELAYS_MS = [200, 1_000, 3_000];
 
@@ -86,6 +99,59 @@ async function openSocket(url, token) {
   };
 }
 
+/** Where this browser keeps what its blocks cost (a name of the client's cache, per model file). */
+function edgeCostsKey(llm, base) {
+  return new URL(`llm-edge-costs?v=${llm.file_id}`, base);
+}
+
+/**
+ * The placement the planner (the wasm `planChat`) predicts answers fastest, under the privacy
+ * floor and the memory budget: the server's measured costs (`/api/info`), this browser's (timed
+ * the last time a share loaded, else assumed from the server's), the link (the round trip of
+ * the info request; the downlink `navigator.connection` estimates, else the lab's 4G), and the
+ * shares already cached (their download not counted). Resolves with the plan, plus where its
+ * inputs came from.
+ */
+async function planPlacement(llm, base, { floor, memoryBytes, codec, rttMs }) {
+  if (!llm.costs || !llm.share_bytes) {
+    throw new SplitError("no_cost_table", "this server does not publish the language model's costs: name a placement");
+  }
+  const measured = await readCachedJson(edgeCostsKey(llm, base));
+  const assumed = Object.fromEntries(Object.entries(llm.costs).map(([k, v]) => [k, v * ASSUMED_EDGE_SLOWDOWN]));
+  const edge = measured?.block_token_ms > 0 ? measured : assumed;
+  const downlink = self.navigator?.connection?.downlink;
+  const link = downlink > 0
+    ? { rtt_ms: rttMs, up_kbps: downlink * 250, down_kbps: downlink * 1000 }
+    : { rtt_ms: rttMs, up_kbps: ASSUMED_LINK_KBPS.up, down_kbps: ASSUMED_LINK_KBPS.down };
+  const blocks = PLANNED_BLOCKS.filter((b) => b < llm.layers);
+  const cached = [];
+  for (const k of [...blocks, llm.layers]) {
+    if (await isCached(serverUrl(`${llm.edge_url}${k}`, base), `${llm.file_id}-${k}`)) cached.push(k);
+  }
+  let plan;
+  try {
+    plan = wasm.planChat({
+      shape: { layers: llm.layers, row_bytes: wasm.hiddenRowBytes(codec ?? undefined, llm.width), share_bytes: llm.share_bytes, tokenizer_bytes: llm.tokenizer_bytes },
+      edge,
+      server: llm.costs,
+      link,
+      work: {
+        prompt_tokens: PLANNED_ANSWER.promptTokens,
+        answer_tokens: PLANNED_ANSWER.answerTokens,
+        prefill_chunk: PROMPT_PART,
+        count_download: true,
+        cached_shares: cached,
+        cached_tokenizer: await isCached(serverUrl(llm.tokenizer_url, base), `${llm.file_id}-tokenizer`),
+      },
+      limits: { privacy_floor: floor, memory_bytes: memoryBytes },
+      blocks,
+    });
+  } catch (e) {
+    throw fromWasm(e);
+  }
+  return { ...plan, edgeCosts: measured === edge ? "measured" : "assumed", link, cachedShares: cached };
+}
+
 const methods = {
   /**
    * @param {object} options  `server` (the page's origin by default), `blocks` (the edge's
@@ -98,19 +164,28 @@ const methods = {
    *   the answer's tokens; "cloud": it runs everything and sees the conversation; "edge":
    *   nothing leaves, the whole model is downloaded)
    */
-  async create({ server, blocks = null, privacyFloor = 0, positions = 1024, token = null, codec = null, placement = "split" }) {
+  async create({ server, blocks = null, privacyFloor = 0, positions = 1024, token = null, codec = null, placement = "split", memoryBytes = null }) {
     if (state) throw new SplitError("bad_option", "this worker already has a chat");
     const base = new URL(server ?? self.location.origin);
+    const asked = performance.now();
     const response = await fetch(new URL("api/info", base)).catch(() => null);
     if (!response?.ok) throw new SplitError("network", `cannot read ${base}api/info`);
+    const rttMs = performance.now() - asked;
     const llm = (await response.json()).llm;
     if (!llm) throw new SplitError("no_model", "this server hosts no language model");
     // The cpu build: the model's matrix products run in wasm on any browser.
     await loadWasm("cpu", "cpu");
     const floor = privacyFloor === "default" ? wasm.defaultChatPrivacyFloor() : privacyFloor;
     if (!Number.isInteger(floor) || floor < 0) throw new SplitError("bad_option", `privacyFloor: a number of blocks, or "default"`);
-    if (!["split", "plain", "cloud", "edge"].includes(placement)) {
-      throw new SplitError("bad_option", `placement: "split", "plain", "cloud" or "edge", not ${JSON.stringify(placement)}`);
+    if (!["split", "plain", "cloud", "edge", "auto"].includes(placement)) {
+      throw new SplitError("bad_option", `placement: "split", "plain", "cloud", "edge" or "auto", not ${JSON.stringify(placement)}`);
+    }
+    if (memoryBytes != null && !(memoryBytes > 0)) throw new SplitError("bad_option", "memoryBytes: a positive number of bytes");
+    let plan = null;
+    if (placement === "auto") {
+      plan = await planPlacement(llm, base, { floor, memoryBytes, codec, rttMs });
+      placement = plan.chosen.placement;
+      blocks = plan.chosen.blocks ?? null;
     }
     const socketUrl = serverUrl(llm.url, base);
     socketUrl.protocol = socketUrl.protocol === "https:" ? "wss:" : "ws:";
@@ -128,7 +203,7 @@ const methods = {
         throw fromWasm(e);
       }
       state = { cloud, positions, token, socketUrl };
-      return { placement, blocks: 0, layers: llm.layers, width: llm.width, positions, shareBytes: bytes.length, weightBytes: 0, codec: null, rowBytes: 0, model: llm.model };
+      return { placement, blocks: 0, layers: llm.layers, width: llm.width, positions, shareBytes: bytes.length, weightBytes: 0, codec: null, rowBytes: 0, model: llm.model, plan };
     }
     if (placement === "edge") blocks = llm.layers;
     blocks ??= Math.max(floor, wasm.defaultChatPrivacyFloor());
@@ -155,6 +230,14 @@ const methods = {
       throw fromWasm(e);
     }
     state = { edge, positions, token, socketUrl };
+    // What this browser's blocks cost, for the next automatic choice (on this server's model).
+    if (blocks > 0) {
+      try {
+        await writeCachedJson(edgeCostsKey(llm, base), edge.measureCosts());
+      } catch {
+        // Not measured: the next choice assumes again.
+      }
+    }
     return {
       placement: blocks === llm.layers ? "edge" : placement,
       blocks,
@@ -166,6 +249,7 @@ const methods = {
       codec: edge.codec(),
       rowBytes: edge.rowBytes(),
       model: llm.model,
+      plan,
     };
   },
 

@@ -16,7 +16,7 @@ export class SplitChat {
     this.onProgress = () => {};
     this.onToken = () => {};
     /** What `create` answered: `{ placement, blocks, layers, width, positions, shareBytes,
-     * weightBytes, codec, rowBytes, model }`. */
+     * weightBytes, codec, rowBytes, model, plan }`. */
     this.info = null;
     worker.onmessage = ({ data }) => {
       if (data.event === "progress") return this.onProgress(data.value);
@@ -45,7 +45,10 @@ export class SplitChat {
    *   `positions` (1,024), `token`, `codec` (how hidden states cross: "f32", "f16", "bf16",
    *   "q8", "q8o"; the module's default unless named), `placement` ("split", the default;
    *   "plain": the server also runs the head; "cloud": the server runs everything; "edge":
-   *   the whole model here), `onProgress({ stage, loaded, total, fraction, cached })`
+   *   the whole model here; "auto": where the planner predicts the fastest answer under the
+   *   privacy floor and `memoryBytes`, with `info.plan` saying why), `memoryBytes` (the most
+   *   of the model this browser may hold, for "auto"),
+   *   `onProgress({ stage, loaded, total, fraction, cached })`
    */
   static async create({ onProgress, ...options } = {}) {
     const worker = new Worker(new URL("./chat-worker.js", import.meta.url), { type: "module" });

@@ -207,6 +207,27 @@ async function openCache() {
   }
 }
 
+/** Whether `fetchCached(url, version, …)` would answer from the cache. */
+export async function isCached(url, version) {
+  const key = new URL(url);
+  key.searchParams.set("v", version);
+  const cache = await openCache();
+  return Boolean(cache && (await cache.match(key.href).catch(() => null)));
+}
+
+/** A small JSON value kept in the client's cache under `url` (a name of the client's own, not
+ * fetched): `readCachedJson` gives it back, or null. */
+export async function writeCachedJson(url, value) {
+  const cache = await openCache();
+  await cache?.put(new URL(url).href, new Response(JSON.stringify(value), { headers: { "content-type": "application/json" } })).catch(() => {});
+}
+
+export async function readCachedJson(url) {
+  const cache = await openCache();
+  const hit = cache ? await cache.match(new URL(url).href).catch(() => null) : null;
+  return hit ? hit.json().catch(() => null) : null;
+}
+
 /** A path `/api/info` names (absolute on the server, e.g. "/weights/…") under the server's
  * base URL, which may have a path of its own. */
 export function serverUrl(path, base) {

@@ -168,6 +168,40 @@ await withPage(GPU_ARGS.cpu, async (page) => {
   if (placed.floor !== "privacy_floor" || placed.unknown !== "bad_option") throw new Error(`cloud refusals: ${placed.floor}, ${placed.unknown}`);
   if (!placed.stopped.stopped || placed.stopped.tokens >= 20) throw new Error(`cloud stop: ${JSON.stringify(placed.stopped)}`);
 
+  // The planner chooses (`placement: "auto"`) from the server's measured costs (`/api/info`)
+  // and this browser's, timed when a share loaded above. Without limits every placement is
+  // ranked; under the default privacy floor neither cloud-only nor the plain split may run,
+  // nor a split under 12 blocks, and with 64 MB of memory not the whole model (98 MB) nor 16
+  // blocks: the split at the floor is left, and answers as the reference does. Nothing fits
+  // in 1 MB.
+  const planned = await page.evaluate(async (p) => {
+    const { SplitChat } = await import("/client/chat.js");
+    const free = await SplitChat.create({ placement: "auto", positions: 256 });
+    const out = { free: free.info.plan, freeAt: [free.info.placement, free.info.blocks] };
+    free.close();
+    const tight = await SplitChat.create({ placement: "auto", privacyFloor: "default", memoryBytes: 64e6, positions: 256 });
+    const a = await tight.ask([{ role: "user", content: p.user }], { maxTokens: p.greedy.length });
+    out.tight = { plan: tight.info.plan, at: [tight.info.placement, tight.info.blocks], tokens: a.tokens };
+    tight.close();
+    try { await SplitChat.create({ placement: "auto", privacyFloor: "default", memoryBytes: 1e6 }); } catch (e) { out.none = e.code; }
+    return out;
+  }, { user: golden.prompts[1].user, greedy: golden.prompts[1].greedy });
+  const { free, tight } = planned;
+  const where = (e) => (e.blocks == null ? e.placement : `${e.placement}@${e.blocks}`);
+  if (free.ranked.length !== 14 || free.refused.length !== 0 || where(free.chosen) !== where(free.ranked[0])
+      || free.ranked.some((e, i) => i > 0 && e.answerMs < free.ranked[i - 1].answerMs)
+      || planned.freeAt[0] !== free.chosen.placement || free.edgeCosts !== "measured") {
+    throw new Error(`auto without limits: ${JSON.stringify(planned.freeAt)} ${JSON.stringify(free)}`);
+  }
+  const refusedTight = Object.fromEntries(tight.plan.refused.map(([e, why]) => [where(e), why]));
+  if (tight.at.join("@") !== "split@12" || where(tight.plan.chosen) !== "split@12" || tight.plan.ranked.length !== 1
+      || refusedTight.cloud !== "privacy_floor" || refusedTight["plain@16"] !== "privacy_floor" || refusedTight["split@8"] !== "privacy_floor"
+      || refusedTight.edge !== "memory" || refusedTight["split@16"] !== "memory" || !same(tight.tokens, golden.prompts[1].greedy)) {
+    throw new Error(`auto under the floor and 64 MB: ${JSON.stringify(tight)}`);
+  }
+  if (planned.none !== "no_placement") throw new Error(`auto with 1 MB: ${planned.none}`);
+  console.log(`chat: auto chose ${where(free.chosen)} without limits (${free.chosen.answerMs.toFixed(0)} ms predicted for the answer; this browser's costs ${free.edgeCosts}, link ${free.link.rtt_ms.toFixed(1)} ms, ${free.link.up_kbps}/${free.link.down_kbps} kbit/s), split@12 under the floor and 64 MB`);
+
   // Refusals come back as typed errors: blocks past the model, a prompt past the positions.
   const refusals = await page.evaluate(async () => {
     const { SplitChat } = await import("/client/chat.js");

@@ -37,7 +37,17 @@ impl Args {
 }
 
 /// The docs that hold generated blocks.
-const DOCS: [&str; 3] = ["README.md", "docs/adaptive.md", "docs/codec.md"];
+const DOCS: [&str; 4] = ["README.md", "docs/adaptive.md", "docs/codec.md", "docs/llm.md"];
+
+/// What the blocks are made from: the planner's cost table and the language model's
+/// placements as the lab timed them.
+struct Data {
+    table: CostTable,
+    llm_placements: serde_json::Value,
+}
+
+/// The lab's run of the language model's placements (`./run.sh llm-placements`).
+const LLM_PLACEMENTS: &str = "reports/llm-placements/data.json";
 
 const BEGIN: &str = "<!-- generated: ";
 const END: &str = "<!-- end generated -->";
@@ -45,13 +55,21 @@ const END: &str = "<!-- end generated -->";
 /// Run the task.
 pub fn run(a: Args) -> Result<()> {
     let root = paths::repo_root();
-    let table = cost_table(&root)?;
+    let placements = root.join(LLM_PLACEMENTS);
+    let data = Data {
+        table: cost_table(&root)?,
+        llm_placements: serde_json::from_str(
+            &std::fs::read_to_string(&placements)
+                .with_context(|| format!("reading {}", placements.display()))?,
+        )
+        .with_context(|| format!("parsing {}", placements.display()))?,
+    };
     let mut stale = Vec::new();
     for doc in DOCS {
         let path = root.join(doc);
         let text = std::fs::read_to_string(&path)
             .with_context(|| format!("reading {}", path.display()))?;
-        let (new, blocks) = regenerate(&text, &table).with_context(|| format!("in {doc}"))?;
+        let (new, blocks) = regenerate(&text, &data).with_context(|| format!("in {doc}"))?;
         if blocks == 0 {
             bail!("{doc} has no generated block; DOCS lists it");
         }
@@ -66,7 +84,8 @@ pub fn run(a: Args) -> Result<()> {
     }
     if !stale.is_empty() {
         bail!(
-            "{} disagree with profiles/cost-table.json; run `./run.sh docs` and commit the result",
+            "{} disagree with profiles/cost-table.json or {LLM_PLACEMENTS}; run `./run.sh docs` \
+             and commit the result",
             stale.join(", ")
         );
     }
@@ -89,7 +108,7 @@ fn cost_table(root: &Path) -> Result<CostTable> {
 }
 
 /// `text` with every generated block rendered again, and how many blocks it has.
-fn regenerate(text: &str, table: &CostTable) -> Result<(String, usize)> {
+fn regenerate(text: &str, data: &Data) -> Result<(String, usize)> {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     let mut blocks = 0;
@@ -104,7 +123,7 @@ fn regenerate(text: &str, table: &CostTable) -> Result<(String, usize)> {
             rest[body_start..].find(END).with_context(|| format!("block {name} has no `{END}`"))?
                 + body_start;
         out.push_str(&rest[..=body_start]);
-        out.push_str(&render(name, table)?);
+        out.push_str(&render(name, data)?);
         out.push_str(END);
         rest = &rest[end + END.len()..];
         blocks += 1;
@@ -113,14 +132,71 @@ fn regenerate(text: &str, table: &CostTable) -> Result<(String, usize)> {
     Ok((out, blocks))
 }
 
-/// The block called `name`, rendered from the cost table (ending with a newline).
-fn render(name: &str, t: &CostTable) -> Result<String> {
+/// The block called `name`, rendered from its data (ending with a newline).
+fn render(name: &str, data: &Data) -> Result<String> {
+    let t = &data.table;
     match name {
         "cost-table-timings" => timings(t),
         "cost-table" => full_table(t),
         "default-codec" => default_codec(t),
+        "llm-placements" => llm_placements(&data.llm_placements),
         _ => bail!("unknown generated block {name:?}"),
     }
+}
+
+/// The language model's placements on each link, measured and as the planner predicted them.
+fn llm_placements(d: &serde_json::Value) -> Result<String> {
+    let num = |v: &serde_json::Value, key: &str| {
+        v[key].as_f64().with_context(|| format!("{LLM_PLACEMENTS}: no number {key:?}"))
+    };
+    let file_bytes = num(d, "file_bytes")?;
+    let mut out = String::from(
+        "| link | placement | first token (× cloud-only) | tokens/s (time a token × cloud-only) \
+         | predicted: first token, tokens/s | edge downloads | bytes up / down |\n\
+         | --- | --- | ---: | ---: | ---: | ---: | ---: |\n",
+    );
+    for run in d["links"].as_array().context("no links")? {
+        let link = &run["link"];
+        let mut label = format!(
+            "{} ({}/{} Mbit/s, {} ms)",
+            link["name"].as_str().context("a link without a name")?,
+            num(link, "up_kbps")? / 1e3,
+            num(link, "down_kbps")? / 1e3,
+            num(link, "rtt_ms")?
+        );
+        for row in run["rows"].as_array().context("a link without rows")? {
+            let placement = match row["placement"].as_str().context("a row without placement")? {
+                "edge-only" => "edge-only",
+                "u-split" => "U-split",
+                "u-split-pipelined" => "U-split, prefill pipelined",
+                "plain-split" => "plain split",
+                "cloud-only" => "cloud-only",
+                other => bail!("{LLM_PLACEMENTS}: an unknown placement {other:?}"),
+            };
+            let predicted = match (
+                row["predicted_first_token_ms"].as_f64(),
+                row["predicted_tokens_per_s"].as_f64(),
+            ) {
+                (Some(f), Some(t)) => format!("{f:.0} ms, {t:.1}"),
+                _ => "–".into(),
+            };
+            let download = num(row, "edge_download_bytes")?;
+            out += &format!(
+                "| {label} | {placement} | {:.0} ms ({:.2}×) | {:.1} (× {:.2}) | {predicted} | \
+                 {:.1} MB ({:.0}%) | {} / {} |\n",
+                num(row, "first_token_ms")?,
+                num(row, "first_token_vs_cloud")?,
+                num(row, "tokens_per_s")?,
+                num(row, "token_time_vs_cloud")?,
+                download / 1e6,
+                100.0 * download / file_bytes,
+                thousands(num(row, "bytes_up")? as u64),
+                thousands(num(row, "bytes_down")? as u64),
+            );
+            label.clear();
+        }
+    }
+    Ok(out)
 }
 
 fn index(t: &CostTable, boundary: &str) -> Result<usize> {
@@ -251,8 +327,24 @@ fn default_codec(t: &CostTable) -> Result<String> {
 mod tests {
     use super::*;
 
-    fn table() -> CostTable {
-        cost_table(&paths::repo_root()).expect("the committed cost table")
+    fn table() -> Data {
+        let root = paths::repo_root();
+        let placements = std::fs::read_to_string(root.join(LLM_PLACEMENTS)).unwrap();
+        Data {
+            table: cost_table(&root).expect("the committed cost table"),
+            llm_placements: serde_json::from_str(&placements).unwrap(),
+        }
+    }
+
+    #[test]
+    fn the_placements_table_has_a_row_a_placement_and_link() {
+        let t = table();
+        let out = llm_placements(&t.llm_placements).unwrap();
+        let runs = t.llm_placements["links"].as_array().unwrap();
+        let rows: usize = runs.iter().map(|r| r["rows"].as_array().unwrap().len()).sum();
+        assert_eq!(out.lines().count(), 2 + rows);
+        assert!(out.contains("| 4g (5/20 Mbit/s, 50 ms) | edge-only |"), "{out}");
+        assert!(llm_placements(&serde_json::json!({ "file_bytes": 1 })).is_err());
     }
 
     #[test]

@@ -466,6 +466,13 @@ async fn the_edge_share_is_served() {
     assert!(g.tensors.is_empty() && file.len() < share.len() / 4, "{} bytes", file.len());
     let tokenizer = split_shared::models::smollm2::Tokenizer::from_gguf(&g).unwrap();
     assert_eq!(tokenizer.vocab(), model().config.vocab);
+    // What the info says they weigh is what they weigh, and its costs are the planner's.
+    assert_eq!(llm["share_bytes"][FRONT].as_u64(), Some(share.len() as u64));
+    assert_eq!(llm["share_bytes"].as_array().unwrap().len(), 31);
+    assert_eq!(llm["tokenizer_bytes"].as_u64(), Some(file.len() as u64));
+    let costs: split_shared::plan::LlmSideCosts =
+        serde_json::from_value(llm["costs"].clone()).unwrap();
+    assert!(costs.block_token_ms > 0.0 && costs.head_ms > 0.0, "{costs:?}");
     assert!(Smollm2::load(&file).is_err(), "no weights in it");
     for bad in ["31", "abc", "-1"] {
         let mut res = client.get(srv.url(&format!("/llm/edge/{bad}"))).send().await.unwrap();

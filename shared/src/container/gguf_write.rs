@@ -5,7 +5,7 @@
 use super::gguf::{DEFAULT_ALIGNMENT, MAGIC};
 use super::{GgmlType, Gguf, GgufError, GgufValue};
 
-impl Gguf<'_> {
+impl<'a> Gguf<'a> {
     /// The file as GGUF version 3 with every metadata entry (those named in `extra` replaced
     /// or added, in that order at the end) and the tensors `keep` accepts, in file order, at
     /// offsets of their own. The result parses to the same values and bytes.
@@ -14,6 +14,33 @@ impl Gguf<'_> {
         keep: impl Fn(&str) -> bool,
         extra: &[(&str, GgufValue)],
     ) -> Result<Vec<u8>, GgufError> {
+        let layout = self.layout(keep, extra)?;
+        let mut out = layout.head;
+        out.reserve(layout.len - out.len());
+        for (at, bytes) in layout.data {
+            out.resize(layout.data_start + at, 0);
+            out.extend_from_slice(bytes);
+        }
+        Ok(out)
+    }
+
+    /// The length [`Self::write_subset`] would return, without copying a tensor (what a
+    /// server says its shares weigh before anyone asks for one).
+    pub fn subset_len(
+        &self,
+        keep: impl Fn(&str) -> bool,
+        extra: &[(&str, GgufValue)],
+    ) -> Result<usize, GgufError> {
+        Ok(self.layout(keep, extra)?.len)
+    }
+
+    /// The header of the subset (metadata and tensor infos, padded to the alignment) and where
+    /// each kept tensor's bytes go after it.
+    fn layout(
+        &self,
+        keep: impl Fn(&str) -> bool,
+        extra: &[(&str, GgufValue)],
+    ) -> Result<Layout<'a>, GgufError> {
         let tensors: Vec<_> = self.tensors.iter().filter(|t| keep(&t.name)).collect();
         let metadata: Vec<(&str, &GgufValue)> = self
             .metadata
@@ -27,38 +54,47 @@ impl Gguf<'_> {
             .find(|(k, _)| *k == "general.alignment")
             .and_then(|(_, v)| v.as_u64())
             .unwrap_or(DEFAULT_ALIGNMENT) as usize;
-        let mut out = Vec::new();
-        out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&3u32.to_le_bytes());
-        out.extend_from_slice(&(tensors.len() as u64).to_le_bytes());
-        out.extend_from_slice(&(metadata.len() as u64).to_le_bytes());
+        let mut head = Vec::new();
+        head.extend_from_slice(MAGIC);
+        head.extend_from_slice(&3u32.to_le_bytes());
+        head.extend_from_slice(&(tensors.len() as u64).to_le_bytes());
+        head.extend_from_slice(&(metadata.len() as u64).to_le_bytes());
         for (key, value) in &metadata {
-            string(&mut out, key);
-            out.extend_from_slice(&type_id(value).to_le_bytes());
-            write_value(&mut out, value);
+            string(&mut head, key);
+            head.extend_from_slice(&type_id(value).to_le_bytes());
+            write_value(&mut head, value);
         }
-        let mut datas = Vec::with_capacity(tensors.len());
+        let mut data = Vec::with_capacity(tensors.len());
         let mut offset = 0usize;
         for t in &tensors {
             let bytes = self.tensor_bytes(t)?;
-            string(&mut out, &t.name);
-            out.extend_from_slice(&(t.dims.len() as u32).to_le_bytes());
+            string(&mut head, &t.name);
+            head.extend_from_slice(&(t.dims.len() as u32).to_le_bytes());
             for d in &t.dims {
-                out.extend_from_slice(&d.to_le_bytes());
+                head.extend_from_slice(&d.to_le_bytes());
             }
-            out.extend_from_slice(&ggml_id(t.kind).to_le_bytes());
-            out.extend_from_slice(&(offset as u64).to_le_bytes());
-            datas.push((offset, bytes));
+            head.extend_from_slice(&ggml_id(t.kind).to_le_bytes());
+            head.extend_from_slice(&(offset as u64).to_le_bytes());
+            data.push((offset, bytes));
             offset = (offset + bytes.len()).div_ceil(alignment) * alignment;
         }
-        let start = out.len().div_ceil(alignment) * alignment;
-        out.resize(start, 0);
-        for (at, bytes) in datas {
-            out.resize(start + at, 0);
-            out.extend_from_slice(bytes);
-        }
-        Ok(out)
+        let data_start = head.len().div_ceil(alignment) * alignment;
+        head.resize(data_start, 0);
+        let len = data.last().map_or(data_start, |(at, bytes)| data_start + at + bytes.len());
+        Ok(Layout { head, data_start, data, len })
     }
+}
+
+/// A subset's bytes before they are written.
+struct Layout<'a> {
+    /// Everything before the tensors' data, padded.
+    head: Vec<u8>,
+    /// Where the data starts (the head's length).
+    data_start: usize,
+    /// Each tensor's offset in the data and its bytes.
+    data: Vec<(usize, &'a [u8])>,
+    /// The whole file's length.
+    len: usize,
 }
 
 fn ggml_id(kind: GgmlType) -> u32 {
@@ -151,5 +187,10 @@ mod tests {
         assert_eq!(p.get("general.architecture"), Some(&GgufValue::Str("x".into())));
         assert_eq!(p.metadata.len(), 3);
         assert!(part.len() < bytes.len());
+        // The lengths without the copies.
+        assert_eq!(g.subset_len(|_| true, &[]).unwrap(), all.len());
+        assert_eq!(g.subset_len(|name| name == "q", &extra).unwrap(), part.len());
+        let none = g.write_subset(|_| false, &[]).unwrap();
+        assert_eq!(g.subset_len(|_| false, &[]).unwrap(), none.len());
     }
 }

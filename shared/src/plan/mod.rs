@@ -7,6 +7,7 @@
 //! the wasm module and the tests drive it through recorded or synthetic traces.
 
 mod controller;
+mod llm;
 mod monitor;
 mod planner;
 mod policy;
@@ -14,6 +15,10 @@ pub mod sim;
 mod table;
 
 pub use controller::{Controller, ControllerConfig, Decision, Switch};
+pub use llm::{
+    LlmEstimate, LlmLimits, LlmLink, LlmPlacement, LlmPlan, LlmPlanError, LlmRefusal, LlmShape,
+    LlmSideCosts, LlmWorkload, estimate_llm, llm_candidates, llm_refusal, plan_llm,
+};
 pub use monitor::{Forecast, Measured, NetworkMonitor};
 pub use planner::{
     Candidate, Conditions, Constraints, DEFAULT_MIN_AGREEMENT, DEFAULT_PRIVACY_FLOOR, Estimate,

@@ -13,6 +13,8 @@
 //! of the same file (`tools/smollm2_reference.py`).
 
 mod config;
+#[cfg(feature = "model")]
+mod costs;
 mod error;
 #[cfg(feature = "model")]
 mod forward;
@@ -23,11 +25,13 @@ mod tokenizer;
 mod weights;
 
 pub use config::Config;
+#[cfg(feature = "model")]
+pub use costs::measure_costs;
 pub use error::LlmError;
 #[cfg(feature = "model")]
 pub use forward::{KvCache, Smollm2};
 pub use sample::{Sampler, Sampling, argmax};
-pub use share::{SHARE_BLOCKS_KEY, edge_share, tokenizer_share};
+pub use share::{SHARE_BLOCKS_KEY, edge_share, share_sizes, tokenizer_share};
 pub use tokenizer::{ChatTemplate, Message, Tokenizer};
 #[cfg(feature = "model")]
 pub use weights::{QuantWeight, Weights};

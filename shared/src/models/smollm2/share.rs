@@ -25,7 +25,28 @@ pub fn edge_share(file: &[u8], blocks: usize) -> Result<Vec<u8>, LlmError> {
         )));
     }
     let keep = |name: &str| block_of(name).is_none_or(|i| i < blocks);
-    Ok(g.write_subset(keep, &[(SHARE_BLOCKS_KEY, GgufValue::U32(blocks as u32))])?)
+    Ok(g.write_subset(keep, &share_metadata(blocks))?)
+}
+
+/// The metadata a share adds: the blocks it holds.
+fn share_metadata(blocks: usize) -> [(&'static str, GgufValue); 1] {
+    [(SHARE_BLOCKS_KEY, GgufValue::U32(blocks as u32))]
+}
+
+/// The length of [`edge_share`] for every number of blocks from 0 to the model's (what the
+/// placement planner weighs a share's download by), without making any.
+///
+/// # Errors
+/// `file` is not a model this crate loads.
+pub fn share_sizes(file: &[u8]) -> Result<Vec<usize>, LlmError> {
+    let g = Gguf::parse(file)?;
+    let config = Config::from_gguf(&g)?;
+    (0..=config.layers)
+        .map(|blocks| -> Result<usize, LlmError> {
+            let keep = |name: &str| block_of(name).is_none_or(|i| i < blocks);
+            Ok(g.subset_len(keep, &share_metadata(blocks))?)
+        })
+        .collect()
 }
 
 /// A GGUF file with every metadata entry of `file` and no tensors: the tokenizer and the chat
