@@ -23,16 +23,17 @@ export const CONNECT_TIMEOUT_MS = 10_000;
 export const REPLY_TIMEOUT_MS = 60_000;
 /** Positions in each part of a prompt the U-shaped split sends in parts: the server's blocks
  * run one part while this edge computes the next (`./run.sh llm-placements` timed the first
- * token on its 4G link at 1.03x cloud-only's with parts of 8 against 1.24x in one frame:
+ * token on its 4G link at 1.03x cloud-only's with parts of 8 against 1.53x in one frame:
  * docs/llm.md). */
 export const PROMPT_PART = 8;
 /** The edge blocks a split may keep when the planner chooses (`placement: "auto"`): the Chat
  * tab's choices. */
 export const PLANNED_BLOCKS = [1, 2, 4, 8, 12, 16];
 /** What the planner assumes of this browser before it has timed itself: the server's measured
- * costs times this. From the test run at 1e59f41 (reports/cold-test/timeline-1e59f41.txt): the
- * whole model in headless Chromium's CPU build wrote 19.4 tokens/s, natively on one thread
- * 42.8 (reports/llm-placements); once a share has loaded, its own timing replaces it. */
+ * costs times this. A rough guess: in the test run at 1e59f41
+ * (reports/cold-test/timeline-1e59f41.txt) the whole model in headless Chromium's CPU build
+ * wrote 19.4 tokens/s, and natively on one thread the lab measured 42.8 then (60.2 in the
+ * committed reports/llm-placements run); once a share has loaded, its own timing replaces it. */
 export const ASSUMED_EDGE_SLOWDOWN = 2.5;
 /** The link assumed where the browser does not estimate it (`navigator.connection`): the
  * lab's 4G profile, kbit/s. */
@@ -99,6 +100,16 @@ async function openSocket(url, token) {
   };
 }
 
+/** Where the share of `blocks` blocks comes from, and what the cache keeps it under. */
+function shareSource(llm, base, blocks) {
+  return [serverUrl(`${llm.edge_url}${blocks}`, base), `${llm.file_id}-${blocks}`];
+}
+
+/** Where cloud-only's tokenizer comes from, and what the cache keeps it under. */
+function tokenizerSource(llm, base) {
+  return [serverUrl(llm.tokenizer_url, base), `${llm.file_id}-tokenizer`];
+}
+
 /** Where this browser keeps what its blocks cost (a name of the client's cache, per model file). */
 function edgeCostsKey(llm, base) {
   return new URL(`llm-edge-costs?v=${llm.file_id}`, base);
@@ -126,7 +137,7 @@ async function planPlacement(llm, base, { floor, memoryBytes, codec, rttMs }) {
   const blocks = PLANNED_BLOCKS.filter((b) => b < llm.layers);
   const cached = [];
   for (const k of [...blocks, llm.layers]) {
-    if (await isCached(serverUrl(`${llm.edge_url}${k}`, base), `${llm.file_id}-${k}`)) cached.push(k);
+    if (await isCached(...shareSource(llm, base, k))) cached.push(k);
   }
   let plan;
   try {
@@ -141,7 +152,7 @@ async function planPlacement(llm, base, { floor, memoryBytes, codec, rttMs }) {
         prefill_chunk: PROMPT_PART,
         count_download: true,
         cached_shares: cached,
-        cached_tokenizer: await isCached(serverUrl(llm.tokenizer_url, base), `${llm.file_id}-tokenizer`),
+        cached_tokenizer: await isCached(...tokenizerSource(llm, base)),
       },
       limits: { privacy_floor: floor, memory_bytes: memoryBytes },
       blocks,
@@ -194,7 +205,7 @@ const methods = {
         throw new SplitError("privacy_floor", `cloud-only sends the conversation to the server: the privacy floor is ${floor} blocks`);
       }
       positions = Math.min(positions, llm.max_positions);
-      const bytes = await fetchCached(serverUrl(llm.tokenizer_url, base), `${llm.file_id}-tokenizer`, "llm-weights",
+      const bytes = await fetchCached(...tokenizerSource(llm, base), "llm-weights",
         (value) => postMessage({ event: "progress", value }));
       let cloud;
       try {
@@ -216,8 +227,7 @@ const methods = {
     }
     positions = Math.min(positions, llm.max_positions);
     const bytes = await fetchCached(
-      serverUrl(`${llm.edge_url}${blocks}`, base),
-      `${llm.file_id}-${blocks}`,
+      ...shareSource(llm, base, blocks),
       "llm-weights",
       (value) => postMessage({ event: "progress", value }),
     );

@@ -39,6 +39,19 @@ fn work(prefill_chunk: usize) -> LlmWorkload {
     }
 }
 
+/// A lab row's placement (`lab/src/llm_placements.rs` names them) with `k` edge blocks, and
+/// the parts its prompt went in (8 positions pipelined, else one frame).
+fn lab_placement(name: &str, k: usize) -> (LlmPlacement, usize) {
+    match name {
+        "edge-only" => (LlmPlacement::Edge, 0),
+        "u-split" => (LlmPlacement::Split { blocks: k }, 0),
+        "u-split-pipelined" => (LlmPlacement::Split { blocks: k }, 8),
+        "plain-split" => (LlmPlacement::Plain { blocks: k }, 0),
+        "cloud-only" => (LlmPlacement::Cloud, 0),
+        other => panic!("a placement the planner does not know: {other}"),
+    }
+}
+
 #[test]
 fn bytes_are_the_frames_the_lab_counted() {
     // Every row of the committed lab run: what each placement sent and received, to the byte.
@@ -58,14 +71,7 @@ fn bytes_are_the_frames_the_lab_counted() {
     for run in data["links"].as_array().unwrap() {
         for row in run["rows"].as_array().unwrap() {
             assert_eq!(row["tokens"].as_u64(), Some(32), "{row}");
-            let (placement, chunk) = match row["placement"].as_str().unwrap() {
-                "edge-only" => (LlmPlacement::Edge, 0),
-                "u-split" => (LlmPlacement::Split { blocks: k }, 0),
-                "u-split-pipelined" => (LlmPlacement::Split { blocks: k }, 8),
-                "plain-split" => (LlmPlacement::Plain { blocks: k }, 0),
-                "cloud-only" => (LlmPlacement::Cloud, 0),
-                other => panic!("a placement the planner does not know: {other}"),
-            };
+            let (placement, chunk) = lab_placement(row["placement"].as_str().unwrap(), k);
             let e = estimate_llm(
                 &shape,
                 &edge,
@@ -103,13 +109,7 @@ fn predictions_are_near_what_the_lab_measured() {
         let mut measured = Vec::new();
         let mut predicted = Vec::new();
         for row in run["rows"].as_array().unwrap() {
-            let (placement, chunk) = match row["placement"].as_str().unwrap() {
-                "edge-only" => (LlmPlacement::Edge, 0),
-                "u-split" => (LlmPlacement::Split { blocks: k }, 0),
-                "u-split-pipelined" => (LlmPlacement::Split { blocks: k }, 8),
-                "plain-split" => (LlmPlacement::Plain { blocks: k }, 0),
-                _ => (LlmPlacement::Cloud, 0),
-            };
+            let (placement, chunk) = lab_placement(row["placement"].as_str().unwrap(), k);
             let n = row["tokens"].as_f64().unwrap();
             let ms = |first: &str, rate: &str| {
                 row[first].as_f64().unwrap() + (n - 1.0) * 1e3 / row[rate].as_f64().unwrap()
@@ -220,10 +220,12 @@ fn the_choice_follows_the_link_the_floor_and_the_budget() {
     let shape = smollm2();
     let (edge, server) = costs();
     let candidates = llm_candidates(&[1, 2, 4, 8, 12, 16]);
-    let choose = |l: &LlmLink, w: &LlmWorkload, floor, memory| {
+    let choose_with = |edge: &LlmSideCosts, l: &LlmLink, w: &LlmWorkload, floor, memory| {
         let limits = LlmLimits { privacy_floor: floor, memory_bytes: memory };
-        plan_llm(&shape, &edge, &server, l, w, &limits, &candidates).unwrap()
+        plan_llm(&shape, edge, &server, l, w, &limits, &candidates).unwrap()
     };
+    let choose =
+        |l: &LlmLink, w: &LlmWorkload, floor, memory| choose_with(&edge, l, w, floor, memory);
     let w = work(8);
     // No floor: the faster server streams the answer.
     let plan = choose(&FOUR_G, &w, 0, None);
@@ -241,44 +243,18 @@ fn the_choice_follows_the_link_the_floor_and_the_budget() {
     // A near server over a fast link, with a slow browser: the split beats edge-only.
     let slow = LlmSideCosts { block_token_ms: 6.0, block_prefill_ms: 1.5, head_ms: 45.0 };
     let wifi = link(4.0, 50_000.0, 100_000.0);
-    let plan = plan_llm(
-        &shape,
-        &slow,
-        &server,
-        &wifi,
-        &w,
-        &LlmLimits { privacy_floor: 12, memory_bytes: None },
-        &candidates,
-    )
-    .unwrap();
+    let plan = choose_with(&slow, &wifi, &w, 12, None);
     assert_eq!(plan.chosen.placement, LlmPlacement::Split { blocks: 12 }, "{plan:?}");
     // A first visit counts the downloads: on 3G with no floor the tokenizer alone wins even
     // against a browser as fast as the server.
+    let three_g = link(150.0, 750.0, 1600.0);
     let first = LlmWorkload { count_download: true, ..w.clone() };
-    let plan = plan_llm(
-        &shape,
-        &server,
-        &server,
-        &link(150.0, 750.0, 1600.0),
-        &first,
-        &LlmLimits { privacy_floor: 0, memory_bytes: None },
-        &candidates,
-    )
-    .unwrap();
+    let plan = choose_with(&server, &three_g, &first, 0, None);
     assert_eq!(plan.chosen.placement, LlmPlacement::Cloud, "{plan:?}");
     assert!(plan.ranked.iter().all(|e| e.download_ms > 0.0));
     // With the whole model already in the browser's cache, it runs there.
     let kept = LlmWorkload { cached_shares: vec![30], ..first };
-    let plan = plan_llm(
-        &shape,
-        &server,
-        &server,
-        &link(150.0, 750.0, 1600.0),
-        &kept,
-        &LlmLimits { privacy_floor: 0, memory_bytes: None },
-        &candidates,
-    )
-    .unwrap();
+    let plan = choose_with(&server, &three_g, &kept, 0, None);
     assert_eq!(plan.chosen.placement, LlmPlacement::Edge, "{plan:?}");
     assert_eq!(plan.chosen.download_ms, 0.0);
 }
