@@ -134,6 +134,12 @@ pub struct Config {
     /// would go over it is refused (`kv_budget`) until others end.
     #[arg(long, env = "SPLIT_LLM_KV_MIB", default_value_t = 256)]
     pub llm_kv_mib: usize,
+    /// Batch `/llm` conversations' steps together (continuous batching, one batching thread
+    /// per core; each answer bit for bit the same) instead of running each conversation's
+    /// steps on its own. Off by default: on the 2-core reference machine it answered more
+    /// tokens a second only with the server's core kept from its clients (docs/llm.md).
+    #[arg(long, env = "SPLIT_LLM_BATCH")]
+    pub llm_batch: bool,
     /// PEM certificate chain: serve HTTPS and `wss://` (with `--tls-key`).
     #[arg(long, env = "SPLIT_TLS_CERT", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,

@@ -22,6 +22,7 @@ pub mod hosts;
 mod info;
 pub mod ipnet;
 mod limits;
+mod llm_batch;
 mod llm_edge;
 mod llm_ws;
 mod metrics;

@@ -7,7 +7,8 @@
 //! 0 takes token ids and streams a whole answer (cloud-only). [`LlmFrame`] has the frames.
 //!
 //! One socket is one conversation, served one frame at a time: the blocks run on the blocking
-//! pool, never on the event loop. While a generation streams, the socket is still read: `stop`
+//! pool, never on the event loop, or with `--llm-batch` in batches with the other
+//! conversations' frames ([`crate::llm_batch`]). While a generation streams, the socket is still read: `stop`
 //! ends it after the token being computed, anything else is refused with `placement`. KV cache is reserved when a conversation opens (its
 //! positions × its blocks), against the conversation's limit (`--llm-positions`) and every
 //! conversation's together (`--llm-kv-mib`); a conversation over either is refused with
@@ -27,6 +28,7 @@ use split_shared::protocol::{
     Finish, HeadSampling, LlmErrorCode, LlmFrame, MAX_LLM_FRAME_BYTES, MODEL_SMOLLM2, peek_llm_id,
 };
 
+use crate::llm_batch::{Batcher, Done, Input, Job, Output};
 use crate::state::AppState;
 use crate::ws::{Upgraded, checked_upgrade, send};
 
@@ -36,7 +38,10 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 /// The loaded model and what its conversations may hold.
 pub struct LlmHost {
     /// The model (weights shared by every conversation).
-    pub model: Smollm2,
+    pub model: Arc<Smollm2>,
+    /// The queue every conversation's steps are batched through (`--llm-batch`); without it
+    /// each conversation's steps run on the blocking pool on their own.
+    pub batcher: Option<Batcher>,
     /// The token that ends an answer (a generation stops after sending it).
     pub end_token: u32,
     /// Positions one conversation may reserve.
@@ -65,7 +70,10 @@ impl LlmHost {
     ///
     /// # Errors
     /// A file named by `--llm` that is missing or does not load as a model.
-    pub fn load(config: &crate::Config) -> anyhow::Result<Option<Self>> {
+    pub fn load(
+        config: &crate::Config,
+        counters: crate::metrics::LlmBatchCounters,
+    ) -> anyhow::Result<Option<Self>> {
         use anyhow::Context;
         let path = match &config.llm {
             Some(p) => p.clone(),
@@ -98,7 +106,18 @@ impl LlmHost {
             costs.block_prefill_ms,
             costs.head_ms
         );
+        let model = Arc::new(model);
         Ok(Some(LlmHost {
+            batcher: if config.llm_batch {
+                let threads = batch_threads();
+                log::info!("language model: steps batched across conversations, {threads} threads");
+                Some(
+                    Batcher::start(model.clone(), threads, counters)
+                        .context("starting the batching threads")?,
+                )
+            } else {
+                None
+            },
             model,
             end_token: tokenizer.eos,
             max_positions: config.llm_positions,
@@ -140,6 +159,11 @@ impl LlmHost {
     }
 }
 
+/// Batching threads: one per core (`RAYON_NUM_THREADS` or the machine's), as the kernels count.
+fn batch_threads() -> usize {
+    split_kernels::max_threads()
+}
+
 /// Budget held by one conversation, given back when it ends.
 struct Reservation {
     host: Arc<LlmHost>,
@@ -160,6 +184,8 @@ struct Conversation {
     cache: Option<KvCache>,
     sampler: Option<Sampler>,
     _reservation: Reservation,
+    /// Counts it among the conversations a batch waits for (`--llm-batch`).
+    _open: Option<crate::llm_batch::Open>,
 }
 
 /// What a frame gets.
@@ -193,18 +219,6 @@ enum Streamed {
     Gone,
 }
 
-/// What the server's blocks take in: hidden states, or token ids it embeds.
-enum Input {
-    Hidden(Vec<f32>),
-    Tokens(Vec<u32>),
-}
-
-/// What they give back: the hidden states after them, or the head's next token.
-enum Output {
-    Hidden(Vec<f32>),
-    Token(u32),
-}
-
 fn error(id: u64, code: LlmErrorCode, message: impl Into<String>) -> LlmFrame {
     LlmFrame::Error { id, code, message: message.into() }
 }
@@ -234,40 +248,31 @@ fn sampler(head: HeadSampling) -> Result<Sampler, String> {
     Ok(Sampler::new(Sampling::TopP { temperature, top_p, seed }))
 }
 
-/// Run the conversation's blocks (and its head, with a sampler) on `input`, on the blocking
-/// pool; the cache and the sampler go back into the conversation whatever happens, except
-/// when the task panicked (then the conversation is gone: `None`).
+/// Run the conversation's blocks (and its head, with a sampler) on `input`: in the next batch
+/// ([`crate::llm_batch`], `--llm-batch`), else on the blocking pool on its own. The cache and
+/// the sampler go back into the conversation whatever happens, except when the computation
+/// panicked (then the conversation is gone: `None`).
 async fn compute(
     host: &Arc<LlmHost>,
     c: &mut Conversation,
     input: Input,
 ) -> Option<Result<Output, LlmError>> {
-    let Some(mut cache) = c.cache.take() else {
+    let Some(cache) = c.cache.take() else {
         return Some(Err(LlmError::Shape("the conversation's cache was lost".into())));
     };
-    let mut sampler = c.sampler.take();
-    let range = usize::from(c.first)..usize::from(c.end);
-    let worker = host.clone();
-    let run = web::block(move || {
-        let model = &worker.model;
-        let outcome = (|| {
-            let mut hidden = match input {
-                Input::Hidden(values) => values,
-                Input::Tokens(tokens) => model.embed(&tokens)?,
-            };
-            model.forward_layers(range, &mut hidden, &mut cache)?;
-            match sampler.as_mut() {
-                None => Ok(Output::Hidden(hidden)),
-                Some(s) => {
-                    let last = hidden.len().saturating_sub(model.config.dim);
-                    Ok(Output::Token(s.next(&model.logits(&hidden[last..])?)))
-                }
-            }
-        })();
-        (outcome, cache, sampler)
-    })
-    .await;
-    let (outcome, cache, sampler) = run.ok()?;
+    let job = Job {
+        layers: usize::from(c.first)..usize::from(c.end),
+        input,
+        cache,
+        sampler: c.sampler.take(),
+    };
+    let Done { outcome, cache, sampler } = match &host.batcher {
+        Some(batcher) => batcher.run(job).await?,
+        None => {
+            let worker = host.clone();
+            web::block(move || crate::llm_batch::run_alone(&worker.model, job)).await.ok()?
+        }
+    };
     c.cache = Some(cache);
     c.sampler = sampler;
     Some(outcome)
@@ -569,8 +574,14 @@ fn open(
     };
     let cache =
         KvCache::new(&host.model.config, usize::from(first)..usize::from(end), positions as usize);
-    *conversation =
-        Some(Conversation { first, end, cache: Some(cache), sampler, _reservation: reservation });
+    *conversation = Some(Conversation {
+        first,
+        end,
+        cache: Some(cache),
+        sampler,
+        _reservation: reservation,
+        _open: host.batcher.as_ref().map(Batcher::open),
+    });
     let width = host.model.config.dim as u32;
     LlmFrame::Opened { id, first, end, positions, width, head: head.is_some() }
 }

@@ -33,8 +33,22 @@ pub struct BatchLabel {
     pub batch: u8,
 }
 
+/// The language model's batching counters, shared with its batching thread
+/// ([`crate::llm_batch`]).
+#[derive(Clone, Debug, Default)]
+pub struct LlmBatchCounters {
+    /// Batches run.
+    pub batches: Counter,
+    /// Conversation steps (frames) run in them.
+    pub steps: Counter,
+    /// Hidden-state rows in them.
+    pub rows: Counter,
+}
+
 /// The server's metrics and the registry that renders them.
 pub struct Metrics {
+    /// The language model's batches.
+    pub llm_batches: LlmBatchCounters,
     registry: Registry,
     requests: Family<FromLabel, Counter>,
     request_seconds: Family<FromLabel, Histogram>,
@@ -123,12 +137,30 @@ impl Metrics {
             queue_depth.clone(),
         );
         registry.register("connections", "Open WebSockets now", connections.clone());
+        let llm_batches = LlmBatchCounters::default();
+        registry.register(
+            "llm_batches",
+            "Batches of language-model steps run (each conversation's frames batched with the \
+             others waiting)",
+            llm_batches.batches.clone(),
+        );
+        registry.register(
+            "llm_batched_steps",
+            "Conversation steps (frames) run in those batches",
+            llm_batches.steps.clone(),
+        );
+        registry.register(
+            "llm_batched_rows",
+            "Hidden-state rows (positions) run in those batches",
+            llm_batches.rows.clone(),
+        );
         registry.register(
             "draining",
             "1 while the server is shutting down and closing its sessions",
             draining.clone(),
         );
         Self {
+            llm_batches,
             registry,
             requests,
             request_seconds,

@@ -217,6 +217,7 @@ impl AppState {
                 config.max_connections,
                 config.max_connections_per_ip,
             ),
+            llm: crate::llm_ws::LlmHost::load(config, metrics.llm_batches.clone())?.map(Arc::new),
             metrics,
             ready_queue: config.ready_queue.unwrap_or(queue / 2).max(1),
             drain: Arc::new(tokio::sync::watch::channel(false).0),
@@ -224,7 +225,6 @@ impl AppState {
                 max_groups: config.max_groups,
                 code_ttl: std::time::Duration::from_secs(config.group_code_ttl),
             })),
-            llm: crate::llm_ws::LlmHost::load(config)?.map(Arc::new),
         })
     }
 

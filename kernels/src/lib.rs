@@ -48,11 +48,13 @@ extern crate self as split_kernels;
 
 pub use alloc::{conv_nchw_to_nhwc_new, depthwise_new, mbconv_new, pointwise_new};
 pub use mbconv::{BAND_BYTES, BAND_MIN_BYTES, Conv, MbConvParams, MbConvShape, mbconv};
-pub use quant::{QBLOCK, QuantFormat, QuantMatrix, QuantShapeError, quant_matmul};
+pub use quant::{
+    QBLOCK, QuantFormat, QuantMatrix, QuantShapeError, quant_matmul, quant_matmul_groups,
+};
 pub use shape::{Activation, ConvShape, PANEL, PointwiseShape};
 #[cfg(all(feature = "threads", target_family = "wasm"))]
 pub use threads::use_worker_pool;
-pub use threads::{max_threads, set_max_threads};
+pub use threads::{max_threads, set_max_threads, set_thread_max_threads};
 
 /// An instruction set the kernels are compiled for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -20,6 +20,19 @@ pub fn set_max_threads(n: usize) {
     MAX_THREADS.store(n, Ordering::Relaxed);
 }
 
+std::thread_local! {
+    /// 0: no limit of this thread's own; otherwise its calls use at most this many threads.
+    static THREAD_MAX: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Limit the threads the calling thread's kernel calls may use (`0` = no limit of its own;
+/// [`set_max_threads`] still applies). For a thread that already has work for every core
+/// beside it, such as one of several threads running batches of a language model's steps:
+/// handing parts of its products to helpers that are busy elsewhere costs more than it saves.
+pub fn set_thread_max_threads(n: usize) {
+    THREAD_MAX.with(|m| m.set(n));
+}
+
 /// The helper threads beside the caller. Natively a pool of the crate's own, one thread fewer
 /// than the machine's (the calling thread computes part 0 itself rather than sleeping while the
 /// pool works).
@@ -102,9 +115,13 @@ pub fn max_threads() -> usize {
     #[cfg(feature = "threads")]
     {
         let all = pool::threads();
-        match MAX_THREADS.load(Ordering::Relaxed) {
+        let global = match MAX_THREADS.load(Ordering::Relaxed) {
             0 => all,
             n => n.min(all),
+        };
+        match THREAD_MAX.with(std::cell::Cell::get) {
+            0 => global,
+            n => n.min(global),
         }
     }
     #[cfg(not(feature = "threads"))]

@@ -4,7 +4,9 @@
 //! column `native-flex` (cumulative from the input) and the cloud column (from each boundary to
 //! the logits); cloud-only time (decode + preprocess + full network); the mean JPEG (q90) size
 //! of the input; and per boundary and codec, mean frame bytes and top-1 agreement with the
-//! uncompressed model. `--browser` merges edge profiles measured in Chromium by
+//! uncompressed model. `--device wgpu` (a build with the `wgpu` feature) measures the cloud
+//! column and cloud-only on a GPU instead, each run read back to the host, and reports how far
+//! the GPU's logits are from the CPU's. `--browser` merges edge profiles measured in Chromium by
 //! `web/tests/profile.mjs`; `--with-browser` starts the server and runs that script first. Default output:
 //! `profiles/cost-table.json`, which the server serves at `/api/cost-table`.
 
@@ -56,11 +58,43 @@ pub struct Args {
     /// Output file; default `profiles/cost-table.json`.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Where the cloud column runs: `flex` (this machine's CPU, as the server's default) or
+    /// `wgpu` (a GPU through burn-wgpu, for a server started with `--device wgpu`; needs
+    /// `cargo build -p split-lab --features wgpu`). The edge column always runs on the CPU.
+    #[arg(long, value_enum, default_value_t = CloudDevice::Flex)]
+    device: CloudDevice,
+    /// Runs of each cloud part per image on a GPU (the median is kept); the first image's
+    /// parts are run once more before any is timed, to compile the GPU's kernels.
+    #[arg(long, default_value_t = 3)]
+    gpu_repeats: usize,
+}
+
+/// Where the profile's cloud column is measured.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CloudDevice {
+    /// burn flex on this machine's CPU.
+    Flex,
+    /// burn-wgpu on the first GPU wgpu finds.
+    Wgpu,
 }
 
 /// Run the profiler.
 pub fn run(a: Args) -> Result<()> {
-    let Args { images, skip, limit, codecs: settings, browser, with_browser, out } = a;
+    let Args {
+        images,
+        skip,
+        limit,
+        codecs: settings,
+        browser,
+        with_browser,
+        out,
+        device: cloud_device,
+        gpu_repeats,
+    } = a;
+    let gpu = match cloud_device {
+        CloudDevice::Flex => None,
+        CloudDevice::Wgpu => Some(gpu_device()?),
+    };
     let browser = if with_browser { Some(browser_profile()?) } else { browser };
     let out = out.unwrap_or_else(|| paths::repo_root().join("profiles/cost-table.json"));
     let calibration = Calibration::load(&setup::ensure_calibration()?)?;
@@ -76,6 +110,10 @@ pub fn run(a: Args) -> Result<()> {
     let mut jpeg = Vec::new();
     let mut bytes: BTreeMap<(usize, usize), Vec<f64>> = BTreeMap::new();
     let mut agree: BTreeMap<(usize, usize), (usize, usize)> = BTreeMap::new();
+    let mut on_gpu = match gpu {
+        Some((device, name)) => Some(GpuCloud::new(device, &name, n)?),
+        None => None,
+    };
     for (i, path) in files.iter().enumerate() {
         let file = std::fs::read(path)?;
         let start = Instant::now();
@@ -85,12 +123,19 @@ pub fn run(a: Args) -> Result<()> {
         let full_top = top_k(&full, 1)[0].class;
         jpeg.push(split_studies::eval::jpeg_q90_len(&img)? as f64);
         let mut x = split_shared::image::to_input_tensor(&img, &device);
+        if let Some(g) = on_gpu.as_mut() {
+            g.measure_cloud_only(&file, gpu_repeats, i == 0)?;
+            g.measure_from(Boundary::INPUT, &x, &full, gpu_repeats, i == 0)?;
+        }
         let mut at = Boundary::INPUT;
         for b in Boundary::all().skip(1) {
             let start = Instant::now();
             x = model.forward_range(x, at, b)?;
             let features = Features::from_tensor(b, x.clone())?;
             stage_ms[usize::from(b.index())].push(start.elapsed().as_secs_f64() * 1e3);
+            if let Some(g) = on_gpu.as_mut() {
+                g.measure_from(b, &x, &full, gpu_repeats, i == 0)?;
+            }
             at = b;
             if b == Boundary::LOGITS {
                 continue;
@@ -115,7 +160,17 @@ pub fn run(a: Args) -> Result<()> {
     let stage: Vec<f64> =
         stage_ms.into_iter().map(|v| if v.is_empty() { 0.0 } else { median(v) }).collect();
     let edge: Vec<Option<f64>> = (0..n).map(|k| Some(stage[..=k].iter().sum())).collect();
-    let cloud: Vec<Option<f64>> = (0..n).map(|k| Some(stage[k + 1..].iter().sum())).collect();
+    let (cloud_device, cloud, cloud_only_ms) = match on_gpu {
+        None => (
+            "burn flex (CPU), 1 worker".to_string(),
+            (0..n).map(|k| Some(stage[k + 1..].iter().sum())).collect::<Vec<_>>(),
+            median(cloud_only),
+        ),
+        Some(g) => {
+            eprintln!("{}", g.agreement());
+            (format!("burn wgpu ({})", g.name), g.cloud_ms(), median(g.cloud_only))
+        }
+    };
     let codec_rows: Vec<Vec<CodecCost>> = (0..n)
         .map(|k| {
             settings
@@ -145,9 +200,9 @@ pub fn run(a: Args) -> Result<()> {
             "native-flex".to_string(),
             EdgeProfile { device: "burn flex, native (this machine)".into(), ms: edge },
         )]),
-        cloud_device: "burn flex (CPU), 1 worker".into(),
+        cloud_device,
         cloud_ms: cloud,
-        cloud_only_ms: median(cloud_only),
+        cloud_only_ms,
         image_bytes: jpeg.iter().sum::<f64>() / jpeg.len().max(1) as f64,
         codecs: codec_rows,
     };
@@ -165,6 +220,120 @@ pub fn run(a: Args) -> Result<()> {
     std::fs::write(&out, json + "\n")?;
     eprintln!("profile: wrote {}", out.display());
     Ok(())
+}
+
+/// The cloud column measured on a GPU: the CPU's activation at each boundary uploaded, the
+/// rest of the network run there and the logits read back (what a server on that GPU does
+/// with a frame once decoded), against the CPU's logits for the same photo.
+struct GpuCloud {
+    device: Device,
+    name: String,
+    model: EfficientNetLite0,
+    ms: Vec<Vec<f64>>,
+    cloud_only: Vec<f64>,
+    same_top1: usize,
+    runs: usize,
+    max_diff: f32,
+}
+
+impl GpuCloud {
+    fn new(device: Device, name: &str, n: usize) -> Result<Self> {
+        let model = EfficientNetLite0::load(&setup::ensure_weights()?, &device)?;
+        Ok(Self {
+            device,
+            name: name.to_string(),
+            model,
+            ms: vec![Vec::new(); n],
+            cloud_only: Vec::new(),
+            same_top1: 0,
+            runs: 0,
+            max_diff: 0.0,
+        })
+    }
+
+    /// Time boundary `b` to the logits on the GPU, `x` being the CPU's activation at `b`.
+    fn measure_from(
+        &mut self,
+        b: Boundary,
+        x: &burn::tensor::Tensor<4>,
+        cpu_logits: &[f32],
+        repeats: usize,
+        warm_up: bool,
+    ) -> Result<()> {
+        if b == Boundary::LOGITS {
+            self.ms[usize::from(b.index())].push(0.0);
+            return Ok(());
+        }
+        let host = x.clone().into_data();
+        let run = |this: &Self| -> Result<(f64, Vec<f32>)> {
+            let start = Instant::now();
+            let x = burn::tensor::Tensor::<4>::from_data(host.clone(), &this.device);
+            let logits = values(this.model.forward_range(x, b, Boundary::LOGITS)?);
+            Ok((start.elapsed().as_secs_f64() * 1e3, logits))
+        };
+        if warm_up {
+            run(self)?;
+        }
+        let mut times = Vec::with_capacity(repeats);
+        let mut logits = Vec::new();
+        for _ in 0..repeats.max(1) {
+            let (ms, l) = run(self)?;
+            times.push(ms);
+            logits = l;
+        }
+        self.ms[usize::from(b.index())].push(median(times));
+        self.runs += 1;
+        self.same_top1 += usize::from(top_k(&logits, 1)[0].class == top_k(cpu_logits, 1)[0].class);
+        let diff = logits.iter().zip(cpu_logits).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+        self.max_diff = self.max_diff.max(diff);
+        Ok(())
+    }
+
+    /// Time decoding and preprocessing the photo (CPU) and the whole network on the GPU.
+    fn measure_cloud_only(&mut self, file: &[u8], repeats: usize, warm_up: bool) -> Result<()> {
+        let run = |this: &Self| -> Result<f64> {
+            let start = Instant::now();
+            let img = split_shared::image::preprocess(file)?;
+            let x = split_shared::image::to_input_tensor(&img, &this.device);
+            values(this.model.forward(x)?);
+            Ok(start.elapsed().as_secs_f64() * 1e3)
+        };
+        if warm_up {
+            run(self)?;
+        }
+        let times = (0..repeats.max(1)).map(|_| run(self)).collect::<Result<Vec<_>>>()?;
+        self.cloud_only.push(median(times));
+        Ok(())
+    }
+
+    fn cloud_ms(&self) -> Vec<Option<f64>> {
+        self.ms.iter().map(|v| Some(if v.is_empty() { 0.0 } else { median(v.clone()) })).collect()
+    }
+
+    fn agreement(&self) -> String {
+        format!(
+            "profile: on {}, the top-1 was the CPU's in {} of {} runs (every photo from every \
+             boundary); largest logit difference {:.2e}",
+            self.name, self.same_top1, self.runs, self.max_diff
+        )
+    }
+}
+
+#[cfg(feature = "wgpu")]
+fn gpu_device() -> Result<(Device, String)> {
+    use burn::tensor::wgpu::wgpu;
+    let adapters = actix_web::rt::System::new()
+        .block_on(wgpu::Instance::default().enumerate_adapters(wgpu::Backends::all()));
+    let names: Vec<String> = adapters.iter().map(|a| a.get_info().name).collect();
+    eprintln!("profile: wgpu adapters: {names:?}");
+    let device =
+        Device::wgpu_options().init().map_err(|e| anyhow::anyhow!("wgpu device: {e:?}"))?;
+    Ok((device, names.first().cloned().unwrap_or_else(|| "GPU".into())))
+}
+
+#[cfg(not(feature = "wgpu"))]
+fn gpu_device() -> Result<(Device, String)> {
+    anyhow::bail!("--device wgpu needs split-lab built with `--features wgpu`")
 }
 
 fn machine() -> String {

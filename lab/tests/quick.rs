@@ -15,13 +15,12 @@ const CHELSEA: &[u8] = include_bytes!("../../web/samples/chelsea.png");
 
 /// The real server in-process, with its cache off so every request computes.
 fn server() -> actix_test::TestServer {
-    let config = <Config as clap::Parser>::parse_from([
-        "cloud-server",
-        "--port",
-        "0",
-        "--cache-entries",
-        "0",
-    ]);
+    server_with(&[])
+}
+
+fn server_with(extra: &[&str]) -> actix_test::TestServer {
+    let args = ["cloud-server", "--port", "0", "--cache-entries", "0"];
+    let config = <Config as clap::Parser>::parse_from(args.iter().chain(extra));
     let state = AppState::load(&config).expect("weights: run `./run.sh setup`");
     actix_test::start(move || App::new().configure(config_app(state.clone())))
 }
@@ -103,6 +102,35 @@ async fn split_conversations_at_once_get_the_rows_the_model_computes() {
     // Same frames, same model code: the server's rows are this process's to the bit.
     assert_eq!(run.replies_exact, run.replies, "largest difference {}", run.max_abs_diff);
     assert!(run.server_rss_peak_mib.is_some_and(|m| m > 0.0), "{run:?}");
+
+    // With the steps batched across conversations (`--llm-batch`), every row is still the
+    // model's to the bit, and every frame went through a batch.
+    let batching = server_with(&["--llm-batch"]);
+    let run = crowd(&Setup { url: batching.url("/llm"), ..setup.clone() }, &rec, 3).await;
+    assert_eq!((run.completed, run.failed, run.replies), (3, 0, 15), "{run:?}");
+    assert_eq!(run.replies_exact, run.replies, "largest difference {}", run.max_abs_diff);
+    let page = String::from_utf8(
+        awc::Client::new()
+            .get(batching.url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .body()
+            .await
+            .unwrap()
+            .to_vec(),
+    )
+    .unwrap();
+    let count = |name: &str| -> u64 {
+        let line = page
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("{name} in {page}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    assert_eq!(count("split_llm_batched_steps_total"), 15);
+    let batches = count("split_llm_batches_total");
+    assert!((1..=15).contains(&batches), "{batches} batches");
 
     // No server there: every conversation fails, and the report says why.
     let run = crowd(&Setup { url: "ws://127.0.0.1:9/llm".into(), ..setup }, &rec, 2).await;

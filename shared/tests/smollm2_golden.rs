@@ -3,7 +3,9 @@
 //! Hugging Face's `tokenizers`): token ids, logits at every position of three chat prompts,
 //! and 32-token greedy continuations.
 
-use split_shared::models::smollm2::{ChatTemplate, KvCache, Message, Smollm2, Tokenizer, argmax};
+use split_shared::models::smollm2::{
+    ChatTemplate, KvCache, Message, Smollm2, Step, Tokenizer, argmax,
+};
 
 /// The reference sums in another order (numpy's BLAS, rows dequantized whole); measured on
 /// this machine our logits differ by at most 9.5e-5 (the test prints it; logits are ~10-25),
@@ -133,6 +135,68 @@ fn split_layers_equal_the_whole() {
     assert!(model.embed(&[u32::MAX]).is_err());
 }
 
+/// Conversations batched together (a server's continuous batching) end exactly as each alone:
+/// three prompts of different lengths over different block ranges, then decode steps of one row
+/// each, batched with a step that is refused (its cache has no room) and one past the blocks;
+/// the heads of several rows at once equal each row's head alone.
+#[test]
+fn batched_steps_equal_each_alone() {
+    let (model, _, _) = load();
+    let g = golden();
+    let (dim, layers) = (model.config.dim, model.config.layers);
+    let ranges = [0..layers, 4..layers, 12..layers];
+    let prompts: Vec<Vec<u32>> = (0..3).map(|i| ids(&g["prompts"][i]["ids"])).collect();
+    let mut alone: Vec<(Vec<f32>, KvCache)> = Vec::new();
+    let mut batched: Vec<(Vec<f32>, KvCache)> = Vec::new();
+    for (prompt, range) in prompts.iter().zip(&ranges) {
+        let h = model.embed(prompt).unwrap();
+        let cache = KvCache::new(&model.config, range.clone(), 64);
+        alone.push((h.clone(), cache.clone()));
+        batched.push((h, cache));
+    }
+    for step in 0..3 {
+        for ((h, cache), range) in alone.iter_mut().zip(&ranges) {
+            model.forward_layers(range.clone(), h, cache).unwrap();
+        }
+        let mut full = KvCache::new(&model.config, 0..4, 1);
+        let mut refused = model.embed(&[1, 2]).unwrap();
+        let mut past = model.embed(&[1]).unwrap();
+        let mut past_cache = KvCache::new(&model.config, 0..layers + 1, 8);
+        let mut steps: Vec<Step<'_>> = batched
+            .iter_mut()
+            .zip(&ranges)
+            .map(|((h, cache), range)| Step { layers: range.clone(), hidden: h, cache })
+            .collect();
+        steps.push(Step { layers: 0..4, hidden: &mut refused, cache: &mut full });
+        steps.push(Step { layers: 0..layers + 1, hidden: &mut past, cache: &mut past_cache });
+        let results = model.forward_batch(&mut steps);
+        assert!(results[..3].iter().all(Result::is_ok), "step {step}: {results:?}");
+        assert!(results[3].is_err() && results[4].is_err(), "step {step}: {results:?}");
+        assert_eq!(full.len(), 0);
+        for (i, ((a, ca), (b, cb))) in alone.iter().zip(&batched).enumerate() {
+            assert!(
+                a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()),
+                "step {step}, conversation {i}"
+            );
+            assert_eq!(ca.len(), cb.len());
+        }
+        // The next token of each, as its own one-row step.
+        let lasts: Vec<f32> =
+            batched.iter().flat_map(|(h, _)| h[h.len() - dim..].to_vec()).collect();
+        let heads = model.logits_each(&lasts).unwrap();
+        let vocab = model.config.vocab;
+        for (i, (h, _)) in alone.iter_mut().enumerate() {
+            let own = model.logits(&h[h.len() - dim..]).unwrap();
+            assert_eq!(own, heads[i * vocab..(i + 1) * vocab], "head {i}");
+            *h = model.embed(&[argmax(&own)]).unwrap();
+        }
+        for (h, _) in batched.iter_mut() {
+            let next = argmax(&model.logits(&h[h.len() - dim..]).unwrap());
+            *h = model.embed(&[next]).unwrap();
+        }
+    }
+}
+
 /// The share a browser downloads (`edge_share`: metadata, embedding, final norm, blocks 0..4)
 /// runs its blocks and the output projection exactly as the whole file does, and refuses the
 /// blocks it does not hold.
@@ -200,4 +264,55 @@ fn the_costs_a_side_measures_are_sane() {
     let (head_only, _) = Smollm2::load(&edge_share(&bytes, 0).unwrap()).unwrap();
     let h = measure_costs(&head_only, &clock).unwrap();
     assert!(h.block_token_ms.is_nan() && h.head_ms > 0.0, "{h:?}");
+}
+
+/// What batching saves: `n` conversations' decode steps through the server's share of a split
+/// (blocks 12..30) as one batch against one at a time, per step. A benchmark:
+/// `cargo test --release -p split-shared --test smollm2_golden batch_speed -- --ignored --nocapture`.
+#[test]
+#[ignore = "a benchmark: cargo test --release -p split-shared --test smollm2_golden batch_speed -- --ignored --nocapture"]
+fn batch_speed() {
+    let (model, _, _) = load();
+    let (dim, layers) = (model.config.dim, model.config.layers);
+    let prompt = ids(&golden()["prompts"][0]["ids"]);
+    for threads in [1, 2] {
+        split_kernels::set_max_threads(threads);
+        for n in [1, 8, 32] {
+            let mut caches: Vec<KvCache> = (0..n)
+                .map(|_| {
+                    let mut c = KvCache::new(&model.config, 12..layers, 128);
+                    let mut h = model.embed(&prompt).unwrap();
+                    model.forward_layers(12..layers, &mut h, &mut c).unwrap();
+                    c
+                })
+                .collect();
+            let rows: Vec<Vec<f32>> =
+                (0..n).map(|i| model.embed(&[i as u32 + 100]).unwrap()).collect();
+            let reps = 8;
+            let start = std::time::Instant::now();
+            for _ in 0..reps {
+                let mut hidden = rows.clone();
+                let mut steps: Vec<Step<'_>> = hidden
+                    .iter_mut()
+                    .zip(caches.iter_mut())
+                    .map(|(h, cache)| Step { layers: 12..layers, hidden: h, cache })
+                    .collect();
+                model.forward_batch(&mut steps);
+            }
+            let together = start.elapsed().as_secs_f64() * 1e3 / (reps * n) as f64;
+            for c in &mut caches {
+                c.truncate(prompt.len());
+            }
+            let start = std::time::Instant::now();
+            for _ in 0..reps {
+                for (h, c) in rows.iter().zip(caches.iter_mut()) {
+                    model.forward_layers(12..layers, &mut h.clone(), c).unwrap();
+                }
+            }
+            let alone = start.elapsed().as_secs_f64() * 1e3 / (reps * n) as f64;
+            eprintln!(
+                "{threads} threads, {n} conversations: {together:.2} ms a step batched, {alone:.2} alone (dim {dim})"
+            );
+        }
+    }
 }

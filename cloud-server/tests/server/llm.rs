@@ -284,7 +284,18 @@ async fn bad_frames_get_typed_errors_and_the_conversation_goes_on() {
 
 #[actix_web::test]
 async fn plain_split_and_cloud_only_answer_as_the_unsplit_model() {
-    let srv = common::server_and_state(&[]).0;
+    plain_split_and_cloud_only(&[]).await;
+}
+
+/// The same with every step run through the batching threads (`--llm-batch`): the server's
+/// blocks, its head and its sampler in batches answer exactly as without them.
+#[actix_web::test]
+async fn batched_steps_answer_as_the_unsplit_model() {
+    plain_split_and_cloud_only(&["--llm-batch"]).await;
+}
+
+async fn plain_split_and_cloud_only(server_args: &[&str]) {
+    let srv = common::server_and_state(server_args).0;
     let m = model();
     let golden = golden();
     let case = &golden["prompts"][1];

@@ -3,7 +3,9 @@
 //! across threads; and the length checks.
 
 use split_kernels::reference::test_values as values;
-use split_kernels::{Isa, QBLOCK, QuantFormat, QuantMatrix, QuantShapeError, quant_matmul};
+use split_kernels::{
+    Isa, QBLOCK, QuantFormat, QuantMatrix, QuantShapeError, quant_matmul, quant_matmul_groups,
+};
 
 /// Packed bytes, scales and minimums of a random `rows × cols` matrix.
 fn matrix(
@@ -70,6 +72,53 @@ fn every_isa_equals_reference() {
     }
 }
 
+/// Several groups of vectors in one call give each group exactly what a call of its own gives:
+/// groups of one (decode steps), of three (still one vector at a time) and of five and 40 (the
+/// dequantize-once path), mixed, on a matrix small enough for one thread and one large enough to
+/// be split across threads; empty groups are allowed.
+#[test]
+fn groups_equal_their_own_calls_bit_for_bit() {
+    for format in [QuantFormat::Q4_1, QuantFormat::Q8_0] {
+        for (rows, cols) in [(67, 576), (2048, 576)] {
+            let (packed, scales, mins) = matrix(format, rows, cols, rows as u64 + 5);
+            let w =
+                QuantMatrix { format, rows, cols, scales: &scales, mins: &mins, packed: &packed };
+            let groups = [1, 5, 0, 1, 3, 40, 1];
+            let tokens: usize = groups.iter().sum();
+            let x = values(tokens * cols, 11);
+            for isa in Isa::available() {
+                let mut together = vec![f32::NAN; tokens * rows];
+                quant_matmul_groups(isa, &w, &x, &groups, &mut together).unwrap();
+                let mut start = 0;
+                for &g in &groups {
+                    let mut alone = vec![f32::NAN; g * rows];
+                    quant_matmul(isa, &w, &x[start * cols..(start + g) * cols], g, &mut alone)
+                        .unwrap();
+                    let got = &together[start * rows..(start + g) * rows];
+                    assert!(
+                        got.iter().zip(&alone).all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{format:?} {isa:?} {rows}x{cols}: group of {g} at {start}"
+                    );
+                    start += g;
+                }
+            }
+        }
+    }
+    let (packed, scales, mins) = matrix(QuantFormat::Q4_1, 2, 64, 1);
+    let w = QuantMatrix {
+        format: QuantFormat::Q4_1,
+        rows: 2,
+        cols: 64,
+        scales: &scales,
+        mins: &mins,
+        packed: &packed,
+    };
+    assert_eq!(
+        quant_matmul_groups(Isa::Portable, &w, &[0.0; 192], &[1, 1], &mut [0.0; 4]),
+        Err(QuantShapeError::Len { what: "x", got: 192, expected: 128 })
+    );
+}
+
 #[test]
 fn wrong_lengths_are_errors() {
     let (packed, scales, mins) = matrix(QuantFormat::Q4_1, 2, 64, 1);
@@ -128,6 +177,51 @@ fn quant_speed() {
                     "{format:?} {rows}x{cols} {isa:?} {threads}t: {:.1} us, {:.2} GB/s",
                     s * 1e6,
                     bytes as f64 / s / 1e9
+                );
+            }
+        }
+    }
+    split_kernels::set_max_threads(0);
+}
+
+/// The products of a batched decode step: `n` conversations' vectors each a group of its own,
+/// one grouped call against `n` calls of one vector, per vector. A benchmark:
+/// `cargo test --release -p split-kernels --features threads --lib groups_speed -- --ignored --nocapture`.
+#[test]
+#[ignore = "a benchmark: cargo test --release -p split-kernels --features threads --lib groups_speed -- --ignored --nocapture"]
+fn groups_speed() {
+    let isa = Isa::detect();
+    for (rows, cols) in [(1536, 576), (576, 1536), (192, 576)] {
+        let format = QuantFormat::Q4_1;
+        let (packed, scales, mins) = matrix(format, rows, cols, 3);
+        let w = QuantMatrix { format, rows, cols, scales: &scales, mins: &mins, packed: &packed };
+        for n in [1, 8, 32] {
+            let x = values(n * cols, 1);
+            let mut out = vec![0.0; n * rows];
+            for threads in [1, 2] {
+                split_kernels::set_max_threads(threads);
+                let reps = 4000 / n;
+                let time = |f: &mut dyn FnMut()| {
+                    f();
+                    let t = std::time::Instant::now();
+                    for _ in 0..reps {
+                        f();
+                    }
+                    t.elapsed().as_secs_f64() / reps as f64 / n as f64 * 1e6
+                };
+                let groups = vec![1; n];
+                let together = time(&mut || {
+                    quant_matmul_groups(isa, &w, &x, &groups, &mut out).unwrap();
+                });
+                let alone = time(&mut || {
+                    for t in 0..n {
+                        let (xt, ot) =
+                            (&x[t * cols..(t + 1) * cols], &mut out[t * rows..(t + 1) * rows]);
+                        quant_matmul(isa, &w, xt, 1, ot).unwrap();
+                    }
+                });
+                eprintln!(
+                    "{rows}x{cols} {isa:?} {threads}t, {n} vectors: {together:.1} us a vector grouped, {alone:.1} alone"
                 );
             }
         }

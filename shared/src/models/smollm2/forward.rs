@@ -6,10 +6,15 @@
 //! `x += Wdown · (silu(Wgate · norm(x)) ⊙ Wup · norm(x))`; RMSNorm with a learned scale, RoPE on
 //! adjacent pairs of each head (the GGUF file's Q and K rows are ordered for it), grouped-query
 //! attention with a causal mask. Hidden states are `[tokens, dim]`, row-major.
+//!
+//! [`Smollm2::forward_batch`] runs several conversations' steps at once (a server's continuous
+//! batching): each block's matrix products take every step's rows in one pass over the
+//! weights, and each step's result is bit for bit what it gets alone
+//! ([`split_kernels::quant_matmul_groups`]; attention and everything else is per step).
 
 use std::ops::Range;
 
-use split_kernels::{Isa, quant_matmul};
+use split_kernels::{Isa, quant_matmul, quant_matmul_groups};
 
 use super::weights::{LayerWeights, QuantWeight, Weights};
 use super::{Config, LlmError, Tokenizer};
@@ -24,6 +29,19 @@ pub struct Smollm2 {
     /// RoPE's inverse frequencies, one per pair of a head.
     inv_freq: Vec<f64>,
     isa: Isa,
+}
+
+/// One conversation's part of a batched step ([`Smollm2::forward_batch`]): its blocks, its hidden
+/// states (`[tokens, dim]`, replaced by the states after the blocks) and its cache of those
+/// blocks.
+#[derive(Debug)]
+pub struct Step<'a> {
+    /// The blocks to run.
+    pub layers: Range<usize>,
+    /// The hidden states, in place.
+    pub hidden: &'a mut [f32],
+    /// The cache of `layers`, which the step's keys and values are appended to.
+    pub cache: &'a mut KvCache,
 }
 
 /// The keys and values a range of blocks has seen, one row per position.
@@ -151,26 +169,77 @@ impl Smollm2 {
         hidden: &mut [f32],
         cache: &mut KvCache,
     ) -> Result<(), LlmError> {
+        let mut steps = [Step { layers, hidden, cache }];
+        self.forward_batch(&mut steps).pop().unwrap_or(Ok(()))
+    }
+
+    /// [`Self::forward_layers`] for several steps (of different conversations) at once, each
+    /// with its own blocks, rows and cache; one result per step, in order. A step that is
+    /// refused (its blocks, its rows, its cache's room) changes nothing and does not stop the
+    /// others; each step's hidden states and cache end bit for bit as [`Self::forward_layers`]
+    /// would leave them.
+    pub fn forward_batch(&self, steps: &mut [Step<'_>]) -> Vec<Result<(), LlmError>> {
+        let checked: Vec<Result<usize, LlmError>> =
+            steps.iter().map(|s| self.check_step(s)).collect();
         let held = self.blocks();
-        if layers != cache.layers || layers.start < held.start || layers.end > held.end {
+        let dim = self.config.dim;
+        let runs = |s: &Step<'_>, layer: usize| s.layers.contains(&layer);
+        for layer in held {
+            let active: Vec<usize> = (0..steps.len())
+                .filter(|&i| checked[i].is_ok() && runs(&steps[i], layer))
+                .collect();
+            if active.is_empty() {
+                continue;
+            }
+            let rows: Vec<usize> = active.iter().map(|&i| steps[i].hidden.len() / dim).collect();
+            let mut x: Vec<f32> =
+                active.iter().flat_map(|&i| steps[i].hidden.iter().copied()).collect();
+            let mut parts: Vec<(usize, &mut KvCache, usize)> = steps
+                .iter_mut()
+                .enumerate()
+                .filter(|(i, _)| active.contains(i))
+                .map(|(_, s)| (s.hidden.len() / dim, &mut *s.cache, layer - s.layers.start))
+                .collect();
+            let w = &self.weights.layers[layer - self.weights.first_block];
+            if let Err(e) = self.block(w, &mut x, &rows, &mut parts) {
+                // Shapes were checked: an error here is the model's own, for every step.
+                return steps.iter().map(|_| Err(LlmError::Shape(e.to_string()))).collect();
+            }
+            let mut at = 0;
+            for &i in &active {
+                let n = steps[i].hidden.len();
+                steps[i].hidden.copy_from_slice(&x[at..at + n]);
+                at += n;
+            }
+        }
+        steps
+            .iter_mut()
+            .zip(checked)
+            .map(|(s, c)| {
+                s.cache.len += c?;
+                Ok(())
+            })
+            .collect()
+    }
+
+    /// The rows of a step, or why it cannot run.
+    fn check_step(&self, s: &Step<'_>) -> Result<usize, LlmError> {
+        let held = self.blocks();
+        let (layers, cache) = (&s.layers, &s.cache);
+        if *layers != cache.layers || layers.start < held.start || layers.end > held.end {
             return Err(LlmError::Shape(format!(
                 "blocks {layers:?} with a cache of blocks {:?} (this file holds blocks {held:?})",
                 cache.layers
             )));
         }
-        let n = self.rows(hidden)?;
+        let n = self.rows(&*s.hidden)?;
         if cache.len + n > cache.capacity {
             return Err(LlmError::Context { needed: cache.len + n, limit: cache.capacity });
         }
-        if let Some(bad) = hidden.iter().find(|v| !v.is_finite()) {
+        if let Some(bad) = s.hidden.iter().find(|v| !v.is_finite()) {
             return Err(LlmError::Shape(format!("a hidden state holds {bad}")));
         }
-        for (k, layer) in layers.clone().enumerate() {
-            let w = &self.weights.layers[layer - held.start];
-            self.block(w, hidden, n, cache, k)?;
-        }
-        cache.len += n;
-        Ok(())
+        Ok(n)
     }
 
     /// Logits `[tokens, vocab]` of final hidden states `[tokens, dim]`.
@@ -182,6 +251,19 @@ impl Smollm2 {
             rms_norm(row, &self.weights.output_norm, c.norm_eps);
         }
         self.matmul(&self.weights.embedding, &normed, n)
+    }
+
+    /// [`Self::logits`] of each row on its own (`[rows, vocab]`): the heads of several
+    /// conversations' steps in one pass over the output projection, each row's logits bit for
+    /// bit what [`Self::logits`] gives it alone.
+    pub fn logits_each(&self, hidden: &[f32]) -> Result<Vec<f32>, LlmError> {
+        let c = &self.config;
+        let n = self.rows(hidden)?;
+        let mut normed = hidden.to_vec();
+        for row in normed.chunks_exact_mut(c.dim) {
+            rms_norm(row, &self.weights.output_norm, c.norm_eps);
+        }
+        self.matmul_groups(&self.weights.embedding, &normed, &vec![1; n])
     }
 
     /// Every block over `tokens` appended to `cache` (all blocks), and the logits of the last.
@@ -209,34 +291,87 @@ impl Smollm2 {
         Ok(out)
     }
 
+    /// The product of several steps' rows, each group summed as it would be alone.
+    fn matmul_groups(
+        &self,
+        w: &QuantWeight,
+        x: &[f32],
+        groups: &[usize],
+    ) -> Result<Vec<f32>, LlmError> {
+        let mut out = vec![0.0; groups.iter().sum::<usize>() * w.rows()];
+        quant_matmul_groups(self.isa, &w.matrix(), x, groups, &mut out)
+            .map_err(|e| LlmError::Shape(e.to_string()))?;
+        Ok(out)
+    }
+
+    /// One block over the rows of several steps (`x`: their rows one after the other, `rows`
+    /// per step); `parts` holds each step's rows, cache, and the block's place in that cache.
     fn block(
         &self,
         w: &LayerWeights,
         x: &mut [f32],
-        n: usize,
-        cache: &mut KvCache,
-        k: usize,
+        rows: &[usize],
+        parts: &mut [(usize, &mut KvCache, usize)],
     ) -> Result<(), LlmError> {
         let c = &self.config;
-        let (dim, hd, kv_dim) = (c.dim, c.head_dim, c.kv_dim());
-        let start = cache.len;
+        let (dim, kv_dim) = (c.dim, c.kv_dim());
         let mut h = x.to_vec();
         for row in h.chunks_exact_mut(dim) {
             rms_norm(row, &w.attn_norm, c.norm_eps);
         }
-        let mut q = self.matmul(&w.q, &h, n)?;
-        let mut keys = self.matmul(&w.k, &h, n)?;
-        let values = self.matmul(&w.v, &h, n)?;
-        for t in 0..n {
-            self.rope(&mut q[t * dim..(t + 1) * dim], start + t);
-            self.rope(&mut keys[t * kv_dim..(t + 1) * kv_dim], start + t);
+        let mut q = self.matmul_groups(&w.q, &h, rows)?;
+        let mut keys = self.matmul_groups(&w.k, &h, rows)?;
+        let values = self.matmul_groups(&w.v, &h, rows)?;
+        let mut attended = vec![0.0f32; x.len()];
+        let mut at = 0;
+        for (n, cache, k) in parts.iter_mut() {
+            let (n, k) = (*n, *k);
+            let start = cache.len;
+            let q = &mut q[at * dim..(at + n) * dim];
+            let keys = &mut keys[at * kv_dim..(at + n) * kv_dim];
+            for t in 0..n {
+                self.rope(&mut q[t * dim..(t + 1) * dim], start + t);
+                self.rope(&mut keys[t * kv_dim..(t + 1) * kv_dim], start + t);
+            }
+            cache.keys[k].extend_from_slice(keys);
+            cache.values[k].extend_from_slice(&values[at * kv_dim..(at + n) * kv_dim]);
+            self.attend(
+                q,
+                &cache.keys[k],
+                &cache.values[k],
+                start,
+                &mut attended[at * dim..(at + n) * dim],
+            );
+            at += n;
         }
-        cache.keys[k].extend_from_slice(&keys);
-        cache.values[k].extend_from_slice(&values);
-        let (all_k, all_v) = (&cache.keys[k], &cache.values[k]);
+        let projected = self.matmul_groups(&w.o, &attended, rows)?;
+        for (x, p) in x.iter_mut().zip(&projected) {
+            *x += p;
+        }
+        h.copy_from_slice(x);
+        for row in h.chunks_exact_mut(dim) {
+            rms_norm(row, &w.ffn_norm, c.norm_eps);
+        }
+        let mut gate = self.matmul_groups(&w.gate, &h, rows)?;
+        let up = self.matmul_groups(&w.up, &h, rows)?;
+        for (g, u) in gate.iter_mut().zip(&up) {
+            *g = *g / (1.0 + (-*g).exp()) * u;
+        }
+        let down = self.matmul_groups(&w.down, &gate, rows)?;
+        for (x, d) in x.iter_mut().zip(&down) {
+            *x += d;
+        }
+        Ok(())
+    }
+
+    /// Causal grouped-query attention of one step's queries (`[n, dim]`, at positions
+    /// `start..start + n`) over a cache's keys and values (`[start + n, kv_dim]` each).
+    fn attend(&self, q: &[f32], all_k: &[f32], all_v: &[f32], start: usize, out: &mut [f32]) {
+        let c = &self.config;
+        let (dim, hd, kv_dim) = (c.dim, c.head_dim, c.kv_dim());
+        let n = q.len() / dim;
         let group = c.heads / c.kv_heads;
         let scale = 1.0 / (hd as f32).sqrt();
-        let mut attended = vec![0.0f32; n * dim];
         let mut scores = vec![0.0f32; start + n];
         for t in 0..n {
             let visible = start + t + 1;
@@ -254,7 +389,7 @@ impl Smollm2 {
                     *v = (*v - max).exp();
                     total += *v;
                 }
-                let out = &mut attended[t * dim + head * hd..][..hd];
+                let out = &mut out[t * dim + head * hd..][..hd];
                 for (j, &p) in s.iter().enumerate() {
                     let vj = &all_v[j * kv_dim + kvh * hd..][..hd];
                     let p = p / total;
@@ -264,24 +399,6 @@ impl Smollm2 {
                 }
             }
         }
-        let projected = self.matmul(&w.o, &attended, n)?;
-        for (x, p) in x.iter_mut().zip(&projected) {
-            *x += p;
-        }
-        h.copy_from_slice(x);
-        for row in h.chunks_exact_mut(dim) {
-            rms_norm(row, &w.ffn_norm, c.norm_eps);
-        }
-        let mut gate = self.matmul(&w.gate, &h, n)?;
-        let up = self.matmul(&w.up, &h, n)?;
-        for (g, u) in gate.iter_mut().zip(&up) {
-            *g = *g / (1.0 + (-*g).exp()) * u;
-        }
-        let down = self.matmul(&w.down, &gate, n)?;
-        for (x, d) in x.iter_mut().zip(&down) {
-            *x += d;
-        }
-        Ok(())
     }
 
     /// Rotate each head's adjacent pairs by `pos · inv_freq[i]`.

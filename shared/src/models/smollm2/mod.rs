@@ -29,7 +29,7 @@ pub use config::Config;
 pub use costs::measure_costs;
 pub use error::LlmError;
 #[cfg(feature = "model")]
-pub use forward::{KvCache, Smollm2};
+pub use forward::{KvCache, Smollm2, Step};
 pub use sample::{Sampler, Sampling, argmax};
 pub use share::{SHARE_BLOCKS_KEY, edge_share, share_sizes, tokenizer_share};
 pub use tokenizer::{ChatTemplate, Message, Tokenizer};

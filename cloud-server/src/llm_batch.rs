@@ -1,0 +1,290 @@
+//! Continuous batching of the language model's steps across conversations.
+//!
+//! Every conversation's frame becomes a [`Job`] on one queue. One batching thread per core takes
+//! turns at the queue: it takes the job at the head and the jobs of the other open conversations
+//! not already in a batch as they come in (for at most [`GATHER_WINDOW`], up to
+//! [`MAX_BATCH_ROWS`] rows), then runs them as one batch on its own core while the next thread
+//! gathers, and answers each. In a batch each
+//! block's weights are read from memory once for every job at that block
+//! ([`Smollm2::forward_batch`]), and the heads of the jobs that sample share one pass over the
+//! output projection ([`Smollm2::logits_each`]): a decode step is bound by reading the weights,
+//! so 32 conversations' steps cost far less together than one after the other. Each job's
+//! answer is bit for bit what it would get alone, whoever it shares a batch with.
+//!
+//! A job that is refused (a token past the vocabulary, a cache without room) gets its error and
+//! the others in its batch are answered. A batch that panics closes the conversations in it
+//! (their caches are lost) and the thread takes the next batch.
+
+use std::ops::Range;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use split_shared::models::smollm2::{KvCache, LlmError, Sampler, Smollm2, Step};
+use tokio::sync::oneshot;
+
+use crate::metrics::LlmBatchCounters;
+
+/// Rows (hidden states) after which a batch takes no more jobs: a batch of decode steps holds
+/// one row per conversation, a prompt up to 1,024; the first job is always taken, whatever its
+/// size.
+pub const MAX_BATCH_ROWS: usize = 256;
+
+/// How long a batch waits, after its first job, for the other open conversations' jobs. Their
+/// frames come in one by one as the last batch's answers reach them; a batch that started with
+/// the first arrival would hold a few rows and the rest would wait a whole batch for the next
+/// (the server's batches held 8 steps on average with 32 conversations, and answered fewer
+/// tokens a second than one conversation at a time: docs/llm.md). A batch closes early once
+/// every open conversation has a job in it, so one conversation alone never waits.
+pub const GATHER_WINDOW: Duration = Duration::from_millis(5);
+
+/// What a job's blocks take in: hidden states, or token ids the server embeds.
+pub enum Input {
+    /// Hidden states `[rows, dim]`.
+    Hidden(Vec<f32>),
+    /// Token ids (a cloud-only conversation).
+    Tokens(Vec<u32>),
+}
+
+/// What a job gives back: the hidden states after its blocks, or the head's next token.
+#[derive(Debug)]
+pub enum Output {
+    /// Hidden states `[rows, dim]`.
+    Hidden(Vec<f32>),
+    /// The sampled token.
+    Token(u32),
+}
+
+/// One conversation's frame: its blocks over its input, on its cache; with a sampler, the head
+/// too.
+pub struct Job {
+    /// The blocks.
+    pub layers: Range<usize>,
+    /// Their input.
+    pub input: Input,
+    /// The conversation's cache of those blocks.
+    pub cache: KvCache,
+    /// The conversation's sampler, when the server runs the head.
+    pub sampler: Option<Sampler>,
+}
+
+/// A job's answer, with the cache and the sampler it took.
+pub struct Done {
+    /// The blocks' output, or why the job was refused.
+    pub outcome: Result<Output, LlmError>,
+    /// The cache, with the job's positions appended when it ran.
+    pub cache: KvCache,
+    /// The sampler.
+    pub sampler: Option<Sampler>,
+}
+
+/// The queue in front of the batching thread.
+pub struct Batcher {
+    queue: mpsc::Sender<(Job, oneshot::Sender<Done>)>,
+    open: Arc<AtomicUsize>,
+}
+
+/// What the batching threads share: the queue's far end, the open conversations, the jobs in
+/// batches being run.
+struct Shared {
+    jobs: std::sync::Mutex<mpsc::Receiver<(Job, oneshot::Sender<Done>)>>,
+    open: Arc<AtomicUsize>,
+    running: AtomicUsize,
+    counters: LlmBatchCounters,
+}
+
+/// A conversation that may send jobs: counted while it lives, so that a batch knows how many
+/// jobs to wait for ([`GATHER_WINDOW`]).
+pub struct Open(Arc<AtomicUsize>);
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Batcher {
+    /// Start `threads` threads that run `model`'s batches, counting them in `counters`; they
+    /// end when the batcher is dropped.
+    ///
+    /// # Errors
+    /// A thread could not be started.
+    pub fn start(
+        model: Arc<Smollm2>,
+        threads: usize,
+        counters: LlmBatchCounters,
+    ) -> std::io::Result<Self> {
+        let (queue, jobs) = mpsc::channel();
+        let open = Arc::new(AtomicUsize::new(0));
+        let shared = Arc::new(Shared {
+            jobs: std::sync::Mutex::new(jobs),
+            open: open.clone(),
+            running: AtomicUsize::new(0),
+            counters,
+        });
+        for i in 0..threads.max(1) {
+            let (model, shared) = (model.clone(), shared.clone());
+            std::thread::Builder::new()
+                .name(format!("llm-batch-{i}"))
+                .spawn(move || serve(&model, &shared, threads > 1))?;
+        }
+        Ok(Batcher { queue, open })
+    }
+
+    /// Count a conversation as open until the value returned is dropped.
+    pub fn open(&self) -> Open {
+        self.open.fetch_add(1, Ordering::AcqRel);
+        Open(self.open.clone())
+    }
+
+    /// Queue a job and wait for its answer; `None` when its batch panicked (the job's cache is
+    /// gone with it).
+    pub async fn run(&self, job: Job) -> Option<Done> {
+        let (reply, answer) = oneshot::channel();
+        self.queue.send((job, reply)).ok()?;
+        answer.await.ok()
+    }
+}
+
+fn serve(model: &Smollm2, shared: &Shared, several: bool) {
+    let dim = model.config.dim;
+    let rows_of = |job: &Job| match &job.input {
+        Input::Hidden(values) => values.len() / dim,
+        Input::Tokens(tokens) => tokens.len(),
+    };
+    loop {
+        // Gather a batch while holding the queue; the other threads meanwhile run theirs.
+        let (batch, rows) = {
+            let Ok(jobs) = shared.jobs.lock() else { return };
+            let Ok(first) = jobs.recv() else { return };
+            let mut rows = rows_of(&first.0);
+            let mut batch = vec![first];
+            let until = Instant::now() + GATHER_WINDOW;
+            while rows < MAX_BATCH_ROWS {
+                let others = shared.open.load(Ordering::Acquire);
+                let waiting = others.saturating_sub(shared.running.load(Ordering::Acquire));
+                let next = if batch.len() < waiting {
+                    jobs.recv_timeout(until.saturating_duration_since(Instant::now())).ok()
+                } else {
+                    jobs.try_recv().ok()
+                };
+                let Some(next) = next else { break };
+                rows += rows_of(&next.0);
+                batch.push(next);
+            }
+            shared.running.fetch_add(batch.len(), Ordering::AcqRel);
+            (batch, rows)
+        };
+        let (batch, replies): (Vec<Job>, Vec<_>) = batch.into_iter().unzip();
+        let jobs = batch.len();
+        shared.counters.batches.inc();
+        shared.counters.steps.inc_by(jobs as u64);
+        shared.counters.rows.inc_by(rows as u64);
+        // With several batching threads each has a core's worth of work when its batch holds
+        // several jobs; a lone job (a prompt) may still use the other cores.
+        split_kernels::set_thread_max_threads(if several && jobs > 1 { 1 } else { 0 });
+        let done = catch_unwind(AssertUnwindSafe(|| run_batch(model, batch)));
+        shared.running.fetch_sub(jobs, Ordering::AcqRel);
+        match done {
+            Ok(done) => {
+                for (done, reply) in done.into_iter().zip(replies) {
+                    // A conversation that went away meanwhile no longer wants its answer.
+                    drop(reply.send(done));
+                }
+            }
+            Err(_) => log::error!(
+                "a batch of the language model panicked; its {} conversations are closed",
+                replies.len()
+            ),
+        }
+    }
+}
+
+/// One job on its own (the server without `--llm-batch`), as a batch of one computes it.
+pub fn run_alone(model: &Smollm2, job: Job) -> Done {
+    run_batch(model, vec![job]).pop().expect("one job, one answer")
+}
+
+/// A job in its batch: the hidden states it has so far, or why it stopped.
+struct InBatch {
+    layers: Range<usize>,
+    hidden: Result<Vec<f32>, LlmError>,
+    cache: KvCache,
+    sampler: Option<Sampler>,
+    token: Option<u32>,
+}
+
+/// One batch: each job's input embedded or taken as it is, the blocks of all of them together,
+/// then the heads of those that sample together.
+fn run_batch(model: &Smollm2, jobs: Vec<Job>) -> Vec<Done> {
+    let mut batch: Vec<InBatch> = jobs
+        .into_iter()
+        .map(|Job { layers, input, cache, sampler }| InBatch {
+            hidden: match input {
+                Input::Hidden(values) => Ok(values),
+                Input::Tokens(tokens) => model.embed(&tokens),
+            },
+            layers,
+            cache,
+            sampler,
+            token: None,
+        })
+        .collect();
+    let mut steps = Vec::with_capacity(batch.len());
+    let mut stepping = Vec::with_capacity(batch.len());
+    for (i, job) in batch.iter_mut().enumerate() {
+        if let Ok(hidden) = &mut job.hidden {
+            steps.push(Step { layers: job.layers.clone(), hidden, cache: &mut job.cache });
+            stepping.push(i);
+        }
+    }
+    let results = model.forward_batch(&mut steps);
+    drop(steps);
+    for (i, result) in stepping.into_iter().zip(results) {
+        if let Err(e) = result {
+            batch[i].hidden = Err(e);
+        }
+    }
+    let dim = model.config.dim;
+    let heads: Vec<usize> = (0..batch.len())
+        .filter(|&i| {
+            batch[i].sampler.is_some() && batch[i].hidden.as_ref().is_ok_and(|h| h.len() >= dim)
+        })
+        .collect();
+    let mut last_rows = Vec::with_capacity(heads.len() * dim);
+    for &i in &heads {
+        if let Ok(hidden) = &batch[i].hidden {
+            last_rows.extend_from_slice(&hidden[hidden.len() - dim..]);
+        }
+    }
+    if !heads.is_empty() {
+        match model.logits_each(&last_rows) {
+            Ok(logits) => {
+                for (&i, row) in heads.iter().zip(logits.chunks_exact(model.config.vocab)) {
+                    let job = &mut batch[i];
+                    job.token = job.sampler.as_mut().map(|s| s.next(row));
+                }
+            }
+            Err(e) => {
+                for &i in &heads {
+                    batch[i].hidden = Err(LlmError::Shape(e.to_string()));
+                }
+            }
+        }
+    }
+    batch
+        .into_iter()
+        .map(|InBatch { hidden, cache, sampler, token, .. }| {
+            let outcome = hidden.and_then(|h| match (&sampler, token) {
+                (None, _) => Ok(Output::Hidden(h)),
+                (Some(_), Some(t)) => Ok(Output::Token(t)),
+                (Some(_), None) => {
+                    Err(LlmError::Shape("no hidden state for the head to run on".into()))
+                }
+            });
+            Done { outcome, cache, sampler }
+        })
+        .collect()
+}
