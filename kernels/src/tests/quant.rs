@@ -75,7 +75,7 @@ fn every_isa_equals_reference() {
 /// Several groups of vectors in one call give each group exactly what a call of its own gives:
 /// groups of one (decode steps), of three (still one vector at a time) and of five and 40 (the
 /// dequantize-once path), mixed, on a matrix small enough for one thread and one large enough to
-/// be split across threads; empty groups are allowed.
+/// be split across threads; empty groups are allowed (wrong lengths: `wrong_lengths_are_errors`).
 #[test]
 fn groups_equal_their_own_calls_bit_for_bit() {
     for format in [QuantFormat::Q4_1, QuantFormat::Q8_0] {
@@ -104,19 +104,6 @@ fn groups_equal_their_own_calls_bit_for_bit() {
             }
         }
     }
-    let (packed, scales, mins) = matrix(QuantFormat::Q4_1, 2, 64, 1);
-    let w = QuantMatrix {
-        format: QuantFormat::Q4_1,
-        rows: 2,
-        cols: 64,
-        scales: &scales,
-        mins: &mins,
-        packed: &packed,
-    };
-    assert_eq!(
-        quant_matmul_groups(Isa::Portable, &w, &[0.0; 192], &[1, 1], &mut [0.0; 4]),
-        Err(QuantShapeError::Len { what: "x", got: 192, expected: 128 })
-    );
 }
 
 #[test]
@@ -130,6 +117,11 @@ fn wrong_lengths_are_errors() {
         mins: &mins,
         packed: &packed,
     };
+    // Groups of two vectors in all, and three vectors' values.
+    assert_eq!(
+        quant_matmul_groups(Isa::Portable, &w, &[0.0; 192], &[1, 1], &mut [0.0; 4]),
+        Err(QuantShapeError::Len { what: "x", got: 192, expected: 128 })
+    );
     let mut out = vec![0.0; 2];
     assert!(matches!(
         quant_matmul(Isa::Portable, &w, &[0.0; 63], 1, &mut out),

@@ -244,12 +244,7 @@ impl Smollm2 {
 
     /// Logits `[tokens, vocab]` of final hidden states `[tokens, dim]`.
     pub fn logits(&self, hidden: &[f32]) -> Result<Vec<f32>, LlmError> {
-        let c = &self.config;
-        let n = self.rows(hidden)?;
-        let mut normed = hidden.to_vec();
-        for row in normed.chunks_exact_mut(c.dim) {
-            rms_norm(row, &self.weights.output_norm, c.norm_eps);
-        }
+        let (n, normed) = self.final_norm(hidden)?;
         self.matmul(&self.weights.embedding, &normed, n)
     }
 
@@ -257,13 +252,19 @@ impl Smollm2 {
     /// conversations' steps in one pass over the output projection, each row's logits bit for
     /// bit what [`Self::logits`] gives it alone.
     pub fn logits_each(&self, hidden: &[f32]) -> Result<Vec<f32>, LlmError> {
+        let (n, normed) = self.final_norm(hidden)?;
+        self.matmul_groups(&self.weights.embedding, &normed, &vec![1; n])
+    }
+
+    /// The rows of final hidden states, and the states through the final norm.
+    fn final_norm(&self, hidden: &[f32]) -> Result<(usize, Vec<f32>), LlmError> {
         let c = &self.config;
         let n = self.rows(hidden)?;
         let mut normed = hidden.to_vec();
         for row in normed.chunks_exact_mut(c.dim) {
             rms_norm(row, &self.weights.output_norm, c.norm_eps);
         }
-        self.matmul_groups(&self.weights.embedding, &normed, &vec![1; n])
+        Ok((n, normed))
     }
 
     /// Every block over `tokens` appended to `cache` (all blocks), and the logits of the last.
