@@ -137,9 +137,13 @@ pub struct Config {
     /// Batch `/llm` conversations' steps together (continuous batching, one batching thread
     /// per core; each answer bit for bit the same) instead of running each conversation's
     /// steps on its own. Off by default: on the 2-core reference machine it answered more
-    /// tokens a second only with the server's core kept from its clients (docs/llm.md).
+    /// tokens a second only with the server's core kept from the load tool (docs/llm.md).
     #[arg(long, env = "SPLIT_LLM_BATCH")]
     pub llm_batch: bool,
+    /// With `--llm-batch`: rows of a prompt one batch runs (at least 4); the rest go in the
+    /// next batches, between the other conversations' decode steps.
+    #[arg(long, env = "SPLIT_LLM_PREFILL_CHUNK", default_value_t = 16)]
+    pub llm_prefill_chunk: usize,
     /// PEM certificate chain: serve HTTPS and `wss://` (with `--tls-key`).
     #[arg(long, env = "SPLIT_TLS_CERT", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,

@@ -4,7 +4,9 @@
 //! turns at the queue: it takes the job at the head and the jobs of the other open conversations
 //! not already in a batch as they come in (for at most [`GATHER_WINDOW`], up to
 //! [`MAX_BATCH_ROWS`] rows), then runs them as one batch on its own core while the next thread
-//! gathers, and answers each. In a batch each
+//! gathers, and answers each. A prompt runs `--llm-prefill-chunk` rows a batch, so the decode
+//! steps of the other conversations do not wait for a whole prompt; its answer comes after its
+//! last piece. In a batch each
 //! block's weights are read from memory once for every job at that block
 //! ([`Smollm2::forward_batch`]), and the heads of the jobs that sample share one pass over the
 //! output projection ([`Smollm2::logits_each`]): a decode step is bound by reading the weights,
@@ -35,8 +37,7 @@ pub const MAX_BATCH_ROWS: usize = 256;
 /// How long a batch waits, after its first job, for the other open conversations' jobs. Their
 /// frames come in one by one as the last batch's answers reach them; a batch that started with
 /// the first arrival would hold a few rows and the rest would wait a whole batch for the next
-/// (the server's batches held 8 steps on average with 32 conversations, and answered fewer
-/// tokens a second than one conversation at a time: docs/llm.md). A batch closes early once
+/// (without the window, batches held 8 steps on average with 32 conversations). A batch closes early once
 /// every open conversation has a job in it, so one conversation alone never waits.
 pub const GATHER_WINDOW: Duration = Duration::from_millis(5);
 
@@ -90,6 +91,7 @@ pub struct Batcher {
 /// batches being run.
 struct Shared {
     jobs: std::sync::Mutex<mpsc::Receiver<(Job, oneshot::Sender<Done>)>>,
+    prefill_chunk: usize,
     open: Arc<AtomicUsize>,
     running: AtomicUsize,
     counters: LlmBatchCounters,
@@ -106,20 +108,22 @@ impl Drop for Open {
 }
 
 impl Batcher {
-    /// Start `threads` threads that run `model`'s batches, counting them in `counters`; they
-    /// end when the batcher is dropped.
+    /// Start `threads` threads that run `model`'s batches, a prompt `prefill_chunk` rows (at
+    /// least 4) a batch, counting them in `counters`; they end when the batcher is dropped.
     ///
     /// # Errors
     /// A thread could not be started.
     pub fn start(
         model: Arc<Smollm2>,
         threads: usize,
+        prefill_chunk: usize,
         counters: LlmBatchCounters,
     ) -> std::io::Result<Self> {
         let (queue, jobs) = mpsc::channel();
         let open = Arc::new(AtomicUsize::new(0));
         let shared = Arc::new(Shared {
             jobs: std::sync::Mutex::new(jobs),
+            prefill_chunk: prefill_chunk.max(4),
             open: open.clone(),
             running: AtomicUsize::new(0),
             counters,
@@ -150,107 +154,163 @@ impl Batcher {
 
 fn serve(model: &Smollm2, shared: &Shared, several: bool) {
     let dim = model.config.dim;
-    let rows_of = |job: &Job| match &job.input {
-        Input::Hidden(values) => values.len() / dim,
-        Input::Tokens(tokens) => tokens.len(),
-    };
+    // Jobs whose prompts are not through yet: their next piece goes in this thread's next batch.
+    let mut carried: Vec<InBatch> = Vec::new();
     loop {
-        // Gather a batch while holding the queue; the other threads meanwhile run theirs.
-        let (batch, rows) = {
-            let Ok(jobs) = shared.jobs.lock() else { return };
-            let Ok(first) = jobs.recv() else { return };
-            let mut rows = rows_of(&first.0);
-            let mut batch = vec![first];
+        let mut batch = std::mem::take(&mut carried);
+        let mut rows: usize = batch.iter().map(|j| j.piece(dim, shared.prefill_chunk).len()).sum();
+        // Gather while holding the queue; the other threads meanwhile run their batches. A
+        // thread with pieces of prompts to run does not wait for the queue: the thread holding
+        // it may be waiting for a job that only those pieces' answers will bring.
+        let queue = if batch.is_empty() {
+            let Ok(queue) = shared.jobs.lock() else { return };
+            Some(queue)
+        } else {
+            shared.jobs.try_lock().ok()
+        };
+        let mut fresh = 0;
+        if let Some(jobs) = queue {
+            if batch.is_empty() {
+                let Ok((job, reply)) = jobs.recv() else { return };
+                batch.push(InBatch::new(model, job, Some(reply)));
+                rows += batch[0].piece(dim, shared.prefill_chunk).len();
+                fresh += 1;
+            }
             let until = Instant::now() + GATHER_WINDOW;
             while rows < MAX_BATCH_ROWS {
-                let others = shared.open.load(Ordering::Acquire);
-                let waiting = others.saturating_sub(shared.running.load(Ordering::Acquire));
-                let next = if batch.len() < waiting {
+                let open = shared.open.load(Ordering::Acquire);
+                let waiting = open.saturating_sub(shared.running.load(Ordering::Acquire));
+                let next = if fresh < waiting {
                     jobs.recv_timeout(until.saturating_duration_since(Instant::now())).ok()
                 } else {
                     jobs.try_recv().ok()
                 };
-                let Some(next) = next else { break };
-                rows += rows_of(&next.0);
-                batch.push(next);
+                let Some((job, reply)) = next else { break };
+                let job = InBatch::new(model, job, Some(reply));
+                rows += job.piece(dim, shared.prefill_chunk).len();
+                batch.push(job);
+                fresh += 1;
             }
-            shared.running.fetch_add(batch.len(), Ordering::AcqRel);
-            (batch, rows)
-        };
-        let (batch, replies): (Vec<Job>, Vec<_>) = batch.into_iter().unzip();
-        let jobs = batch.len();
+            shared.running.fetch_add(fresh, Ordering::AcqRel);
+        }
         shared.counters.batches.inc();
-        shared.counters.steps.inc_by(jobs as u64);
+        shared.counters.steps.inc_by(fresh as u64);
         shared.counters.rows.inc_by(rows as u64);
         // With several batching threads each has a core's worth of work when its batch holds
         // several jobs; a lone job (a prompt) may still use the other cores.
-        split_kernels::set_thread_max_threads(if several && jobs > 1 { 1 } else { 0 });
-        let done = catch_unwind(AssertUnwindSafe(|| run_batch(model, batch)));
-        shared.running.fetch_sub(jobs, Ordering::AcqRel);
-        match done {
-            Ok(done) => {
-                for (done, reply) in done.into_iter().zip(replies) {
-                    // A conversation that went away meanwhile no longer wants its answer.
-                    drop(reply.send(done));
-                }
+        split_kernels::set_thread_max_threads(if several && batch.len() > 1 { 1 } else { 0 });
+        let in_batch = batch.len();
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            run_step(model, &mut batch, shared.prefill_chunk);
+            batch
+        }));
+        let Ok(batch) = outcome else {
+            // The jobs (and their replies) went with the panic: their conversations close.
+            shared.running.fetch_sub(in_batch, Ordering::AcqRel);
+            log::error!(
+                "a batch of the language model panicked; its {in_batch} conversations are closed"
+            );
+            continue;
+        };
+        for mut job in batch {
+            if !job.finished(dim) {
+                carried.push(job);
+                continue;
             }
-            Err(_) => log::error!(
-                "a batch of the language model panicked; its {} conversations are closed",
-                replies.len()
-            ),
+            shared.running.fetch_sub(1, Ordering::AcqRel);
+            if let Some(reply) = job.reply.take() {
+                // A conversation that went away meanwhile no longer wants its answer.
+                drop(reply.send(job.done()));
+            }
         }
     }
 }
 
-/// One job on its own (the server without `--llm-batch`), as a batch of one computes it.
+/// One job on its own (the server without `--llm-batch`): every row at once, as a batch of one.
 pub fn run_alone(model: &Smollm2, job: Job) -> Done {
-    run_batch(model, vec![job]).pop().expect("one job, one answer")
+    let mut batch = vec![InBatch::new(model, job, None)];
+    run_step(model, &mut batch, usize::MAX);
+    batch.pop().expect("one job").done()
 }
 
-/// A job in its batch: the hidden states it has so far, or why it stopped.
+/// A job in its batches: the hidden states it has so far (or why it stopped), the rows of them
+/// already through the blocks, and where its answer goes.
 struct InBatch {
     layers: Range<usize>,
     hidden: Result<Vec<f32>, LlmError>,
     cache: KvCache,
     sampler: Option<Sampler>,
     token: Option<u32>,
+    ran: usize,
+    reply: Option<oneshot::Sender<Done>>,
 }
 
-/// One batch: each job's input embedded or taken as it is, the blocks of all of them together,
-/// then the heads of those that sample together.
-fn run_batch(model: &Smollm2, jobs: Vec<Job>) -> Vec<Done> {
-    let mut batch: Vec<InBatch> = jobs
-        .into_iter()
-        .map(|Job { layers, input, cache, sampler }| InBatch {
-            hidden: match input {
-                Input::Hidden(values) => Ok(values),
-                Input::Tokens(tokens) => model.embed(&tokens),
-            },
-            layers,
-            cache,
-            sampler,
-            token: None,
-        })
-        .collect();
+impl InBatch {
+    fn new(model: &Smollm2, job: Job, reply: Option<oneshot::Sender<Done>>) -> Self {
+        let Job { layers, input, cache, sampler } = job;
+        let hidden = match input {
+            Input::Hidden(values) => Ok(values),
+            Input::Tokens(tokens) => model.embed(&tokens),
+        };
+        InBatch { layers, hidden, cache, sampler, token: None, ran: 0, reply }
+    }
+
+    fn rows(&self, dim: usize) -> usize {
+        self.hidden.as_ref().map_or(0, |h| h.len() / dim)
+    }
+
+    /// The rows the next batch runs: the rest, or `chunk` of them. A piece is never under four
+    /// rows unless the whole job is: from four on, each row's products are summed in one way
+    /// (`quant_matmul_groups`), so a prompt in pieces ends bit for bit as in one.
+    fn piece(&self, dim: usize, chunk: usize) -> Range<usize> {
+        let left = self.rows(dim) - self.ran;
+        let take = if left <= chunk.saturating_add(3) { left } else { chunk };
+        self.ran..self.ran + take
+    }
+
+    fn finished(&self, dim: usize) -> bool {
+        self.hidden.is_err() || self.ran == self.rows(dim)
+    }
+
+    fn done(self) -> Done {
+        let InBatch { hidden, cache, sampler, token, .. } = self;
+        let outcome = hidden.and_then(|h| match (&sampler, token) {
+            (None, _) => Ok(Output::Hidden(h)),
+            (Some(_), Some(t)) => Ok(Output::Token(t)),
+            (Some(_), None) => {
+                Err(LlmError::Shape("no hidden state for the head to run on".into()))
+            }
+        });
+        Done { outcome, cache, sampler }
+    }
+}
+
+/// One batch: the next piece of each job's rows through its blocks, all of them together, then
+/// the heads of the jobs that are through and sample, together.
+fn run_step(model: &Smollm2, batch: &mut [InBatch], chunk: usize) {
+    let dim = model.config.dim;
     let mut steps = Vec::with_capacity(batch.len());
     let mut stepping = Vec::with_capacity(batch.len());
     for (i, job) in batch.iter_mut().enumerate() {
+        let piece = job.piece(dim, chunk);
         if let Ok(hidden) = &mut job.hidden {
-            steps.push(Step { layers: job.layers.clone(), hidden, cache: &mut job.cache });
-            stepping.push(i);
+            let rows = &mut hidden[piece.start * dim..piece.end * dim];
+            steps.push(Step { layers: job.layers.clone(), hidden: rows, cache: &mut job.cache });
+            stepping.push((i, piece.len()));
         }
     }
     let results = model.forward_batch(&mut steps);
     drop(steps);
-    for (i, result) in stepping.into_iter().zip(results) {
-        if let Err(e) = result {
-            batch[i].hidden = Err(e);
+    for ((i, rows), result) in stepping.into_iter().zip(results) {
+        match result {
+            Ok(()) => batch[i].ran += rows,
+            Err(e) => batch[i].hidden = Err(e),
         }
     }
-    let dim = model.config.dim;
     let heads: Vec<usize> = (0..batch.len())
         .filter(|&i| {
-            batch[i].sampler.is_some() && batch[i].hidden.as_ref().is_ok_and(|h| h.len() >= dim)
+            let job = &batch[i];
+            job.sampler.is_some() && job.hidden.is_ok() && job.finished(dim) && job.rows(dim) > 0
         })
         .collect();
     let mut last_rows = Vec::with_capacity(heads.len() * dim);
@@ -259,32 +319,20 @@ fn run_batch(model: &Smollm2, jobs: Vec<Job>) -> Vec<Done> {
             last_rows.extend_from_slice(&hidden[hidden.len() - dim..]);
         }
     }
-    if !heads.is_empty() {
-        match model.logits_each(&last_rows) {
-            Ok(logits) => {
-                for (&i, row) in heads.iter().zip(logits.chunks_exact(model.config.vocab)) {
-                    let job = &mut batch[i];
-                    job.token = job.sampler.as_mut().map(|s| s.next(row));
-                }
+    if heads.is_empty() {
+        return;
+    }
+    match model.logits_each(&last_rows) {
+        Ok(logits) => {
+            for (&i, row) in heads.iter().zip(logits.chunks_exact(model.config.vocab)) {
+                let job = &mut batch[i];
+                job.token = job.sampler.as_mut().map(|s| s.next(row));
             }
-            Err(e) => {
-                for &i in &heads {
-                    batch[i].hidden = Err(LlmError::Shape(e.to_string()));
-                }
+        }
+        Err(e) => {
+            for &i in &heads {
+                batch[i].hidden = Err(LlmError::Shape(e.to_string()));
             }
         }
     }
-    batch
-        .into_iter()
-        .map(|InBatch { hidden, cache, sampler, token, .. }| {
-            let outcome = hidden.and_then(|h| match (&sampler, token) {
-                (None, _) => Ok(Output::Hidden(h)),
-                (Some(_), Some(t)) => Ok(Output::Token(t)),
-                (Some(_), None) => {
-                    Err(LlmError::Shape("no hidden state for the head to run on".into()))
-                }
-            });
-            Done { outcome, cache, sampler }
-        })
-        .collect()
 }

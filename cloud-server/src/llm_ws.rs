@@ -112,7 +112,7 @@ impl LlmHost {
                 let threads = batch_threads();
                 log::info!("language model: steps batched across conversations, {threads} threads");
                 Some(
-                    Batcher::start(model.clone(), threads, counters)
+                    Batcher::start(model.clone(), threads, config.llm_prefill_chunk, counters)
                         .context("starting the batching threads")?,
                 )
             } else {

@@ -294,6 +294,13 @@ async fn batched_steps_answer_as_the_unsplit_model() {
     plain_split_and_cloud_only(&["--llm-batch"]).await;
 }
 
+/// And with the prompts run 8 rows a batch (38 rows: pieces of 8, 8, 8, 8 and 6), the decode
+/// steps between them: the same tokens again.
+#[actix_web::test]
+async fn prompts_in_pieces_answer_as_the_unsplit_model() {
+    plain_split_and_cloud_only(&["--llm-batch", "--llm-prefill-chunk", "8"]).await;
+}
+
 async fn plain_split_and_cloud_only(server_args: &[&str]) {
     let srv = common::server_and_state(server_args).0;
     let m = model();
