@@ -45,6 +45,13 @@ def read_splw(path):
     return out
 
 
+def load_fixture(prefix):
+    """A golden fixture: the normalized image `[1, 3, 224, 224]` and the logits it must give."""
+    rgb = np.fromfile(prefix + "_224.rgb", "u1").reshape(224, 224, 3).astype("f4")
+    x = np.ascontiguousarray(((rgb - 127.0) / 128.0).transpose(2, 0, 1)[None])
+    return x, np.fromfile(prefix + "_logits.f32", "<f4")
+
+
 class Graph:
     def __init__(self, weights):
         self.w, self.nodes, self.inits, self.n = weights, [], [], 0
@@ -210,9 +217,7 @@ def main():
     full, shape = build(weights, arch, -1)
     path = f"{a.out}/efficientnet-lite0.onnx"
     onnx.save(full, path)
-    rgb = np.fromfile(a.fixture + "_224.rgb", "u1").reshape(224, 224, 3).astype("f4")
-    x = ((rgb - 127.0) / 128.0).transpose(2, 0, 1)[None]
-    want = np.fromfile(a.fixture + "_logits.f32", "<f4")
+    x, want = load_fixture(a.fixture)
     got = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"input": x})[0][0]
     report["max_abs_logit_diff"] = float(np.abs(got - want).max())
     report["top1"] = [int(got.argmax()), int(want.argmax())]

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from export_onnx import read_splw  # noqa: E402  (the weights reader, shared with the export)
+from export_onnx import load_fixture, read_splw  # noqa: E402  (shared with the export)
 
 
 def same_pad(size, k, stride):
@@ -89,9 +89,7 @@ def main():
     arch = json.load(open(a.arch))
     net = Net(read_splw(a.weights), arch, dev)
     last = len(arch["blocks"]) - 1
-    rgb = np.fromfile(a.fixture + "_224.rgb", "u1").reshape(224, 224, 3).astype("f4")
-    image = np.ascontiguousarray(((rgb - 127.0) / 128.0).transpose(2, 0, 1)[None])
-    want = np.fromfile(a.fixture + "_logits.f32", "<f4")
+    image, want = load_fixture(a.fixture)
     report = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(0) if dev.type == "cuda" else "cpu", "ms": {},
               "max_abs_logit_diff": {}, "top1": {}}
     with torch.inference_mode():

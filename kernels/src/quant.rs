@@ -279,7 +279,7 @@ fn row_dots(
     match isa {
         #[cfg(target_arch = "x86_64")]
         crate::Isa::Avx2 | crate::Isa::Avx512 => {
-            // SAFETY: as in `row_dot`: `quant_matmul` asserted AVX2 and FMA.
+            // SAFETY: as in `row_dot`: `quant_matmul_groups` asserted AVX2 and FMA.
             unsafe { row_dots_fma(w, blocks, x, dots) }
         }
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
@@ -457,17 +457,7 @@ fn row_dot_each_generic<const FMA: bool>(
             }
         }
     }
-    std::array::from_fn(|v| {
-        let a = &mut acc[v];
-        let mut width = H;
-        while width > 1 {
-            width /= 2;
-            for j in 0..width {
-                a[j] += a[j + width];
-            }
-        }
-        a[0] + offset[v]
-    })
+    std::array::from_fn(|v| sum_pairwise(&mut acc[v]) + offset[v])
 }
 
 /// One row's dot product with one input vector, on the best instruction set.
@@ -586,13 +576,19 @@ fn row_dot_generic<const FMA: bool>(
             }
         }
     }
-    // Pairwise, as the vector registers hold them.
-    let mut width = H;
+    sum_pairwise(&mut acc) + offset
+}
+
+/// A row's sixteen accumulators summed pairwise, as the vector registers hold them: the one
+/// order [`row_dot_generic`] and [`row_dot_each_generic`] share.
+#[inline(always)]
+fn sum_pairwise(acc: &mut [f32; QBLOCK / 2]) -> f32 {
+    let mut width = QBLOCK / 2;
     while width > 1 {
         width /= 2;
         for j in 0..width {
             acc[j] += acc[j + width];
         }
     }
-    acc[0] + offset
+    acc[0]
 }

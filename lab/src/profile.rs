@@ -99,7 +99,8 @@ pub fn run(a: Args) -> Result<()> {
     let out = out.unwrap_or_else(|| paths::repo_root().join("profiles/cost-table.json"));
     let calibration = Calibration::load(&setup::ensure_calibration()?)?;
     let device = Device::flex();
-    let model = EfficientNetLite0::load(&setup::ensure_weights()?, &device)?;
+    let weights = setup::ensure_weights()?;
+    let model = EfficientNetLite0::load(&weights, &device)?;
     let dir = images.clone().unwrap_or_else(|| paths::repo_root().join("web/samples"));
     let files = calibrate::image_files(&dir, skip, limit)?;
     eprintln!("profile: {} images from {}", files.len(), dir.display());
@@ -111,7 +112,7 @@ pub fn run(a: Args) -> Result<()> {
     let mut bytes: BTreeMap<(usize, usize), Vec<f64>> = BTreeMap::new();
     let mut agree: BTreeMap<(usize, usize), (usize, usize)> = BTreeMap::new();
     let mut on_gpu = match gpu {
-        Some((device, name)) => Some(GpuCloud::new(device, &name, n)?),
+        Some((device, name)) => Some(GpuCloud::new(device, &name, &weights, n)?),
         None => None,
     };
     for (i, path) in files.iter().enumerate() {
@@ -237,8 +238,8 @@ struct GpuCloud {
 }
 
 impl GpuCloud {
-    fn new(device: Device, name: &str, n: usize) -> Result<Self> {
-        let model = EfficientNetLite0::load(&setup::ensure_weights()?, &device)?;
+    fn new(device: Device, name: &str, weights: &std::path::Path, n: usize) -> Result<Self> {
+        let model = EfficientNetLite0::load(weights, &device)?;
         Ok(Self {
             device,
             name: name.to_string(),
