@@ -9,13 +9,14 @@
 #   cp $CARGO_TARGET_DIR/debug/split-lab .gpu/ && strip .gpu/split-lab && gzip -1 .gpu/split-lab
 #   cp ~/.cache/splitinfer/weights/efficientnet-lite0.splw .gpu/
 #   cp ~/.cache/splitinfer/onnx/arch.json .gpu/    # written by ./run.sh onnx
-#   (cd .gl && apt-get download libvulkan1)       # the device's README: amd64, its own lists
+#   (cd .gl && apt-get download libvulkan1)       # the loader; the device has the driver's ICD
 # Then: the device's run with carry [".gpu", ".gl"] and `bash tools/gpu_check.sh` (~6 minutes;
 # the whole tree with both folders is ~50 MB of the 64 allowed).
 for f in .gl/*.deb; do dpkg -x "$f" /; done
 ldconfig
-icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-[ -f $icd ] && export VK_DRIVER_FILES=$icd
+# The driver's Vulkan library (libGLX_nvidia.so.0) finds its own parts only from the driver's
+# folder: without it the loader says "Could not get 'vkCreateInstance'" and wgpu sees no adapter.
+export LD_LIBRARY_PATH=/usr/local/nvidia/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt"
 lscpu | grep "Model name" | tee -a "$OUT/gpu.txt"
 export SPLIT_WEIGHTS=$PWD/.gpu/efficientnet-lite0.splw SPLIT_CALIBRATION=$PWD/profiles/calibration.splc
