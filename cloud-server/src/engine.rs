@@ -1,18 +1,15 @@
-//! The model behind a handle: worker threads own copies of the network and take jobs from one
-//! bounded queue, so the async runtime never blocks on compute and a full queue turns into a
-//! `busy` reply instead of unbounded memory.
+//! A model behind a handle: worker threads share one hosted model ([`SplitModel`], whichever
+//! it is) and take jobs from one bounded queue, so the async runtime never blocks on compute
+//! and a full queue turns into a `busy` reply instead of unbounded memory.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use burn::tensor::{Device, Tensor};
 use split_shared::labels::{Prediction, TOP_K, top_k};
-use split_shared::model::{
-    Boundary, EfficientNetLite0, Features, MAX_BATCH, ModelError, NUM_CLASSES,
-};
 use split_shared::protocol::{ServerLoad, ServerTimings};
+use split_shared::runtime::{Activations, RuntimeError, SplitModel};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::ServeError;
@@ -21,8 +18,8 @@ use crate::metrics::Metrics;
 /// A served request.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Outcome {
-    /// Boundary the server started from.
-    pub from: Boundary,
+    /// Index of the boundary the server started from.
+    pub from: u8,
     /// Top-5, best first.
     pub top: Vec<Prediction>,
     /// Where the time went.
@@ -32,8 +29,8 @@ pub struct Outcome {
 /// What a worker computes: decoded activations, or a whole image.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Work {
-    /// One image's activations (`[1, C, H, W]`) at the boundary where the client stopped.
-    Features(Features),
+    /// One item's activations (batch 1) at the boundary where the client stopped.
+    Features(Activations),
     /// JPEG or PNG bytes: run everything.
     Image(Vec<u8>),
     /// A JPEG or PNG of the 224x224 model input: decode without cropping, run everything.
@@ -49,6 +46,7 @@ struct Job {
 /// Handle to the model workers; cheap to clone.
 #[derive(Clone)]
 pub struct Engine {
+    model: Arc<dyn SplitModel>,
     queue: mpsc::Sender<Job>,
     capacity: usize,
     workers: usize,
@@ -84,44 +82,37 @@ fn micros(since: Instant) -> u32 {
     since.elapsed().as_micros().min(u128::from(u32::MAX)) as u32
 }
 
-/// A job whose input is decoded and ready to run from `from`.
+/// A job whose input is decoded and ready to run: its activations, and who waits for them.
 struct Ready {
-    from: Boundary,
-    x: Tensor<4>,
+    x: Activations,
+    waiting: Waiting,
+}
+
+/// A decoded job's timings so far and where its answer goes.
+struct Waiting {
     decode_us: u32,
     queue_us: u32,
     reply: oneshot::Sender<Result<Outcome, ServeError>>,
 }
 
-/// Decode a job's input into a `[1, C, H, W]` tensor at its boundary.
-fn decode(work: Work, device: &Device) -> Result<(Boundary, Tensor<4>), ServeError> {
+/// A job's input as activations at its boundary.
+fn decode(work: Work, model: &dyn SplitModel) -> Result<Activations, ServeError> {
     Ok(match work {
-        Work::Features(features) => (features.boundary(), features.to_tensor(device)),
-        Work::Image(payload) => {
-            let img = split_shared::image::preprocess(&payload)?;
-            (Boundary::INPUT, split_shared::image::to_input_tensor(&img, device))
-        }
-        Work::Input(payload) => {
-            let img = split_shared::image::decode_input(&payload)?;
-            (Boundary::INPUT, split_shared::image::to_input_tensor(&img, device))
-        }
+        Work::Features(x) => x,
+        Work::Image(payload) => model.image_input(&payload, false)?,
+        Work::Input(payload) => model.image_input(&payload, true)?,
     })
 }
 
-/// One forward pass over requests that start at the same boundary; logits per request.
+/// One forward pass over requests that start at the same boundary, to the model's answer;
+/// each request's scores.
 fn forward_batch(
-    model: &EfficientNetLite0,
-    from: Boundary,
-    xs: Vec<Tensor<4>>,
+    model: &dyn SplitModel,
+    xs: Vec<Activations>,
 ) -> Result<Vec<Vec<f32>>, ServeError> {
-    let n = xs.len();
-    let x = if n == 1 { xs.into_iter().next().expect("one") } else { Tensor::cat(xs, 0) };
-    let logits = model.forward_range(x, from, Boundary::LOGITS)?; // [n, 1000, 1, 1]
-    let values = logits
-        .into_data()
-        .try_to_vec::<f32>()
-        .map_err(|e| ServeError::Internal(format!("{e:?}")))?;
-    Ok(values.chunks(NUM_CLASSES).map(<[f32]>::to_vec).collect())
+    let x = Activations::stack(xs)?;
+    let scores = model.forward_range(x, model.spec().output())?;
+    Ok(scores.items().map(<[f32]>::to_vec).collect())
 }
 
 /// Take the next job (waiting for it), then whatever else is queued, up to `max`, waiting at
@@ -155,8 +146,7 @@ fn take_jobs(
 }
 
 fn worker(
-    model: EfficientNetLite0,
-    device: Device,
+    model: Arc<dyn SplitModel>,
     jobs: Arc<Mutex<mpsc::Receiver<Job>>>,
     shared: Arc<Shared>,
     _alive: Alive,
@@ -176,12 +166,13 @@ fn worker(
             }
             let queue_us = micros(enqueued);
             let start = Instant::now();
-            let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| decode(work, &device)))
+            let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| decode(work, &*model)))
                 .unwrap_or_else(|_| Err(ServeError::Internal("decoding panicked".into())));
             match decoded {
-                Ok((from, x)) => {
-                    ready.push(Ready { from, x, decode_us: micros(start), queue_us, reply })
-                }
+                Ok(x) => ready.push(Ready {
+                    x,
+                    waiting: Waiting { decode_us: micros(start), queue_us, reply },
+                }),
                 Err(e) => {
                     in_hand.fetch_sub(1, Ordering::Relaxed);
                     drop(reply.send(Err(e)));
@@ -189,34 +180,34 @@ fn worker(
             }
         }
         // Requests from the same boundary share one forward pass of batch n.
-        while let Some(first) = ready.first().map(|r| r.from) {
+        while let Some(first) = ready.first().map(|r| r.x.boundary()) {
             let (group, rest): (Vec<Ready>, Vec<Ready>) =
-                ready.into_iter().partition(|r| r.from == first);
+                ready.into_iter().partition(|r| r.x.boundary() == first);
             ready = rest;
             let start = Instant::now();
-            let xs = group.iter().map(|r| r.x.clone()).collect();
+            let (xs, group): (Vec<Activations>, Vec<Waiting>) =
+                group.into_iter().map(|r| (r.x, r.waiting)).unzip();
             // A panic inside the backend must cost these requests, not the worker.
-            let result =
-                std::panic::catch_unwind(AssertUnwindSafe(|| forward_batch(&model, first, xs)))
-                    .unwrap_or_else(|_| {
-                        Err(ServeError::Internal("the model panicked on this input".into()))
-                    });
+            let result = std::panic::catch_unwind(AssertUnwindSafe(|| forward_batch(&*model, xs)))
+                .unwrap_or_else(|_| {
+                    Err(ServeError::Internal("the model panicked on this input".into()))
+                });
             let compute_us = micros(start);
             // Answered from here on: a reply's load no longer counts its own pass.
             in_hand.fetch_sub(group.len(), Ordering::Relaxed);
             passes.fetch_add(1, Ordering::Relaxed);
             metrics.forward_pass(group.len(), f64::from(compute_us) * 1e-6);
             match result {
-                Ok(logits) => {
+                Ok(scores) => {
                     // Per request, moving average over roughly the last eight passes.
                     let per_request = compute_us / group.len().max(1) as u32;
                     let old = recent_us.load(Ordering::Relaxed);
                     let new = if old == 0 { per_request } else { (old * 7 + per_request) / 8 };
                     recent_us.store(new, Ordering::Relaxed);
-                    for (r, logits) in group.into_iter().zip(logits) {
+                    for (r, scores) in group.into_iter().zip(scores) {
                         let outcome = Outcome {
                             from: first,
-                            top: top_k(&logits, TOP_K),
+                            top: top_k(&scores, TOP_K),
                             timings: ServerTimings {
                                 queue_us: r.queue_us,
                                 decode_us: r.decode_us,
@@ -243,26 +234,24 @@ fn worker(
 }
 
 impl Engine {
-    /// Start `workers` threads, each with its own handle on `model`, behind a queue of
-    /// `capacity`. A worker that finds several requests waiting runs up to `max_batch` of them
-    /// (those starting at the same boundary) as one forward pass; 1 turns batching off. Each
-    /// pass and its size are counted in `metrics`.
+    /// Start `workers` threads sharing `model`, behind a queue of `capacity`. A worker that
+    /// finds several requests waiting runs up to `max_batch` of them (those starting at the
+    /// same boundary; at most the model's own limit) as one forward pass; 1 turns batching
+    /// off. Each pass and its size are counted in `metrics`.
     pub fn start(
-        model: EfficientNetLite0,
-        device: Device,
+        model: Arc<dyn SplitModel>,
         workers: usize,
         capacity: usize,
         max_batch: usize,
         metrics: Arc<Metrics>,
     ) -> Self {
-        Self::start_with_delay(model, device, workers, capacity, max_batch, Duration::ZERO, metrics)
+        Self::start_with_delay(model, workers, capacity, max_batch, Duration::ZERO, metrics)
     }
 
     /// [`Self::start`], a worker waiting up to `batch_delay` after a request for others to
     /// batch with it (`--batch-delay-us`).
     pub fn start_with_delay(
-        model: EfficientNetLite0,
-        device: Device,
+        model: Arc<dyn SplitModel>,
         workers: usize,
         capacity: usize,
         max_batch: usize,
@@ -272,7 +261,7 @@ impl Engine {
         let (tx, rx) = mpsc::channel(capacity.max(1));
         let rx = Arc::new(Mutex::new(rx));
         let shared = Arc::new(Shared {
-            max_batch: max_batch.clamp(1, MAX_BATCH),
+            max_batch: max_batch.clamp(1, model.spec().max_batch),
             batch_delay,
             recent_us: AtomicU32::new(0),
             in_hand: AtomicUsize::new(0),
@@ -283,16 +272,20 @@ impl Engine {
         let workers = workers.max(1);
         let alive = Arc::new(AtomicUsize::new(0));
         for i in 0..workers {
-            let (model, device, rx, shared) =
-                (model.clone(), device.clone(), rx.clone(), shared.clone());
+            let (model, rx, shared) = (model.clone(), rx.clone(), shared.clone());
             alive.fetch_add(1, Ordering::Relaxed);
             let guard = Alive(alive.clone());
             std::thread::Builder::new()
                 .name(format!("model-worker-{i}"))
-                .spawn(move || worker(model, device, rx, shared, guard))
+                .spawn(move || worker(model, rx, shared, guard))
                 .expect("spawning a model worker");
         }
-        Self { queue: tx, capacity: capacity.max(1), workers, shared, alive }
+        Self { model, queue: tx, capacity: capacity.max(1), workers, shared, alive }
+    }
+
+    /// The model its workers run.
+    pub fn model(&self) -> &Arc<dyn SplitModel> {
+        &self.model
     }
 
     /// Worker threads running now; fewer than [`Self::workers`] means one died.
@@ -335,22 +328,25 @@ impl Engine {
     }
 
     /// Run a request. Batches are refused before queueing so bad input never waits for a worker
-    /// (the shape itself was checked when the [`Features`] were made).
+    /// (the shape itself was checked when the [`Activations`] were made).
     ///
     /// # Errors
     /// [`ServeError::Model`] for a shape that does not match its boundary or an undecodable
     /// image, [`ServeError::Busy`] when the queue is full, [`ServeError::Internal`] otherwise.
     pub async fn submit(&self, work: Work) -> Result<Outcome, ServeError> {
         // One image per frame: the reply carries one top-5.
-        if let Work::Features(f) = &work
-            && f.batch() != 1
+        if let Work::Features(x) = &work
+            && x.batch() != 1
         {
-            Err(split_shared::Error::Model(ModelError::ShapeMismatch {
-                boundary: f.boundary(),
-                expected: f.boundary().info().shape,
-                got: f.dims().to_vec(),
+            let spec = self.model.spec();
+            let boundary = spec.boundary(x.boundary())?;
+            Err(RuntimeError::ShapeMismatch {
+                model: spec.name.clone(),
+                boundary: boundary.name.clone(),
+                expected: boundary.shape.clone(),
+                got: x.dims().to_vec(),
                 max_batch: 1,
-            }))?;
+            })?;
         }
         let (reply, answer) = oneshot::channel();
         self.queue.try_send(Job { work, enqueued: Instant::now(), reply }).map_err(

@@ -26,6 +26,12 @@ impl From<split_shared::model::ModelError> for ServeError {
     }
 }
 
+impl From<split_shared::runtime::RuntimeError> for ServeError {
+    fn from(e: split_shared::runtime::RuntimeError) -> Self {
+        Self::Model(e.into())
+    }
+}
+
 impl ServeError {
     /// The code sent in the error reply.
     pub fn code(&self) -> ErrorCode {

@@ -11,6 +11,7 @@ use split_shared::protocol::{
     LLM_PROTOCOL_VERSION, MAX_FRAME_BYTES, MAX_HIDDEN_ROWS, MAX_LLM_FRAME_BYTES, MODEL_SMOLLM2,
     PROTOCOL_VERSION,
 };
+use split_shared::runtime::ModelSpec;
 
 use crate::state::AppState;
 
@@ -34,8 +35,11 @@ pub struct ServerInfo {
     pub protocol_version: u16,
     /// Largest WebSocket message accepted.
     pub max_frame_bytes: usize,
-    /// The model served.
+    /// The model served on `/ws` to clients that name none (its byte in every frame is 1).
     pub model: &'static str,
+    /// Every model `/ws` serves, by the id a frame's model byte carries: name, boundaries
+    /// (each with one item's shape), batch limit. The first is `model`.
+    pub models: Vec<ModelSpec>,
     /// The device the cloud half runs on.
     pub device: &'static str,
     /// Where the weights are.
@@ -193,7 +197,8 @@ impl ServerInfo {
             cost_table_url: state.cost_table.as_ref().map(|_| COST_TABLE_URL),
             protocol_version: PROTOCOL_VERSION,
             max_frame_bytes: MAX_FRAME_BYTES,
-            model: "efficientnet-lite0",
+            model: split_shared::model::LITE0_NAME,
+            models: state.models.registry().iter().map(|m| m.spec().clone()).collect(),
             device: state.device_name,
             weights_url: WEIGHTS_URL,
             weights_bytes: state.weights_file.bytes,

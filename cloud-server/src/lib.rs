@@ -4,9 +4,10 @@
 //!
 //! `main.rs` and the integration tests build the same app through [`config_app`].
 
-//! Files: `config` (flags), `state` (what handlers share, loaded at start-up), `engine` (the model
-//! workers and their queue), `service` (one frame in, one reply out, no transport), `ws` (the
-//! socket loop), `routes` (HTTP), `static_files` (what of the web folder is served), `tls`
+//! Files: `config` (flags), `state` (what handlers share, loaded at start-up), `engine` (a
+//! model's workers and their queue), `hosted` (the models served, by id), `service` (one frame
+//! in, one reply out, no transport), `ws` (the socket loop), `routes` (HTTP), `static_files`
+//! (what of the web folder is served), `tls`
 //! (certificates), `info` (the `/api/info` contract), `shards` (weights and calibration cut per
 //! boundary),
 //! `metrics` (what `/metrics` counts), `groups` and `group_ws` (device groups: the registry and
@@ -18,6 +19,7 @@ mod error;
 mod frame_guard;
 mod group_ws;
 pub mod groups;
+pub mod hosted;
 pub mod hosts;
 mod info;
 pub mod ipnet;
@@ -42,5 +44,5 @@ pub use metrics::Metrics;
 pub use routes::config_app;
 pub use service::{Session, answer};
 pub use shards::PartInfo;
-pub use state::AppState;
+pub use state::{AppState, EngineSettings};
 pub use ws::{SUBPROTOCOL, TOKEN_SUBPROTOCOL_PREFIX};

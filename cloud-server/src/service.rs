@@ -1,9 +1,11 @@
 //! The request service, free of any transport: one request frame in, one reply frame out.
 //! The WebSocket loop calls it per message; tests and tools can call it without a socket.
 //!
-//! A frame's way through: [`Request::decode`], then for features
-//! [`split_shared::protocol::FeaturesFrame::decode`] (codec, stream state, the shape checked
-//! once), the shared result cache, and the model queue ([`crate::Engine::submit`]). Feature
+//! A frame's way through: [`Request::decode`], the model its header names among those hosted
+//! ([`crate::hosted::HostedModels`]), then for features that model's
+//! [`SplitModel::decode_features`] (codec, stream state, the shape checked once), the shared
+//! result cache, and that model's queue ([`crate::Engine::submit`]). Nothing here knows which
+//! model it serves. Feature
 //! decoding and content hashing (milliseconds for a large frame) run on tokio's blocking pool,
 //! not on the event loop that serves every other connection of this worker.
 
@@ -11,10 +13,13 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use split_shared::cache::ContentKey;
-use split_shared::codec::{Calibration, DecodeContext, StreamDecoder};
-use split_shared::protocol::{Reply, Request, ServerTimings, peek_request_id};
+use split_shared::codec::StreamDecoder;
+use split_shared::protocol::{
+    MODEL_EFFICIENTNET_LITE0, Reply, Request, ServerTimings, WireError, peek_model, peek_request_id,
+};
+use split_shared::runtime::SplitModel;
 
-use crate::engine::{Outcome, Work};
+use crate::engine::{Engine, Outcome, Work};
 use crate::error::ServeError;
 use crate::state::{AppState, CACHE_ENTRY_COST, StreamBudget};
 
@@ -100,24 +105,25 @@ impl Drop for Session {
     }
 }
 
-/// Decode a request into work for the model, and the content key its result is cached under:
-/// the activations themselves (whatever codec carried them), or the image bytes.
+/// Decode a request into work for `model`, and the content key its result is cached under:
+/// the activations themselves (whatever codec carried them), or the image bytes, each with the
+/// model's id.
 fn prepare(
-    calibration: Option<&Calibration>,
+    model: &dyn SplitModel,
     request: Request,
     streams: &mut StreamDecoder,
 ) -> Result<(ContentKey, Work), ServeError> {
+    let id = [model.spec().id];
     Ok(match request {
         Request::Features { frame, .. } => {
-            let ctx = DecodeContext::new(calibration).with_streams(Some(streams));
-            let features = frame.decode(ctx)?;
-            (features.content_key(), Work::Features(features))
+            let x = model.decode_features(&frame, streams)?;
+            (x.content_key(), Work::Features(x))
         }
         Request::Image { payload, .. } => {
-            (ContentKey::of(&[b"image", &payload]), Work::Image(payload))
+            (ContentKey::of(&[b"image", &id, &payload]), Work::Image(payload))
         }
         Request::Input { payload, .. } => {
-            (ContentKey::of(&[b"input", &payload]), Work::Input(payload))
+            (ContentKey::of(&[b"input", &id, &payload]), Work::Input(payload))
         }
         Request::Ping { .. } => {
             return Err(ServeError::Internal("pings are answered without the model".into()));
@@ -128,14 +134,15 @@ fn prepare(
 /// [`prepare`] on the blocking pool, the session's stream state lent to it meanwhile.
 async fn prepare_off_loop(
     state: &AppState,
+    engine: &Engine,
     request: Request,
     session: &mut Session,
 ) -> Result<(ContentKey, Work), ServeError> {
-    let calibration = state.calibration.as_ref().map(|(c, _)| Arc::clone(c));
+    let model = Arc::clone(engine.model());
     let fresh = StreamDecoder::with_budget(state.streams.per_session);
     let mut streams = std::mem::replace(&mut session.streams, fresh);
     let task = tokio::task::spawn_blocking(move || {
-        let prepared = prepare(calibration.as_deref(), request, &mut streams);
+        let prepared = prepare(&*model, request, &mut streams);
         (streams, prepared)
     });
     let prepared = match task.await {
@@ -152,11 +159,12 @@ async fn prepare_off_loop(
 
 async fn serve_request(
     state: &AppState,
+    engine: &Engine,
     request: Request,
     session: &mut Session,
 ) -> Result<Outcome, ServeError> {
     let start = std::time::Instant::now();
-    let (key, work) = prepare_off_loop(state, request, session).await?;
+    let (key, work) = prepare_off_loop(state, engine, request, session).await?;
     let key = match session.scope {
         Some(scope) => key.scoped(scope),
         None => key,
@@ -167,7 +175,7 @@ async fn serve_request(
         let timings = ServerTimings { decode_us, cached: true, ..Default::default() };
         return Ok(Outcome { from, top, timings });
     }
-    let mut outcome = state.engine.submit(work).await?;
+    let mut outcome = engine.submit(work).await?;
     outcome.timings.decode_us += decode_us;
     if let Ok(mut c) = state.cache.lock() {
         c.insert(key, (outcome.from, outcome.top.clone()), CACHE_ENTRY_COST);
@@ -176,32 +184,45 @@ async fn serve_request(
 }
 
 /// Answer one binary frame of `session`; never fails: every problem becomes an error reply.
+/// The reply goes back under the frame's model byte ([`Reply::to_bytes_for`]).
 pub async fn answer(state: &AppState, frame: &[u8], session: &mut Session) -> Reply {
     let id = peek_request_id(frame).unwrap_or(0);
+    let model = peek_model(frame).unwrap_or(MODEL_EFFICIENTNET_LITE0);
+    let engine = state.models.get(model);
     let start = std::time::Instant::now();
     let request = match Request::decode(frame) {
         Ok(Request::Ping { payload, .. }) => {
-            let received = payload.len() as u32;
-            return Reply::Pong { id, received, load: state.engine.load() };
+            // Any model's pong: the load of the one named, else of the first.
+            let load = engine.unwrap_or(&state.engine).load();
+            return Reply::Pong { id, received: payload.len() as u32, load };
         }
         Ok(r) => Ok(r),
         Err(e) => Err(ServeError::from(e)),
     };
-    let served = async { serve_request(state, request?, session).await }.await;
+    let served = async {
+        let engine = engine.ok_or(WireError::UnknownModel { id, model })?;
+        let outcome = serve_request(state, engine, request?, session).await?;
+        Ok::<_, ServeError>((engine, outcome))
+    }
+    .await;
     match &served {
-        Ok(o) => {
-            state.metrics.answered(o.from.name(), start.elapsed().as_secs_f64(), o.timings.cached)
+        Ok((engine, o)) => {
+            let spec = engine.model().spec();
+            let from = spec.boundaries.get(usize::from(o.from)).map_or("?", |b| b.name.as_str());
+            // Lite0's series keep their boundary names; another model's are prefixed with it.
+            let label = if model == MODEL_EFFICIENTNET_LITE0 {
+                from.to_owned()
+            } else {
+                format!("{}/{from}", spec.name)
+            };
+            state.metrics.answered(&label, start.elapsed().as_secs_f64(), o.timings.cached)
         }
         Err(e) => state.metrics.refused(e.code().name()),
     }
     match served {
-        Ok(o) => Reply::Result {
-            id,
-            from: o.from,
-            top: o.top,
-            timings: o.timings,
-            load: state.engine.load(),
-        },
+        Ok((engine, o)) => {
+            Reply::Result { id, from: o.from, top: o.top, timings: o.timings, load: engine.load() }
+        }
         Err(e @ ServeError::Internal(_)) => {
             log::error!("request {id}: {e}");
             Reply::error(id, e.code(), e.to_string())

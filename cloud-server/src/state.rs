@@ -9,7 +9,8 @@ use burn::tensor::Device;
 use split_shared::cache::LruCache;
 use split_shared::codec::Calibration;
 use split_shared::labels::Prediction;
-use split_shared::model::{Boundary, EfficientNetLite0};
+use split_shared::model::{EfficientNetLite0, Lite0Split};
+use split_shared::runtime::{RuntimeError, SplitModel};
 
 use crate::config::{Config, DeviceChoice, Token};
 use crate::engine::Engine;
@@ -18,8 +19,13 @@ use crate::metrics::Metrics;
 /// Everything the handlers share.
 #[derive(Clone)]
 pub struct AppState {
-    /// The model workers.
+    /// EfficientNet-Lite0's workers (also the first of [`Self::models`]).
     pub engine: Engine,
+    /// Every hosted model's workers, by model id.
+    pub models: crate::hosted::HostedModels,
+    /// How a newly hosted model's workers are set up (`--workers`, `--queue`, `--batch`,
+    /// `--batch-delay-us`).
+    pub engine_settings: EngineSettings,
     /// Path of the weights file served to browsers.
     pub weights_path: Arc<PathBuf>,
     /// Its size and checksum, for `/api/info`.
@@ -74,8 +80,29 @@ pub struct AppState {
     pub llm: Option<Arc<crate::llm_ws::LlmHost>>,
 }
 
-/// Answers by content key: the boundary served from and the top-5.
-pub type ResultCache = Arc<Mutex<LruCache<(Boundary, Vec<Prediction>)>>>;
+/// Answers by content key (which names the model): the boundary served from and the top-5.
+pub type ResultCache = Arc<Mutex<LruCache<(u8, Vec<Prediction>)>>>;
+
+/// The flags every model's workers are started with.
+#[derive(Clone, Copy, Debug)]
+pub struct EngineSettings {
+    /// Worker threads.
+    pub workers: usize,
+    /// Requests that may wait.
+    pub queue: usize,
+    /// Most requests in one forward pass.
+    pub batch: usize,
+    /// How long a worker waits for a batch to fill.
+    pub batch_delay: std::time::Duration,
+}
+
+impl EngineSettings {
+    /// Start workers for `model` with these settings.
+    pub fn start(&self, model: Arc<dyn SplitModel>, metrics: Arc<Metrics>) -> Engine {
+        let Self { workers, queue, batch, batch_delay } = *self;
+        Engine::start_with_delay(model, workers, queue, batch, batch_delay, metrics)
+    }
+}
 
 /// Rough bytes one cached result holds (key, boundary, five predictions, bookkeeping).
 pub const CACHE_ENTRY_COST: usize = 160;
@@ -169,17 +196,19 @@ impl AppState {
         let calibration = load_calibration(config.calibration_path())?;
         let cost_table = load_cost_table(config.cost_table_path())?;
         let metrics = Arc::new(Metrics::new());
-        let (workers, queue, batch) = (config.workers, config.queue, config.batch.into());
+        let queue = config.queue;
+        let engine_settings = EngineSettings {
+            workers: config.workers,
+            queue,
+            batch: config.batch.into(),
+            batch_delay: std::time::Duration::from_micros(config.batch_delay_us),
+        };
+        let lite0 = Lite0Split::new(model, device, calibration.as_ref().map(|(c, _)| c.clone()));
+        let engine = engine_settings.start(Arc::new(lite0), metrics.clone());
         Ok(Self {
-            engine: Engine::start_with_delay(
-                model,
-                device,
-                workers,
-                queue,
-                batch,
-                std::time::Duration::from_micros(config.batch_delay_us),
-                metrics.clone(),
-            ),
+            models: crate::hosted::HostedModels::new(engine.clone()),
+            engine,
+            engine_settings,
             weights_path: Arc::new(weights_path),
             weights_file: Arc::new(weights_file),
             weight_shards,
@@ -228,6 +257,22 @@ impl AppState {
         })
     }
 
+    /// Host `model` too, beside EfficientNet-Lite0: frames carrying its id go to workers of its
+    /// own, started with this server's `--workers`, `--queue` and `--batch`, and `/api/info`
+    /// lists it. Call before the state is handed to [`crate::config_app`].
+    ///
+    /// # Errors
+    /// [`RuntimeError::Duplicate`] when its id or name is taken.
+    pub fn host(&mut self, model: Arc<dyn SplitModel>) -> Result<(), RuntimeError> {
+        let (registry, spec) = (self.models.registry(), model.spec());
+        // Refused before its workers start.
+        if registry.get(spec.id).is_some() || registry.by_name(&spec.name).is_some() {
+            return Err(RuntimeError::Duplicate { id: spec.id, name: spec.name.clone() });
+        }
+        let engine = self.engine_settings.start(model, self.metrics.clone());
+        self.models.add(engine)
+    }
+
     /// Start shutting down: every session closes (1012) after its current request, and
     /// `/readyz` answers 503 from now on.
     pub fn begin_drain(&self) {
@@ -242,8 +287,10 @@ impl AppState {
     /// Why the server should not get new clients now, if it should not: shutting down, a
     /// model worker gone, or the queue at [`Self::ready_queue`].
     pub fn not_ready(&self) -> Option<String> {
-        let (alive, workers) = (self.engine.workers_alive(), self.engine.workers());
-        let queued = self.engine.queued();
+        let engines = self.models.engines();
+        let (alive, workers, queued) = engines.fold((0, 0, 0), |(a, w, q), e| {
+            (a + e.workers_alive(), w + e.workers(), q + e.queued())
+        });
         if self.draining() {
             Some("shutting down".into())
         } else if alive < workers {

@@ -197,6 +197,12 @@ fn continues(msg: &Incoming) -> bool {
     matches!(msg, Some(Ok(m)) if !matches!(m, AggregatedMessage::Close(_)))
 }
 
+/// The model a frame addresses, which its reply echoes (Lite0's byte for an unreadable header).
+fn model_of(frame: &[u8]) -> u8 {
+    split_shared::protocol::peek_model(frame)
+        .unwrap_or(split_shared::protocol::MODEL_EFFICIENTNET_LITE0)
+}
+
 async fn serve_session(
     mut session: actix_ws::Session,
     mut stream: actix_ws::AggregatedMessageStream,
@@ -254,7 +260,7 @@ async fn serve_session(
                     rate_warned = true;
                 }
                 let reply = Reply::error(id, ErrorCode::RateLimited, message);
-                if !send(&mut session, reply.to_bytes(), &state).await {
+                if !send(&mut session, reply.to_bytes_for(model_of(&frame)), &state).await {
                     return;
                 }
             }
@@ -278,7 +284,7 @@ async fn serve_session(
                     }
                 };
                 if let Some(reply) = reply
-                    && !send(&mut session, reply.to_bytes(), &state).await
+                    && !send(&mut session, reply.to_bytes_for(model_of(&frame)), &state).await
                 {
                     return;
                 }

@@ -79,7 +79,7 @@ impl Agent {
         match self.compute(frame) {
             Ok((id, from, top, decode_us)) => Reply::Result {
                 id,
-                from,
+                from: from.index(),
                 top,
                 timings: ServerTimings {
                     queue_us: 0,
@@ -108,7 +108,8 @@ impl Agent {
             anyhow::bail!("a pipeline stage takes a features frame");
         };
         let features = frame.decode(DecodeContext::new(self.calibration.as_ref()))?;
-        let x = self.model.forward_range(features.to_tensor(&self.device), frame.boundary, to)?;
+        let from = features.boundary();
+        let x = self.model.forward_range(features.to_tensor(&self.device), from, to)?;
         let features = split_shared::Features::from_tensor(to, x)?;
         let next = split_shared::protocol::FeaturesFrame::encode(
             &features,
@@ -131,7 +132,7 @@ impl Agent {
                 let features = frame
                     .decode(DecodeContext::new(self.calibration.as_ref()))
                     .map_err(|e| (ErrorCode::of(&e), e.to_string()))?;
-                (id, frame.boundary, features.to_tensor(&self.device))
+                (id, features.boundary(), features.to_tensor(&self.device))
             }
             Request::Ping { .. } => {
                 return Err((

@@ -112,7 +112,7 @@ async fn the_agent_joins_and_answers_relayed_frames() {
             .await;
     assert!(CATS.contains(&top1(&reply)), "{reply:?}");
     let Reply::Result { from, .. } = &reply else { unreachable!() };
-    assert_eq!(*from, Boundary::INPUT);
+    assert_eq!(*from, Boundary::INPUT.index());
 
     // Features at block5 in the default codec, as the phone's edge would send them: the agent
     // finishes the network and gives the answer the unsplit model gives.
@@ -135,7 +135,7 @@ async fn the_agent_joins_and_answers_relayed_frames() {
     let reply = ask(&mut phone, peer, &Request::Features { id: 2, frame }.to_bytes()).await;
     assert_eq!(top1(&reply), expected);
     let Reply::Result { from, id, .. } = &reply else { unreachable!() };
-    assert_eq!((*from, *id), (split, 2));
+    assert_eq!((*from, *id), (split.index(), 2));
 
     // A frame that is not a request: a typed error, and the agent still answers after it.
     let reply = ask(&mut phone, peer, b"SPLT garbage").await;

@@ -36,6 +36,25 @@ impl ContentKey {
         feed(&mut |bytes| h.update(bytes));
         Self(h.finalize().into())
     }
+
+    /// The key of a tensor: `tag`, the small `header` bytes (what it belongs to), each
+    /// dimension, then the values' little-endian bytes, fed in blocks (no copy of the values).
+    pub fn of_tensor(tag: &[u8], header: &[u8], dims: &[usize], values: &[f32]) -> Self {
+        Self::of_stream(|feed| {
+            feed(tag);
+            feed(header);
+            for d in dims {
+                feed(&(*d as u64).to_le_bytes());
+            }
+            let mut block = [0u8; 1024];
+            for chunk in values.chunks(block.len() / 4) {
+                for (dst, v) in block.chunks_exact_mut(4).zip(chunk) {
+                    dst.copy_from_slice(&v.to_le_bytes());
+                }
+                feed(&block[..chunk.len() * 4]);
+            }
+        })
+    }
 }
 
 /// Bounded by entry count and by the total `cost` of its entries (bytes, roughly).

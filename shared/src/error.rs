@@ -1,5 +1,5 @@
 //! The crate's umbrella error: each layer has its own type ([`ModelError`],
-//! [`crate::codec::CodecError`], [`crate::protocol::WireError`]) and this one carries any of
+//! [`crate::codec::CodecError`], [`crate::protocol::WireError`], [`crate::runtime::RuntimeError`]) and this one carries any of
 //! them, for the functions that cross layers (decoding a frame into activations, an image into
 //! a tensor). [`crate::protocol::ErrorCode::of`] maps it to the code a reply carries.
 
@@ -21,6 +21,9 @@ pub enum Error {
     /// Features failed to encode or decode; see [`crate::codec::CodecError`].
     #[error(transparent)]
     Codec(#[from] crate::codec::CodecError),
+    /// A model-agnostic rule was broken; see [`crate::runtime::RuntimeError`].
+    #[error(transparent)]
+    Runtime(#[from] crate::runtime::RuntimeError),
 }
 
 /// Result with this crate's [`Error`].

@@ -2,6 +2,9 @@
 //!
 //! Layers, each using only the ones below it:
 //!
+//! - [`runtime`]: what any model implements to run split ([`runtime::SplitModel`]: named
+//!   boundaries, a forward over a range, its frames' decoding) and the [`runtime::Registry`] of
+//!   the models a process hosts; it names no model;
 //! - [`protocol`]: the versioned binary frames that cross the WebSocket, and the
 //!   activations ↔ frame step both sides run ([`protocol::FeaturesFrame`]);
 //! - [`codec`]: quantization, projection, entropy coding and stream deltas for features, driven
@@ -51,6 +54,7 @@ pub mod model;
 pub mod models;
 pub mod plan;
 pub mod protocol;
+pub mod runtime;
 
 pub use error::{Error, Result};
 #[cfg(feature = "model")]

@@ -19,7 +19,7 @@ fn decode(frame: &[u8], calibration: &Calibration, streams: &mut StreamDecoder) 
         Ok(features) => {
             let [n, c, h, w] = features.dims();
             assert_eq!(features.values().len(), n * c * h * w, "decoded size matches shape");
-            assert_eq!(features.boundary(), frame.boundary);
+            assert_eq!(features.boundary().index(), frame.boundary);
             true
         }
         Err(_) => false,

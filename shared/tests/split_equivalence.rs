@@ -104,7 +104,7 @@ fn wrong_shapes_and_backward_ranges_are_errors() {
     assert!(matches!(err, ModelError::BackwardRange { .. }), "{err}");
     // A frame whose shape does not fit its boundary is refused when decoded, before any model.
     let frame = FeaturesFrame {
-        boundary: Boundary::block(5).unwrap(),
+        boundary: Boundary::block(5).unwrap().index(),
         encoding: split_shared::protocol::Encoding::F32,
         shape: vec![1, 2, 1, 2],
         payload: vec![0; 16],

@@ -346,7 +346,7 @@ impl EdgeRunner {
                 let us = ((now() - start) * 1e3).clamp(0.0, f64::from(u32::MAX)) as u32;
                 Reply::Result {
                     id,
-                    from,
+                    from: from.index(),
                     top,
                     timings: split_shared::protocol::ServerTimings {
                         compute_us: us,

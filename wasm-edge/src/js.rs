@@ -68,7 +68,11 @@ pub fn reply(r: &Reply) -> JsValue {
     match r {
         Reply::Result { from, top, timings, load, .. } => {
             set(&o, "kind", "result");
-            set(&o, "from", from.name());
+            // This client speaks EfficientNet-Lite0: the index names one of its boundaries.
+            match split_shared::Boundary::from_index(*from) {
+                Ok(b) => set(&o, "from", b.name()),
+                Err(_) => set(&o, "from", f64::from(*from)),
+            }
             set(&o, "top", predictions(top));
             let t = Object::new();
             set(&t, "queueMs", f64::from(timings.queue_us) / 1e3);

@@ -99,10 +99,18 @@ pub fn gigabyte_frame_header() -> Vec<u8> {
 /// The app in-process on a test server, with the state it shares (flags as an operator
 /// passes them).
 pub fn server_and_state(flags: &[&str]) -> (actix_test::TestServer, cloud_server::AppState) {
-    use cloud_server::{AppState, Config, config_app};
-    let state = AppState::load(&Config::for_tests_with(flags))
-        .expect("weights missing: run `cargo xtask setup` (or set SPLIT_WEIGHTS)");
-    let served = state.clone();
-    let app = move || actix_web::App::new().configure(config_app(served.clone()));
-    (actix_test::start(app), state)
+    let state = state(flags);
+    (serve(state.clone()), state)
+}
+
+/// The server's state as `flags` load it, not yet serving.
+pub fn state(flags: &[&str]) -> cloud_server::AppState {
+    cloud_server::AppState::load(&cloud_server::Config::for_tests_with(flags))
+        .expect("weights missing: run `cargo xtask setup` (or set SPLIT_WEIGHTS)")
+}
+
+/// The app on `state`, in-process on a test server.
+pub fn serve(state: cloud_server::AppState) -> actix_test::TestServer {
+    let app = move || actix_web::App::new().configure(cloud_server::config_app(state.clone()));
+    actix_test::start(app)
 }

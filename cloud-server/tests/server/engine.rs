@@ -1,8 +1,16 @@
 //! The model worker pool: a full queue answers `busy` instead of growing without bound.
 
+use std::sync::Arc;
+
 use burn::tensor::Device;
 use cloud_server::{Config, Engine, ServeError, Work};
-use split_shared::model::EfficientNetLite0;
+use split_shared::model::{EfficientNetLite0, Lite0Split};
+use split_shared::runtime::SplitModel;
+
+/// The network as the server hosts it.
+fn hosted(model: EfficientNetLite0, device: Device) -> Arc<dyn SplitModel> {
+    Arc::new(Lite0Split::new(model, device, None))
+}
 
 const CHELSEA: &[u8] = include_bytes!("../../../web/samples/chelsea.png");
 
@@ -12,7 +20,7 @@ async fn a_full_queue_answers_busy_and_serves_the_rest() {
     let model = EfficientNetLite0::load(&Config::for_tests().weights_path(), &device)
         .unwrap_or_else(|e| panic!("{e}"));
     // One worker, room for one waiting request: of eight sent at once, at most two can be taken.
-    let engine = Engine::start(model, device, 1, 1, 1, Default::default());
+    let engine = Engine::start(hosted(model, device), 1, 1, 1, Default::default());
     let requests = (0..8).map(|_| engine.submit(Work::Image(CHELSEA.to_vec())));
     let results = futures_util::future::join_all(requests).await;
     let busy = results.iter().filter(|r| matches!(r, Err(ServeError::Busy(1)))).count();
@@ -34,8 +42,9 @@ async fn waiting_requests_are_batched_with_the_same_answers() {
         .unwrap_or_else(|e| panic!("{e}"));
     let coffee = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../web/samples/coffee.png"))
         .expect("coffee sample");
-    let single = Engine::start(model.clone(), device.clone(), 1, 16, 1, Default::default());
-    let batched = Engine::start(model, device, 1, 16, 4, Default::default());
+    let model = hosted(model, device);
+    let single = Engine::start(model.clone(), 1, 16, 1, Default::default());
+    let batched = Engine::start(model, 1, 16, 4, Default::default());
     let works = || {
         vec![
             Work::Image(CHELSEA.to_vec()),
@@ -79,7 +88,8 @@ async fn a_batch_delay_gathers_requests_that_arrive_apart() {
     let model = EfficientNetLite0::load(&Config::for_tests().weights_path(), &device)
         .unwrap_or_else(|e| panic!("{e}"));
     let delay = std::time::Duration::from_millis(300);
-    let engine = Engine::start_with_delay(model, device, 1, 16, 4, delay, Default::default());
+    let engine =
+        Engine::start_with_delay(hosted(model, device), 1, 16, 4, delay, Default::default());
     let mut waiting = Vec::new();
     for _ in 0..4 {
         let engine = engine.clone();
@@ -104,7 +114,8 @@ async fn a_taken_request_counts_in_the_load_until_answered() {
         .unwrap_or_else(|e| panic!("{e}"));
     // The batch delay holds the taken request in the worker's hand for two seconds.
     let delay = std::time::Duration::from_secs(2);
-    let engine = Engine::start_with_delay(model, device, 1, 16, 4, delay, Default::default());
+    let engine =
+        Engine::start_with_delay(hosted(model, device), 1, 16, 4, delay, Default::default());
     let submitted = engine.clone();
     let answer =
         actix_web::rt::spawn(async move { submitted.submit(Work::Image(CHELSEA.to_vec())).await });

@@ -2,6 +2,8 @@
 //! every one of them compiled and linked the WebSocket client, the server and the model again
 //! (15–32 s each in the test build, most of it the same generic code); together they share it.
 //!
+//! - `any_model`: a model defined in the test itself, hosted beside EfficientNet-Lite0 and run
+//!   split over `/ws`;
 //! - `attacks`: the real server process under hostile clients, its memory as the kernel counts it;
 //! - `engine`: the model worker pool, and `busy` when its queue is full;
 //! - `groups`: device groups, signalling and relay over real sockets;
@@ -13,6 +15,7 @@
 
 mod common;
 
+mod any_model;
 mod attacks;
 mod engine;
 mod groups;

@@ -35,7 +35,7 @@ async fn frames_are_answered_without_a_transport() {
     let image = Request::Image { id: 5, payload: CHELSEA.to_vec() }.to_bytes();
     match answer(&state, &image, &mut streams).await {
         Reply::Result { id: 5, from, top, .. } => {
-            assert_eq!(from, Boundary::INPUT);
+            assert_eq!(from, Boundary::INPUT.index());
             assert_eq!(top.len(), TOP_K);
             assert!((281..=285).contains(&top[0].class), "a cat: {top:?}");
         }
@@ -109,7 +109,7 @@ async fn nan_features_are_malformed() {
         let mut values = vec![0.5f32; c * h * w];
         values[7] = bad;
         let frame = FeaturesFrame {
-            boundary: b,
+            boundary: b.index(),
             encoding: Encoding::F32,
             shape: vec![1, c as u32, h as u32, w as u32],
             payload: values.iter().flat_map(|v| v.to_le_bytes()).collect(),

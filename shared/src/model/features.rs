@@ -96,20 +96,7 @@ impl Features {
     /// The key a result computed from these activations is cached under: boundary, shape and
     /// values, hashed in place (no byte copy of the values).
     pub fn content_key(&self) -> ContentKey {
-        ContentKey::of_stream(|feed| {
-            feed(b"features");
-            feed(&[self.boundary.index()]);
-            for d in self.dims {
-                feed(&(d as u64).to_le_bytes());
-            }
-            let mut block = [0u8; 1024];
-            for chunk in self.values.chunks(block.len() / 4) {
-                for (dst, v) in block.chunks_exact_mut(4).zip(chunk) {
-                    dst.copy_from_slice(&v.to_le_bytes());
-                }
-                feed(&block[..chunk.len() * 4]);
-            }
-        })
+        ContentKey::of_tensor(b"features", &[self.boundary.index()], &self.dims, &self.values)
     }
 
     #[cfg(feature = "model")]

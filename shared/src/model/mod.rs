@@ -16,6 +16,8 @@ pub mod fused;
 mod light;
 #[cfg(feature = "model")]
 mod network;
+#[cfg(feature = "model")]
+mod split;
 mod weights;
 
 pub use arch::{
@@ -28,6 +30,8 @@ pub use features::{Features, check_shape};
 pub use light::{DEFAULT_LIGHT, LightPrecision, light_shards};
 #[cfg(feature = "model")]
 pub use network::{Depthwise, EfficientNetLite0, MbConv, Pointwise, Stem};
+#[cfg(feature = "model")]
+pub use split::{LITE0_NAME, Lite0Split, lite0_spec};
 #[cfg(not(target_family = "wasm"))]
 pub use weights::read_weights;
 pub use weights::{WEIGHTS_MAGIC, stage_prefix, weight_shard, weight_shards};

@@ -2,6 +2,7 @@
 
 use crate::codec::CodecError;
 use crate::model::ModelError;
+use crate::runtime::RuntimeError;
 
 /// A frame that could not be decoded. Each variant maps to an [`ErrorCode`] sent back to the peer.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -42,9 +43,6 @@ pub enum WireError {
         /// Model byte.
         model: u8,
     },
-    /// A boundary index out of range.
-    #[error("unknown boundary index {0}")]
-    UnknownBoundary(u8),
     /// A payload encoding this side cannot decode.
     #[error("unsupported payload encoding {0}")]
     UnsupportedEncoding(u8),
@@ -227,6 +225,25 @@ impl ErrorCode {
             crate::Error::ImageDecode(_) => Self::BadImage,
             crate::Error::Wire(w) => w.code(),
             crate::Error::Codec(c) => Self::of_codec(c),
+            crate::Error::Runtime(r) => Self::of_runtime(r),
+        }
+    }
+
+    /// The code for a model-agnostic refusal.
+    pub fn of_runtime(e: &RuntimeError) -> Self {
+        match e {
+            RuntimeError::ShapeMismatch { .. } | RuntimeError::LengthMismatch { .. } => {
+                Self::ShapeMismatch
+            }
+            RuntimeError::F32Only { .. } => Self::UnsupportedCodec,
+            RuntimeError::UnknownBoundary { .. }
+            | RuntimeError::UnknownBoundaryName { .. }
+            | RuntimeError::NonFinite { .. }
+            | RuntimeError::NoImageInput { .. } => Self::Malformed,
+            RuntimeError::BackwardRange { .. }
+            | RuntimeError::MixedStack
+            | RuntimeError::BadSpec(_)
+            | RuntimeError::Duplicate { .. } => Self::Internal,
         }
     }
 

@@ -9,8 +9,9 @@ use super::Encoding;
 /// The body of a features request: activations at a boundary, as they travel.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FeaturesFrame {
-    /// Where the client stopped.
-    pub boundary: Boundary,
+    /// Where the client stopped: an index into the model's boundaries (for EfficientNet-Lite0,
+    /// [`Boundary::index`]), checked by the model that decodes the frame.
+    pub boundary: u8,
     /// How `payload` is encoded.
     pub encoding: Encoding,
     /// Tensor shape, `[n, C, H, W]`, as sent (checked against the boundary on decoding).
@@ -48,7 +49,7 @@ impl FeaturesFrame {
             }
         };
         Ok(Self {
-            boundary: features.boundary(),
+            boundary: features.boundary().index(),
             encoding,
             shape: features.dims().iter().map(|d| *d as u32).collect(),
             payload,
@@ -63,15 +64,12 @@ impl FeaturesFrame {
     /// [`CodecError::BadPayload`] for NaN or infinite f32 values, or any [`CodecError`] of
     /// [`codec::decode`].
     pub fn decode(&self, ctx: DecodeContext<'_>) -> crate::Result<Features> {
+        let boundary = Boundary::from_index(self.boundary)?;
         let dims: Vec<usize> = self.shape.iter().map(|d| *d as usize).collect();
-        crate::model::check_shape(self.boundary, &dims)?;
+        crate::model::check_shape(boundary, &dims)?;
         let values = match &self.encoding {
             Encoding::F32 => {
-                let values: Vec<f32> = self
-                    .payload
-                    .chunks_exact(4)
-                    .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
-                    .collect();
+                let values = self.f32_values();
                 // NaN or infinite activations would come back as NaN probabilities (and be
                 // cached): no network produces them, so the frame is malformed.
                 if values.iter().any(|v| !v.is_finite()) {
@@ -79,13 +77,20 @@ impl FeaturesFrame {
                 }
                 values
             }
-            Encoding::Coded(params) => {
-                codec::decode(self.boundary, &dims, params, &self.payload, ctx)?
-            }
+            Encoding::Coded(params) => codec::decode(boundary, &dims, params, &self.payload, ctx)?,
             Encoding::Allocated(params) => {
-                codec::decode_alloc(self.boundary, &dims, params, &self.payload, ctx.calibration)?
+                codec::decode_alloc(boundary, &dims, params, &self.payload, ctx.calibration)?
             }
         };
-        Ok(Features::new(self.boundary, &dims, values)?)
+        Ok(Features::new(boundary, &dims, values)?)
+    }
+
+    /// An f32 payload's values, little-endian, in order (a trailing partial value is dropped:
+    /// the frame's decoder checked the length against the shape).
+    pub fn f32_values(&self) -> Vec<f32> {
+        self.payload
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
+            .collect()
     }
 }

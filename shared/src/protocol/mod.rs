@@ -7,9 +7,14 @@
 //! 4  version  u16   PROTOCOL_VERSION
 //! 6  kind     u8    1 features, 2 image, 3 ping, 4 input (client -> server);
 //!                   0x81 result, 0x82 error, 0x83 pong (server -> client)
-//! 7  model    u8    1 = EfficientNet-Lite0
+//! 7  model    u8    the model addressed (1 = EfficientNet-Lite0; a server lists its models
+//!                   and their ids in /api/info); echoed in the reply
 //! 8  id       u64   request id chosen by the client, echoed in the reply
 //! ```
+//!
+//! Decoding a frame does not judge its model byte: the server looks it up among the models it
+//! hosts ([`crate::runtime::Registry`]) and answers `unknown_model` for one it does not, and the
+//! model checks the boundary index and the shape ([`crate::runtime::SplitModel`]).
 //!
 //! followed by the kind's body (see [`Request`] and [`Reply`]). The language model's split
 //! speaks frames of its own on `/llm` ([`LlmFrame`], magic `"SPLM"`). Decoders check every length
@@ -41,7 +46,8 @@ pub const MAGIC: [u8; 4] = *b"SPLT";
 pub const PROTOCOL_VERSION: u16 = 2;
 /// Bytes of the common header.
 pub const HEADER_LEN: usize = 16;
-/// The only model served so far.
+/// EfficientNet-Lite0's model byte, which [`Request::encode`] and [`Reply::to_bytes`] write
+/// ([`Request::encode_for`] and [`Reply::to_bytes_for`] address another model).
 pub const MODEL_EFFICIENTNET_LITE0: u8 = 1;
 /// Largest payload (features or image bytes) in one frame: the largest f32 activation (the stem
 /// output, 1.6 MB per image) for a full batch fits; anything larger is refused before it is
@@ -75,11 +81,11 @@ pub(crate) struct Header {
     pub id: u64,
 }
 
-pub(crate) fn write_header(out: &mut Vec<u8>, kind: u8, id: u64) {
+pub(crate) fn write_header(out: &mut Vec<u8>, kind: u8, model: u8, id: u64) {
     out.extend_from_slice(&MAGIC);
     out.extend_from_slice(&PROTOCOL_VERSION.to_le_bytes());
     out.push(kind);
-    out.push(MODEL_EFFICIENTNET_LITE0);
+    out.push(model);
     out.extend_from_slice(&id.to_le_bytes());
 }
 
@@ -95,11 +101,8 @@ pub(crate) fn read_header(c: &mut Cursor<'_>) -> Result<Header, WireError> {
         return Err(WireError::UnsupportedVersion { got: version, supported: PROTOCOL_VERSION });
     }
     let kind = c.u8()?;
-    let model = c.u8()?;
+    let _model = c.u8()?; // judged by whoever hosts models: [`peek_model`]
     let id = c.u64()?;
-    if model != MODEL_EFFICIENTNET_LITE0 {
-        return Err(WireError::UnknownModel { id, model });
-    }
     Ok(Header { kind, id })
 }
 
@@ -109,6 +112,11 @@ pub(crate) fn finish(c: Cursor<'_>) -> Result<(), WireError> {
         0 => Ok(()),
         extra => Err(WireError::TrailingBytes { extra }),
     }
+}
+
+/// The model a frame addresses, if its header is readable.
+pub fn peek_model(frame: &[u8]) -> Option<u8> {
+    (frame.len() >= HEADER_LEN && frame[..4] == MAGIC).then(|| frame[7])
 }
 
 /// The request id of a frame, if its header is readable: lets a server address an error reply

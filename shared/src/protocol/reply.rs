@@ -5,10 +5,12 @@
 //! Error body: `code u16 | len u16 | message utf-8`. Pong body: `received u32 | queued u16 |
 //! workers u16 | recent_us u32`.
 
-use super::{ErrorCode, MAX_MESSAGE_BYTES, MAX_TOP_K, WireError, kind, read_header, write_header};
+use super::{
+    ErrorCode, MAX_MESSAGE_BYTES, MAX_TOP_K, MODEL_EFFICIENTNET_LITE0, WireError, kind,
+    read_header, write_header,
+};
 use crate::container::Cursor;
 use crate::labels::Prediction;
-use crate::model::Boundary;
 
 /// Where the server spent its time on one request, in microseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -49,8 +51,9 @@ pub enum Reply {
     Result {
         /// Id of the request answered.
         id: u64,
-        /// Boundary the server started from (`input` for an image).
-        from: Boundary,
+        /// Index of the boundary the server started from, among the model's boundaries (0, the
+        /// input, for an image).
+        from: u8,
         /// Most probable classes, best first.
         top: Vec<Prediction>,
         /// Server-side timings.
@@ -99,14 +102,19 @@ impl Reply {
         }
     }
 
-    /// The encoded frame.
+    /// The encoded frame, from EfficientNet-Lite0.
     pub fn to_bytes(&self) -> Vec<u8> {
+        self.to_bytes_for(MODEL_EFFICIENTNET_LITE0)
+    }
+
+    /// The encoded frame, from the model whose id is `model` (the request's).
+    pub fn to_bytes_for(&self, model: u8) -> Vec<u8> {
         let mut out = Vec::with_capacity(64);
         match self {
             Self::Result { id, from, top, timings, load } => {
-                write_header(&mut out, kind::RESULT, *id);
+                write_header(&mut out, kind::RESULT, model, *id);
                 let top = &top[..top.len().min(MAX_TOP_K)];
-                out.extend_from_slice(&[from.index(), top.len() as u8]);
+                out.extend_from_slice(&[*from, top.len() as u8]);
                 for p in top {
                     out.extend_from_slice(&p.class.to_le_bytes());
                     out.extend_from_slice(&p.prob.to_le_bytes());
@@ -118,12 +126,12 @@ impl Reply {
                 write_load(&mut out, load);
             }
             Self::Pong { id, received, load } => {
-                write_header(&mut out, kind::PONG, *id);
+                write_header(&mut out, kind::PONG, model, *id);
                 out.extend_from_slice(&received.to_le_bytes());
                 write_load(&mut out, load);
             }
             Self::Error { id, code, message } => {
-                write_header(&mut out, kind::ERROR, *id);
+                write_header(&mut out, kind::ERROR, model, *id);
                 out.extend_from_slice(&(*code as u16).to_le_bytes());
                 out.extend_from_slice(&(message.len() as u16).to_le_bytes());
                 out.extend_from_slice(message.as_bytes());
@@ -143,8 +151,6 @@ impl Reply {
         let reply = match header.kind {
             kind::RESULT => {
                 let from = c.u8()?;
-                let from =
-                    Boundary::from_index(from).map_err(|_| WireError::UnknownBoundary(from))?;
                 let k = c.u8()? as usize;
                 if k > MAX_TOP_K {
                     return Err(WireError::TooManyDims(k as u8));
@@ -200,7 +206,7 @@ mod tests {
     fn round_trips() {
         let result = Reply::Result {
             id: 9,
-            from: Boundary::block(3).unwrap(),
+            from: crate::model::Boundary::block(3).unwrap().index(),
             top: vec![Prediction { class: 282, prob: 0.4 }, Prediction { class: 281, prob: 0.2 }],
             timings: ServerTimings { queue_us: 1, decode_us: 2, compute_us: 3, cached: true },
             load: ServerLoad { queued: 4, workers: 2, recent_us: 31_000 },

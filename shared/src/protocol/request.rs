@@ -12,12 +12,11 @@
 //! Input body: `payload_len u32 | payload` (a JPEG or PNG of exactly the model's 224x224 input).
 
 use super::{
-    FeaturesFrame, HEADER_LEN, MAX_PAYLOAD_BYTES, WireError, finish, kind, read_header,
-    write_header,
+    FeaturesFrame, HEADER_LEN, MAX_PAYLOAD_BYTES, MODEL_EFFICIENTNET_LITE0, WireError, finish,
+    kind, read_header, write_header,
 };
 use crate::codec::{AllocParams, AllocSetting, CodedParams, QuantSetting, StreamPos};
 use crate::container::Cursor;
-use crate::model::Boundary;
 
 /// How a features payload is encoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,17 +85,22 @@ impl Request {
         }
     }
 
-    /// Append the encoded frame to `out`.
+    /// Append the encoded frame, addressed to EfficientNet-Lite0, to `out`.
     pub fn encode(&self, out: &mut Vec<u8>) {
+        self.encode_for(MODEL_EFFICIENTNET_LITE0, out);
+    }
+
+    /// Append the encoded frame, addressed to the model whose id is `model`, to `out`.
+    pub fn encode_for(&self, model: u8, out: &mut Vec<u8>) {
         match self {
             Self::Features { id, frame: FeaturesFrame { boundary, encoding, shape, payload } } => {
-                write_header(out, kind::FEATURES, *id);
+                write_header(out, kind::FEATURES, model, *id);
                 let code = match encoding {
                     Encoding::F32 => encoding_id::F32,
                     Encoding::Coded(_) => encoding_id::CODED,
                     Encoding::Allocated(_) => encoding_id::ALLOCATED,
                 };
-                out.extend_from_slice(&[boundary.index(), code, shape.len() as u8, 0]);
+                out.extend_from_slice(&[*boundary, code, shape.len() as u8, 0]);
                 for d in shape {
                     out.extend_from_slice(&d.to_le_bytes());
                 }
@@ -124,17 +128,22 @@ impl Request {
                     Self::Input { .. } => kind::INPUT,
                     _ => kind::PING,
                 };
-                write_header(out, k, *id);
+                write_header(out, k, model, *id);
                 out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
                 out.extend_from_slice(payload);
             }
         }
     }
 
-    /// The encoded frame.
+    /// The encoded frame, addressed to EfficientNet-Lite0.
     pub fn to_bytes(&self) -> Vec<u8> {
+        self.to_bytes_for(MODEL_EFFICIENTNET_LITE0)
+    }
+
+    /// The encoded frame, addressed to the model whose id is `model`.
+    pub fn to_bytes_for(&self, model: u8) -> Vec<u8> {
         let mut out = Vec::with_capacity(HEADER_LEN + 32 + self.payload_len());
-        self.encode(&mut out);
+        self.encode_for(model, &mut out);
         out
     }
 
@@ -157,9 +166,8 @@ impl Request {
         let id = header.id;
         let request = match header.kind {
             kind::FEATURES => {
+                // An index into the addressed model's boundaries, which that model checks.
                 let boundary = c.u8()?;
-                let boundary = Boundary::from_index(boundary)
-                    .map_err(|_| WireError::UnknownBoundary(boundary))?;
                 let code = c.u8()?;
                 let ndim = c.u8()?;
                 if ndim > 4 {
@@ -241,14 +249,15 @@ fn read_payload_len(c: &mut Cursor<'_>) -> Result<usize, WireError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::{MAGIC, PROTOCOL_VERSION};
+    use crate::model::Boundary;
+    use crate::protocol::{MAGIC, PROTOCOL_VERSION, peek_model};
 
     /// A wire-level frame: the shape is not checked against the boundary until it is decoded
     /// into activations, so any shape round-trips here.
     fn features() -> Request {
         let payload = [1.0f32, -2.5, 3.0, 0.25].iter().flat_map(|v| v.to_le_bytes()).collect();
         let frame = FeaturesFrame {
-            boundary: Boundary::block(5).unwrap(),
+            boundary: Boundary::block(5).unwrap().index(),
             encoding: Encoding::F32,
             shape: vec![1, 2, 1, 2],
             payload,
@@ -258,7 +267,7 @@ mod tests {
 
     fn coded() -> Request {
         let frame = FeaturesFrame {
-            boundary: Boundary::block(11).unwrap(),
+            boundary: Boundary::block(11).unwrap().index(),
             encoding: Encoding::Coded(CodedParams {
                 setting: QuantSetting { bits: 3, rank: 16, entropy: true },
                 calibration: 0x0123_4567_89ab_cdef,
@@ -272,7 +281,7 @@ mod tests {
 
     fn allocated() -> Request {
         let frame = FeaturesFrame {
-            boundary: Boundary::block(5).unwrap(),
+            boundary: Boundary::block(5).unwrap().index(),
             encoding: Encoding::Allocated(AllocParams {
                 setting: AllocSetting { level: 12 },
                 model: 1,
@@ -352,13 +361,26 @@ mod tests {
             WireError::UnsupportedVersion { got: 9, supported: PROTOCOL_VERSION }
         );
         assert!(matches!(with(6, 7), WireError::UnknownKind { kind: 7, .. }));
-        assert!(matches!(with(7, 3), WireError::UnknownModel { model: 3, .. }));
-        assert_eq!(with(16, 21), WireError::UnknownBoundary(21));
         assert_eq!(with(17, 0), WireError::UnsupportedEncoding(0));
         assert_eq!(with(18, 5), WireError::TooManyDims(5));
         let mut trailing = good.clone();
         trailing.push(0);
         assert_eq!(Request::decode(&trailing).unwrap_err(), WireError::TrailingBytes { extra: 1 });
+    }
+
+    /// The model byte and the boundary index belong to the model addressed, which the server
+    /// looks up: the frame decodes whatever they are, and says whom it is for.
+    #[test]
+    fn the_model_byte_addresses_a_model_and_is_not_judged_here() {
+        let r = features();
+        assert_eq!(peek_model(&r.to_bytes()), Some(MODEL_EFFICIENTNET_LITE0));
+        let other = r.to_bytes_for(200);
+        assert_eq!((peek_model(&other), Request::decode(&other).unwrap()), (Some(200), r.clone()));
+        let mut far = r.to_bytes();
+        far[16] = 250;
+        let Request::Features { frame, .. } = Request::decode(&far).unwrap() else { panic!() };
+        assert_eq!(frame.boundary, 250);
+        assert_eq!(peek_model(&far[..15]), None);
     }
 
     #[test]
@@ -375,7 +397,7 @@ mod tests {
     #[test]
     fn shape_overflow_is_a_length_mismatch() {
         let frame = FeaturesFrame {
-            boundary: Boundary::STEM,
+            boundary: Boundary::STEM.index(),
             encoding: Encoding::F32,
             shape: vec![u32::MAX, u32::MAX, u32::MAX, u32::MAX],
             payload: vec![0; 8],

@@ -35,8 +35,9 @@ fn cloud(runner: &EdgeRunner, frame: &[u8]) -> Vec<Prediction> {
         panic!("a features frame")
     };
     let features = runner.with_calibration(|c| frame.decode(DecodeContext::new(c))).unwrap();
+    let from = features.boundary();
     let x = features.to_tensor(&runner.device);
-    let logits = runner.model.borrow().forward_range(x, frame.boundary, Boundary::LOGITS).unwrap();
+    let logits = runner.model.borrow().forward_range(x, from, Boundary::LOGITS).unwrap();
     top_k(&logits.into_data().try_to_vec::<f32>().unwrap(), TOP_K)
 }
 
@@ -70,7 +71,7 @@ fn repeated_content_is_answered_from_the_cache() {
     let top = cloud(&runner, &frame);
     let reply = Reply::Result {
         id: 7,
-        from: o.split,
+        from: o.split.index(),
         top: top.clone(),
         timings: ServerTimings::default(),
         load: Default::default(),
@@ -264,16 +265,16 @@ fn pipeline_stages_and_relayed_requests_answer_like_the_server() {
     let block11: Boundary = "block11".parse().unwrap();
     let second =
         block_on(runner.continue_features(&first, block11, "s14".parse().unwrap())).unwrap();
-    assert_eq!(second.boundary, block11);
+    assert_eq!(second.boundary, block11.index());
     let request = Request::Features { id: 7, frame: second }.to_bytes();
     let reply = Reply::decode(&block_on(runner.answer_request(&request, clock))).unwrap();
     let Reply::Result { id, from, top, .. } = reply else { panic!("{reply:?}") };
-    assert_eq!((id, from, top[0].class), (7, block11, unsplit[0].class));
+    assert_eq!((id, from, top[0].class), (7, block11.index(), unsplit[0].class));
 
     let image = Request::Image { id: 8, payload: photo() }.to_bytes();
     let reply = Reply::decode(&block_on(runner.answer_request(&image, clock))).unwrap();
     assert!(
-        matches!(&reply, Reply::Result { id: 8, from: Boundary::INPUT, top, .. } if top[0].class == unsplit[0].class)
+        matches!(&reply, Reply::Result { id: 8, from: 0, top, .. } if top[0].class == unsplit[0].class)
     );
     let junk = Reply::decode(&block_on(runner.answer_request(b"SPLT", clock))).unwrap();
     assert!(matches!(junk, Reply::Error { code: ErrorCode::Malformed, .. }), "{junk:?}");

@@ -1,0 +1,190 @@
+//! A model the server was never written for, defined here and nowhere else, runs split
+//! through the real server over a real WebSocket: the runtime's contract
+//! ([`split_shared::runtime::SplitModel`]) is all it takes. `docs/models.md` walks through
+//! this file.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use awc::ws::{Frame, Message};
+use futures_util::SinkExt;
+use split_shared::labels::{Prediction, TOP_K, top_k};
+use split_shared::protocol::{
+    Encoding, ErrorCode, FeaturesFrame, MODEL_EFFICIENTNET_LITE0, Reply, Request, peek_model,
+};
+use split_shared::runtime::{Activations, BoundarySpec, ModelSpec, RuntimeError, SplitModel};
+
+use crate::common::{self, Socket};
+
+/// The tiny model's id on the wire: any byte no other hosted model uses.
+const TINY: u8 = 42;
+
+/// A two-layer perceptron over 6 inputs: `input [6]` → `hidden [4]` (affine, ReLU) →
+/// `scores [3]` (affine). Its weights are a fixed pattern, so both halves hold the same model.
+struct Tiny {
+    spec: ModelSpec,
+}
+
+impl Tiny {
+    fn new() -> Self {
+        let boundaries = vec![
+            BoundarySpec::new("input", &[6]),
+            BoundarySpec::new("hidden", &[4]),
+            BoundarySpec::new("scores", &[3]),
+        ];
+        Self { spec: ModelSpec::new(TINY, "tiny-mlp", boundaries, 4).unwrap() }
+    }
+
+    /// Weight `(o, i)` of the layer ending at boundary `layer`, and its bias for `o`.
+    fn weight(layer: u8, o: usize, i: usize) -> f32 {
+        ((o * 7 + i * 3 + usize::from(layer)) % 11) as f32 / 5.0 - 1.0
+    }
+
+    fn bias(layer: u8, o: usize) -> f32 {
+        (o as f32 - 1.5) / 4.0 + f32::from(layer) / 10.0
+    }
+
+    /// The layer ending at boundary `layer`, on one item.
+    fn layer(&self, layer: u8, x: &[f32]) -> Vec<f32> {
+        let out = self.spec.boundaries[usize::from(layer)].len();
+        (0..out)
+            .map(|o| {
+                let y =
+                    x.iter().enumerate().map(|(i, v)| Self::weight(layer, o, i) * v).sum::<f32>()
+                        + Self::bias(layer, o);
+                if layer == 1 { y.max(0.0) } else { y }
+            })
+            .collect()
+    }
+}
+
+impl SplitModel for Tiny {
+    fn spec(&self) -> &ModelSpec {
+        &self.spec
+    }
+
+    fn forward_range(&self, x: Activations, to: u8) -> split_shared::Result<Activations> {
+        let from = x.boundary();
+        self.spec.boundary(to)?;
+        if to < from {
+            Err(RuntimeError::BackwardRange { model: self.spec.name.clone(), from, to })?;
+        }
+        let mut items: Vec<Vec<f32>> = x.items().map(<[f32]>::to_vec).collect();
+        for layer in from + 1..=to {
+            items = items.iter().map(|item| self.layer(layer, item)).collect();
+        }
+        let mut dims = vec![items.len()];
+        dims.extend_from_slice(&self.spec.boundaries[usize::from(to)].shape);
+        Ok(Activations::new(&self.spec, to, &dims, items.concat())?)
+    }
+}
+
+/// The tiny model's input for one example.
+fn input(tiny: &Tiny, seed: f32) -> Activations {
+    let values = (0..6).map(|i| ((i as f32 + seed) * 0.7).sin()).collect();
+    Activations::new(&tiny.spec, 0, &[1, 6], values).unwrap()
+}
+
+/// A features frame of `x`, f32, addressed to the tiny model.
+fn frame(id: u64, x: &Activations) -> Vec<u8> {
+    let frame = FeaturesFrame {
+        boundary: x.boundary(),
+        encoding: Encoding::F32,
+        shape: x.dims().iter().map(|d| *d as u32).collect(),
+        payload: x.values().iter().flat_map(|v| v.to_le_bytes()).collect(),
+    };
+    Request::Features { id, frame }.to_bytes_for(TINY)
+}
+
+/// Send `frame`; the reply, and the model byte its header carries.
+async fn call(ws: &mut Socket, frame: Vec<u8>) -> (Reply, Option<u8>) {
+    ws.send(Message::Binary(frame.into())).await.unwrap();
+    match common::next_message(ws, Duration::from_secs(60)).await {
+        Frame::Binary(b) => (Reply::decode(&b).expect("reply decodes"), peek_model(&b)),
+        other => panic!("expected a binary reply, got {other:?}"),
+    }
+}
+
+fn top(reply: &Reply) -> (u8, Vec<Prediction>) {
+    match reply {
+        Reply::Result { from, top, .. } => (*from, top.clone()),
+        other => panic!("expected a result, got {other:?}"),
+    }
+}
+
+fn error_code(reply: &Reply) -> ErrorCode {
+    match reply {
+        Reply::Error { code, .. } => *code,
+        other => panic!("expected an error, got {other:?}"),
+    }
+}
+
+#[actix_web::test]
+async fn a_model_defined_in_a_test_runs_split_through_the_real_server() {
+    let mut state = common::state(&[]);
+    state.host(Arc::new(Tiny::new())).expect("a free id and name");
+    // The same model twice, by id or by name, is refused before any worker starts.
+    assert!(matches!(state.host(Arc::new(Tiny::new())), Err(RuntimeError::Duplicate { .. })));
+    let srv = common::serve(state.clone());
+    let mut ws = common::connect(&srv, "/ws", 64 * 1024).await;
+    let tiny = Tiny::new();
+
+    for (id, seed) in [(1u64, 0.0f32), (2, 1.5), (3, -4.0)] {
+        let x = input(&tiny, seed);
+        let whole = tiny.forward_range(x.clone(), 2).unwrap();
+        let expected = top_k(whole.values(), TOP_K);
+        // Split after the hidden layer: the edge runs layer 1, the server layer 2.
+        let hidden = tiny.forward_range(x.clone(), 1).unwrap();
+        let (reply, model) = call(&mut ws, frame(id, &hidden)).await;
+        assert_eq!(model, Some(TINY), "the reply answers for the model addressed");
+        assert_eq!(reply.id(), id);
+        // The server's half is the same arithmetic on the same values: equal to the bit.
+        assert_eq!(top(&reply), (1, expected.clone()));
+        // Cloud-only: the input itself, at boundary 0.
+        let (reply, _) = call(&mut ws, frame(id + 10, &x)).await;
+        assert_eq!(top(&reply), (0, expected));
+    }
+
+    // What the tiny model refuses, each with its code, on the same socket.
+    let good = tiny.forward_range(input(&tiny, 2.0), 1).unwrap();
+    let mut wrong_shape = Request::decode(&frame(20, &good)).unwrap();
+    if let Request::Features { frame, .. } = &mut wrong_shape {
+        frame.shape = vec![1, 2, 2];
+    }
+    let (reply, _) = call(&mut ws, wrong_shape.to_bytes_for(TINY)).await;
+    assert_eq!(error_code(&reply), ErrorCode::ShapeMismatch);
+    let mut past_the_end = frame(21, &good);
+    past_the_end[16] = 3; // the boundary index: the tiny model has 0..3
+    let (reply, _) = call(&mut ws, past_the_end).await;
+    assert_eq!(error_code(&reply), ErrorCode::Malformed);
+    let image = Request::Image { id: 22, payload: b"\x89PNG".to_vec() }.to_bytes_for(TINY);
+    let (reply, _) = call(&mut ws, image).await;
+    assert_eq!(error_code(&reply), ErrorCode::Malformed, "it takes no images");
+    let two = Activations::stack(vec![good.clone(), good.clone()]).unwrap();
+    let (reply, _) = call(&mut ws, frame(23, &two)).await;
+    assert_eq!(error_code(&reply), ErrorCode::ShapeMismatch, "one item per frame");
+    let mut nobody = frame(24, &good);
+    nobody[7] = 77;
+    let (reply, model) = call(&mut ws, nobody).await;
+    assert_eq!((error_code(&reply), model), (ErrorCode::UnknownModel, Some(77)));
+
+    // EfficientNet-Lite0 is still served on the same socket, by its own byte.
+    let photo = include_bytes!("../../../web/samples/chelsea.png").to_vec();
+    let (reply, model) = call(&mut ws, Request::Image { id: 30, payload: photo }.to_bytes()).await;
+    assert_eq!(model, Some(MODEL_EFFICIENTNET_LITE0));
+    assert_eq!(top(&reply).1[0].class, 282);
+
+    // `/api/info` lists both, with their boundaries; `/metrics` counts the tiny model's own.
+    let mut info = srv.get("/api/info").send().await.unwrap();
+    let info: serde_json::Value = info.json().limit(1 << 20).await.unwrap();
+    let names: Vec<&str> =
+        info["models"].as_array().unwrap().iter().map(|m| m["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["efficientnet-lite0", "tiny-mlp"]);
+    let listed = &info["models"][1];
+    assert_eq!(listed["id"], TINY);
+    assert_eq!(listed["boundaries"][1], serde_json::json!({ "name": "hidden", "shape": [4] }));
+    assert_eq!(info["models"][0]["boundaries"].as_array().unwrap().len(), 21);
+    let mut metrics = srv.get("/metrics").send().await.unwrap();
+    let metrics = String::from_utf8(metrics.body().await.unwrap().to_vec()).unwrap();
+    assert!(metrics.contains("from=\"tiny-mlp/hidden\""), "{metrics}");
+}
