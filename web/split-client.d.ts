@@ -5,7 +5,7 @@
  * Codes: "network", "timeout", "closed", "worker", "wasm_trap" (a panic in the wasm module: the message
  * says where), "bad_option", "no_cost_table", "privacy_floor", "no_placement", "no_light_model", "webgpu_unavailable",
  * "bad_weights", "weights_missing", "bad_calibration", "backend", "internal", or an error code the server sent
- * ("malformed", "shape_mismatch", "bad_image", "busy", "rate_limited", "calibration_mismatch",
+ * ("malformed", "shape_mismatch", "bad_image", "busy", "rate_limited", "unknown_model", "calibration_mismatch",
  * "keyframe_required", "unsupported_codec", ...). */
 export class SplitError extends Error {
   constructor(code: string, message: string);
@@ -136,6 +136,12 @@ export interface CreateOptions {
    * weights of every stage (17 MB after block5), answers always full.
    */
   fallback?: "light" | "full";
+  /**
+   * The model, by the name `/api/info`'s `models` lists (default: the server's first,
+   * "efficientnet-lite0"). A name the server does not host is refused with "unknown_model";
+   * one it hosts without a browser half in this client (docs/models.md) with "bad_option".
+   */
+  model?: string;
   /** Noise on every request's features (see `ClassifyOptions.noise`). */
   noise?: string;
   /** Called with a newer version of a result: the light model's answer first (`progressive`),

@@ -55,9 +55,23 @@ function preloadTarget(weights) {
 
 /** How long a request waits for the server's reply (including connecting), unless told. */
 const DEFAULT_TIMEOUT_MS = 30_000;
+/** The model whose browser half this client runs (docs/models.md). */
+const EDGE_MODEL = "efficientnet-lite0";
 /** What a frame adds to its payload at most (`MAX_FRAME_BYTES - MAX_PAYLOAD_BYTES` in
  * shared/src/protocol). */
 const FRAME_HEADER_BYTES = 64;
+/** Refuse `model` unless the server hosts it (`/api/info`'s `models`) and this client has its
+ * browser half: "unknown_model" names what the server has. */
+function checkModel(model, info) {
+  const hosted = (info.models ?? [{ name: info.model }]).map((m) => m.name);
+  if (!hosted.includes(model)) {
+    throw new SplitError("unknown_model", `the server hosts ${hosted.join(", ")}; not ${model}`);
+  }
+  if (model !== EDGE_MODEL) {
+    throw new SplitError("bad_option", `the server hosts ${model}, but this client's browser half runs ${EDGE_MODEL} only`);
+  }
+}
+
 /** The keys `options.constraints` may have; any other is refused rather than ignored (a
  * misspelt privacy floor must not silently mean none). */
 const CONSTRAINTS = ["privacyFloor", "minAgreement", "maxEdgeParamBytes"];
@@ -86,6 +100,7 @@ export class SplitClient {
     onProgress({ stage: "wasm", fraction: null });
     await loadWasm(options.backend ?? "auto", options.wasmBuild);
     const info = JSON.parse(new TextDecoder().decode(await fetchWithProgress(new URL("api/info", base), "info", () => {})));
+    checkModel(options.model ?? info.model, info);
     const preload = preloadTarget(options.weights ?? "all");
     const edge = await wasmCall(() => wasm.EdgeSession.create(options.backend ?? "auto"));
     const weights = new EdgeWeights(edge, info, base, onProgress);

@@ -8,8 +8,8 @@ use serde::Serialize;
 use split_shared::codec::{Calibration, SUPPORTED_BITS, Setting};
 use split_shared::model::{BoundaryInfo, NUM_BOUNDARIES, boundary_table};
 use split_shared::protocol::{
-    LLM_PROTOCOL_VERSION, MAX_FRAME_BYTES, MAX_HIDDEN_ROWS, MAX_LLM_FRAME_BYTES, MODEL_SMOLLM2,
-    PROTOCOL_VERSION,
+    LLM_PROTOCOL_VERSION, MAX_FRAME_BYTES, MAX_HIDDEN_ROWS, MAX_LLM_FRAME_BYTES,
+    MODEL_EFFICIENTNET_LITE0, MODEL_SMOLLM2, PROTOCOL_VERSION,
 };
 use split_shared::runtime::ModelSpec;
 
@@ -38,8 +38,8 @@ pub struct ServerInfo {
     /// The model served on `/ws` to clients that name none (its byte in every frame is 1).
     pub model: &'static str,
     /// Every model `/ws` serves, by the id a frame's model byte carries: name, boundaries
-    /// (each with one item's shape), batch limit. The first is `model`.
-    pub models: Vec<ModelSpec>,
+    /// (each with one item's shape), batch limit, codec, cost table. The first is `model`.
+    pub models: Vec<ModelInfo>,
     /// The device the cloud half runs on.
     pub device: &'static str,
     /// Where the weights are.
@@ -62,6 +62,18 @@ pub struct ServerInfo {
     /// The language model a client may split with this server on `/llm`; absent without one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub llm: Option<LlmInfo>,
+}
+
+/// A model `/ws` serves (`/api/info`'s `models`).
+#[derive(Debug, Serialize)]
+pub struct ModelInfo {
+    /// Its id, name, boundaries and batch limit.
+    #[serde(flatten)]
+    pub spec: ModelSpec,
+    /// The codec setting its features should travel in.
+    pub default_codec: Setting,
+    /// Where its cost table is, when the server has one for it.
+    pub cost_table_url: Option<&'static str>,
 }
 
 /// The language model (`/api/info`'s `llm`): what a client needs to open a conversation.
@@ -198,7 +210,19 @@ impl ServerInfo {
             protocol_version: PROTOCOL_VERSION,
             max_frame_bytes: MAX_FRAME_BYTES,
             model: split_shared::model::LITE0_NAME,
-            models: state.models.registry().iter().map(|m| m.spec().clone()).collect(),
+            models: state
+                .models
+                .registry()
+                .iter()
+                .map(|m| ModelInfo {
+                    spec: m.spec().clone(),
+                    default_codec: m.default_codec(),
+                    // The cost table is EfficientNet-Lite0's (`./run.sh profile`).
+                    cost_table_url: (m.spec().id == MODEL_EFFICIENTNET_LITE0
+                        && state.cost_table.is_some())
+                    .then_some(COST_TABLE_URL),
+                })
+                .collect(),
             device: state.device_name,
             weights_url: WEIGHTS_URL,
             weights_bytes: state.weights_file.bytes,

@@ -39,7 +39,7 @@ mod ws;
 pub use config::{Config, DeviceChoice, Token};
 pub use engine::{Engine, Outcome, Work};
 pub use error::ServeError;
-pub use info::{CalibrationInfo, LlmInfo, ServerInfo};
+pub use info::{CalibrationInfo, LlmInfo, ModelInfo, ServerInfo};
 pub use metrics::Metrics;
 pub use routes::config_app;
 pub use service::{Session, answer};

@@ -2,38 +2,44 @@
 //! through the server's `/group` socket and answers the requests other members relay to it,
 //! with the same model definition and codec as the browser and the server.
 //!
-//! What it answers is the protocol's own: a relayed [`Request::Image`] or [`Request::Input`]
-//! runs the whole network, a relayed [`Request::Features`] the rest of it from the frame's
-//! boundary, and the answer is a [`Reply`] frame, relayed back to whoever asked. As a
+//! What it answers is the protocol's own, through the same runtime adapter the server hosts
+//! ([`Lite0Split`]): a relayed [`Request::Image`] runs the whole network on the cropped photo,
+//! [`Request::Input`] on the picture as sent, a relayed [`Request::Features`] the rest of it from
+//! the frame's boundary, and the answer is a [`Reply`] frame, relayed back to whoever asked. As a
 //! pipeline's middle stage (a `route` signal before the frame names the stages after it) it
 //! runs its blocks and passes the features on, and the last stage answers the asker. No WebRTC: a
 //! maintained Rust WebRTC stack would double this crate's build; the relay carries the same
 //! frames.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
 use burn::tensor::{Device, Tensor};
-use split_shared::codec::{Calibration, DecodeContext};
+use split_shared::codec::{Calibration, StreamDecoder};
 use split_shared::labels::{Prediction, top_k};
-use split_shared::model::{Boundary, EfficientNetLite0};
-use split_shared::protocol::{ErrorCode, Reply, Request, ServerLoad, ServerTimings};
+use split_shared::model::{Boundary, EfficientNetLite0, Features, Lite0Split};
+use split_shared::protocol::{
+    ErrorCode, MODEL_EFFICIENTNET_LITE0, Reply, Request, ServerLoad, ServerTimings, WireError,
+    peek_model,
+};
+use split_shared::runtime::{Activations, SplitModel};
 
 mod socket;
 
 pub use socket::{AgentOptions, OnJoined, run};
 
-/// A request's id, where the network started, its answer, and the decoding time in µs.
-type Computed = (u64, Boundary, Vec<Prediction>, u32);
+/// A request's id, the index of the boundary the network started from, its answer, and the
+/// decoding time in µs.
+type Computed = (u64, u8, Vec<Prediction>, u32);
 
 /// Most predictions in an answer.
 const TOP_K: usize = 5;
 
-/// The model, the codec calibration, and the device they run on.
+/// The model as the server hosts it ([`Lite0Split`]: the network, its device and the codec
+/// calibration), so a relayed frame is decoded and run exactly as `/ws` would.
 pub struct Agent {
-    model: EfficientNetLite0,
-    calibration: Option<Calibration>,
-    device: Device,
+    model: Lite0Split,
 }
 
 impl Agent {
@@ -50,8 +56,9 @@ impl Agent {
                 Calibration::load(p)
                     .with_context(|| format!("loading the calibration {}", p.display()))
             })
-            .transpose()?;
-        Ok(Self { model, calibration, device })
+            .transpose()?
+            .map(Arc::new);
+        Ok(Self { model: Lite0Split::new(model, device, calibration) })
     }
 
     /// Milliseconds for the whole network on one image, the second of two runs (the first
@@ -60,13 +67,12 @@ impl Agent {
     /// # Errors
     /// When the model fails to run.
     pub fn measure(&self) -> Result<f64> {
-        let x = Tensor::<4>::zeros([1, 3, 224, 224], &self.device);
+        let (network, device) = (self.model.network(), self.model.device());
+        let x = Tensor::<4>::zeros([1, 3, 224, 224], device);
         let mut ms = 0.0;
         for _ in 0..2 {
             let start = Instant::now();
-            drop(
-                self.model.forward_range(x.clone(), Boundary::INPUT, Boundary::LOGITS)?.into_data(),
-            );
+            drop(network.forward_range(x.clone(), Boundary::INPUT, Boundary::LOGITS)?.into_data());
             ms = start.elapsed().as_secs_f64() * 1e3;
         }
         Ok(ms)
@@ -79,7 +85,7 @@ impl Agent {
         match self.compute(frame) {
             Ok((id, from, top, decode_us)) => Reply::Result {
                 id,
-                from: from.index(),
+                from,
                 top,
                 timings: ServerTimings {
                     queue_us: 0,
@@ -107,32 +113,34 @@ impl Agent {
         let Request::Features { id, frame } = Request::decode(frame)? else {
             anyhow::bail!("a pipeline stage takes a features frame");
         };
-        let features = frame.decode(DecodeContext::new(self.calibration.as_ref()))?;
-        let from = features.boundary();
-        let x = self.model.forward_range(features.to_tensor(&self.device), from, to)?;
-        let features = split_shared::Features::from_tensor(to, x)?;
+        let x = self.model.decode_features(&frame, &mut StreamDecoder::new())?;
+        let y = self.model.forward_range(x, to.index())?;
+        let dims = y.dims().to_vec();
+        let features = Features::new(to, &dims, y.into_values())?;
         let next = split_shared::protocol::FeaturesFrame::encode(
             &features,
             setting,
-            split_shared::codec::EncodeContext::new(self.calibration.as_ref()),
+            split_shared::codec::EncodeContext::new(self.model.calibration()),
         )?;
         Ok(Request::Features { id, frame: next }.to_bytes())
     }
 
     fn compute(&self, frame: &[u8]) -> Result<Computed, (ErrorCode, String)> {
+        let refused = |e: split_shared::Error| (ErrorCode::of(&e), e.to_string());
         let request = Request::decode(frame).map_err(|e| (e.code(), e.to_string()))?;
+        let model = peek_model(frame).unwrap_or(MODEL_EFFICIENTNET_LITE0);
+        if model != MODEL_EFFICIENTNET_LITE0 {
+            let e = WireError::UnknownModel { id: request.id(), model };
+            return Err((e.code(), e.to_string()));
+        }
         let start = Instant::now();
-        let (id, from, x) = match request {
-            Request::Image { id, payload } | Request::Input { id, payload } => {
-                let img = split_shared::image::preprocess(&payload)
-                    .map_err(|e| (ErrorCode::of(&e), e.to_string()))?;
-                (id, Boundary::INPUT, split_shared::image::to_input_tensor(&img, &self.device))
-            }
+        // Each relayed frame decodes alone: delta frames of a camera stream need the keyframe
+        // the server keeps per session, which a relay between members does not carry.
+        let (id, x): (u64, split_shared::Result<Activations>) = match request {
+            Request::Image { id, payload } => (id, self.model.image_input(&payload, false)),
+            Request::Input { id, payload } => (id, self.model.image_input(&payload, true)),
             Request::Features { id, frame } => {
-                let features = frame
-                    .decode(DecodeContext::new(self.calibration.as_ref()))
-                    .map_err(|e| (ErrorCode::of(&e), e.to_string()))?;
-                (id, features.boundary(), features.to_tensor(&self.device))
+                (id, self.model.decode_features(&frame, &mut StreamDecoder::new()))
             }
             Request::Ping { .. } => {
                 return Err((
@@ -141,16 +149,10 @@ impl Agent {
                 ));
             }
         };
-        let decode_us = micros(start.elapsed());
-        let logits = self
-            .model
-            .forward_range(x, from, Boundary::LOGITS)
-            .map_err(|e| (ErrorCode::Internal, e.to_string()))?;
-        let values: Vec<f32> = logits
-            .into_data()
-            .try_to_vec::<f32>()
-            .map_err(|e| (ErrorCode::Internal, format!("{e:?}")))?;
-        Ok((id, from, top_k(&values, TOP_K), decode_us))
+        let x = x.map_err(refused)?;
+        let (from, decode_us) = (x.boundary(), micros(start.elapsed()));
+        let scores = self.model.forward_range(x, self.model.spec().output()).map_err(refused)?;
+        Ok((id, from, top_k(scores.values(), TOP_K), decode_us))
     }
 }
 

@@ -15,6 +15,7 @@ use split_shared::codec::{EncodeContext, Setting};
 use split_shared::group::relay::RelayFrame;
 use split_shared::model::{Boundary, Features};
 use split_shared::protocol::{ErrorCode, FeaturesFrame, Reply, Request};
+use split_shared::runtime::SplitModel;
 
 type Socket = Framed<BoxedSocket, Codec>;
 
@@ -151,6 +152,23 @@ async fn the_agent_joins_and_answers_relayed_frames() {
         ask(&mut phone, peer, &Request::Image { id: 4, payload: CHELSEA.to_vec() }.to_bytes())
             .await;
     assert!(CATS.contains(&top1(&reply)));
+
+    // The model's input itself (a 224x224 JPEG, what a client that shrinks photos sends) runs
+    // as it is, not cropped again: the top-5 is the server's to the last bit.
+    let input = split_shared::image::encode_jpeg(&img, 90).unwrap();
+    let hosted = split_shared::model::Lite0Split::new(model, device, None);
+    let x = hosted.image_input(&input, true).unwrap();
+    let want = split_shared::labels::top_k(hosted.forward_range(x, 20).unwrap().values(), 5);
+    let reply = ask(&mut phone, peer, &Request::Input { id: 5, payload: input }.to_bytes()).await;
+    let Reply::Result { top, .. } = &reply else { panic!("{reply:?}") };
+    assert_eq!(top, &want);
+    // A frame for a model the agent does not run.
+    let other = Request::Image { id: 6, payload: CHELSEA.to_vec() }.to_bytes_for(9);
+    let reply = ask(&mut phone, peer, &other).await;
+    assert!(
+        matches!(reply, Reply::Error { id: 6, code: ErrorCode::UnknownModel, .. }),
+        "{reply:?}"
+    );
     running.abort();
 }
 

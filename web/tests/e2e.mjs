@@ -82,6 +82,7 @@ async function errorChecks(page, name) {
       unknownSplit: await attempt(() => client.classify(chelsea, "block99")),
       unknownCodec: await attempt(() => client.classify(chelsea, "block5", { codec: "q4-zzz" })),
       unsupportedBits: await attempt(() => client.classify(chelsea, "block5", { codec: "q5" })),
+      unknownModel: await attempt(() => SplitClient.create({ backend: "cpu", worker: false, weights: "none", model: "no-such-model" })),
       afterwards: (await client.classify(chelsea, "block5", { codec: "q4" })).top[0].class,
       // The worker's client reported its WebSocket's state to the page, which shows it.
       connection: { client: client.connectionState.state, page: document.body.dataset.connection, text: document.getElementById("connection").textContent },
@@ -124,7 +125,7 @@ async function errorChecks(page, name) {
   }, UNREACHABLE);
   console.table(out);
   for (const [k, code] of [["notAnImage", "bad_image"], ["unknownSplit", "bad_option"], ["unknownCodec", "bad_option"],
-                           ["unsupportedBits", "bad_option"]]) {
+                           ["unsupportedBits", "bad_option"], ["unknownModel", "unknown_model"]]) {
     assert.ok(out[k].thrown && out[k].splitError, `${name}/${k}: a SplitError: ${JSON.stringify(out[k])}`);
     assert.equal(out[k].code, code, `${name}/${k}: ${out[k].message}`);
     assert.ok(out[k].message.length > 0, `${name}/${k}: a message`);

@@ -5,6 +5,7 @@ import { SplitClient, SplitError, type ClassifyResult, type Placement } from "..
 async function embed(bytes: Uint8Array): Promise<string> {
   const client = await SplitClient.create({
     backend: "auto",
+    model: "efficientnet-lite0",
     weights: "block5",
     onProgress: (p) => console.log(p.stage, p.fraction),
     constraints: { privacyFloor: "block5", minAgreement: 0.98 },

@@ -182,6 +182,11 @@ async fn a_model_defined_in_a_test_runs_split_through_the_real_server() {
     assert_eq!(names, ["efficientnet-lite0", "tiny-mlp"]);
     let listed = &info["models"][1];
     assert_eq!(listed["id"], TINY);
+    assert_eq!(
+        (&listed["default_codec"], &listed["cost_table_url"]),
+        (&"f32".into(), &serde_json::Value::Null)
+    );
+    assert_eq!(info["models"][0]["default_codec"], info["default_codec"]);
     assert_eq!(listed["boundaries"][1], serde_json::json!({ "name": "hidden", "shape": [4] }));
     assert_eq!(info["models"][0]["boundaries"].as_array().unwrap().len(), 21);
     let mut metrics = srv.get("/metrics").send().await.unwrap();

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use burn::tensor::{Device, Tensor, TensorData};
 
 use super::{Boundary, EfficientNetLite0, MAX_BATCH, ModelError, boundary_table};
-use crate::codec::{Calibration, DecodeContext, StreamDecoder};
+use crate::codec::{Calibration, DecodeContext, Setting, StreamDecoder};
 use crate::protocol::{FeaturesFrame, MODEL_EFFICIENTNET_LITE0};
 use crate::runtime::{Activations, BoundarySpec, ModelSpec, SplitModel};
 
@@ -46,6 +46,16 @@ impl Lite0Split {
     pub fn network(&self) -> &EfficientNetLite0 {
         &self.model
     }
+
+    /// The device it runs on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// The calibration its coded frames use, if it has one.
+    pub fn calibration(&self) -> Option<&Calibration> {
+        self.calibration.as_deref()
+    }
 }
 
 impl SplitModel for Lite0Split {
@@ -73,6 +83,10 @@ impl SplitModel for Lite0Split {
         let features = frame.decode(ctx)?;
         let (boundary, dims) = (features.boundary().index(), features.dims());
         Ok(Activations::new(&self.spec, boundary, &dims, features.into_values())?)
+    }
+
+    fn default_codec(&self) -> Setting {
+        self.calibration.as_ref().map_or(Setting::F32, |c| c.default_setting())
     }
 
     fn image_input(&self, bytes: &[u8], exact: bool) -> crate::Result<Activations> {

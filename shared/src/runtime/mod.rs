@@ -22,7 +22,7 @@ pub use error::RuntimeError;
 pub use registry::Registry;
 pub use spec::{BoundarySpec, MAX_ITEM_RANK, ModelSpec};
 
-use crate::codec::StreamDecoder;
+use crate::codec::{Setting, StreamDecoder};
 use crate::protocol::{Encoding, FeaturesFrame};
 
 /// A model that runs split: the runtime's one contract with it. Implementations hold their
@@ -51,6 +51,12 @@ pub trait SplitModel: Send + Sync {
     ) -> crate::Result<Activations> {
         let _ = streams;
         decode_f32(self.spec(), frame)
+    }
+
+    /// The codec setting clients should send features in (`/api/info` lists it per model):
+    /// f32 unless the model brings a codec.
+    fn default_codec(&self) -> Setting {
+        Setting::F32
     }
 
     /// The model's input (boundary 0, batch of one) from image bytes: the whole photo to crop
