@@ -134,6 +134,11 @@ pub struct Config {
     /// would go over it is refused (`kv_budget`) until others end.
     #[arg(long, env = "SPLIT_LLM_KV_MIB", default_value_t = 256)]
     pub llm_kv_mib: usize,
+    /// Seconds a `/llm` conversation must have sat idle before a new conversation that does
+    /// not fit the KV budget may take its cache (the idle one gets `evicted` and its socket
+    /// closes; the least recently active go first, and only if that makes room). 0: never.
+    #[arg(long, env = "SPLIT_LLM_EVICT_AFTER", default_value_t = 10)]
+    pub llm_evict_after: u64,
     /// Batch `/llm` conversations' steps together (continuous batching, one batching thread
     /// per core; each answer bit for bit the same) instead of running each conversation's
     /// steps on its own. Off by default: on the 2-core reference machine it answered more

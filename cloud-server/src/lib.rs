@@ -11,7 +11,8 @@
 //! (certificates), `info` (the `/api/info` contract), `shards` (weights and calibration cut per
 //! boundary),
 //! `metrics` (what `/metrics` counts), `groups` and `group_ws` (device groups: the registry and
-//! the `/group` socket), `llm_ws` (the language model's blocks for a client's split: `/llm`).
+//! the `/group` socket), `llm_ws` (the language model's blocks for a client's split: `/llm`),
+//! `llm_budget` (its KV budget and eviction).
 
 mod config;
 mod engine;
@@ -25,6 +26,7 @@ mod info;
 pub mod ipnet;
 mod limits;
 mod llm_batch;
+mod llm_budget;
 mod llm_edge;
 mod llm_ws;
 mod metrics;

@@ -12,12 +12,13 @@
 //! ends it after the token being computed, anything else is refused with `placement`. KV cache is reserved when a conversation opens (its
 //! positions × its blocks), against the conversation's limit (`--llm-positions`) and every
 //! conversation's together (`--llm-kv-mib`); a conversation over either is refused with
-//! `kv_budget` and other conversations are not touched. The reservation ends with the socket.
+//! `kv_budget`, unless conversations idle for `--llm-evict-after` free enough
+//! ([`crate::llm_budget`]: each gets `evicted` and its socket closes). The reservation ends
+//! with the socket.
 //! Frames count against the same per-address rate as `/ws` requests (`--rate-limit`); answers
 //! and refusals go to `/metrics` as `/ws`'s do (answers under `from="llm"`).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use actix_web::{HttpRequest, HttpResponse, rt, web};
@@ -29,6 +30,7 @@ use split_shared::protocol::{
 };
 
 use crate::llm_batch::{Batcher, Done, Input, Job, Output};
+use crate::llm_budget::{KvBudget, Lease, Reservation};
 use crate::state::AppState;
 use crate::ws::{Upgraded, checked_upgrade, send};
 
@@ -46,10 +48,8 @@ pub struct LlmHost {
     pub end_token: u32,
     /// Positions one conversation may reserve.
     pub max_positions: u32,
-    /// Bytes of KV cache all conversations may reserve.
-    pub budget_bytes: usize,
-    /// Bytes reserved now.
-    pub held: AtomicUsize,
+    /// The KV cache all conversations may reserve, and who holds it ([`crate::llm_budget`]).
+    pub budget: Arc<KvBudget>,
     /// The file the model was read from (the edge's shares are cut from it).
     pub path: std::path::PathBuf,
     /// FNV-1a 64 of the file, in hex: what clients cache its shares under.
@@ -121,8 +121,10 @@ impl LlmHost {
             model,
             end_token: tokenizer.eos,
             max_positions: config.llm_positions,
-            budget_bytes: config.llm_kv_mib.saturating_mul(1 << 20),
-            held: AtomicUsize::new(0),
+            budget: KvBudget::new(
+                config.llm_kv_mib.saturating_mul(1 << 20),
+                (config.llm_evict_after > 0).then(|| Duration::from_secs(config.llm_evict_after)),
+            ),
             file_id: format!("{:016x}", split_shared::container::fnv1a64(&bytes)),
             tokenizer: split_shared::models::smollm2::tokenizer_share(&bytes)?.into(),
             path,
@@ -137,43 +139,11 @@ impl LlmHost {
         let per_position = self.model.config.kv_dim() * 2 * 4;
         usize::from(end.saturating_sub(first)) * per_position * positions as usize
     }
-
-    /// Reserve `bytes` of the budget, or say why not.
-    fn reserve(self: &Arc<Self>, bytes: usize) -> Result<Reservation, String> {
-        let mut held = self.held.load(Ordering::Relaxed);
-        loop {
-            let after = held.saturating_add(bytes);
-            if after > self.budget_bytes {
-                return Err(format!(
-                    "the server's KV budget is {} MiB, {} MiB are held; this conversation needs {:.1} MiB",
-                    self.budget_bytes >> 20,
-                    held >> 20,
-                    bytes as f64 / (1 << 20) as f64
-                ));
-            }
-            match self.held.compare_exchange(held, after, Ordering::AcqRel, Ordering::Relaxed) {
-                Ok(_) => return Ok(Reservation { host: self.clone(), bytes }),
-                Err(now) => held = now,
-            }
-        }
-    }
 }
 
 /// Batching threads: one per core (`RAYON_NUM_THREADS` or the machine's), as the kernels count.
 fn batch_threads() -> usize {
     split_kernels::max_threads()
-}
-
-/// Budget held by one conversation, given back when it ends.
-struct Reservation {
-    host: Arc<LlmHost>,
-    bytes: usize,
-}
-
-impl Drop for Reservation {
-    fn drop(&mut self) {
-        self.host.held.fetch_sub(self.bytes, Ordering::AcqRel);
-    }
 }
 
 /// An open conversation: its blocks, its cache (absent while the blocks run), the server's
@@ -183,7 +153,7 @@ struct Conversation {
     end: u16,
     cache: Option<KvCache>,
     sampler: Option<Sampler>,
-    _reservation: Reservation,
+    reservation: Reservation,
     /// Counts it among the conversations a batch waits for (`--llm-batch`).
     _open: Option<crate::llm_batch::Open>,
 }
@@ -301,7 +271,24 @@ async fn serve(
 ) {
     let mut conversation: Option<Conversation> = None;
     let reason = 'serve: loop {
-        let msg = match tokio::time::timeout(IDLE_TIMEOUT, stream.next()).await {
+        let lease = conversation.as_ref().map(|c| c.reservation.lease().clone());
+        let next = tokio::select! {
+            next = tokio::time::timeout(IDLE_TIMEOUT, stream.next()) => next,
+            () = evicted(lease.as_deref()) => {
+                // Its cache goes now; the client opens again and re-sends what it kept.
+                drop(conversation.take());
+                state.metrics.refused(LlmErrorCode::Evicted.name());
+                let message = "the server took this idle conversation's KV cache for another; \
+                               open again and send the kept hidden states to go on";
+                let _ = send(&mut session, error(0, LlmErrorCode::Evicted, message).encode(), &state)
+                    .await;
+                break Some(CloseReason {
+                    code: CloseCode::Again,
+                    description: Some("evicted".into()),
+                });
+            }
+        };
+        let msg = match next {
             Err(_) => {
                 break Some(CloseReason {
                     code: CloseCode::Normal,
@@ -314,6 +301,9 @@ async fn serve(
             Some(Ok(AggregatedMessage::Binary(bytes))) => {
                 state.metrics.received(bytes.len());
                 let started = std::time::Instant::now();
+                if let Some(lease) = &lease {
+                    lease.set_busy(true);
+                }
                 // The same per-address bucket as `/ws`: frames per second, a second's worth at once.
                 let reply = if !state.rate.allow(admitted.ip, started) {
                     let message = format!(
@@ -343,6 +333,9 @@ async fn serve(
                 if !send(&mut session, reply.encode(), &state).await {
                     return;
                 }
+                if let Some(c) = &conversation {
+                    c.reservation.lease().set_busy(false);
+                }
             }
             Some(Ok(AggregatedMessage::Text(_))) => {
                 let reply = error(0, LlmErrorCode::BadFrame, "frames are binary");
@@ -362,6 +355,14 @@ async fn serve(
         }
     };
     let _ = session.close(reason).await;
+}
+
+/// Until the budget takes `lease`'s cache back; never without a conversation.
+async fn evicted(lease: Option<&Lease>) {
+    match lease {
+        Some(lease) => lease.evicted().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// `position` is where the conversation's cache stands and `rows` more fit in it, or the error
@@ -568,7 +569,7 @@ fn open(
             format!("{positions} positions: a conversation may have 1..={}", host.max_positions),
         );
     }
-    let reservation = match host.reserve(host.cache_bytes(first, end, positions)) {
+    let reservation = match host.budget.reserve(host.cache_bytes(first, end, positions)) {
         Ok(r) => r,
         Err(why) => return error(id, LlmErrorCode::KvBudget, why),
     };
@@ -579,7 +580,7 @@ fn open(
         end,
         cache: Some(cache),
         sampler,
-        _reservation: reservation,
+        reservation,
         _open: host.batcher.as_ref().map(Batcher::open),
     });
     let width = host.model.config.dim as u32;

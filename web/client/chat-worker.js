@@ -43,7 +43,9 @@ export const PLANNED_ANSWER = { promptTokens: 64, answerTokens: 128 };
 /** Waits before each attempt to resume an answer whose socket dropped (then it fails). */
 export const RESUME_DELAYS_MS = [200, 1_000, 3_000];
 
-const transient = (e) => e?.code === "network" || e?.code === "timeout";
+// `evicted`: the server took an idle conversation's cache for another; opening again and
+// re-sending the kept hidden states goes on, as after a dropped socket.
+const transient = (e) => e?.code === "network" || e?.code === "timeout" || e?.code === "evicted";
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 let state = null;

@@ -282,6 +282,41 @@ async fn bad_frames_get_typed_errors_and_the_conversation_goes_on() {
     assert_eq!(again.len(), dim);
 }
 
+/// A conversation that does not fit the KV budget takes the cache of one idle past
+/// `--llm-evict-after`: the idle one gets `evicted` and its socket closes; one idle for less is
+/// not touched; the evicted client opens again once there is room and is served.
+#[actix_web::test]
+async fn an_idle_conversation_is_evicted_for_a_new_one() {
+    let flags = ["--llm-positions", "64", "--llm-kv-mib", "1", "--llm-evict-after", "1"];
+    let srv = common::server_and_state(&flags).0;
+    let dim = model().config.dim;
+    // 16 positions of 26 blocks: 0.61 MiB. One fits in 1 MiB, two do not.
+    let mut idle = connect(&srv).await;
+    assert!(matches!(call(&mut idle, &open(1, 16)).await, LlmFrame::Opened { .. }));
+    let mut newcomer = connect(&srv).await;
+    assert_eq!(
+        code(call(&mut newcomer, &open(2, 16)).await),
+        LlmErrorCode::KvBudget,
+        "not idle for a second yet"
+    );
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert!(matches!(call(&mut newcomer, &open(3, 16)).await, LlmFrame::Opened { .. }));
+    assert_eq!(code(next_frame(&mut idle).await), LlmErrorCode::Evicted);
+    match common::next_message(&mut idle, Duration::from_secs(10)).await {
+        Frame::Close(Some(r)) => assert_eq!(r.description.as_deref(), Some("evicted")),
+        other => panic!("expected the evicted socket to close, got {other:?}"),
+    }
+    let reply = call(&mut newcomer, &hidden(4, 0, vec![0.1; dim])).await;
+    assert!(matches!(reply, LlmFrame::Hidden { reply: true, .. }), "{reply:?}");
+    // The evicted client comes back once the newcomer has gone, and is served.
+    drop(newcomer);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut back = connect(&srv).await;
+    assert!(matches!(call(&mut back, &open(5, 16)).await, LlmFrame::Opened { .. }));
+    let reply = call(&mut back, &hidden(6, 0, vec![0.1; dim])).await;
+    assert!(matches!(reply, LlmFrame::Hidden { reply: true, .. }), "{reply:?}");
+}
+
 #[actix_web::test]
 async fn plain_split_and_cloud_only_answer_as_the_unsplit_model() {
     plain_split_and_cloud_only(&[]).await;

@@ -149,6 +149,10 @@ pub enum LlmErrorCode {
     /// hold the embedding, a generation without the head, anything but `stop` while a
     /// generation is under way).
     Placement = 10,
+    /// The server took the conversation's KV cache back for a new conversation while this one
+    /// sat idle (`--llm-evict-after`); the socket closes after it. Open again and send the
+    /// kept hidden states again to go on.
+    Evicted = 11,
 }
 
 impl LlmErrorCode {
@@ -165,6 +169,7 @@ impl LlmErrorCode {
             Internal,
             RateLimited,
             Placement,
+            Evicted,
         ]
         .into_iter()
         .find(|c| *c as u16 == v)
@@ -172,7 +177,7 @@ impl LlmErrorCode {
 
     /// Whether trying again later (after other conversations end, or a second) may succeed.
     pub fn is_transient(self) -> bool {
-        matches!(self, LlmErrorCode::KvBudget | LlmErrorCode::RateLimited)
+        matches!(self, LlmErrorCode::KvBudget | LlmErrorCode::RateLimited | LlmErrorCode::Evicted)
     }
 
     /// The code's name, as the docs and the server's metrics spell it.
@@ -188,6 +193,7 @@ impl LlmErrorCode {
             LlmErrorCode::Internal => "internal",
             LlmErrorCode::RateLimited => "rate_limited",
             LlmErrorCode::Placement => "placement",
+            LlmErrorCode::Evicted => "evicted",
         }
     }
 }
