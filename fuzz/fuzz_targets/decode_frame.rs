@@ -1,6 +1,8 @@
 //! Any bytes as a client frame: the request decoder, then the codec with the real calibration
 //! and a stream decoder that lives across inputs (so delta paths with state are reached too);
-//! and as a frame of the chat's socket (`/llm`), its hidden rows in every encoding.
+//! and as a frame of the chat's socket (`/llm`), its hidden rows in every encoding; and a
+//! features frame as any model on the runtime decodes it (f32 and ranged, on a small model's
+//! boundaries, so the ranged codec sees shapes of every rank).
 //! Nothing may panic; every input is either decoded or refused with a typed error.
 #![no_main]
 
@@ -9,6 +11,16 @@ use std::sync::{Mutex, OnceLock};
 use libfuzzer_sys::fuzz_target;
 use split_shared::codec::{Calibration, DecodeContext, StreamDecoder};
 use split_shared::protocol::{LlmFrame, Request};
+use split_shared::runtime::{BoundarySpec, ModelSpec, decode_plain};
+
+fn small_model() -> &'static ModelSpec {
+    static S: OnceLock<ModelSpec> = OnceLock::new();
+    S.get_or_init(|| {
+        let b = [("input", &[6][..]), ("mid", &[4, 3]), ("map", &[2, 3, 2]), ("out", &[5])];
+        let boundaries = b.iter().map(|(n, s)| BoundarySpec::new(*n, s)).collect();
+        ModelSpec::new(9, "fuzz", boundaries, 4).expect("a valid spec")
+    })
+}
 
 fn calibration() -> &'static Calibration {
     static C: OnceLock<Calibration> = OnceLock::new();
@@ -35,6 +47,9 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     if let Ok(Request::Features { frame, .. }) = Request::decode(&frame) {
+        if let Ok(x) = decode_plain(small_model(), &frame) {
+            assert_eq!(x.values().len(), x.dims().iter().product::<usize>());
+        }
         let mut streams = STREAMS.get_or_init(Default::default).lock().unwrap();
         let ctx = DecodeContext::new(Some(calibration)).with_streams(Some(&mut streams));
         if let Ok(features) = frame.decode(ctx) {

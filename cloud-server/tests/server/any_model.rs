@@ -12,7 +12,9 @@ use split_shared::labels::{Prediction, TOP_K, top_k};
 use split_shared::protocol::{
     Encoding, ErrorCode, FeaturesFrame, MODEL_EFFICIENTNET_LITE0, Reply, Request, peek_model,
 };
-use split_shared::runtime::{Activations, BoundarySpec, ModelSpec, RuntimeError, SplitModel};
+use split_shared::runtime::{
+    Activations, BoundarySpec, ModelSpec, RuntimeError, SplitModel, encode_plain,
+};
 
 use crate::common::{self, Socket};
 
@@ -142,7 +144,15 @@ async fn a_model_defined_in_a_test_runs_split_through_the_real_server() {
         assert_eq!(top(&reply), (1, expected.clone()));
         // Cloud-only: the input itself, at boundary 0.
         let (reply, _) = call(&mut ws, frame(id + 10, &x)).await;
-        assert_eq!(top(&reply), (0, expected));
+        assert_eq!(top(&reply), (0, expected.clone()));
+        // The calibration-free codec: 8 bits a value in its own range, the same best class.
+        let ranged = encode_plain(&hidden, Some(8)).unwrap();
+        assert!(ranged.payload.len() < hidden.values().len() * 4, "smaller than f32");
+        let ranged = Request::Features { id: id + 20, frame: ranged }.to_bytes_for(TINY);
+        let (reply, _) = call(&mut ws, ranged).await;
+        let (from, got) = top(&reply);
+        assert_eq!((from, got[0].class), (1, expected[0].class));
+        assert!((got[0].prob - expected[0].prob).abs() < 0.02, "{got:?} vs {expected:?}");
     }
 
     // What the tiny model refuses, each with its code, on the same socket.
@@ -168,11 +178,21 @@ async fn a_model_defined_in_a_test_runs_split_through_the_real_server() {
     let (reply, model) = call(&mut ws, nobody).await;
     assert_eq!((error_code(&reply), model), (ErrorCode::UnknownModel, Some(77)));
 
-    // EfficientNet-Lite0 is still served on the same socket, by its own byte.
+    // EfficientNet-Lite0 is still served on the same socket, by its own byte, and takes the
+    // calibration-free codec too: block5's activations at 8 bits, a cat.
     let photo = include_bytes!("../../../web/samples/chelsea.png").to_vec();
-    let (reply, model) = call(&mut ws, Request::Image { id: 30, payload: photo }.to_bytes()).await;
+    let (reply, model) =
+        call(&mut ws, Request::Image { id: 30, payload: photo.clone() }.to_bytes()).await;
     assert_eq!(model, Some(MODEL_EFFICIENTNET_LITE0));
     assert_eq!(top(&reply).1[0].class, 282);
+    let lite0 = state.engine.model().clone();
+    let x = lite0.image_input(&photo, false).unwrap();
+    let block5 = lite0.forward_range(x, lite0.spec().index_of("block5").unwrap()).unwrap();
+    let frame = encode_plain(&block5, Some(8)).unwrap();
+    assert!(frame.payload.len() * 3 < block5.values().len() * 4, "under a third of f32");
+    let frame = Request::Features { id: 31, frame };
+    let (reply, _) = call(&mut ws, frame.to_bytes()).await;
+    assert_eq!((top(&reply).0, top(&reply).1[0].class), (7, 282));
 
     // `/api/info` lists both, with their boundaries; `/metrics` counts the tiny model's own.
     let mut info = srv.get("/api/info").send().await.unwrap();

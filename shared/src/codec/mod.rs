@@ -23,6 +23,7 @@ mod hidden;
 mod noise;
 pub mod quant;
 pub mod range;
+pub mod ranged;
 mod sections;
 mod setting;
 mod stream;
@@ -35,6 +36,7 @@ pub use error::CodecError;
 pub use hidden::{DEFAULT_HIDDEN_CODEC, HiddenCodec, HiddenCodecError};
 pub use noise::{Noise, NoiseKind};
 pub use quant::{ClipRange, Projection};
+pub use ranged::{RangedParams, decode_ranged, encode_ranged};
 pub use setting::{AllocSetting, QuantSetting, SUPPORTED_BITS, Setting};
 pub use stream::{DEFAULT_KEYFRAME_INTERVAL, MAX_STREAMS, StreamDecoder, StreamEncoder, StreamPos};
 

@@ -235,7 +235,7 @@ impl ErrorCode {
             RuntimeError::ShapeMismatch { .. } | RuntimeError::LengthMismatch { .. } => {
                 Self::ShapeMismatch
             }
-            RuntimeError::F32Only { .. } => Self::UnsupportedCodec,
+            RuntimeError::NoCodec { .. } => Self::UnsupportedCodec,
             RuntimeError::UnknownBoundary { .. }
             | RuntimeError::UnknownBoundaryName { .. }
             | RuntimeError::NonFinite { .. }

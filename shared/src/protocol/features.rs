@@ -81,6 +81,7 @@ impl FeaturesFrame {
             Encoding::Allocated(params) => {
                 codec::decode_alloc(boundary, &dims, params, &self.payload, ctx.calibration)?
             }
+            Encoding::Ranged(params) => codec::decode_ranged(&dims, *params, &self.payload)?,
         };
         Ok(Features::new(boundary, &dims, values)?)
     }

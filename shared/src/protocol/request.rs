@@ -4,7 +4,8 @@
 //! [coded only: bits u8 | flags u8 | rank u16 | calibration u64 | stream u32 | seq u32] |
 //! [allocated only: level u8 | model u8 | reserved u16 | calibration u64] |
 //! payload_len u32 | payload`, where encoding 1 is little-endian f32, 2 the quantizing codec and
-//! 3 the sensitivity-allocated one (see [`crate::codec`]); flags bit 0 = entropy-coded, bit 1 =
+//! 3 the sensitivity-allocated one (see [`crate::codec`]), 4 the calibration-free ranged one
+//! (`bits u8 | reserved u8 x 3` after the dims; [`crate::codec::ranged`]); flags bit 0 = entropy-coded, bit 1 =
 //! delta frame. The encoding byte versions the codec: a side that does not know an encoding
 //! answers `unsupported_codec`, and frames of the encodings it knows keep decoding.
 //! Image body: `payload_len u32 | payload` (JPEG or PNG bytes).
@@ -15,7 +16,7 @@ use super::{
     FeaturesFrame, HEADER_LEN, MAX_PAYLOAD_BYTES, MODEL_EFFICIENTNET_LITE0, WireError, finish,
     kind, read_header, write_header,
 };
-use crate::codec::{AllocParams, AllocSetting, CodedParams, QuantSetting, StreamPos};
+use crate::codec::{AllocParams, AllocSetting, CodedParams, QuantSetting, RangedParams, StreamPos};
 use crate::container::Cursor;
 
 /// How a features payload is encoded.
@@ -27,12 +28,15 @@ pub enum Encoding {
     Coded(CodedParams),
     /// The sensitivity-allocated, context-modelled codec.
     Allocated(AllocParams),
+    /// Each channel quantized within its own range in this frame: no calibration needed.
+    Ranged(RangedParams),
 }
 
 mod encoding_id {
     pub const F32: u8 = 1;
     pub const CODED: u8 = 2;
     pub const ALLOCATED: u8 = 3;
+    pub const RANGED: u8 = 4;
 }
 const FLAG_ENTROPY: u8 = 1;
 const FLAG_DELTA: u8 = 2;
@@ -99,6 +103,7 @@ impl Request {
                     Encoding::F32 => encoding_id::F32,
                     Encoding::Coded(_) => encoding_id::CODED,
                     Encoding::Allocated(_) => encoding_id::ALLOCATED,
+                    Encoding::Ranged(_) => encoding_id::RANGED,
                 };
                 out.extend_from_slice(&[*boundary, code, shape.len() as u8, 0]);
                 for d in shape {
@@ -116,6 +121,9 @@ impl Request {
                 if let Encoding::Allocated(p) = encoding {
                     out.extend_from_slice(&[p.setting.level, p.model, 0, 0]);
                     out.extend_from_slice(&p.calibration.to_le_bytes());
+                }
+                if let Encoding::Ranged(p) = encoding {
+                    out.extend_from_slice(&[p.bits, 0, 0, 0]);
                 }
                 out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
                 out.extend_from_slice(payload);
@@ -179,6 +187,11 @@ impl Request {
                     encoding_id::F32 => Encoding::F32,
                     encoding_id::CODED => Encoding::Coded(read_params(&mut c)?),
                     encoding_id::ALLOCATED => Encoding::Allocated(read_alloc_params(&mut c)?),
+                    encoding_id::RANGED => {
+                        let bits = c.u8()?;
+                        c.take(3)?;
+                        Encoding::Ranged(RangedParams { bits })
+                    }
                     other => return Err(WireError::UnsupportedEncoding(other)),
                 };
                 let len = read_payload_len(&mut c)?;
@@ -300,11 +313,11 @@ mod tests {
         for cut in 0..bytes.len() {
             assert!(Request::decode(&bytes[..cut]).is_err(), "{cut}");
         }
-        // Byte 17 is the encoding: a later codec (4) is refused as unsupported.
+        // Byte 17 is the encoding: a later codec (5) is refused as unsupported.
         let mut b = bytes.clone();
-        b[17] = 4;
+        b[17] = 5;
         let err = Request::decode(&b).unwrap_err();
-        assert_eq!(err, WireError::UnsupportedEncoding(4));
+        assert_eq!(err, WireError::UnsupportedEncoding(5));
         assert_eq!(err.code(), crate::protocol::ErrorCode::UnsupportedCodec);
     }
 
@@ -327,6 +340,15 @@ mod tests {
             features(),
             coded(),
             allocated(),
+            Request::Features {
+                id: 11,
+                frame: FeaturesFrame {
+                    boundary: 3,
+                    encoding: Encoding::Ranged(RangedParams { bits: 6 }),
+                    shape: vec![1, 4, 2],
+                    payload: vec![9; 39],
+                },
+            },
             Request::Image { id: u64::MAX, payload: vec![0xff, 0xd8, 1, 2, 3] },
             Request::Input { id: 9, payload: vec![0x89, b'P', b'N', b'G'] },
             Request::Ping { id: 3, payload: vec![7; 100] },

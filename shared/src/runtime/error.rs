@@ -70,9 +70,9 @@ pub enum RuntimeError {
         /// The model's name.
         model: String,
     },
-    /// A coded features frame for a model that defines no codec.
-    #[error("{model} takes f32 features only")]
-    F32Only {
+    /// A frame in a calibrated encoding for a model that has no codec of its own.
+    #[error("{model} has no calibrated codec: send f32 or ranged features")]
+    NoCodec {
         /// The model's name.
         model: String,
     },

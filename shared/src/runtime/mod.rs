@@ -39,18 +39,19 @@ pub trait SplitModel: Send + Sync {
     fn forward_range(&self, x: Activations, to: u8) -> crate::Result<Activations>;
 
     /// The activations a features frame carries, checked against the spec. The default takes
-    /// f32 payloads only; a model with a codec decodes its coded encodings here, `streams`
-    /// being the sending session's stream references.
+    /// the encodings that need no calibration (f32 and ranged, [`decode_plain`]); a model with
+    /// a codec of its own decodes its encodings here, `streams` being the sending session's
+    /// stream references.
     ///
     /// # Errors
-    /// [`RuntimeError::F32Only`] for a coded frame, else as [`Activations::new`].
+    /// [`RuntimeError::NoCodec`] for a calibrated encoding, else as [`decode_plain`].
     fn decode_features(
         &self,
         frame: &FeaturesFrame,
         streams: &mut StreamDecoder,
     ) -> crate::Result<Activations> {
         let _ = streams;
-        decode_f32(self.spec(), frame)
+        decode_plain(self.spec(), frame)
     }
 
     /// The codec setting clients should send features in (`/api/info` lists it per model):
@@ -71,14 +72,39 @@ pub trait SplitModel: Send + Sync {
     }
 }
 
-/// The activations of an f32 features frame for the model `spec` describes.
+/// The activations of a features frame in an encoding that needs no calibration (f32, or
+/// ranged: [`crate::codec::ranged`]) for the model `spec` describes.
 ///
 /// # Errors
-/// [`RuntimeError::F32Only`] for any other encoding, else as [`Activations::new`].
-pub fn decode_f32(spec: &ModelSpec, frame: &FeaturesFrame) -> crate::Result<Activations> {
-    if frame.encoding != Encoding::F32 {
-        return Err(RuntimeError::F32Only { model: spec.name.clone() }.into());
-    }
+/// [`RuntimeError::NoCodec`] for a calibrated encoding, what the ranged codec refuses, else as
+/// [`Activations::new`].
+pub fn decode_plain(spec: &ModelSpec, frame: &FeaturesFrame) -> crate::Result<Activations> {
     let dims: Vec<usize> = frame.shape.iter().map(|d| *d as usize).collect();
-    Ok(Activations::new(spec, frame.boundary, &dims, frame.f32_values())?)
+    // The shape first: a ranged payload's length follows from it.
+    spec.check(frame.boundary, &dims, spec.max_batch)?;
+    let values = match &frame.encoding {
+        Encoding::F32 => frame.f32_values(),
+        Encoding::Ranged(params) => crate::codec::decode_ranged(&dims, *params, &frame.payload)?,
+        Encoding::Coded(_) | Encoding::Allocated(_) => {
+            return Err(RuntimeError::NoCodec { model: spec.name.clone() }.into());
+        }
+    };
+    Ok(Activations::new(spec, frame.boundary, &dims, values)?)
+}
+
+/// A features frame of `x` in an encoding that needs no calibration: f32 (`bits` `None`), or
+/// ranged at `bits` bits a value. What an edge running a model without a codec sends.
+///
+/// # Errors
+/// [`crate::codec::CodecError::UnsupportedBits`].
+pub fn encode_plain(x: &Activations, bits: Option<u8>) -> crate::Result<FeaturesFrame> {
+    let (encoding, payload) = match bits {
+        None => (Encoding::F32, x.values().iter().flat_map(|v| v.to_le_bytes()).collect()),
+        Some(bits) => {
+            let (params, payload) = crate::codec::encode_ranged(x.dims(), x.values(), bits)?;
+            (Encoding::Ranged(params), payload)
+        }
+    };
+    let shape = x.dims().iter().map(|d| *d as u32).collect();
+    Ok(FeaturesFrame { boundary: x.boundary(), encoding, shape, payload })
 }
