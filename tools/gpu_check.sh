@@ -9,13 +9,16 @@
 #   cp $CARGO_TARGET_DIR/debug/split-lab .gpu/ && strip .gpu/split-lab && gzip -1 .gpu/split-lab
 #   cp ~/.cache/splitinfer/weights/efficientnet-lite0.splw .gpu/
 #   cp ~/.cache/splitinfer/onnx/arch.json .gpu/    # written by ./run.sh onnx
-#   (cd .gl && apt-get download libvulkan1)       # the loader; the device has the driver's ICD
-# Then: the device's run with carry [".gpu", ".gl"] and `bash tools/gpu_check.sh` (~6 minutes;
-# the whole tree with both folders is ~50 MB of the 64 allowed).
+#   (cd .gl && apt-get download libvulkan1 libglvnd0 libegl1)  # the loader, and the GL dispatch
+#                                                 # the driver's Vulkan library needs (below)
+# Then: the device's run with carry [".gpu", ".gl"] and `bash tools/gpu_check.sh` (about 30 s
+# once the machine is up; the whole tree with both folders is ~50 MB of the 64 allowed).
 for f in .gl/*.deb; do dpkg -x "$f" /; done
 ldconfig
 # The driver's Vulkan library (libGLX_nvidia.so.0) finds its own parts only from the driver's
-# folder: without it the loader says "Could not get 'vkCreateInstance'" and wgpu sees no adapter.
+# folder, and glvnd's dispatch libraries (libglvnd0, libegl1) beside it: on a fresh machine with
+# the folder alone the loader said "Could not get 'vkCreateInstance'" and wgpu saw no adapter;
+# with both it found the H200.
 export LD_LIBRARY_PATH=/usr/local/nvidia/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt"
 lscpu | grep "Model name" | tee -a "$OUT/gpu.txt"
@@ -28,10 +31,13 @@ PYTHONUNBUFFERED=1 timeout 90 python3 tools/torch_cuda_bench.py --weights "$SPLI
   > "$OUT/torch-cuda.json" 2> "$OUT/torch.err"
 echo "rc=$?"; tail -3 "$OUT/torch.err"
 echo "== burn-wgpu"
-timeout 200 .gpu/split-lab profile --device wgpu --limit 20 --out "$OUT/cost-table-wgpu.json" \
+# 10 runs a part: burn-wgpu tunes its kernels during the first runs of each shape, and a
+# median of 3 after one warm-up still held tuning runs (batch 4 read 31.8 ms, then 7.2).
+timeout 200 .gpu/split-lab profile --device wgpu --limit 20 --gpu-repeats 10 --batch-sweep \
+  --out "$OUT/cost-table-wgpu.json" \
   > "$OUT/profile-wgpu.log" 2>&1
 echo "rc=$?"; grep -v "profile: [0-9]*/" "$OUT/profile-wgpu.log" | tail -15
 echo "== burn flex on the device's CPU"
-timeout 60 .gpu/split-lab profile --limit 20 --codecs f32 --out "$OUT/cost-table-cpu.json" \
+timeout 60 .gpu/split-lab profile --limit 20 --codecs f32 --batch-sweep --out "$OUT/cost-table-cpu.json" \
   > "$OUT/profile-cpu.log" 2>&1
-echo "rc=$?"; tail -2 "$OUT/profile-cpu.log"
+echo "rc=$?"; tail -3 "$OUT/profile-cpu.log"

@@ -109,6 +109,20 @@ def main():
             report["ms"][name] = statistics.median(times)
             report["max_abs_logit_diff"][name] = float(np.abs(logits - want).max())
             report["top1"][name] = [int(logits.argmax()), int(want.argmax())]
+        # The whole network on the photo stacked into batches of 1, 2 and 4 (the server's
+        # `--batch` limit): what batching requests buys on this device.
+        report["batch_ms"] = {}
+        for n in (1, 2, 4):
+            host = np.ascontiguousarray(np.repeat(image, n, axis=0))
+            times = []
+            for r in range(10 + a.repeats):
+                if dev.type == "cuda":
+                    torch.cuda.synchronize()
+                t = time.perf_counter()
+                net.run(torch.from_numpy(host).to(dev), -2, last).cpu()
+                if r >= 10:
+                    times.append((time.perf_counter() - t) * 1e3)
+            report["batch_ms"][str(n)] = statistics.median(times)
     json.dump(report, sys.stdout, indent=1)
     print()
 

@@ -18,7 +18,7 @@ use anyhow::{Context, Result};
 use burn::tensor::Device;
 use split_shared::codec::{Calibration, Setting};
 use split_shared::labels::top_k;
-use split_shared::model::{Boundary, EfficientNetLite0, Features, boundary_table};
+use split_shared::model::{Boundary, EfficientNetLite0, Features, MAX_BATCH, boundary_table};
 use split_shared::plan::{COST_TABLE_VERSION, CodecCost, CostTable, EdgeProfile};
 
 use split_studies::calibrate;
@@ -67,6 +67,11 @@ pub struct Args {
     /// parts are run once more before any is timed, to compile the GPU's kernels.
     #[arg(long, default_value_t = 3)]
     gpu_repeats: usize,
+    /// Also time the whole network on the first photo stacked into batches of 1, 2 and 4 (the
+    /// server's `--batch` limit), on the CPU and, with `--device wgpu`, the GPU: what batching
+    /// requests buys a server there. Printed, not written to the table.
+    #[arg(long)]
+    batch_sweep: bool,
 }
 
 /// Where the profile's cloud column is measured.
@@ -90,6 +95,7 @@ pub fn run(a: Args) -> Result<()> {
         out,
         device: cloud_device,
         gpu_repeats,
+        batch_sweep: sweep,
     } = a;
     let gpu = match cloud_device {
         CloudDevice::Flex => None,
@@ -115,10 +121,14 @@ pub fn run(a: Args) -> Result<()> {
         Some((device, name)) => Some(GpuCloud::new(device, &name, &weights, n)?),
         None => None,
     };
+    let mut first_input = None;
     for (i, path) in files.iter().enumerate() {
         let file = std::fs::read(path)?;
         let start = Instant::now();
         let img = split_shared::image::preprocess(&file)?;
+        if i == 0 {
+            first_input = Some(split_shared::image::to_input_tensor(&img, &device).into_data());
+        }
         let full = values(model.forward(split_shared::image::to_input_tensor(&img, &device))?);
         cloud_only.push(start.elapsed().as_secs_f64() * 1e3);
         let full_top = top_k(&full, 1)[0].class;
@@ -157,6 +167,14 @@ pub fn run(a: Args) -> Result<()> {
             }
         }
         eprintln!("profile: {}/{}", i + 1, files.len());
+    }
+    if let (true, Some(x)) = (sweep, &first_input) {
+        let repeats = gpu_repeats.max(3);
+        eprintln!("profile: batch sweep, CPU: {}", batch_sweep(&model, &device, x, repeats)?);
+        if let Some(g) = &on_gpu {
+            let line = batch_sweep(&g.model, &g.device, x, repeats)?;
+            eprintln!("profile: batch sweep, {}: {line}", g.name);
+        }
     }
     let stage: Vec<f64> =
         stage_ms.into_iter().map(|v| if v.is_empty() { 0.0 } else { median(v) }).collect();
@@ -221,6 +239,31 @@ pub fn run(a: Args) -> Result<()> {
     std::fs::write(&out, json + "\n")?;
     eprintln!("profile: wrote {}", out.display());
     Ok(())
+}
+
+/// The whole network on `x` (one image, on the host) stacked into batches of 1, 2 and
+/// [`MAX_BATCH`] on `device`, uploaded and read back each time: the median of `repeats` runs
+/// after one warm-up run, per pass and per image.
+fn batch_sweep(
+    model: &EfficientNetLite0,
+    device: &Device,
+    x: &burn::tensor::TensorData,
+    repeats: usize,
+) -> Result<String> {
+    let mut parts = Vec::new();
+    for n in [1, 2, MAX_BATCH] {
+        let run = || -> Result<f64> {
+            let start = Instant::now();
+            let one = burn::tensor::Tensor::<4>::from_data(x.clone(), device);
+            let batch = if n == 1 { one } else { burn::tensor::Tensor::cat(vec![one; n], 0) };
+            values(model.forward(batch)?);
+            Ok(start.elapsed().as_secs_f64() * 1e3)
+        };
+        run()?;
+        let ms = median((0..repeats).map(|_| run()).collect::<Result<Vec<_>>>()?);
+        parts.push(format!("batch {n} {ms:.2} ms a pass, {:.2} an image", ms / n as f64));
+    }
+    Ok(parts.join("; "))
 }
 
 /// The cloud column measured on a GPU: the CPU's activation at each boundary uploaded, the
