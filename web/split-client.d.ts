@@ -568,6 +568,10 @@ export interface ChatFigures {
   bytesUp: number;
   bytesDown: number;
   promptTokens: number;
+  /** Of `promptTokens`, those the last answer of this chat left in both sides' caches and
+   * that were not prefilled again: a history that goes on from the last answer (its prompt,
+   * the answer, new messages) prefills only what is new. 0 otherwise, and in cloud-only. */
+  reusedTokens: number;
   /** Times the socket dropped mid-answer and the answer went on over a new one (the edge
    * sends the hidden states it kept again; three attempts, then the answer fails). */
   resumes: number;

@@ -276,12 +276,27 @@ const methods = {
     state.busy = true;
     stopping = false;
     const { edge } = state;
-    edge.reset();
+    // The conversation the last answer left open (its tokens in both sides' caches), taken:
+    // kept again only if this answer ends well.
+    const kept = state.kept;
+    state.kept = null;
     let socket = null;
     try {
+      const sampling = JSON.stringify([temperature, topP, seed]);
       const prompt = promptTokens(edge, messages, { maxTokens, temperature, topP, seed });
       const whole = edge.isWhole();
-      const figures = { edgeMs: 0, serverMs: 0, bytesUp: 0, bytesDown: 0, promptTokens: prompt.length, resumes: 0 };
+      // A history that goes on from the last answer's (its prompt, the answer and a new
+      // message) prefills only what is new; any other starts over.
+      const reused = kept && kept.sampling === sampling && prompt.length > kept.tokens.length &&
+        kept.tokens.every((t, i) => prompt[i] === t) && edge.position() === kept.tokens.length ? kept.tokens.length : 0;
+      if (!reused) {
+        kept?.socket?.close();
+        edge.reset();
+      } else {
+        socket = kept.socket;
+      }
+      const fed = Array.from(prompt.slice(0, reused));
+      const figures = { edgeMs: 0, serverMs: 0, bytesUp: 0, bytesDown: 0, promptTokens: prompt.length, reusedTokens: reused, resumes: 0 };
       // The socket dropped mid-answer: a new one, the conversation opened again, and the hidden
       // states the edge kept sent again, so the server's blocks rebuild their cache; the last
       // reply gives the token the lost one would have.
@@ -309,13 +324,13 @@ const methods = {
           }
         }
       };
-      if (!whole) {
+      if (!whole && !reused) {
         socket = await openSocket(state.socketUrl, state.token);
         const opened = await socket.send(edge.openFrame());
         edge.acceptOpened(opened);
       }
       const answer = [];
-      let input = prompt;
+      let input = prompt.slice(reused);
       const started = performance.now();
       let firstTokenMs = null;
       while (answer.length < maxTokens && !stopping) {
@@ -356,6 +371,7 @@ const methods = {
           figures.edgeMs += edgeStepMs;
           figures.serverMs += performance.now() - stepStarted - edgeStepMs;
         }
+        fed.push(...input);
         firstTokenMs ??= performance.now() - started;
         if (next === edge.endToken()) break;
         answer.push(next);
@@ -363,6 +379,8 @@ const methods = {
         input = new Uint32Array([next]);
       }
       const totalMs = performance.now() - started;
+      // Both caches hold `fed`: the next answer of this conversation starts from there.
+      if (!stopping) state.kept = { tokens: fed, socket, sampling };
       return {
         text: edge.decode(new Uint32Array(answer)),
         tokens: Array.from(answer),
@@ -375,7 +393,8 @@ const methods = {
     } catch (e) {
       throw fromWasm(e);
     } finally {
-      socket?.close();
+      // The socket stays open with the conversation it serves.
+      if (state.kept?.socket !== socket) socket?.close();
       state.busy = false;
     }
   },
@@ -419,7 +438,7 @@ async function askCloud(messages, { maxTokens, temperature, topP, seed }) {
   let socket = null;
   try {
     const prompt = promptTokens(cloud, messages, { maxTokens, temperature, topP, seed });
-    const figures = { edgeMs: 0, serverMs: 0, bytesUp: 0, bytesDown: 0, promptTokens: prompt.length, resumes: 0 };
+    const figures = { edgeMs: 0, serverMs: 0, bytesUp: 0, bytesDown: 0, promptTokens: prompt.length, reusedTokens: 0, resumes: 0 };
     const answer = [];
     const started = performance.now();
     let firstTokenMs = null;

@@ -168,6 +168,32 @@ await withPage(GPU_ARGS.cpu, async (page) => {
   if (placed.floor !== "privacy_floor" || placed.unknown !== "bad_option") throw new Error(`cloud refusals: ${placed.floor}, ${placed.unknown}`);
   if (!placed.stopped.stopped || placed.stopped.tokens >= 20) throw new Error(`cloud stop: ${JSON.stringify(placed.stopped)}`);
 
+  // A conversation that goes on: the second answer's history holds the first prompt and
+  // answer, and only what is new is prefilled (both sides keep their caches, over the socket
+  // the first answer left open); the same history asked of a fresh chat prefills it all.
+  const turns = await page.evaluate(async (user) => {
+    const { SplitChat } = await import("/client/chat.js");
+    const pick = (a) => ({ tokens: a.tokens, promptTokens: a.promptTokens, reusedTokens: a.reusedTokens, bytesUp: a.bytesUp });
+    const chat = await SplitChat.create({ blocks: 4, positions: 256, placement: "split" });
+    const first = await chat.ask([{ role: "user", content: user }], { maxTokens: 8 });
+    const history = [{ role: "user", content: user }, { role: "assistant", content: first.text }, { role: "user", content: "And then?" }];
+    const second = await chat.ask(history, { maxTokens: 8 });
+    chat.close();
+    const fresh = await SplitChat.create({ blocks: 4, positions: 256, placement: "split" });
+    const alone = await fresh.ask(history, { maxTokens: 8 });
+    fresh.close();
+    return { first: pick(first), second: pick(second), alone: pick(alone) };
+  }, golden.prompts[1].user);
+  {
+    const { first, second, alone } = turns;
+    // The last token of an answer cut at maxTokens was never run through the model.
+    const fed = first.promptTokens + first.tokens.length - (first.tokens.length === 8 ? 1 : 0);
+    if (second.reusedTokens !== fed || alone.reusedTokens !== 0 || second.promptTokens !== alone.promptTokens || !(second.bytesUp < alone.bytesUp)) {
+      throw new Error(`a conversation that goes on: ${JSON.stringify(turns)} (${fed} tokens fed by the first answer)`);
+    }
+    console.log(`chat: the second turn prefilled ${second.promptTokens - second.reusedTokens} of ${second.promptTokens} tokens (${second.bytesUp} B up, ${alone.bytesUp} in a fresh chat); same tokens as the fresh chat: ${same(second.tokens, alone.tokens)}`);
+  }
+
   // The planner chooses (`placement: "auto"`) from the server's measured costs (`/api/info`)
   // and this browser's, timed when a share loaded above. Without limits every placement is
   // ranked; under the default privacy floor neither cloud-only nor the plain split may run,
