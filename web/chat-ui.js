@@ -132,8 +132,11 @@ function showStats(a, placement) {
     parts.push(`${kb(a.bytesUp)} up (the ${a.promptTokens} prompt tokens' ids), ${kb(a.bytesDown)} down`);
   } else {
     parts.push(`here ${(a.edgeMs / steps).toFixed(1)} ms per token, server and link ${(a.serverMs / steps).toFixed(1)} ms`);
-    const positions = a.promptTokens + tokens;
-    parts.push(`${kb(a.bytesUp)} up, ${kb(a.bytesDown)} down (${a.promptTokens} prompt tokens, then ${tokens}: ${kb(a.bytesUp / positions)} per token up)`);
+    // Prompt tokens the last answer left in both caches were not sent again.
+    const kept = a.reusedTokens ?? 0;
+    const positions = a.promptTokens - kept + tokens;
+    const reuse = kept ? `, ${kept} of them kept from the last answer` : "";
+    parts.push(`${kb(a.bytesUp)} up, ${kb(a.bytesDown)} down (${a.promptTokens} prompt tokens${reuse}, then ${tokens}: ${kb(a.bytesUp / positions)} per token up)`);
   }
   if (a.firstTokenMs != null) parts.push(`first token after ${a.firstTokenMs.toFixed(0)} ms`);
   if (a.tokensPerSecond) parts.push(`${a.tokensPerSecond.toFixed(1)} tokens/s`);
