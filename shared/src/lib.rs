@@ -10,11 +10,12 @@
 //! - [`codec`]: quantization, projection, entropy coding and stream deltas for features, driven
 //!   by a calibration artefact; [`plan`]: cost table, split planner, network monitor and adaptive
 //!   controller;
-//! - [`model`]: EfficientNet-Lite0 in burn, split at 21 named [`Boundary`]s, and the
-//!   [`model::Features`] that cross a split; [`image`]: decoding and preprocessing, so both sides
+//! - [`model`] (`models/efficientnet_lite0/`, re-exported under the name every crate uses):
+//!   EfficientNet-Lite0 in burn, split at 21 named [`Boundary`]s, and the [`model::Features`]
+//!   that cross a split; [`image`]: decoding and preprocessing, so both sides
 //!   feed the network identical pixels;
-//! - [`models`]: the models beside it, each in a folder of its own: SmolLM2-135M-Instruct, a
-//!   language model read from GGUF, with its tokenizer and sampler;
+//! - [`models`]: every model in a folder of its own: EfficientNet-Lite0, and SmolLM2-135M-Instruct,
+//!   a language model read from GGUF, with its tokenizer and sampler;
 //! - [`container`]: byte reading and the tensor file the weights and calibration are stored in;
 //!   [`cache`]: the content-keyed LRU both sides use to skip repeated work; [`labels`]: ImageNet
 //!   class names and top-k.
@@ -50,7 +51,8 @@ pub mod error;
 pub mod group;
 pub mod image;
 pub mod labels;
-pub mod model;
+/// EfficientNet-Lite0 ([`models::efficientnet_lite0`]) under its older, shorter path.
+pub use models::efficientnet_lite0 as model;
 pub mod models;
 pub mod plan;
 pub mod protocol;
