@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use split_shared::runtime::{Registry, RuntimeError, SplitModel};
+use split_shared::runtime::{Registry, RuntimeError};
 
 use crate::engine::Engine;
 
@@ -33,6 +33,11 @@ impl HostedModels {
         Ok(())
     }
 
+    /// The first model's engine (EfficientNet-Lite0's).
+    pub fn first(&self) -> &Engine {
+        &self.engines[0]
+    }
+
     /// The engine of the model with id `id`.
     pub fn get(&self, id: u8) -> Option<&Engine> {
         self.engines.iter().find(|e| e.model().spec().id == id)
@@ -46,10 +51,5 @@ impl HostedModels {
     /// The models, as a registry.
     pub fn registry(&self) -> &Registry {
         &self.registry
-    }
-
-    /// The model with id `id`.
-    pub fn model(&self, id: u8) -> Option<&Arc<dyn SplitModel>> {
-        self.registry.get(id)
     }
 }

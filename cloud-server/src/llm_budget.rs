@@ -93,9 +93,13 @@ impl KvBudget {
                     held = self.held.load(Ordering::Acquire);
                     continue;
                 }
+                let held_by = match self.evict_after {
+                    Some(_) => "by conversations not idle long enough to evict",
+                    None => "by open conversations",
+                };
                 return Err(format!(
-                    "the server's KV budget is {} MiB, {} MiB are held by conversations not idle \
-                     long enough to evict; this conversation needs {:.1} MiB",
+                    "the server's KV budget is {} MiB, {} MiB are held {held_by}; this \
+                     conversation needs {:.1} MiB",
                     self.total >> 20,
                     held >> 20,
                     bytes as f64 / (1 << 20) as f64

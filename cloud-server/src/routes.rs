@@ -31,8 +31,8 @@ async fn readyz(state: web::Data<AppState>) -> HttpResponse {
 
 /// `/metrics`: counters, histograms and gauges in the OpenMetrics text format.
 async fn metrics(state: web::Data<AppState>) -> HttpResponse {
-    let page =
-        state.metrics.render(state.engine.queued(), state.connections.open(), state.draining());
+    let queued = state.models.engines().map(crate::Engine::queued).sum();
+    let page = state.metrics.render(queued, state.connections.open(), state.draining());
     HttpResponse::Ok().content_type(crate::metrics::CONTENT_TYPE).body(page)
 }
 

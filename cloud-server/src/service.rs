@@ -193,7 +193,7 @@ pub async fn answer(state: &AppState, frame: &[u8], session: &mut Session) -> Re
     let request = match Request::decode(frame) {
         Ok(Request::Ping { payload, .. }) => {
             // Any model's pong: the load of the one named, else of the first.
-            let load = engine.unwrap_or(&state.engine).load();
+            let load = engine.unwrap_or(state.engine()).load();
             return Reply::Pong { id, received: payload.len() as u32, load };
         }
         Ok(r) => Ok(r),

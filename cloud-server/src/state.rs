@@ -19,9 +19,7 @@ use crate::metrics::Metrics;
 /// Everything the handlers share.
 #[derive(Clone)]
 pub struct AppState {
-    /// EfficientNet-Lite0's workers (also the first of [`Self::models`]).
-    pub engine: Engine,
-    /// Every hosted model's workers, by model id.
+    /// Every hosted model's workers, by model id; EfficientNet-Lite0's first ([`Self::engine`]).
     pub models: crate::hosted::HostedModels,
     /// How a newly hosted model's workers are set up (`--workers`, `--queue`, `--batch`,
     /// `--batch-delay-us`).
@@ -206,8 +204,7 @@ impl AppState {
         let lite0 = Lite0Split::new(model, device, calibration.as_ref().map(|(c, _)| c.clone()));
         let engine = engine_settings.start(Arc::new(lite0), metrics.clone());
         Ok(Self {
-            models: crate::hosted::HostedModels::new(engine.clone()),
-            engine,
+            models: crate::hosted::HostedModels::new(engine),
             engine_settings,
             weights_path: Arc::new(weights_path),
             weights_file: Arc::new(weights_file),
@@ -257,6 +254,11 @@ impl AppState {
         })
     }
 
+    /// EfficientNet-Lite0's workers.
+    pub fn engine(&self) -> &Engine {
+        self.models.first()
+    }
+
     /// Host `model` too, beside EfficientNet-Lite0: frames carrying its id go to workers of its
     /// own, started with this server's `--workers`, `--queue` and `--batch`, and `/api/info`
     /// lists it. Call before the state is handed to [`crate::config_app`].
@@ -264,11 +266,8 @@ impl AppState {
     /// # Errors
     /// [`RuntimeError::Duplicate`] when its id or name is taken.
     pub fn host(&mut self, model: Arc<dyn SplitModel>) -> Result<(), RuntimeError> {
-        let (registry, spec) = (self.models.registry(), model.spec());
         // Refused before its workers start.
-        if registry.get(spec.id).is_some() || registry.by_name(&spec.name).is_some() {
-            return Err(RuntimeError::Duplicate { id: spec.id, name: spec.name.clone() });
-        }
+        self.models.registry().check_free(model.spec())?;
         let engine = self.engine_settings.start(model, self.metrics.clone());
         self.models.add(engine)
     }

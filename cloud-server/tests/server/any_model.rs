@@ -185,7 +185,7 @@ async fn a_model_defined_in_a_test_runs_split_through_the_real_server() {
         call(&mut ws, Request::Image { id: 30, payload: photo.clone() }.to_bytes()).await;
     assert_eq!(model, Some(MODEL_EFFICIENTNET_LITE0));
     assert_eq!(top(&reply).1[0].class, 282);
-    let lite0 = state.engine.model().clone();
+    let lite0 = state.engine().model().clone();
     let x = lite0.image_input(&photo, false).unwrap();
     let block5 = lite0.forward_range(x, lite0.spec().index_of("block5").unwrap()).unwrap();
     let frame = encode_plain(&block5, Some(8)).unwrap();

@@ -127,7 +127,7 @@ async fn readiness_flips_while_the_workers_are_saturated() {
     // Twelve whole images for one worker: a few hundred milliseconds of queue.
     let jobs: Vec<_> = (0..12)
         .map(|_| {
-            let engine = state.engine.clone();
+            let engine = state.engine().clone();
             actix_web::rt::spawn(async move { engine.submit(Work::Image(CHELSEA.to_vec())).await })
         })
         .collect();

@@ -560,11 +560,11 @@ async fn work_of_a_client_that_left_is_skipped() {
         }
     }
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while state.engine.abandoned() == 0 && std::time::Instant::now() < deadline {
+    while state.engine().abandoned() == 0 && std::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(state.engine.abandoned(), 1, "the leaving client's request was skipped");
-    assert_eq!(state.engine.forward_passes(), BUSY, "only the waiting sessions were computed");
+    assert_eq!(state.engine().abandoned(), 1, "the leaving client's request was skipped");
+    assert_eq!(state.engine().forward_passes(), BUSY, "only the waiting sessions were computed");
 }
 
 /// Over its rate, a client address gets `rate_limited` replies (the session stays open) and is

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use super::{RuntimeError, SplitModel};
+use super::{ModelSpec, RuntimeError, SplitModel};
 
 /// Models by id, in the order they were added (the first is the default a client gets when it
 /// names none).
@@ -22,11 +22,19 @@ impl Registry {
     /// # Errors
     /// [`RuntimeError::Duplicate`] when its id or its name is taken.
     pub fn add(&mut self, model: Arc<dyn SplitModel>) -> Result<(), RuntimeError> {
-        let spec = model.spec();
+        self.check_free(model.spec())?;
+        self.models.push(model);
+        Ok(())
+    }
+
+    /// Whether a model described by `spec` could be added: its id and its name untaken.
+    ///
+    /// # Errors
+    /// [`RuntimeError::Duplicate`] otherwise.
+    pub fn check_free(&self, spec: &ModelSpec) -> Result<(), RuntimeError> {
         if self.models.iter().any(|m| m.spec().id == spec.id || m.spec().name == spec.name) {
             return Err(RuntimeError::Duplicate { id: spec.id, name: spec.name.clone() });
         }
-        self.models.push(model);
         Ok(())
     }
 
