@@ -187,16 +187,6 @@ pub fn build() -> Result<()> {
 /// a hidden folder of `web/` and moved into place whole, so a server serving the page
 /// meanwhile never hands out half a module.
 pub fn build_only(dirs: &[&str]) -> Result<()> {
-    build_notifying(dirs, |_| {})
-}
-
-/// [`build_only`], calling `ready` with each folder's name once it is in place (from the thread
-/// that finished it), so that what needs only some modules can start while others compile.
-pub fn build_notifying(
-    dirs: &[&str],
-    ready: impl Fn(&'static str) + Send + Sync + 'static,
-) -> Result<()> {
-    let ready = std::sync::Arc::new(ready);
     ensure_wasm_target()?;
     let bindgen = ensure_bindgen()?;
     let opt = wasm_opt()?;
@@ -243,7 +233,6 @@ pub fn build_notifying(
         let source = format!("{} {}", source_id(&wasm)?, v.opt_level);
         let file = out_dir.join("wasm_edge_bg.wasm");
         if file.exists() && std::fs::read_to_string(&stamp).is_ok_and(|s| s == source) {
-            ready(v.dir);
             finishing.push(std::thread::spawn(move || Ok((v.dir, None))));
             continue;
         }
@@ -251,7 +240,7 @@ pub fn build_notifying(
         // target directory): the thread works on a copy.
         let input = target_dir().join(format!("{}.compiled.wasm", v.dir));
         std::fs::copy(&wasm, &input).with_context(|| format!("copying {}", wasm.display()))?;
-        let (bindgen, opt, ready) = (bindgen.clone(), opt.clone(), ready.clone());
+        let (bindgen, opt) = (bindgen.clone(), opt.clone());
         finishing.push(std::thread::spawn(move || {
             let staging = paths::repo_root().join("web").join(format!(".{}.building", v.dir));
             if staging.exists() {
@@ -265,7 +254,6 @@ pub fn build_notifying(
             }
             std::fs::rename(&staging, &out_dir)
                 .with_context(|| format!("moving {} into place", staging.display()))?;
-            ready(v.dir);
             Ok((v.dir, Some(raw)))
         }));
     }
