@@ -146,11 +146,11 @@ impl QuantMatrix<'_> {
     }
 }
 
-/// Weights × vectors per thread below which a call stays on one thread. A decode step's
-/// products (0.1–0.9 M weights, 20–300 µs) ran slower split: waking a helper of the pool costs
-/// more than half the work saves (docs/llm.md, "Speed"); from 1 M only the output projection
-/// and a prompt's products split.
-const MIN_VALUES_PER_PART: usize = 1 << 20;
+/// Weights × vectors per thread below which a call stays on one thread. Every product of a
+/// decode step (0.1–0.9 M weights, 13–120 µs on one AVX2 core) splits: with helpers that spin
+/// between calls a hand-off costs about a microsecond, and two threads decode about 1.6× as
+/// fast as one (docs/llm.md, "Speed"; from 1 M, where only the output projection split, 1.05×).
+const MIN_VALUES_PER_PART: usize = 1 << 16;
 
 /// `out[t, r] = Σ_c w[r, c] · x[t, c]` for `tokens` input vectors: `x: [tokens, cols]`,
 /// `out: [tokens, rows]`. Rows are split across the kernels' threads for large matrices.

@@ -33,33 +33,104 @@ pub fn set_thread_max_threads(n: usize) {
     THREAD_MAX.with(|m| m.set(n));
 }
 
-/// The helper threads beside the caller. Natively a pool of the crate's own, one thread fewer
-/// than the machine's (the calling thread computes part 0 itself rather than sleeping while the
-/// pool works).
+/// The helper threads beside the caller. Natively threads of the crate's own, one fewer than
+/// the machine's (the calling thread computes part 0 itself rather than sleeping while the
+/// helpers work), that spin a while for the next call before they sleep: a language model's
+/// decode step is some two hundred products of 20–300 µs with a few microseconds between them,
+/// and waking a sleeping thread for each (what a rayon pool's idle workers need) cost more than
+/// splitting them saved.
 #[cfg(all(feature = "threads", not(target_family = "wasm")))]
 mod pool {
+    use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+    use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+    use std::time::{Duration, Instant};
+
+    /// How long an idle helper watches for the next call before it sleeps: many times the gaps
+    /// between one step's products, far less than the time between two answers (then the core
+    /// is free again).
+    const SPIN: Duration = Duration::from_micros(500);
+
+    /// A call's work offered to the helpers: each of the first `wanted` helpers to see it runs
+    /// `work` once.
+    struct Offer {
+        work: Box<dyn Fn() + Send + Sync>,
+        wanted: AtomicUsize,
+    }
+
     struct Helpers {
-        pool: rayon::ThreadPool,
         /// Threads a call may use in all: the helpers and the caller.
         threads: usize,
+        /// The newest offer and its number (the number mirrored in `newest` for the spinners).
+        offer: Mutex<(u64, Option<Arc<Offer>>)>,
+        newest: AtomicU64,
+        /// Sleeping helpers wait here for a new offer.
+        wake: Condvar,
+        asleep: AtomicUsize,
+    }
+
+    fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+        m.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn helpers() -> &'static Helpers {
-        static HELPERS: std::sync::OnceLock<Helpers> = std::sync::OnceLock::new();
+        static HELPERS: OnceLock<&'static Helpers> = OnceLock::new();
         HELPERS.get_or_init(|| {
             let threads = std::env::var("RAYON_NUM_THREADS")
                 .ok()
                 .and_then(|s| s.parse().ok())
                 .filter(|&n: &usize| n > 0)
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-            // A pool needs a thread even on one core, where it stays idle: no call splits there.
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads.saturating_sub(1).max(1))
-                .thread_name(|i| format!("split-kernels-{i}"))
-                .build()
-                .expect("a thread pool of at least one thread");
-            Helpers { pool, threads }
+            let helpers: &'static Helpers = Box::leak(Box::new(Helpers {
+                threads,
+                offer: Mutex::new((0, None)),
+                newest: AtomicU64::new(0),
+                wake: Condvar::new(),
+                asleep: AtomicUsize::new(0),
+            }));
+            for i in 1..threads {
+                // A helper that cannot be started leaves its parts to the caller.
+                let _ = std::thread::Builder::new()
+                    .name(format!("split-kernels-{i}"))
+                    .spawn(move || helper(helpers));
+            }
+            helpers
         })
+    }
+
+    /// A helper's life: watch for an offer (spinning, then asleep), take it if it is still
+    /// wanted, run it, watch again.
+    fn helper(h: &'static Helpers) {
+        let mut seen = 0u64;
+        loop {
+            let since = Instant::now();
+            let mut spins = 0u32;
+            while h.newest.load(Ordering::Acquire) == seen {
+                spins = spins.wrapping_add(1);
+                if spins.is_multiple_of(64) && since.elapsed() >= SPIN {
+                    let mut offer = lock(&h.offer);
+                    h.asleep.fetch_add(1, Ordering::SeqCst);
+                    while offer.0 == seen {
+                        offer = h.wake.wait(offer).unwrap_or_else(|e| e.into_inner());
+                    }
+                    h.asleep.fetch_sub(1, Ordering::SeqCst);
+                    break;
+                }
+                std::hint::spin_loop();
+            }
+            let (number, offer) = {
+                let offer = lock(&h.offer);
+                (offer.0, offer.1.clone())
+            };
+            seen = number;
+            let Some(offer) = offer else { continue };
+            let taken = offer
+                .wanted
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+                .is_ok();
+            if taken {
+                (offer.work)();
+            }
+        }
     }
 
     /// Threads a call may use: the helpers and the caller.
@@ -69,11 +140,23 @@ mod pool {
 
     /// Helper threads that can take parts.
     pub(super) fn helpers_available() -> usize {
-        helpers().pool.current_num_threads()
+        helpers().threads - 1
     }
 
-    pub(super) fn spawn(work: impl FnOnce() + Send + 'static) {
-        helpers().pool.spawn(work);
+    /// Have `helpers` of the helpers run `work` once each (fewer when fewer see it before the
+    /// next offer replaces it: `work` must not need them).
+    pub(super) fn offer(helpers: usize, work: impl Fn() + Send + Sync + 'static) {
+        let h = self::helpers();
+        let offer = Arc::new(Offer { work: Box::new(work), wanted: AtomicUsize::new(helpers) });
+        {
+            let mut slot = lock(&h.offer);
+            slot.0 += 1;
+            slot.1 = Some(offer);
+            h.newest.store(slot.0, Ordering::Release);
+        }
+        if h.asleep.load(Ordering::SeqCst) > 0 {
+            h.wake.notify_all();
+        }
     }
 }
 
@@ -98,8 +181,12 @@ mod pool {
         HELPERS.load(Ordering::Relaxed)
     }
 
-    pub(super) fn spawn(work: impl FnOnce() + Send + 'static) {
-        rayon::spawn(work);
+    pub(super) fn offer(helpers: usize, work: impl Fn() + Send + Sync + 'static) {
+        let work = std::sync::Arc::new(work);
+        for _ in 0..helpers {
+            let work = std::sync::Arc::clone(&work);
+            rayon::spawn(move || work());
+        }
     }
 }
 
@@ -209,9 +296,10 @@ mod shared_parts {
             panicked: AtomicBool::new(false),
             f,
         });
-        for _ in 1..parts.min(super::pool::helpers_available() + 1) {
-            let shared = Arc::clone(&shared);
-            super::pool::spawn(move || shared.work());
+        let helpers = (parts - 1).min(super::pool::helpers_available());
+        if helpers > 0 {
+            let offered = Arc::clone(&shared);
+            super::pool::offer(helpers, move || offered.work());
         }
         shared.work();
         let mut spins = 0u32;
@@ -226,5 +314,77 @@ mod shared_parts {
         if shared.panicked.load(Ordering::Relaxed) {
             panic!("a kernel part panicked on a helper thread");
         }
+    }
+}
+
+#[cfg(all(test, feature = "threads"))]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    /// Every part of every call runs exactly once, from several calling threads at once (their
+    /// offers replace each other's in the helpers' slot).
+    #[test]
+    fn every_part_runs_once_from_several_callers() {
+        let callers: Vec<_> = (0..3)
+            .map(|c| {
+                std::thread::spawn(move || {
+                    for call in 0..300 {
+                        let parts = 1 + (call + c) % 5;
+                        let runs: Vec<AtomicUsize> =
+                            (0..parts).map(|_| AtomicUsize::new(0)).collect();
+                        run_parts(parts, |i| {
+                            runs[i].fetch_add(1, Ordering::Relaxed);
+                        });
+                        assert!(runs.iter().all(|r| r.load(Ordering::Relaxed) == 1));
+                    }
+                })
+            })
+            .collect();
+        for c in callers {
+            c.join().expect("a caller panicked");
+        }
+    }
+
+    /// Helpers that went to sleep between calls are woken for the next one: with a part long
+    /// enough that the caller is busy with its own, another thread takes the other.
+    #[test]
+    fn sleeping_helpers_wake_for_a_call() {
+        if max_threads() < 2 {
+            eprintln!("one thread here: no helper to wake");
+            return;
+        }
+        let mut helped = 0;
+        for _ in 0..10 {
+            // Longer than a helper spins before it sleeps.
+            std::thread::sleep(std::time::Duration::from_millis(3));
+            let caller = std::thread::current().id();
+            let others = AtomicUsize::new(0);
+            run_parts(2, |_| {
+                if std::thread::current().id() != caller {
+                    others.fetch_add(1, Ordering::Relaxed);
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            });
+            helped += others.load(Ordering::Relaxed);
+        }
+        assert!(helped > 0, "no part of 10 calls ran on a helper");
+    }
+
+    /// A part that panics on a helper panics the call, and the helpers go on serving.
+    #[test]
+    fn a_part_that_panics_fails_the_call() {
+        let outcome = std::panic::catch_unwind(|| {
+            run_parts(4, |i| {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+                assert!(i != 3, "part 3 fails");
+            })
+        });
+        assert!(outcome.is_err());
+        let runs = AtomicUsize::new(0);
+        run_parts(4, |_| {
+            runs.fetch_add(1, Ordering::Relaxed);
+        });
+        assert_eq!(runs.load(Ordering::Relaxed), 4);
     }
 }
