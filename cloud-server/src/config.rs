@@ -145,6 +145,12 @@ pub struct Config {
     /// tokens a second only with the server's core kept from the load tool (docs/llm.md).
     #[arg(long, env = "SPLIT_LLM_BATCH")]
     pub llm_batch: bool,
+    /// Multiply `/llm` decode steps (fewer than four rows) with activations quantized to 8 bits
+    /// per value and integer dot products, as llama.cpp does: faster on a CPU, and an answer
+    /// may differ from the exact kernels' in a late token (docs/llm.md, "Speed"). Off by
+    /// default: the exact kernels give the reference's answers.
+    #[arg(long, env = "SPLIT_LLM_Q8")]
+    pub llm_q8: bool,
     /// With `--llm-batch`: rows of a prompt one batch runs (at least 4); the rest go in the
     /// next batches, between the other conversations' decode steps.
     #[arg(long, env = "SPLIT_LLM_PREFILL_CHUNK", default_value_t = 16)]

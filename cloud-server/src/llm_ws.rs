@@ -93,15 +93,17 @@ impl LlmHost {
             .with_context(|| format!("reading the language model {}", path.display()))?;
         let (model, tokenizer) = Smollm2::load(&bytes)
             .with_context(|| format!("loading the language model {}", path.display()))?;
+        let model = model.with_q8_activations(config.llm_q8);
         let start = std::time::Instant::now();
         let clock = || start.elapsed().as_secs_f64() * 1e3;
         let costs = split_shared::models::smollm2::measure_costs(&model, &clock)
             .context("timing the language model's blocks")?;
         log::info!(
-            "language model from {} ({:.1} MB of weights; a block {:.2} ms a token, {:.3} a \
+            "language model from {} ({:.1} MB of weights{}; a block {:.2} ms a token, {:.3} a \
              prefill position; the head {:.2} ms)",
             path.display(),
             model.weight_bytes() as f64 / 1e6,
+            if model.q8_activations() { ", 8-bit activations in decode" } else { "" },
             costs.block_token_ms,
             costs.block_prefill_ms,
             costs.head_ms

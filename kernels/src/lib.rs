@@ -31,6 +31,7 @@ mod depthwise;
 mod mbconv;
 mod pointwise;
 mod quant;
+mod quant_q8;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 mod quant_wasm;
 pub mod reference;
@@ -51,6 +52,7 @@ pub use mbconv::{BAND_BYTES, BAND_MIN_BYTES, Conv, MbConvParams, MbConvShape, mb
 pub use quant::{
     QBLOCK, QuantFormat, QuantMatrix, QuantShapeError, quant_matmul, quant_matmul_groups,
 };
+pub use quant_q8::quant_matmul_q8;
 pub use shape::{Activation, ConvShape, PANEL, PointwiseShape};
 #[cfg(all(feature = "threads", target_family = "wasm"))]
 pub use threads::use_worker_pool;

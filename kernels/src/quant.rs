@@ -169,6 +169,21 @@ pub fn quant_matmul(
     quant_matmul_groups(isa, w, x, &[tokens], out)
 }
 
+/// `x` holds `tokens` vectors of `w.cols` values and `out` room for `tokens` of `w.rows`.
+pub(crate) fn check_lengths(
+    w: &QuantMatrix,
+    x: &[f32],
+    out: &[f32],
+    tokens: usize,
+) -> Result<(), QuantShapeError> {
+    let need = |what, got: usize, a: usize, b: usize| {
+        let expected = a.checked_mul(b).ok_or(QuantShapeError::Overflow)?;
+        if got == expected { Ok(()) } else { Err(QuantShapeError::Len { what, got, expected }) }
+    };
+    need("x", x.len(), tokens, w.cols)?;
+    need("out", out.len(), tokens, w.rows)
+}
+
 /// [`quant_matmul`] over several products' input vectors at once: `x` holds the groups' vectors
 /// one after the other (`groups[g]` of them for group `g`), `out` their results in the same
 /// order. Each weight row is read from memory once for every group, and each group's results
@@ -191,12 +206,7 @@ pub fn quant_matmul_groups(
         .iter()
         .try_fold(0usize, |a, &g| a.checked_add(g))
         .ok_or(QuantShapeError::Overflow)?;
-    let need = |what, got: usize, a: usize, b: usize| {
-        let expected = a.checked_mul(b).ok_or(QuantShapeError::Overflow)?;
-        if got == expected { Ok(()) } else { Err(QuantShapeError::Len { what, got, expected }) }
-    };
-    need("x", x.len(), tokens, w.cols)?;
-    need("out", out.len(), tokens, w.rows)?;
+    check_lengths(w, x, out, tokens)?;
     if tokens == 0 || w.rows == 0 {
         return Ok(());
     }

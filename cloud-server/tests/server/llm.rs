@@ -336,6 +336,35 @@ async fn prompts_in_pieces_answer_as_the_unsplit_model() {
     plain_split_and_cloud_only(&["--llm-batch", "--llm-prefill-chunk", "8"]).await;
 }
 
+/// `--llm-q8`: the server decodes with 8-bit activations. Its cloud-only answer is the one
+/// the same model with them on gives in this process, and (so the flag is seen to reach the
+/// kernels) not the exact kernels' answer: on this prompt the two part after 10 tokens.
+#[actix_web::test]
+async fn eight_bit_activations_on_the_server_answer_as_the_same_model_here() {
+    let srv = common::server_and_state(&["--llm-q8"]).0;
+    let bytes = std::fs::read(split_paths::llm_file()).unwrap();
+    let q8 = Smollm2::load(&bytes).unwrap().0.with_q8_activations(true);
+    let golden = golden();
+    let case = &golden["prompts"][1];
+    let (prompt, exact) = (ids(&case["ids"]), ids(&case["greedy"]));
+    let n = exact.len();
+    let mut cache = KvCache::new(&q8.config, 0..q8.config.layers, prompt.len() + n);
+    let mut next = argmax(&q8.forward(&prompt, &mut cache).unwrap());
+    let mut want = Vec::new();
+    while want.len() < n {
+        want.push(next);
+        next = argmax(&q8.forward(&[next], &mut cache).unwrap());
+    }
+    assert_ne!(want, exact, "8-bit activations gave the exact kernels' answer");
+    let positions = (prompt.len() + n) as u32;
+    let mut ws = connect(&srv).await;
+    assert!(matches!(call(&mut ws, &open_head(1, 0, positions)).await, LlmFrame::Opened { .. }));
+    let ask = LlmFrame::Tokens { id: 2, position: 0, generate: n as u32, tokens: prompt };
+    ws.send(Message::Binary(ask.encode().into())).await.unwrap();
+    let (tokens, _, _) = streamed(&mut ws, 2, positions - n as u32).await;
+    assert_eq!(tokens, want);
+}
+
 async fn plain_split_and_cloud_only(server_args: &[&str]) {
     let srv = common::server_and_state(server_args).0;
     let m = model();

@@ -8,7 +8,7 @@
 
 mod miri;
 mod odd_shapes;
-mod quant;
+pub(crate) mod quant;
 
 /// Overflow checks are on where these tests run checked (what the module's doc promises): an
 /// overflowing addition panics instead of wrapping. Debug assertions come with them in that

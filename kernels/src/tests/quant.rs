@@ -8,7 +8,7 @@ use split_kernels::{
 };
 
 /// Packed bytes, scales and minimums of a random `rows × cols` matrix.
-fn matrix(
+pub(crate) fn matrix(
     format: QuantFormat,
     rows: usize,
     cols: usize,
@@ -159,17 +159,30 @@ fn quant_speed() {
         for isa in Isa::available().into_iter().skip(1) {
             for threads in [1, 2] {
                 split_kernels::set_max_threads(threads);
-                quant_matmul(isa, &w, &x, 1, &mut out).unwrap();
-                let t = std::time::Instant::now();
-                for _ in 0..reps {
-                    quant_matmul(isa, &w, &x, 1, &mut out).unwrap();
+                type Kernel = fn(
+                    Isa,
+                    &QuantMatrix,
+                    &[f32],
+                    usize,
+                    &mut [f32],
+                ) -> Result<(), split_kernels::QuantShapeError>;
+                let kernels: [(&str, Kernel); 2] = [
+                    ("f32 vector", quant_matmul),
+                    ("8-bit vector", split_kernels::quant_matmul_q8),
+                ];
+                for (name, kernel) in kernels {
+                    kernel(isa, &w, &x, 1, &mut out).unwrap();
+                    let t = std::time::Instant::now();
+                    for _ in 0..reps {
+                        kernel(isa, &w, &x, 1, &mut out).unwrap();
+                    }
+                    let s = t.elapsed().as_secs_f64() / reps as f64;
+                    eprintln!(
+                        "{format:?} {rows}x{cols} {isa:?} {threads}t {name}: {:.1} us, {:.2} GB/s",
+                        s * 1e6,
+                        bytes as f64 / s / 1e9
+                    );
                 }
-                let s = t.elapsed().as_secs_f64() / reps as f64;
-                eprintln!(
-                    "{format:?} {rows}x{cols} {isa:?} {threads}t: {:.1} us, {:.2} GB/s",
-                    s * 1e6,
-                    bytes as f64 / s / 1e9
-                );
             }
         }
     }

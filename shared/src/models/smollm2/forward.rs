@@ -14,7 +14,7 @@
 
 use std::ops::Range;
 
-use split_kernels::{Isa, quant_matmul, quant_matmul_groups};
+use split_kernels::{Isa, quant_matmul, quant_matmul_groups, quant_matmul_q8};
 
 use super::weights::{LayerWeights, QuantWeight, Weights};
 use super::{Config, LlmError, Tokenizer};
@@ -29,7 +29,14 @@ pub struct Smollm2 {
     /// RoPE's inverse frequencies, one per pair of a head.
     inv_freq: Vec<f64>,
     isa: Isa,
+    /// Steps of fewer than [`Q8_BELOW`] positions multiply with 8-bit activations
+    /// ([`Smollm2::with_q8_activations`]).
+    q8_activations: bool,
 }
+
+/// Positions a step must have fewer of to take 8-bit activations when they are on: from four
+/// on, the exact kernel unpacks each weight block once for all of them and is the faster.
+const Q8_BELOW: usize = 4;
 
 /// One conversation's part of a batched step ([`Smollm2::forward_batch`]): its blocks, its hidden
 /// states (`[tokens, dim]`, replaced by the states after the blocks) and its cache of those
@@ -109,7 +116,7 @@ impl Smollm2 {
         let inv_freq = (0..half)
             .map(|i| f64::from(config.rope_base).powf(-(2.0 * i as f64) / config.head_dim as f64))
             .collect();
-        Ok(Smollm2 { config, weights, inv_freq, isa: Isa::detect() })
+        Ok(Smollm2 { config, weights, inv_freq, isa: Isa::detect(), q8_activations: false })
     }
 
     /// The model and its tokenizer from a GGUF file's bytes.
@@ -133,6 +140,20 @@ impl Smollm2 {
     pub fn with_isa(mut self, isa: Isa) -> Self {
         self.isa = isa;
         self
+    }
+
+    /// Multiply decode steps (fewer than four positions; a prompt stays exact) with activations
+    /// quantized to 8 bits per value, as llama.cpp does ([`split_kernels::quant_matmul_q8`]):
+    /// faster on one core, and answers that may differ from the reference's in a late token.
+    /// Off by default; each step's result still does not depend on the steps batched with it.
+    pub fn with_q8_activations(mut self, on: bool) -> Self {
+        self.q8_activations = on;
+        self
+    }
+
+    /// Whether decode steps multiply with 8-bit activations.
+    pub fn q8_activations(&self) -> bool {
+        self.q8_activations
     }
 
     /// The blocks whose weights are loaded: every block (`0..config.layers`), or the share of
@@ -286,10 +307,7 @@ impl Smollm2 {
     }
 
     fn matmul(&self, w: &QuantWeight, x: &[f32], tokens: usize) -> Result<Vec<f32>, LlmError> {
-        let mut out = vec![0.0; tokens * w.rows()];
-        quant_matmul(self.isa, &w.matrix(), x, tokens, &mut out)
-            .map_err(|e| LlmError::Shape(e.to_string()))?;
-        Ok(out)
+        self.matmul_groups(w, x, &[tokens])
     }
 
     /// The product of several steps' rows, each group summed as it would be alone.
@@ -299,9 +317,27 @@ impl Smollm2 {
         x: &[f32],
         groups: &[usize],
     ) -> Result<Vec<f32>, LlmError> {
-        let mut out = vec![0.0; groups.iter().sum::<usize>() * w.rows()];
-        quant_matmul_groups(self.isa, &w.matrix(), x, groups, &mut out)
-            .map_err(|e| LlmError::Shape(e.to_string()))?;
+        let total: usize = groups.iter().sum();
+        let (cols, rows) = (w.matrix().cols, w.rows());
+        let mut out = vec![0.0; total * rows];
+        let shape = |e: split_kernels::QuantShapeError| LlmError::Shape(e.to_string());
+        // The exact kernel also reports wrong lengths (which the split below must not meet).
+        if !self.q8_activations || x.len() != total * cols {
+            quant_matmul_groups(self.isa, &w.matrix(), x, groups, &mut out).map_err(shape)?;
+            return Ok(out);
+        }
+        // Each group on its own, so that its result is what it gets alone either way.
+        let (mut xs, mut outs) = (x, &mut out[..]);
+        for &g in groups {
+            let (xg, rest_x) = xs.split_at(g * cols);
+            let (og, rest_out) = outs.split_at_mut(g * rows);
+            if g < Q8_BELOW {
+                quant_matmul_q8(self.isa, &w.matrix(), xg, g, og).map_err(shape)?;
+            } else {
+                quant_matmul(self.isa, &w.matrix(), xg, g, og).map_err(shape)?;
+            }
+            (xs, outs) = (rest_x, rest_out);
+        }
         Ok(out)
     }
 
