@@ -1,5 +1,6 @@
-//! The KV budget of `/llm`: what every conversation reserves when it opens (its positions ×
-//! its blocks), against the server's total (`--llm-kv-mib`). A conversation that does not fit
+//! The KV budget of `/llm`: what every conversation's cache holds (its positions × its
+//! blocks, reserved a step of positions ahead as it fills), against the server's total
+//! (`--llm-kv-mib`). A conversation that does not fit
 //! may take the cache of conversations idle for `--llm-evict-after` seconds, the least
 //! recently active first, and only when that makes room: each one evicted is told
 //! ([`Lease::evicted`]), frees its cache and closes with `evicted`.
@@ -58,6 +59,20 @@ impl Reservation {
     pub fn lease(&self) -> &Arc<Lease> {
         &self.lease
     }
+
+    /// Hold `bytes` more (a conversation's cache growing), evicting idle conversations if that
+    /// makes room (never this one while it is busy, as it is while a frame of it is answered),
+    /// or say why not; a refusal holds nothing more.
+    pub fn grow(&self, bytes: usize) -> Result<(), String> {
+        self.budget.take(bytes)?;
+        self.lease.bytes.fetch_add(bytes, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.lease.bytes.load(Ordering::Acquire)
+    }
 }
 
 impl Drop for Reservation {
@@ -85,6 +100,24 @@ impl KvBudget {
 
     /// Reserve `bytes`, evicting idle conversations if that makes room, or say why not.
     pub fn reserve(self: &Arc<Self>, bytes: usize) -> Result<Reservation, String> {
+        self.take(bytes)?;
+        let lease = Arc::new(Lease {
+            bytes: AtomicUsize::new(bytes),
+            last_active: Mutex::new(Instant::now()),
+            busy: AtomicBool::new(false),
+            evicted: AtomicBool::new(false),
+            wake: tokio::sync::Notify::new(),
+        });
+        if let Ok(mut leases) = self.leases.lock() {
+            leases.retain(|l| l.strong_count() > 0);
+            leases.push(Arc::downgrade(&lease));
+        }
+        Ok(Reservation { budget: self.clone(), lease })
+    }
+
+    /// Count `bytes` more as held, evicting idle conversations if that makes room, or say why
+    /// not.
+    fn take(&self, bytes: usize) -> Result<(), String> {
         let mut held = self.held.load(Ordering::Acquire);
         loop {
             let after = held.saturating_add(bytes);
@@ -99,29 +132,17 @@ impl KvBudget {
                 };
                 return Err(format!(
                     "the server's KV budget is {} MiB, {} MiB are held {held_by}; this \
-                     conversation needs {:.1} MiB",
+                     conversation asks for {:.1} MiB more",
                     self.total >> 20,
                     held >> 20,
                     bytes as f64 / (1 << 20) as f64
                 ));
             }
             match self.held.compare_exchange(held, after, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => break,
+                Ok(_) => return Ok(()),
                 Err(now) => held = now,
             }
         }
-        let lease = Arc::new(Lease {
-            bytes: AtomicUsize::new(bytes),
-            last_active: Mutex::new(Instant::now()),
-            busy: AtomicBool::new(false),
-            evicted: AtomicBool::new(false),
-            wake: tokio::sync::Notify::new(),
-        });
-        if let Ok(mut leases) = self.leases.lock() {
-            leases.retain(|l| l.strong_count() > 0);
-            leases.push(Arc::downgrade(&lease));
-        }
-        Ok(Reservation { budget: self.clone(), lease })
     }
 
     /// Take back at least `needed` bytes from conversations idle long enough, least recently
@@ -198,6 +219,29 @@ mod tests {
         assert!(why.contains("KV budget is"), "{why}");
         drop(a);
         assert!(budget.reserve(30).is_ok());
+    }
+
+    #[test]
+    fn a_reservation_grows_while_the_budget_has_room_and_gives_everything_back() {
+        let budget = KvBudget::new(100, Some(Duration::ZERO));
+        let a = budget.reserve(30).unwrap();
+        a.lease().set_busy(true);
+        a.grow(40).unwrap();
+        assert_eq!((a.bytes(), budget.held()), (70, 70));
+        // Past the budget: refused, nothing more held, and a busy conversation is not evicted
+        // to make room for its own growth.
+        let Err(why) = a.grow(31) else { panic!("over the budget") };
+        assert!(why.contains("KV budget is"), "{why}");
+        assert_eq!((a.bytes(), budget.held()), (70, 70));
+        assert!(!a.lease().evicted.load(Ordering::Acquire));
+        // An idle other conversation makes room for it.
+        let b = budget.reserve(30).unwrap();
+        b.lease().set_busy(false);
+        a.grow(20).unwrap();
+        assert!(b.lease().evicted.load(Ordering::Acquire));
+        assert_eq!(budget.held(), 90);
+        drop((a, b));
+        assert_eq!(budget.held(), 0);
     }
 
     #[test]

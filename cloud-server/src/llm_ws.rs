@@ -9,12 +9,13 @@
 //! One socket is one conversation, served one frame at a time: the blocks run on the blocking
 //! pool, never on the event loop, or with `--llm-batch` in batches with the other
 //! conversations' frames ([`crate::llm_batch`]). While a generation streams, the socket is still read: `stop`
-//! ends it after the token being computed, anything else is refused with `placement`. KV cache is reserved when a conversation opens (its
-//! positions × its blocks), against the conversation's limit (`--llm-positions`) and every
-//! conversation's together (`--llm-kv-mib`); a conversation over either is refused with
-//! `kv_budget`, unless conversations idle for `--llm-evict-after` free enough
-//! ([`crate::llm_budget`]: each gets `evicted` and its socket closes). The reservation ends
-//! with the socket.
+//! ends it after the token being computed, anything else is refused with `placement`. A conversation opens with the positions it may
+//! reach (at most `--llm-positions`) and reserves KV cache from every conversation's budget
+//! (`--llm-kv-mib`) as its cache fills, [`RESERVE_STEP`] positions × its blocks at a time: an
+//! open or a frame that needs more than the budget has is refused with `kv_budget` (the
+//! conversation stays open, its cache as it was), unless conversations idle for
+//! `--llm-evict-after` free enough ([`crate::llm_budget`]: each gets `evicted` and its socket
+//! closes). The reservation ends with the socket.
 //! Frames count against the same per-address rate as `/ws` requests (`--rate-limit`); answers
 //! and refusals go to `/metrics` as `/ws`'s do (answers under `from="llm"`).
 
@@ -148,6 +149,12 @@ fn batch_threads() -> usize {
     split_kernels::max_threads()
 }
 
+/// Positions a conversation's KV reservation grows by: at open, the first step (or the
+/// positions it opened with, if fewer); then, when a frame needs more, enough steps for it.
+/// A conversation holds the budget for what its cache holds, give or take a step, not for the
+/// positions it may reach: 64 positions of 26 blocks are 2.4 MiB.
+const RESERVE_STEP: u32 = 64;
+
 /// An open conversation: its blocks, its cache (absent while the blocks run), the server's
 /// sampler when it runs the head, its budget.
 struct Conversation {
@@ -156,6 +163,9 @@ struct Conversation {
     cache: Option<KvCache>,
     sampler: Option<Sampler>,
     reservation: Reservation,
+    /// Positions of cache the reservation covers: a step ahead of what the cache holds, up
+    /// to the positions the conversation opened with ([`RESERVE_STEP`]).
+    reserved: u32,
     /// Counts it among the conversations a batch waits for (`--llm-batch`).
     _open: Option<crate::llm_batch::Open>,
 }
@@ -367,9 +377,17 @@ async fn evicted(lease: Option<&Lease>) {
     }
 }
 
-/// `position` is where the conversation's cache stands and `rows` more fit in it, or the error
-/// frame saying why not.
-fn check_room(c: &Conversation, id: u64, position: u32, rows: usize) -> Result<(), LlmFrame> {
+/// `position` is where the conversation's cache stands and `rows` more fit in it, then
+/// `ahead` more (a generation's tokens, as many as fit), with the reservation grown to cover
+/// them; or the error frame saying why not.
+fn check_room(
+    host: &LlmHost,
+    c: &mut Conversation,
+    id: u64,
+    position: u32,
+    rows: usize,
+    ahead: u32,
+) -> Result<(), LlmFrame> {
     let Some(cache) = c.cache.as_ref() else {
         return Err(error(id, LlmErrorCode::Internal, "the conversation's cache was lost"));
     };
@@ -386,8 +404,21 @@ fn check_room(c: &Conversation, id: u64, position: u32, rows: usize) -> Result<(
         return Err(error(
             id,
             LlmErrorCode::KvBudget,
-            format!("{rows} more positions do not fit the {capacity} this conversation reserved"),
+            format!(
+                "{rows} more positions do not fit the {capacity} this conversation opened with"
+            ),
         ));
+    }
+    // Within the capacity, which is at most `--llm-positions` (a u32).
+    let capacity = cache.capacity() as u32;
+    let needed = (position + rows as u32).saturating_add(ahead).min(capacity);
+    if needed > c.reserved {
+        let to = needed.div_ceil(RESERVE_STEP).saturating_mul(RESERVE_STEP).min(capacity);
+        let more = host.cache_bytes(c.first, c.end, to - c.reserved);
+        if let Err(why) = c.reservation.grow(more) {
+            return Err(error(id, LlmErrorCode::KvBudget, why));
+        }
+        c.reserved = to;
     }
     Ok(())
 }
@@ -434,7 +465,7 @@ async fn answer(state: &AppState, conversation: &mut Option<Conversation>, bytes
                 ));
             }
             let rows = values.len() / dim;
-            if let Err(refused) = check_room(c, id, position, rows) {
+            if let Err(refused) = check_room(&host, c, id, position, rows, 0) {
                 return Reply::Frame(refused);
             }
             Reply::Frame(match compute(&host, c, Input::Hidden(values)).await {
@@ -487,7 +518,7 @@ async fn answer(state: &AppState, conversation: &mut Option<Conversation>, bytes
                 return Reply::Frame(error(id, LlmErrorCode::BadValues, "no tokens"));
             }
             let rows = tokens.len();
-            if let Err(refused) = check_room(c, id, position, rows) {
+            if let Err(refused) = check_room(&host, c, id, position, rows, generate) {
                 return Reply::Frame(refused);
             }
             let after = position + rows as u32;
@@ -571,7 +602,8 @@ fn open(
             format!("{positions} positions: a conversation may have 1..={}", host.max_positions),
         );
     }
-    let reservation = match host.budget.reserve(host.cache_bytes(first, end, positions)) {
+    let reserved = positions.min(RESERVE_STEP);
+    let reservation = match host.budget.reserve(host.cache_bytes(first, end, reserved)) {
         Ok(r) => r,
         Err(why) => return error(id, LlmErrorCode::KvBudget, why),
     };
@@ -583,6 +615,7 @@ fn open(
         cache: Some(cache),
         sampler,
         reservation,
+        reserved,
         _open: host.batcher.as_ref().map(Batcher::open),
     });
     let width = host.model.config.dim as u32;

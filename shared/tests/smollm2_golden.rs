@@ -362,3 +362,77 @@ fn batch_speed() {
         }
     }
 }
+
+/// Whether a cheap draft could feed speculative decoding over the U-split (several tokens a
+/// round trip, checked by the server's blocks): how often the head on the hidden state after
+/// the first `k` blocks (the edge's own blocks, an "early exit") names the token the whole
+/// model then picks, and how often prompt lookup (the token that followed the last two
+/// tokens' latest earlier occurrence in the conversation) does, over ten chat prompts × up to
+/// 64 greedy tokens. A study, its figures in docs/llm.md:
+/// `cargo test --release -p split-shared --test smollm2_golden draft_acceptance -- --ignored --nocapture`.
+#[test]
+#[ignore = "a study: cargo test --release -p split-shared --test smollm2_golden draft_acceptance -- --ignored --nocapture"]
+fn draft_acceptance() {
+    let (m, tok, template) = load();
+    let prompts = [
+        "What is the capital of France?",
+        "Write a haiku about the sea.",
+        "List three prime numbers between 10 and 30.",
+        "Explain what a CPU cache is in two sentences.",
+        "Give me a recipe for pancakes.",
+        "Translate 'good morning' into French, Spanish and German.",
+        "What are the planets of the solar system?",
+        "Write a short story about a robot who learns to paint.",
+        "How do I reverse a list in Python?",
+        "Summarize the plot of Romeo and Juliet.",
+    ];
+    let (dim, layers) = (m.config.dim, m.config.layers);
+    let bounds = [0, 4, 8, 12, 16, 20, 24, layers];
+    let mut hits = vec![0usize; bounds.len() - 2];
+    let (mut steps, mut proposed, mut right) = (0usize, 0usize, 0usize);
+    for p in prompts {
+        let prompt =
+            template.encode(&tok, &[Message { role: "user".into(), content: p.into() }]).unwrap();
+        let mut caches: Vec<KvCache> =
+            bounds.windows(2).map(|b| KvCache::new(&m.config, b[0]..b[1], 256)).collect();
+        let (mut context, mut input) = (prompt.clone(), prompt);
+        for _ in 0..64 {
+            let mut h = m.embed(&input).unwrap();
+            let mut exits = Vec::new();
+            for (b, cache) in bounds.windows(2).zip(&mut caches) {
+                m.forward_layers(b[0]..b[1], &mut h, cache).unwrap();
+                exits.push(argmax(&m.logits(&h[h.len() - dim..]).unwrap()));
+            }
+            let next = exits.pop().expect("the whole model's");
+            for (hit, draft) in hits.iter_mut().zip(&exits) {
+                *hit += usize::from(*draft == next);
+            }
+            let n = context.len();
+            let key = &context[n - 2..];
+            if let Some(j) = (0..n - 2).rev().find(|&j| context[j..j + 2] == *key) {
+                proposed += 1;
+                right += usize::from(context[j + 2] == next);
+            }
+            steps += 1;
+            context.push(next);
+            if next == tok.eos {
+                break;
+            }
+            input = vec![next];
+        }
+    }
+    for (k, hit) in bounds[1..].iter().zip(&hits) {
+        eprintln!("the head after {k} blocks: {hit} of {steps} tokens ({:.0}%)", pct(*hit, steps));
+    }
+    eprintln!(
+        "prompt lookup: a proposal at {proposed} of {steps} steps, right at {right} ({:.0}% of \
+         the steps)",
+        pct(right, steps)
+    );
+    // The counts hold together.
+    assert!(hits.iter().all(|&h| h <= steps) && right <= proposed && proposed <= steps);
+}
+
+fn pct(a: usize, b: usize) -> f64 {
+    100.0 * a as f64 / b.max(1) as f64
+}

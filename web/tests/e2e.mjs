@@ -176,29 +176,47 @@ async function startLoad(context, clients, depth) {
   return page;
 }
 
+/** The gain the adaptive controller needs to switch (`ControllerConfig::min_gain`'s default,
+ * shared/src/plan/controller.rs). */
+const MIN_GAIN = 0.1;
+
 /** Adaptive mode: an idle server on loopback gets the work once the planner has measured the
- * link, then the edge does once the server reports a growing queue. */
+ * link (unless the edge is forecast within `MIN_GAIN` of it), then the edge does once the
+ * server reports a growing queue. */
 async function loadChecks(page, name) {
   const idle = await page.evaluate(async () => {
     const c = window.splitClient;
     await c.setCacheEntries(0);
     window.chelsea = new Uint8Array(await (await fetch("samples/chelsea.png")).arrayBuffer());
-    // Until a request goes to the server, at most 10 (5 s): with nothing measured yet the
-    // planner assumes a 50 ms round trip, under which the edge wins, and learns the loopback
-    // link from the probe it sends after an edge run (one due at once, then one a period).
+    // Until a request goes to the server, at most 24 (12 s: past the longest dwell, 9 s, and
+    // the re-plan after it): with nothing measured yet the planner assumes a 50 ms round trip,
+    // under which the edge wins, and learns the loopback link from the probe it sends after an
+    // edge run (one due at once, then one a period).
     const rows = [];
-    for (let i = 0; i < 10 && (i === 0 || rows.at(-1).placement === "edge_only"); i++) {
+    for (let i = 0; i < 24 && (i === 0 || rows.at(-1).placement === "edge_only"); i++) {
       const r = await c.classify(window.chelsea, "auto", {});
-      // What the planner saw, for the assertion's message: the conditions and the two best.
-      const why = r.explain && { now: r.explain.forecast.now, measured: r.explain.forecast.measured, ranked: r.explain.ranked.slice(0, 2) };
+      // What the planner saw: the conditions, the placement in force and the two best.
+      const why = r.explain && { now: r.explain.forecast.now, measured: r.explain.forecast.measured, predicted: r.explain.predicted, ranked: r.explain.ranked.slice(0, 2) };
       rows.push({ mode: r.mode, placement: r.placement.mode, top1: r.top[0].class, fallback: r.fallback ?? null, connection: c.connectionState.state, why: JSON.stringify(why ?? null) });
       await new Promise((res) => setTimeout(res, 500));
     }
     return rows;
   });
   console.table(idle.map(({ why, ...row }) => row));
-  // Why, when it fails: the planner's explanation of the last choice.
-  assert.notEqual(idle.at(-1).placement, "edge_only", `${name}: an idle server on loopback gets work (last: ${JSON.stringify(idle.at(-1))})`);
+  // The planner learned the loopback link, and an idle server gets the work whenever the
+  // planner's own forecast puts a placement with the server `MIN_GAIN` ahead of the edge (the
+  // controller's threshold for a switch). On a fast CPU the whole network in the page can come
+  // within that of the server's path on loopback (2026-12-04, a Zen 4: edge-only forecast
+  // 15–22 ms against 14–15 for a split), and then staying on the edge is the right answer,
+  // said below.
+  const last = idle.at(-1);
+  const why = JSON.parse(last.why);
+  assert.ok(why.measured.rtt && why.now.rttMs < 20, `${name}: the planner measured the loopback link (last: ${last.why})`);
+  if (last.placement === "edge_only") {
+    const gain = (why.predicted.totalMs - why.ranked[0].totalMs) / why.predicted.totalMs;
+    assert.ok(gain < MIN_GAIN, `${name}: an idle server on loopback gets work when forecast ${Math.round(gain * 100)}% faster (last: ${last.why})`);
+    console.log(`${name}: the edge keeps the work: the best placement with the server is forecast only ${Math.round(gain * 100)}% faster on this machine (a switch needs ${MIN_GAIN * 100}%)`);
+  }
   const loader = await startLoad(page.context(), 16, 3);
   const loaded = await page.evaluate(async () => {
     const c = window.splitClient;
@@ -224,7 +242,9 @@ async function loadChecks(page, name) {
       const f = r.explain.forecast;
       rows.push({ placement: r.placement.mode === "split" ? `${r.placement.boundary}/${r.placement.codec}` : r.placement.mode,
                   top1: r.top[0].class, totalMs: Math.round(r.totalMs), waitedMs: r.queueMs, cached: r.serverCached, queueMs: Math.round(f.now.queueMs) });
-      if (r.placement.mode === "edge_only" && rows.length > 1) break;
+      // On the edge, once the planner has seen the queue (at once after a move the queue
+      // drove; from the next probe's pong for a client the idle check left on the edge).
+      if (r.placement.mode === "edge_only" && rows.length > 1 && rows.at(-1).queueMs > 0) break;
       await new Promise((res) => setTimeout(res, 400));
     }
     return { rows, switches: c.switches.map((s) => s.reason) };

@@ -185,6 +185,47 @@ async fn u_split_answers_as_the_unsplit_model() {
     }
 }
 
+/// A conversation's KV reservation follows its cache, 64 positions at a time, not the positions
+/// it opened with: three conversations of 2,048 positions open in an 8 MiB budget (each holds
+/// 64 positions × 26 blocks × 1,536 bytes = 2.4 MiB), a fourth does not; a frame whose rows
+/// need a second step while the budget is full is refused with `kv_budget`, the conversation
+/// and its cache unharmed, and the same frame goes through once another conversation ends.
+#[actix_web::test]
+async fn kv_reservations_grow_as_the_cache_fills() {
+    let flags = ["--llm-positions", "2048", "--llm-kv-mib", "8", "--llm-evict-after", "0"];
+    let srv = common::server_and_state(&flags).0;
+    let dim = model().config.dim;
+    let mut sockets = Vec::new();
+    for i in 0..3 {
+        let mut ws = connect(&srv).await;
+        let opened = call(&mut ws, &open(1, 2048)).await;
+        assert!(matches!(opened, LlmFrame::Opened { positions: 2048, .. }), "{i}: {opened:?}");
+        sockets.push(ws);
+    }
+    let mut fourth = connect(&srv).await;
+    assert_eq!(code(call(&mut fourth, &open(1, 2048)).await), LlmErrorCode::KvBudget);
+    // 60 rows fit the first step; 10 more do not, until a conversation ends.
+    let ws = &mut sockets[0];
+    let first = call(ws, &hidden(2, 0, vec![0.25; 60 * dim])).await;
+    assert!(matches!(first, LlmFrame::Hidden { position: 59, .. }), "{first:?}");
+    let more = hidden(3, 60, vec![0.25; 10 * dim]);
+    assert_eq!(code(call(ws, &more).await), LlmErrorCode::KvBudget);
+    drop(sockets.pop());
+    let mut reply = None;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        match call(&mut sockets[0], &more).await {
+            LlmFrame::Error { code: LlmErrorCode::KvBudget, .. } => continue,
+            other => {
+                reply = Some(other);
+                break;
+            }
+        }
+    }
+    // The refused frame left the cache at 60 positions: the rows go on from there.
+    assert!(matches!(reply, Some(LlmFrame::Hidden { position: 69, .. })), "{reply:?}");
+}
+
 #[actix_web::test]
 async fn bad_frames_get_typed_errors_and_the_conversation_goes_on() {
     let srv = common::server_and_state(&["--llm-positions", "64", "--llm-kv-mib", "2"]).0;

@@ -22,7 +22,7 @@
 //! ```text
 //! 1    open     model u8 (2 = SmolLM2-135M-Instruct), flags u8 (bit 0: the server runs the
 //!               head), 2 zero bytes, first block u16, end block u16 (exclusive), positions
-//!               u32 (the KV cache to reserve); with the head bit: temperature f32 (0 is
+//!               u32 (the most the conversation reaches); with the head bit: temperature f32 (0 is
 //!               greedy), top-p f32, seed u64
 //! 2    hidden   position u32 (of the first row), rows u32, width u32, then rows coded each
 //!               on its own in the header's encoding (f32: rows × width f32)
@@ -211,7 +211,7 @@ pub enum LlmFrame {
         first: u16,
         /// One past the last block the server runs.
         end: u16,
-        /// Positions of KV cache to reserve.
+        /// Most positions the conversation will reach (the server reserves KV cache as they fill).
         positions: u32,
         /// Whether the server runs the head, and how it samples.
         head: Option<HeadSampling>,
