@@ -147,7 +147,7 @@ pub struct Config {
     pub llm_batch: bool,
     /// Multiply `/llm` decode steps (fewer than four rows) with activations quantized to 8 bits
     /// per value and integer dot products, as llama.cpp does: faster on a CPU, and an answer
-    /// may differ from the exact kernels' in a late token (docs/llm.md, "Speed"). Off by
+    /// may part from the exact kernels' after a few tokens (docs/llm.md, "Speed"). Off by
     /// default: the exact kernels give the reference's answers.
     #[arg(long, env = "SPLIT_LLM_Q8")]
     pub llm_q8: bool,

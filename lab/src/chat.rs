@@ -39,7 +39,7 @@ pub struct Args {
     #[arg(long, default_value_t = 1)]
     repeats: usize,
     /// Decode with activations quantized to 8 bits per value (integer dot products, as
-    /// llama.cpp does): faster, and the answer may differ from the reference's in a late token.
+    /// llama.cpp does): faster, and the answer may part from the reference's after a few tokens.
     #[arg(long)]
     q8: bool,
 }

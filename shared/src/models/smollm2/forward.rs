@@ -144,7 +144,7 @@ impl Smollm2 {
 
     /// Multiply decode steps (fewer than four positions; a prompt stays exact) with activations
     /// quantized to 8 bits per value, as llama.cpp does ([`split_kernels::quant_matmul_q8`]):
-    /// faster on one core, and answers that may differ from the reference's in a late token.
+    /// faster on one core, and answers that may part from the reference's after a few tokens.
     /// Off by default; each step's result still does not depend on the steps batched with it.
     pub fn with_q8_activations(mut self, on: bool) -> Self {
         self.q8_activations = on;
