@@ -327,7 +327,13 @@ async fn serve(
                     match answer(&state, &mut conversation, &bytes).await {
                         Reply::Frame(frame) => frame,
                         // A `stop` with nothing to stop: the generation it meant has ended.
-                        Reply::Nothing => continue,
+                        // The conversation waits again (idle, so evictable).
+                        Reply::Nothing => {
+                            if let Some(c) = &conversation {
+                                c.reservation.lease().set_busy(false);
+                            }
+                            continue;
+                        }
                         Reply::Generate(g) => {
                             let c = conversation.as_mut().expect("a generation has a conversation");
                             match stream_answer(&mut session, &mut stream, &state, c, g).await {

@@ -334,6 +334,8 @@ async fn an_idle_conversation_is_evicted_for_a_new_one() {
     // 16 positions of 26 blocks: 0.61 MiB. One fits in 1 MiB, two do not.
     let mut idle = connect(&srv).await;
     assert!(matches!(call(&mut idle, &open(1, 16)).await, LlmFrame::Opened { .. }));
+    // A frame that gets no reply (a stop with nothing under way) leaves it idle, not busy.
+    idle.send(Message::Binary(LlmFrame::Stop { id: 9 }.encode().into())).await.unwrap();
     let mut newcomer = connect(&srv).await;
     assert_eq!(
         code(call(&mut newcomer, &open(2, 16)).await),
