@@ -68,11 +68,6 @@ impl Reservation {
         self.lease.bytes.fetch_add(bytes, Ordering::AcqRel);
         Ok(())
     }
-
-    /// Bytes held.
-    pub fn bytes(&self) -> usize {
-        self.lease.bytes.load(Ordering::Acquire)
-    }
 }
 
 impl Drop for Reservation {
@@ -227,12 +222,12 @@ mod tests {
         let a = budget.reserve(30).unwrap();
         a.lease().set_busy(true);
         a.grow(40).unwrap();
-        assert_eq!((a.bytes(), budget.held()), (70, 70));
+        assert_eq!((a.lease.bytes.load(Ordering::Acquire), budget.held()), (70, 70));
         // Past the budget: refused, nothing more held, and a busy conversation is not evicted
         // to make room for its own growth.
         let Err(why) = a.grow(31) else { panic!("over the budget") };
         assert!(why.contains("KV budget is"), "{why}");
-        assert_eq!((a.bytes(), budget.held()), (70, 70));
+        assert_eq!((a.lease.bytes.load(Ordering::Acquire), budget.held()), (70, 70));
         assert!(!a.lease().evicted.load(Ordering::Acquire));
         // An idle other conversation makes room for it.
         let b = budget.reserve(30).unwrap();

@@ -169,6 +169,23 @@ pub fn quant_matmul(
     quant_matmul_groups(isa, w, x, &[tokens], out)
 }
 
+/// Threads a product of `tokens` vectors with `w` is split across (by rows).
+pub(crate) fn parts_for(w: &QuantMatrix, tokens: usize) -> usize {
+    let work = w.rows.saturating_mul(w.cols).saturating_mul(tokens);
+    threads::max_threads().min(work / MIN_VALUES_PER_PART).min(w.rows).max(1)
+}
+
+/// # Panics
+/// When `isa` asks for AVX2 on a machine without AVX2 and FMA.
+pub(crate) fn assert_runs_here(isa: crate::Isa) {
+    if matches!(isa, crate::Isa::Avx2 | crate::Isa::Avx512) {
+        assert!(
+            matches!(crate::Isa::detect(), crate::Isa::Avx2 | crate::Isa::Avx512),
+            "{isa:?} kernels asked for on a machine without AVX2 and FMA"
+        );
+    }
+}
+
 /// `x` holds `tokens` vectors of `w.cols` values and `out` room for `tokens` of `w.rows`.
 pub(crate) fn check_lengths(
     w: &QuantMatrix,
@@ -229,17 +246,11 @@ pub fn quant_matmul_groups(
     } else {
         Vec::new()
     };
-    let work = w.rows.saturating_mul(w.cols).saturating_mul(tokens);
-    let parts = threads::max_threads().min(work / MIN_VALUES_PER_PART).min(w.rows).max(1);
+    let parts = parts_for(w, tokens);
     // Each part writes its rows for every token into a buffer of its own ([rows, tokens]),
     // scattered into `out` afterwards: the parts share nothing they write.
     let results: Vec<Mutex<Vec<f32>>> = (0..parts).map(|_| Mutex::new(Vec::new())).collect();
-    if matches!(isa, crate::Isa::Avx2 | crate::Isa::Avx512) {
-        assert!(
-            matches!(crate::Isa::detect(), crate::Isa::Avx2 | crate::Isa::Avx512),
-            "{isa:?} kernels asked for on a machine without AVX2 and FMA"
-        );
-    }
+    assert_runs_here(isa);
     // The vectors of every one-at-a-time group: a row's dot products with all of them share
     // the unpacking of its blocks ([`row_dot_each`]), which changes no bit of any of them.
     let single: Vec<usize> = spans

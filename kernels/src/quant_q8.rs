@@ -18,16 +18,14 @@
 //! gives the same bits: the integer sums are exact and the float steps run in one order (eight
 //! lanes, each `lane = sum·scale + lane` with one rounding, then summed pairwise).
 
-use crate::quant::{QBLOCK, QuantFormat, QuantMatrix, QuantShapeError, check_lengths};
+use crate::quant::{
+    QBLOCK, QuantFormat, QuantMatrix, QuantShapeError, assert_runs_here, check_lengths, parts_for,
+};
 use crate::threads;
 
 /// Lanes of the float accumulator: the eight 32-bit lanes of an AVX2 register, each the sum of
 /// four adjacent products of a block.
 const LANES: usize = 8;
-
-/// Weights × vectors per thread below which a call stays on one thread (as for
-/// [`quant_matmul`](crate::quant_matmul)).
-const MIN_VALUES_PER_PART: usize = 1 << 16;
 
 /// One input vector quantized per block.
 struct Q8Vector {
@@ -78,20 +76,14 @@ pub fn quant_matmul_q8(
     if tokens == 0 || w.rows == 0 {
         return Ok(());
     }
-    let avx2 = matches!(isa, crate::Isa::Avx2 | crate::Isa::Avx512);
-    if avx2 {
-        assert!(
-            matches!(crate::Isa::detect(), crate::Isa::Avx2 | crate::Isa::Avx512),
-            "{isa:?} kernels asked for on a machine without AVX2 and FMA"
-        );
-    }
+    assert_runs_here(isa);
     #[cfg(target_arch = "x86_64")]
     let vnni = isa == crate::Isa::Avx512 && avx2::has_vnni();
     let bpr = w.cols / QBLOCK;
+    // One vector at a time: the rows split as for a product of one.
+    let parts = parts_for(w, 1);
     for (xt, ot) in x.chunks_exact(w.cols).zip(out.chunks_exact_mut(w.rows)) {
         let v = quantize(xt);
-        let work = w.rows.saturating_mul(w.cols);
-        let parts = threads::max_threads().min(work / MIN_VALUES_PER_PART).min(w.rows).max(1);
         let chunks = split_rows(ot, parts);
         threads::run_parts(parts, |p| {
             let rows = threads::range(w.rows, parts, p);

@@ -317,13 +317,14 @@ impl Smollm2 {
         x: &[f32],
         groups: &[usize],
     ) -> Result<Vec<f32>, LlmError> {
+        let m = w.matrix();
         let total: usize = groups.iter().sum();
-        let (cols, rows) = (w.matrix().cols, w.rows());
+        let (cols, rows) = (m.cols, m.rows);
         let mut out = vec![0.0; total * rows];
         let shape = |e: split_kernels::QuantShapeError| LlmError::Shape(e.to_string());
         // The exact kernel also reports wrong lengths (which the split below must not meet).
         if !self.q8_activations || x.len() != total * cols {
-            quant_matmul_groups(self.isa, &w.matrix(), x, groups, &mut out).map_err(shape)?;
+            quant_matmul_groups(self.isa, &m, x, groups, &mut out).map_err(shape)?;
             return Ok(out);
         }
         // Each group on its own, so that its result is what it gets alone either way.
@@ -332,9 +333,9 @@ impl Smollm2 {
             let (xg, rest_x) = xs.split_at(g * cols);
             let (og, rest_out) = outs.split_at_mut(g * rows);
             if g < Q8_BELOW {
-                quant_matmul_q8(self.isa, &w.matrix(), xg, g, og).map_err(shape)?;
+                quant_matmul_q8(self.isa, &m, xg, g, og).map_err(shape)?;
             } else {
-                quant_matmul(self.isa, &w.matrix(), xg, g, og).map_err(shape)?;
+                quant_matmul(self.isa, &m, xg, g, og).map_err(shape)?;
             }
             (xs, outs) = (rest_x, rest_out);
         }
