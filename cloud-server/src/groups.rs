@@ -301,6 +301,7 @@ mod tests {
             ms_per_image: 50.0,
             memory_mb: None,
             power: PowerState::Unknown,
+            llm: false,
         }
     }
 

@@ -7,9 +7,11 @@
 //! [`Request::Input`] on the picture as sent, a relayed [`Request::Features`] the rest of it from
 //! the frame's boundary, and the answer is a [`Reply`] frame, relayed back to whoever asked. As a
 //! pipeline's middle stage (a `route` signal before the frame names the stages after it) it
-//! runs its blocks and passes the features on, and the last stage answers the asker. No WebRTC: a
-//! maintained Rust WebRTC stack would double this crate's build; the relay carries the same
-//! frames.
+//! runs its blocks and passes the features on, and the last stage answers the asker. With the
+//! language model loaded ([`LlmMember`]) it also runs the middle blocks of the group's split
+//! chats ([`split_shared::group::llm_stage`]): the asker's `/llm` frames in, the rows on to the
+//! server's `/llm`, the replies back. No WebRTC: a maintained Rust WebRTC stack would double
+//! this crate's build; the relay carries the same frames.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -25,8 +27,10 @@ use split_shared::protocol::{
 };
 use split_shared::runtime::{Activations, SplitModel};
 
+mod llm;
 mod socket;
 
+pub use llm::{LlmMember, MAX_WAITING_PER_ASKER};
 pub use socket::{AgentOptions, OnJoined, run};
 
 /// A request's id, the index of the boundary the network started from, its answer, and the
@@ -40,6 +44,7 @@ const TOP_K: usize = 5;
 /// calibration), so a relayed frame is decoded and run exactly as `/ws` would.
 pub struct Agent {
     model: Lite0Split,
+    llm: Option<Arc<LlmMember>>,
 }
 
 impl Agent {
@@ -58,7 +63,18 @@ impl Agent {
             })
             .transpose()?
             .map(Arc::new);
-        Ok(Self { model: Lite0Split::new(model, device, calibration) })
+        Ok(Self { model: Lite0Split::new(model, device, calibration), llm: None })
+    }
+
+    /// Also run the language model's middle blocks for split chats.
+    pub fn with_llm(mut self, llm: LlmMember) -> Self {
+        self.llm = Some(Arc::new(llm));
+        self
+    }
+
+    /// The language model, when this agent runs split chats' blocks.
+    pub fn llm(&self) -> Option<&Arc<LlmMember>> {
+        self.llm.as_ref()
     }
 
     /// Milliseconds for the whole network on one image, the second of two runs (the first

@@ -7,13 +7,14 @@ use std::sync::Arc;
 
 use anyhow::Result;
 use clap::Parser;
-use device_agent::{Agent, AgentOptions, run};
+use device_agent::{Agent, AgentOptions, LlmMember, run};
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Join a device group as a native member (a TV box, a desktop without a browser) and answer
-/// the requests other members relay to it, with the shared model on the CPU (burn flex).
+/// the requests other members relay to it, with the shared model on the CPU (burn flex); with
+/// the language model, also the middle blocks of the group's split chats.
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Cli {
@@ -38,6 +39,16 @@ struct Cli {
     /// Codec calibration, for coded feature frames (default: beside the weights, if there).
     #[arg(long, env = "SPLIT_CALIBRATION")]
     calibration: Option<std::path::PathBuf>,
+    /// SmolLM2's GGUF file: with it, this device runs the middle blocks of the group's split
+    /// chats (default: the one `./run.sh setup` fetched, when it is there).
+    #[arg(long, env = "SPLIT_LLM", conflicts_with = "no_llm")]
+    llm: Option<std::path::PathBuf>,
+    /// Run no language model blocks, even with the file there.
+    #[arg(long)]
+    no_llm: bool,
+    /// Most positions (prompt and answer) one split chat may reach here.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=8192))]
+    llm_positions: u32,
     /// The server's bearer token, when it requires one (prefer the environment variable).
     #[arg(long, env = "SPLIT_TOKEN", hide_env_values = true)]
     token: Option<String>,
@@ -52,7 +63,18 @@ async fn main() -> Result<()> {
         let default = split_paths::calibration_file();
         default.exists().then_some(default)
     });
-    let agent = Arc::new(Agent::load(&weights, calibration.as_deref())?);
+    let mut agent = Agent::load(&weights, calibration.as_deref())?;
+    let llm = if cli.no_llm {
+        None
+    } else {
+        // A file named is loaded or the agent stops; the default only where setup put it.
+        cli.llm.or_else(|| Some(split_paths::llm_file()).filter(|p| p.exists()))
+    };
+    if let Some(path) = llm {
+        agent = agent.with_llm(LlmMember::load(&path, cli.llm_positions)?);
+        log::info!("running split chats' middle blocks with {}", path.display());
+    }
+    let agent = Arc::new(agent);
     let options = AgentOptions {
         url: cli.server,
         code: cli.group,

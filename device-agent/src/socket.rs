@@ -11,13 +11,15 @@ use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use split_shared::Boundary;
 use split_shared::group::relay::RelayFrame;
-use split_shared::group::{HEARTBEAT_INTERVAL_S, Hop, PowerState, Route};
+use split_shared::group::{HEARTBEAT_INTERVAL_S, Hop, LlmStage, PowerState, Route};
 
 use std::collections::{HashMap, VecDeque};
 
-use split_shared::protocol::{ErrorCode, Reply};
+use split_shared::protocol::{ErrorCode, LlmErrorCode, LlmFrame, Reply, peek_llm_id};
+use tokio::sync::mpsc;
 
 use crate::Agent;
+use crate::llm::{Conversations, Inbound};
 
 /// Routes kept per sender before their frames arrive (a sender that sends routes and no
 /// frames cannot grow this without end).
@@ -75,6 +77,14 @@ async fn serve(
     ])
 }
 
+/// The peer numbers of a `members` list.
+fn peers(members: &Value) -> Vec<u32> {
+    members
+        .as_array()
+        .map(|list| list.iter().filter_map(|m| m["peer"].as_u64()).map(|p| p as u32).collect())
+        .unwrap_or_default()
+}
+
 /// A callback with the group's join code.
 pub type OnJoined = Arc<dyn Fn(&str) + Send + Sync>;
 
@@ -114,9 +124,17 @@ pub async fn run(agent: Arc<Agent>, options: AgentOptions) -> Result<String> {
         .connect()
         .await
         .map_err(|e| anyhow::anyhow!("connecting to {}: {e}", options.url))?;
-    let device = json!({
+    let mut device = json!({
         "id": options.id, "name": options.name, "backend": "native", "msPerImage": ms_per_image,
     });
+    if agent.llm().is_some() {
+        device["llm"] = json!(true);
+    }
+    // Split chats' conversations, one per asker, and what they send back through the relay.
+    let (out, mut replies) = mpsc::unbounded_channel::<Vec<u8>>();
+    let mut chats = agent
+        .llm()
+        .map(|llm| Conversations::new(llm.clone(), &options.url, options.token.clone(), out));
     let hello = match &options.code {
         Some(code) => json!({ "type": "join", "code": code.to_uppercase(), "device": device }),
         None => json!({ "type": "create", "device": device }),
@@ -142,6 +160,11 @@ pub async fn run(agent: Arc<Agent>, options: AgentOptions) -> Result<String> {
                                     f(code);
                                 }
                             }
+                            Some("members") => {
+                                if let Some(chats) = chats.as_mut() {
+                                    chats.retain(&peers(&v["members"]));
+                                }
+                            }
                             Some("error") if !joined => {
                                 bail!("the server refused to admit this device: {}: {}", v["code"], v["message"]);
                             }
@@ -162,6 +185,15 @@ pub async fn run(agent: Arc<Agent>, options: AgentOptions) -> Result<String> {
                                             "id": v["data"]["route"]["id"], "code": "bad_route", "text": e } } });
                                         socket.send(Message::Text(failed.to_string().into())).await?;
                                     }
+                                }
+                            }
+                            Some("signal") if v["data"]["llmStage"].is_object() => {
+                                let from = v["from"].as_u64().unwrap_or(0) as u32;
+                                match (LlmStage::from_json(v["data"]["llmStage"].clone()), chats.as_mut()) {
+                                    (Ok(stage), Some(chats)) => chats.deliver(from, Inbound::Stage(stage.to)),
+                                    // Without the model the open that follows is refused.
+                                    (Ok(_), None) => {}
+                                    (Err(e), _) => log::warn!("member {from} sent a bad {e}"),
                                 }
                             }
                             Some("signal") if v["data"]["view"].is_object() => {
@@ -185,6 +217,21 @@ pub async fn run(agent: Arc<Agent>, options: AgentOptions) -> Result<String> {
                             }
                         };
                         let (from, request) = (envelope.peer, envelope.payload.to_vec());
+                        if let Some(id) = peek_llm_id(&request) {
+                            match chats.as_mut() {
+                                Some(chats) => chats.deliver(from, Inbound::Frame(request)),
+                                None => {
+                                    let refused = LlmFrame::Error {
+                                        id,
+                                        code: LlmErrorCode::UnknownModel,
+                                        message: "this member runs no language model (start the agent with --llm)".into(),
+                                    };
+                                    let back = RelayFrame { peer: from, payload: &refused.encode() }.to_bytes();
+                                    socket.send(Message::Binary(back.into())).await?;
+                                }
+                            }
+                            continue;
+                        }
                         let route = routes.get_mut(&from).and_then(VecDeque::pop_front);
                         for message in serve(&agent, from, request, route).await? {
                             socket.send(message).await?;
@@ -195,6 +242,7 @@ pub async fn run(agent: Arc<Agent>, options: AgentOptions) -> Result<String> {
                     _ => {}
                 }
             }
+            Some(bytes) = replies.recv() => socket.send(Message::Binary(bytes.into())).await?,
             _ = tick.tick() => {
                 let status = json!({ "type": "status", "load": 0, "power": PowerState::Unknown });
                 socket.send(Message::Text(status.to_string().into())).await?;

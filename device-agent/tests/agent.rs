@@ -14,7 +14,9 @@ use serde_json::{Value, json};
 use split_shared::codec::{EncodeContext, Setting};
 use split_shared::group::relay::RelayFrame;
 use split_shared::model::{Boundary, Features};
-use split_shared::protocol::{ErrorCode, FeaturesFrame, Reply, Request};
+use split_shared::protocol::{
+    ErrorCode, FeaturesFrame, LlmErrorCode, LlmFrame, MODEL_SMOLLM2, Reply, Request,
+};
 use split_shared::runtime::SplitModel;
 
 type Socket = Framed<BoxedSocket, Codec>;
@@ -169,6 +171,25 @@ async fn the_agent_joins_and_answers_relayed_frames() {
         matches!(reply, Reply::Error { id: 6, code: ErrorCode::UnknownModel, .. }),
         "{reply:?}"
     );
+    // A split chat's open for an agent started without the language model: refused with the
+    // `/llm` code, and the image answers go on.
+    let open =
+        LlmFrame::Open { id: 7, model: MODEL_SMOLLM2, first: 4, end: 30, positions: 8, head: None };
+    let envelope = RelayFrame { peer, payload: &open.encode() }.to_bytes();
+    phone.send(Message::Binary(envelope.into())).await.unwrap();
+    let refused = loop {
+        if let Frame::Binary(b) = next(&mut phone).await {
+            break LlmFrame::decode(RelayFrame::parse(&b).unwrap().payload).unwrap();
+        }
+    };
+    assert!(
+        matches!(refused, LlmFrame::Error { id: 7, code: LlmErrorCode::UnknownModel, .. }),
+        "{refused:?}"
+    );
+    let reply =
+        ask(&mut phone, peer, &Request::Image { id: 8, payload: CHELSEA.to_vec() }.to_bytes())
+            .await;
+    assert!(CATS.contains(&top1(&reply)));
     running.abort();
 }
 

@@ -67,6 +67,10 @@ pub struct DeviceInfo {
     /// Its power state.
     #[serde(default)]
     pub power: PowerState,
+    /// Whether it runs a language model's middle blocks for the group's split chats
+    /// ([`super::llm_stage`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub llm: bool,
 }
 
 impl DeviceInfo {
@@ -305,6 +309,7 @@ mod tests {
             ms_per_image: 42.0,
             memory_mb: Some(512),
             power: PowerState::Battery { level: 0.8 },
+            llm: false,
         }
     }
 

@@ -14,18 +14,21 @@
 //! - [`tasks`]: how a batch is shared out over members in proportion to their measured speed;
 //! - [`chain`]: where to cut the network across a chain of devices (and the cloud), for the
 //!   fastest single answer or the highest stream throughput;
-//! - [`fusion`]: several devices' answers about one object fused into one.
+//! - [`fusion`]: several devices' answers about one object fused into one;
+//! - [`llm_stage`]: a split chat's middle blocks on a member, between the asker and the server.
 //!
 //! The limits below bound what one group or one message may cost the server; each is named
 //! so clients can stay under it and tests can aim at it.
 
 pub mod chain;
 pub mod fusion;
+pub mod llm_stage;
 pub mod message;
 pub mod relay;
 pub mod route;
 pub mod tasks;
 
+pub use llm_stage::LlmStage;
 pub use message::{
     Backend, ClientMessage, DeviceInfo, GroupErrorCode, Member, PowerState, ServerMessage,
 };

@@ -7,7 +7,9 @@
 //! - [`Smollm2`] (the `model` feature) holds the weights quantized as the file has them and
 //!   runs the forward pass in three parts a split can cut between: embedding, any range of
 //!   blocks with their [`KvCache`], and the output projection;
-//! - [`Sampler`] picks the next token.
+//! - [`Sampler`] picks the next token;
+//! - [`MemberStage`] serves an asker's middle blocks on a member of a device group
+//!   ([`crate::group::llm_stage`]).
 //!
 //! The golden test (`shared/tests/smollm2_golden.rs`) holds it to an independent numpy forward
 //! of the same file (`tools/smollm2_reference.py`).
@@ -20,6 +22,8 @@ mod error;
 mod forward;
 mod sample;
 mod share;
+#[cfg(feature = "model")]
+mod stage;
 mod tokenizer;
 #[cfg(feature = "model")]
 mod weights;
@@ -32,6 +36,8 @@ pub use error::LlmError;
 pub use forward::{KvCache, Smollm2, Step};
 pub use sample::{Sampler, Sampling, argmax};
 pub use share::{SHARE_BLOCKS_KEY, edge_share, share_sizes, tokenizer_share};
+#[cfg(feature = "model")]
+pub use stage::{MemberStage, StageAction};
 pub use tokenizer::{ChatTemplate, Message, Tokenizer};
 #[cfg(feature = "model")]
 pub use weights::{QuantWeight, Weights};

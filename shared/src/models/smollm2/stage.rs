@@ -1,0 +1,204 @@
+//! A middle stage of a split conversation on a member of a device group
+//! ([`crate::group::llm_stage`]): the `/llm` frames an asker sends the member, turned into what
+//! the member does with them. No networking here: the member (the native agent) carries the
+//! actions out, so a browser member can serve the same frames with this machine later.
+//!
+//! The stage checks every frame as the server's `/llm` does and answers a refusal with the same
+//! typed error frame; the conversation stays as it was.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use super::{KvCache, Smollm2};
+use crate::protocol::{LlmErrorCode, LlmFrame, MODEL_SMOLLM2, peek_llm_id};
+
+/// What the member does with a frame.
+#[derive(Debug, PartialEq)]
+pub enum StageAction {
+    /// Send the asker this frame.
+    Reply(LlmFrame),
+    /// Open the server's part of the conversation with `upstream`; when the server answers
+    /// `opened`, send the asker `opened` (the range the asker opened), else its refusal.
+    OpenUpstream {
+        /// The open for the server's blocks.
+        upstream: LlmFrame,
+        /// The member's answer to the asker's open.
+        opened: LlmFrame,
+    },
+    /// Send the server this frame; its reply goes to the asker unchanged.
+    Forward(LlmFrame),
+    /// Nothing to send (a `stop`: no generation runs at a middle stage).
+    Nothing,
+}
+
+/// One asker's conversation through this member.
+struct Conversation {
+    /// The member's blocks.
+    blocks: Range<usize>,
+    /// One past the last block of the whole range the asker opened (the server's end).
+    end: u16,
+    cache: KvCache,
+}
+
+/// The stage of one asker's conversation on a member: its blocks' KV cache and where its rows
+/// go next.
+pub struct MemberStage {
+    model: Arc<Smollm2>,
+    max_positions: u32,
+    conversation: Option<Conversation>,
+}
+
+fn refuse(id: u64, code: LlmErrorCode, message: impl Into<String>) -> StageAction {
+    StageAction::Reply(LlmFrame::Error { id, code, message: message.into() })
+}
+
+impl MemberStage {
+    /// A stage of `model` whose conversations may reach `max_positions`.
+    pub fn new(model: Arc<Smollm2>, max_positions: u32) -> Self {
+        Self { model, max_positions, conversation: None }
+    }
+
+    /// The blocks the open conversation runs here, if one is open.
+    pub fn blocks(&self) -> Option<Range<usize>> {
+        self.conversation.as_ref().map(|c| c.blocks.clone())
+    }
+
+    /// Serve one frame from the asker. `to` is where the asker's last `llmStage` signal ended
+    /// this member's stage (taken by an `open`; `None`: the open's whole range).
+    pub fn handle(&mut self, bytes: &[u8], to: Option<u16>) -> StageAction {
+        let id = peek_llm_id(bytes).unwrap_or(0);
+        let frame = match LlmFrame::decode(bytes) {
+            Ok(f) => f,
+            Err(e) => return refuse(id, LlmErrorCode::BadFrame, e.to_string()),
+        };
+        match frame {
+            LlmFrame::Open { id, model, first, end, positions, head } => {
+                self.open(id, model, first..end, positions, head.is_some(), to)
+            }
+            LlmFrame::Hidden { id, reply: false, position, width, codec, values } => {
+                let dim = self.model.config.dim;
+                let Some(c) = self.conversation.as_mut() else {
+                    return refuse(
+                        id,
+                        LlmErrorCode::NotOpen,
+                        "open the conversation before sending hidden states",
+                    );
+                };
+                if width as usize != dim || values.is_empty() {
+                    let why = format!("rows of {width} values; this model's are {dim}");
+                    return refuse(id, LlmErrorCode::BadValues, why);
+                }
+                if values.iter().any(|v| !v.is_finite()) {
+                    return refuse(
+                        id,
+                        LlmErrorCode::BadValues,
+                        "a hidden state holds NaN or infinity",
+                    );
+                }
+                let rows = values.len() / dim;
+                if position as usize != c.cache.len() {
+                    let held = c.cache.len();
+                    let why =
+                        format!("rows start at position {position}; this member holds {held}");
+                    return refuse(id, LlmErrorCode::Position, why);
+                }
+                if c.cache.len() + rows > c.cache.capacity() {
+                    let capacity = c.cache.capacity();
+                    let why = format!(
+                        "{rows} more positions do not fit the {capacity} this conversation opened with"
+                    );
+                    return refuse(id, LlmErrorCode::KvBudget, why);
+                }
+                let mut values = values;
+                if let Err(e) =
+                    self.model.forward_layers(c.blocks.clone(), &mut values, &mut c.cache)
+                {
+                    return refuse(id, LlmErrorCode::Internal, e.to_string());
+                }
+                if usize::from(c.end) == c.blocks.end {
+                    // The last stage: the asker's head needs the last position only.
+                    let last = values[values.len() - dim..].to_vec();
+                    let position = position + rows as u32 - 1;
+                    let reply =
+                        LlmFrame::Hidden { id, reply: true, position, width, codec, values: last };
+                    StageAction::Reply(reply)
+                } else {
+                    StageAction::Forward(LlmFrame::Hidden {
+                        id,
+                        reply: false,
+                        position,
+                        width,
+                        codec,
+                        values,
+                    })
+                }
+            }
+            LlmFrame::Tokens { id, .. } => refuse(
+                id,
+                LlmErrorCode::Placement,
+                "a member runs hidden states through its blocks; token ids stay with the asker",
+            ),
+            LlmFrame::Stop { .. } => StageAction::Nothing,
+            other => refuse(
+                other.id(),
+                LlmErrorCode::BadFrame,
+                "a member takes open, hidden and stop frames",
+            ),
+        }
+    }
+
+    fn open(
+        &mut self,
+        id: u64,
+        model: u8,
+        range: Range<u16>,
+        positions: u32,
+        head: bool,
+        to: Option<u16>,
+    ) -> StageAction {
+        if model != MODEL_SMOLLM2 {
+            let why = format!("model {model} is not hosted here; {MODEL_SMOLLM2} is SmolLM2");
+            return refuse(id, LlmErrorCode::UnknownModel, why);
+        }
+        if head {
+            return refuse(
+                id,
+                LlmErrorCode::Placement,
+                "a member runs blocks only: the head stays with the asker",
+            );
+        }
+        let layers = self.model.config.layers;
+        let (first, end) = (range.start, range.end);
+        let to = to.unwrap_or(end);
+        if first >= end || usize::from(end) > layers || to <= first || to > end {
+            let why = format!(
+                "blocks {first}..{end}, this member's to {to}: the model has 0..{layers}, and a \
+                 member's stage ends after its first block and by the range's end"
+            );
+            return refuse(id, LlmErrorCode::BadLayers, why);
+        }
+        if positions == 0 || positions > self.max_positions {
+            let why = format!(
+                "{positions} positions: a conversation here may have 1..={}",
+                self.max_positions
+            );
+            return refuse(id, LlmErrorCode::KvBudget, why);
+        }
+        let blocks = usize::from(first)..usize::from(to);
+        let cache = KvCache::new(&self.model.config, blocks.clone(), positions as usize);
+        // A new open replaces the asker's earlier conversation (a reconnect starts over).
+        self.conversation = Some(Conversation { blocks, end, cache });
+        let width = self.model.config.dim as u32;
+        let opened = LlmFrame::Opened { id, first, end, positions, width, head: false };
+        if to == end {
+            return StageAction::Reply(opened);
+        }
+        let upstream = LlmFrame::Open { id, model, first: to, end, positions, head: None };
+        StageAction::OpenUpstream { upstream, opened }
+    }
+
+    /// Forget the conversation (the server's part was lost: the asker must open again).
+    pub fn close(&mut self) {
+        self.conversation = None;
+    }
+}
