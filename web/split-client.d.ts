@@ -311,6 +311,9 @@ export interface GroupMember {
   /** Requests it is working on, as it last reported. */
   load: number;
   lastSeenMs: number;
+  /** It runs a language model's middle blocks for split chats (`ChatOptions.member`): a
+   * device agent started with the model. */
+  llm?: boolean;
 }
 
 export interface GroupState {
@@ -417,6 +420,9 @@ export interface DeviceGroup extends GroupState {
   plan(goal?: "latency" | "throughput", peers?: number[] | null): Promise<{ stages: ChainStage[]; latencyMs: number; periodMs: number }>;
   /** Requests this device answered for others, and in progress now. */
   stats(): { answered: number; load: number } | Promise<{ answered: number; load: number }>;
+  /** Carry a split chat's frames between `port` and member `peer` (what `SplitChat.create`
+   * does with `member`; apps need not call it). */
+  linkChat(port: MessagePort, peer: number): void | Promise<void>;
   leave(): void | Promise<void>;
 }
 
@@ -510,6 +516,12 @@ export interface ChatOptions {
   /** Most bytes of the model this browser may download and hold (`placement: "auto"` only:
    * larger shares are refused with the reason "memory"). */
   memoryBytes?: number;
+  /** A U-shaped split across a device group (docs/llm.md, "Through a device group"): the
+   * next `blocks` blocks after this browser's run on member `peer` of `group` (one whose `llm`
+   * is true), the server the rest; the frames go through the server's relay, so the privacy
+   * floor still counts this browser's blocks. If the member leaves mid-answer, the server
+   * takes its blocks and the answer goes on (`memberLeft`). */
+  member?: { group: DeviceGroup; peer: number; blocks: number };
   /** The model share's download: `{ stage: "llm-weights", loaded, total, fraction, cached }`. */
   onProgress?: (p: Progress) => void;
 }
@@ -575,6 +587,9 @@ export interface ChatFigures {
   /** Times the socket dropped mid-answer and the answer went on over a new one (the edge
    * sends the hidden states it kept again; three attempts, then the answer fails). */
   resumes: number;
+  /** The chat's member left during this answer and the server took its blocks (not in
+   * cloud-only). */
+  memberLeft?: boolean;
 }
 
 /** An answer. */
@@ -603,7 +618,9 @@ export declare class SplitChat {
     /** Bytes of one position's hidden state on the wire, each way. */
     rowBytes: number; model: string;
     /** The planner's choice, with `placement: "auto"`; null otherwise. */
-    plan: ChatPlan | null } | null;
+    plan: ChatPlan | null;
+    /** With `member`: who runs which blocks (`[from, to)`); null otherwise. */
+    member: { peer: number; name: string; blocks: [number, number] } | null } | null;
   /** Answer a conversation; `onToken` sees the answer as it grows. Greedy unless
    * `temperature` > 0 (then top-p `topP` with `seed`). */
   ask(messages: ChatMessage[], options?: { maxTokens?: number; temperature?: number; topP?: number;

@@ -223,9 +223,10 @@ async fn converse(
         };
         match action {
             StageAction::Reply(frame) => {
-                if matches!(frame, LlmFrame::Opened { .. }) {
+                if let LlmFrame::Opened { first, end, .. } = frame {
                     to = None;
                     server = None;
+                    log::info!("split chat of member {asker}: blocks {first}..{end} here");
                 }
                 reply(&frame);
             }
@@ -234,7 +235,13 @@ async fn converse(
                 to = None;
                 server = None;
                 match connect(&url, token.as_deref(), &upstream).await {
-                    Ok((sink, stream, LlmFrame::Opened { .. })) => {
+                    Ok((sink, stream, LlmFrame::Opened { first: to, end, .. })) => {
+                        if let LlmFrame::Opened { first, .. } = opened {
+                            log::info!(
+                                "split chat of member {asker}: blocks {first}..{to} here, \
+                                 {to}..{end} on the server"
+                            );
+                        }
                         let reader = actix_web::rt::spawn(pass_back(
                             stream,
                             stage.clone(),

@@ -41,6 +41,26 @@ pub fn default_chat_privacy_floor() -> u32 {
     split_shared::models::smollm2::DEFAULT_CHAT_PRIVACY_FLOOR as u32
 }
 
+/// The refusal a browser member of a device group answers a split chat's request frame with
+/// (a browser runs no member's blocks yet: the native agent started with the model does), or
+/// `undefined` for anything else, a reply included (refusing a refusal would never end).
+#[wasm_bindgen(js_name = llmRefusal)]
+pub fn llm_refusal(frame: &[u8]) -> Option<Vec<u8>> {
+    let id = split_shared::protocol::peek_llm_id(frame)?;
+    let request = matches!(
+        LlmFrame::decode(frame),
+        Ok(LlmFrame::Open { .. }
+            | LlmFrame::Hidden { reply: false, .. }
+            | LlmFrame::Tokens { .. }
+            | LlmFrame::Stop { .. })
+    );
+    let message = "this member runs no language model blocks (a device agent with the model does)";
+    request.then(|| {
+        let code = split_shared::protocol::LlmErrorCode::UnknownModel;
+        LlmFrame::Error { id, code, message: message.into() }.encode()
+    })
+}
+
 /// The chat's placement planner ([`split_shared::plan::plan_llm`]) for `chat-worker.js`:
 /// `request` is `{ shape, edge, server, link, work, limits, blocks }` (each as
 /// `split_shared::plan` names its fields, snake_case as `/api/info` writes them; `blocks`: the

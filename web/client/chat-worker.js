@@ -45,7 +45,8 @@ export const RESUME_DELAYS_MS = [200, 1_000, 3_000];
 
 // `evicted`: the server took an idle conversation's cache for another; opening again and
 // re-sending the kept hidden states goes on, as after a dropped socket.
-const transient = (e) => e?.code === "network" || e?.code === "timeout" || e?.code === "evicted";
+// `member_left`: the member running blocks of a group's chat left; the server takes its blocks.
+const transient = (e) => ["network", "timeout", "evicted", "member_left"].includes(e?.code);
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 let state = null;
@@ -100,6 +101,78 @@ async function openSocket(url, token) {
     post: (frame) => socket.send(frame),
     close: () => socket.close(),
   };
+}
+
+/** A frame's request id (0 for one too short to have one). */
+function frameId(frame) {
+  return frame.length >= 16 ? Number(new DataView(frame.buffer, frame.byteOffset, 16).getBigUint64(8, true)) : 0;
+}
+
+/** A conversation through a member of the page's device group (the `member` option): the
+ * same `send`, `receive`, `post` and `close` as `openSocket`, over the port the group carries
+ * its frames on (`DeviceGroup.linkChat`). It begins with the `llmStage` signal (where the
+ * member's blocks end, the server running the rest); replies to frames sent before its open
+ * (a prefill cut short, then resumed) are dropped by their request ids. */
+function openMemberSocket(member) {
+  const { port } = member;
+  const waiting = [];
+  const early = [];
+  let broken = null;
+  let firstId = null;
+  const fail = (error) => {
+    broken ??= error;
+    while (waiting.length) waiting.shift().reject(error);
+  };
+  port.onmessage = ({ data }) => {
+    if (data?.left) {
+      // Gone for good: later conversations go to the server.
+      member.left = true;
+      fail(new SplitError("member_left", `the chat's member: ${data.left}`));
+      return;
+    }
+    const frame = new Uint8Array(data.frame);
+    const id = frameId(frame);
+    if (firstId === null || (id !== 0 && id < firstId)) return;
+    const w = waiting.shift();
+    if (w) w.resolve(frame);
+    else early.push(frame);
+  };
+  const receive = () => new Promise((resolve, reject) => {
+    if (broken) {
+      reject(broken);
+      return;
+    }
+    const timer = setTimeout(() => {
+      fail(new SplitError("timeout", `no reply from ${member.name} within ${REPLY_TIMEOUT_MS} ms`));
+    }, REPLY_TIMEOUT_MS);
+    waiting.push({
+      resolve: (v) => { clearTimeout(timer); resolve(v); },
+      reject: (e) => { clearTimeout(timer); reject(e); },
+    });
+  });
+  const post = (frame) => {
+    if (broken) throw broken;
+    firstId ??= frameId(frame);
+    port.postMessage({ frame });
+  };
+  port.postMessage({ signal: { llmStage: { to: member.to } } });
+  return {
+    send(frame) {
+      const reply = receive();
+      post(frame);
+      return reply;
+    },
+    receive: () => (early.length ? Promise.resolve(early.shift()) : receive()),
+    post,
+    close: () => fail(new SplitError("network", "the conversation was closed")),
+  };
+}
+
+/** The socket of a split conversation: through the member when the chat has one, else to
+ * the server's `/llm`. */
+function connect() {
+  if (state.member?.left) state.member = null;
+  return state.member ? openMemberSocket(state.member) : openSocket(state.socketUrl, state.token);
 }
 
 /** Where the share of `blocks` blocks comes from, and what the cache keeps it under. */
@@ -177,7 +250,7 @@ const methods = {
    *   the answer's tokens; "cloud": it runs everything and sees the conversation; "edge":
    *   nothing leaves, the whole model is downloaded)
    */
-  async create({ server, blocks = null, privacyFloor = 0, positions = 1024, token = null, codec = null, placement = "split", memoryBytes = null }) {
+  async create({ server, blocks = null, privacyFloor = 0, positions = 1024, token = null, codec = null, placement = "split", memoryBytes = null, member = null }) {
     if (state) throw new SplitError("bad_option", "this worker already has a chat");
     const base = new URL(server ?? self.location.origin);
     const asked = performance.now();
@@ -194,6 +267,9 @@ const methods = {
       throw new SplitError("bad_option", `placement: "split", "plain", "cloud", "edge" or "auto", not ${JSON.stringify(placement)}`);
     }
     if (memoryBytes != null && !(memoryBytes > 0)) throw new SplitError("bad_option", "memoryBytes: a positive number of bytes");
+    if (member && placement !== "split") {
+      throw new SplitError("bad_option", "member: only a U-shaped split (placement \"split\") sends blocks to a member");
+    }
     let plan = null;
     if (placement === "auto") {
       plan = await planPlacement(llm, base, { floor, memoryBytes, codec, rttMs });
@@ -216,7 +292,7 @@ const methods = {
         throw fromWasm(e);
       }
       state = { cloud, positions, token, socketUrl };
-      return { placement, blocks: 0, layers: llm.layers, width: llm.width, positions, shareBytes: bytes.length, weightBytes: 0, codec: null, rowBytes: 0, model: llm.model, plan };
+      return { placement, blocks: 0, layers: llm.layers, width: llm.width, positions, shareBytes: bytes.length, weightBytes: 0, codec: null, rowBytes: 0, model: llm.model, plan, member: null };
     }
     if (placement === "edge") blocks = llm.layers;
     blocks ??= Math.max(floor, wasm.defaultChatPrivacyFloor());
@@ -228,6 +304,16 @@ const methods = {
         `the privacy floor is ${floor} blocks (docs/privacy.md)`);
     }
     positions = Math.min(positions, llm.max_positions);
+    if (member) {
+      if (placement !== "split" || blocks >= llm.layers) {
+        throw new SplitError("bad_option", "member: only a U-shaped split (placement \"split\") sends blocks to a member");
+      }
+      const to = blocks + member.blocks;
+      if (!Number.isInteger(member.blocks) || member.blocks < 1 || to > llm.layers) {
+        throw new SplitError("bad_option", `member.blocks: a number from 1 to ${llm.layers - blocks} (the blocks after this browser's ${blocks})`);
+      }
+      member = { ...member, to };
+    }
     const bytes = await fetchCached(
       ...shareSource(llm, base, blocks),
       "llm-weights",
@@ -241,7 +327,7 @@ const methods = {
     } catch (e) {
       throw fromWasm(e);
     }
-    state = { edge, positions, token, socketUrl };
+    state = { edge, positions, token, socketUrl, member };
     // What this browser's blocks cost, for the next automatic choice (on this server's model).
     if (blocks > 0) {
       try {
@@ -262,6 +348,7 @@ const methods = {
       rowBytes: edge.rowBytes(),
       model: llm.model,
       plan,
+      member: member && { peer: member.peer, name: member.name, blocks: [blocks, member.to] },
     };
   },
 
@@ -296,7 +383,7 @@ const methods = {
         socket = kept.socket;
       }
       const fed = Array.from(prompt.slice(0, reused));
-      const figures = { edgeMs: 0, serverMs: 0, bytesUp: 0, bytesDown: 0, promptTokens: prompt.length, reusedTokens: reused, resumes: 0 };
+      const figures = { edgeMs: 0, serverMs: 0, bytesUp: 0, bytesDown: 0, promptTokens: prompt.length, reusedTokens: reused, resumes: 0, memberLeft: false };
       // The socket dropped mid-answer: a new one, the conversation opened again, and the hidden
       // states the edge kept sent again, so the server's blocks rebuild their cache; the last
       // reply gives the token the lost one would have.
@@ -306,8 +393,13 @@ const methods = {
           await sleep(RESUME_DELAYS_MS[figures.resumes]);
           figures.resumes += 1;
           socket?.close();
+          if (error.code === "member_left") {
+            // The server runs the member's blocks from here: the kept hidden states rebuild them.
+            state.member = null;
+            figures.memberLeft = true;
+          }
           try {
-            socket = await openSocket(state.socketUrl, state.token);
+            socket = await connect();
             edge.acceptOpened(await socket.send(edge.reopenFrame()));
             let token;
             for (let f = edge.resendFrame(); f; f = edge.resendFrame()) {
@@ -325,7 +417,7 @@ const methods = {
         }
       };
       if (!whole && !reused) {
-        socket = await openSocket(state.socketUrl, state.token);
+        socket = await connect();
         const opened = await socket.send(edge.openFrame());
         edge.acceptOpened(opened);
       }

@@ -48,14 +48,30 @@ export class SplitChat {
    *   the whole model here; "auto": where the planner predicts the fastest answer under the
    *   privacy floor and `memoryBytes`, with `info.plan` saying why), `memoryBytes` (the most
    *   of the model this browser may hold, for "auto"),
-   *   `onProgress({ stage, loaded, total, fraction, cached })`
+   *   `member` (`{ group, peer, blocks }`: a U-shaped split whose next `blocks` blocks run on
+   *   member `peer` of the device group `group` (from `client.joinGroup()`), the server
+   *   running the rest; the member's `llm` is true in the group's list (a device agent with
+   *   the model); when it leaves mid-answer the server takes its blocks and the answer goes
+   *   on), `onProgress({ stage, loaded, total, fraction, cached })`
    */
-  static async create({ onProgress, ...options } = {}) {
+  static async create({ onProgress, member, ...options } = {}) {
     const worker = new Worker(new URL("./chat-worker.js", import.meta.url), { type: "module" });
     const chat = new SplitChat(worker);
     if (onProgress) chat.onProgress = onProgress;
     try {
-      chat.info = await chat.call("create", options);
+      const transfer = [];
+      if (member) {
+        const { group, peer, blocks } = member;
+        if (typeof group?.linkChat !== "function") {
+          throw new SplitError("bad_option", "member.group: a device group from client.joinGroup()");
+        }
+        // The group carries the chat's frames to the member: one end of a channel each.
+        const channel = new MessageChannel();
+        await group.linkChat(channel.port1, peer);
+        options.member = { peer, blocks, name: group.members?.find((m) => m.peer === peer)?.name ?? `peer ${peer}`, port: channel.port2 };
+        transfer.push(channel.port2);
+      }
+      chat.info = await chat.call("create", [options], transfer);
     } catch (e) {
       chat.close();
       throw e;
@@ -63,12 +79,12 @@ export class SplitChat {
     return chat;
   }
 
-  call(method, ...args) {
+  call(method, args = [], transfer = []) {
     if (!this.worker) return Promise.reject(new SplitError("bad_option", "this chat is closed"));
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
       this.pending.set(id, { resolve, reject });
-      this.worker.postMessage({ id, method, args });
+      this.worker.postMessage({ id, method, args }, transfer);
     });
   }
 
@@ -80,7 +96,7 @@ export class SplitChat {
    */
   ask(messages, { onToken, ...options } = {}) {
     this.onToken = onToken ?? (() => {});
-    return this.call("ask", messages, options);
+    return this.call("ask", [messages, options]);
   }
 
   /** End the answer being written (it resolves with `stopped: true`). */

@@ -22,6 +22,8 @@ import { SplitError, wasm, wasmCall } from "./wasm.js";
 const RELAY_MAGIC = [0x53, 0x50, 0x4c, 0x47];
 const RELAY_VERSION = 1;
 const RELAY_HEADER_BYTES = 12;
+/** The first bytes of a language model's frame (`LLM_MAGIC`, shared/src/protocol/llm.rs). */
+const LLM_MAGIC = [0x53, 0x50, 0x4c, 0x4d];
 /** `group::HEARTBEAT_INTERVAL_S`: how often this device reports its status. */
 const HEARTBEAT_MS = 5_000;
 /** How long opening the group socket and being answered `joined` may take (`timeoutMs`). */
@@ -151,6 +153,8 @@ export class DeviceGroup {
     this.hops = new Map();
     this.nextId = 1;
     this.answered = 0;
+    /** Split chats of this device whose frames go through a member: port by member peer. */
+    this.chatLinks = new Map();
     /** Direct channels to the other browsers (off with `options.p2p === false`): held here on
      * a page, by the page for a group in the client's worker (`options.bridge`). */
     this.peers = options.bridge ? new BridgedLinks(this, options.bridge) : new PeerLinks(this);
@@ -289,6 +293,12 @@ export class DeviceGroup {
     this.peers.update(members);
     // A request waiting on a member that left cannot be answered: its owner re-plans.
     for (const m of gone) {
+      const chat = this.chatLinks.get(m.peer);
+      if (chat) {
+        chat.postMessage({ left: `${m.name} (peer ${m.peer}) left the group` });
+        chat.close();
+        this.chatLinks.delete(m.peer);
+      }
       for (const [id, wait] of this.pending) {
         if (wait.peers.includes(m.peer)) {
           this.pending.delete(id);
@@ -313,6 +323,11 @@ export class DeviceGroup {
   closed(event) {
     clearInterval(this.heartbeat);
     this.peers.close();
+    for (const port of this.chatLinks.values()) {
+      port.postMessage({ left: `the group's socket closed (${event.code})` });
+      port.close();
+    }
+    this.chatLinks.clear();
     for (const wait of this.pending.values()) {
       clearTimeout(wait.timer);
       wait.reject(new SplitError("network", `the group's socket closed: ${event.code} ${event.reason}`));
@@ -320,8 +335,40 @@ export class DeviceGroup {
     this.pending.clear();
   }
 
+  /**
+   * Carry a split chat's `/llm` frames between `port` (a `MessagePort`: the chat's worker holds
+   * the other end) and member `peer`, which runs blocks of it (docs/llm.md, "Through a
+   * device group"). Messages on the port: in, `{ signal }` (the `llmStage` before an open) and
+   * `{ frame }`; out, `{ frame }` (the member's replies) and `{ left }` (the member left the
+   * group). Always through the server's relay, so a signal never overtakes its frame; one
+   * chat per member.
+   */
+  linkChat(port, peer) {
+    const member = this.member(peer);
+    if (!member || peer === this.you) throw new SplitError("unknown_peer", `no other member ${peer} in this group`);
+    this.chatLinks.get(peer)?.close();
+    this.chatLinks.set(peer, port);
+    port.onmessage = ({ data }) => {
+      if (data?.signal) this.signal(peer, data.signal);
+      else if (data?.frame) this.send(peer, new Uint8Array(data.frame));
+    };
+  }
+
   /** A frame from another member: a reply to one of ours, or a request for us. */
   async onFrame(from, frame, via) {
+    if (LLM_MAGIC.every((b, i) => frame[i] === b)) {
+      // A split chat's frame: to the chat linked with this member, else (a request: this
+      // browser runs no member's blocks) refused.
+      const port = this.chatLinks.get(from);
+      if (port) {
+        const copy = frame.slice();
+        port.postMessage({ frame: copy }, [copy.buffer]);
+        return;
+      }
+      const refusal = wasm.llmRefusal(frame);
+      if (refusal) this.send(from, refusal);
+      return;
+    }
     let reply = null;
     try {
       reply = wasm.decodeReply(frame);
@@ -626,6 +673,11 @@ export class DeviceGroup {
   leave() {
     clearInterval(this.heartbeat);
     this.peers.close();
+    for (const port of this.chatLinks.values()) {
+      port.postMessage({ left: "this device left the group" });
+      port.close();
+    }
+    this.chatLinks.clear();
     if (this.socket.readyState === WebSocket.OPEN) this.socket.send(JSON.stringify({ type: "leave" }));
     this.socket.close();
   }

@@ -172,7 +172,7 @@ export class RemoteSplitClient {
   }
 
   /** Post one call to the worker now, whatever is in progress. */
-  post(timeoutMs, method, args) {
+  post(timeoutMs, method, args, transfer = []) {
     if (this.dead) return Promise.reject(this.dead);
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
@@ -188,7 +188,7 @@ export class RemoteSplitClient {
       };
       call.rearm();
       this.pending.set(id, call);
-      this.worker.postMessage(call.message);
+      this.worker.postMessage(call.message, transfer);
     });
   }
 
@@ -387,6 +387,11 @@ export class RemoteDeviceGroup {
 
   stats() {
     return this.remote.call("groupStats");
+  }
+
+  /** Carry a split chat's frames between `port` and member `peer` (`DeviceGroup.linkChat`). */
+  linkChat(port, peer) {
+    return this.remote.post(this.remote.callTimeoutMs, "groupLinkChat", [port, peer], [port]);
   }
 
   leave() {

@@ -77,6 +77,7 @@ const methods = {
   groupFuse: (options) => inGroup().fuse(options),
   groupStats: () => ({ answered: inGroup().answered, load: inGroup().load }),
   groupPeer: (op) => inGroup().peers.fromPage(op),
+  groupLinkChat: (port, peer) => inGroup().linkChat(port, peer),
   leaveGroup: () => {
     group?.leave();
     group = null;

@@ -206,7 +206,16 @@ fn browser_tests((weights, calibration): &(PathBuf, PathBuf)) -> Result<()> {
         .arg("tests/group.mjs")
         .current_dir(&web)
         .env("SPLIT_URL", &server.url)
-        .env("AGENT_BIN", agent)
+        .env("AGENT_BIN", &agent)
+        .env("SPLIT_WEIGHTS", weights)
+        .env("SPLIT_CALIBRATION", calibration))?;
+    // Split chats through the group: two pages chat through the agent's blocks at once, and
+    // one answer outlives the agent.
+    run(Command::new("node")
+        .arg("tests/chat-group.mjs")
+        .current_dir(&web)
+        .env("SPLIT_URL", &server.url)
+        .env("AGENT_BIN", &agent)
         .env("SPLIT_WEIGHTS", weights)
         .env("SPLIT_CALIBRATION", calibration))?;
     drop(server);
