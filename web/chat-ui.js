@@ -7,9 +7,13 @@ import { SplitChat } from "./client/chat.js";
 
 const $ = (id) => document.getElementById(id);
 
+/** Blocks a group member runs for the chat, after this browser's (docs/llm.md, "Through a
+ * device group"). */
+const MEMBER_BLOCKS = 8;
+
 /** What the page knows: the chat (once made), the placement and blocks it was made for, the
- * conversation. */
-const ui = { chat: null, key: null, loading: null, messages: [] };
+ * conversation, the device group the Devices panel joined. */
+const ui = { chat: null, key: null, loading: null, messages: [], group: null, layers: 30 };
 
 function selectTab(tab) {
   document.body.dataset.tab = tab;
@@ -23,11 +27,13 @@ function kb(bytes) {
 }
 
 /** Where each part runs in a placement: the embedding, block `i`, the output layer. */
-function sides({ placement, blocks }) {
+function sides({ placement, blocks, member }) {
   const here = "this browser";
+  const onMember = (i) => member && i >= member.blocks[0] && i < member.blocks[1];
   return {
     embedding: placement === "cloud" ? "server" : here,
-    block: (i) => (placement === "edge" || (placement !== "cloud" && i < blocks) ? here : "server"),
+    block: (i) => (placement === "edge" || (placement !== "cloud" && i < blocks) ? here
+      : onMember(i) ? member.name : "server"),
     head: placement === "split" || placement === "edge" ? here : "server",
   };
 }
@@ -39,7 +45,8 @@ function drawSplit(info) {
   const cells = [];
   const cell = (where, end, title) => {
     const s = document.createElement("span");
-    s.className = where === "server" ? (end ? "server-end" : "server") : end ? "ends" : "edge";
+    s.className = where === "server" ? (end ? "server-end" : "server")
+      : where !== "this browser" ? "member" : end ? "ends" : "edge";
     s.title = `${title}: ${where}`;
     cells.push(s);
   };
@@ -53,6 +60,24 @@ function drawSplit(info) {
     plain: `Dark: this browser (the embedding, blocks 0–${blocks - 1}). Light: the server (blocks ${blocks}–${layers - 1}, the output layer and sampling: it writes, and sees, the answer).`,
     split: `Dark: this browser (the embedding, blocks 0–${blocks - 1}, the output layer). Light: the server (blocks ${blocks}–${layers - 1}).`,
   }[placement];
+  const m = info.member;
+  if (m) {
+    const rest = m.blocks[1] < layers ? `Light: the server (blocks ${m.blocks[1]}–${layers - 1}).` : "The server runs no blocks.";
+    $("chat-split-caption").textContent = `Dark: this browser (the embedding, blocks 0–${blocks - 1}, the output layer). `
+      + `Orange: ${m.name} (blocks ${m.blocks[0]}–${m.blocks[1] - 1}), through the server's relay. ${rest}`;
+  }
+}
+
+/** The Chat tab's choice of group members that run chat blocks (`llm` in the member list). */
+function showMembers(group) {
+  ui.group = group;
+  const select = $("chat-member");
+  const chosen = select.value;
+  const members = (group?.members ?? []).filter((m) => m.llm && m.peer !== group.you);
+  select.replaceChildren(new Option("the server", ""), ...members.map((m) => new Option(`${m.name}, then the server`, String(m.peer))));
+  // A member that left is no choice any more (a chat through it goes on with the server).
+  select.value = members.some((m) => String(m.peer) === chosen) ? chosen : "";
+  $("chat-member-label").hidden = members.length === 0;
 }
 
 function setStatus(text) {
@@ -65,10 +90,15 @@ async function ensureChat() {
   const placement = $("chat-placement").value;
   const local = placement === "split" || placement === "plain";
   $("chat-blocks").disabled = !local;
+  $("chat-member").disabled = placement !== "split";
   // "auto": the planner chooses among the placements the default privacy floor allows.
   const options = local ? { placement, blocks: Number($("chat-blocks").value) }
     : placement === "auto" ? { placement, privacyFloor: "default" } : { placement };
-  const key = JSON.stringify(options);
+  // A member's blocks follow this browser's in a U-shaped split (not past the model's end).
+  const peer = placement === "split" && $("chat-member").value ? Number($("chat-member").value) : null;
+  const key = JSON.stringify({ ...options, peer });
+  const layers = ui.chat?.info?.layers ?? ui.layers;
+  if (peer != null) options.member = { group: ui.group, peer, blocks: Math.min(MEMBER_BLOCKS, layers - options.blocks) };
   if (ui.chat && ui.key === key) return ui.chat;
   if (ui.loading?.key === key) return ui.loading.promise;
   ui.chat?.close();
@@ -89,6 +119,7 @@ async function ensureChat() {
     }
     ui.chat = chat;
     ui.key = key;
+    ui.layers = chat.info.layers;
     drawSplit(chat.info);
     const chosen = chat.info.plan?.chosen;
     const why = chosen
@@ -120,8 +151,9 @@ function bubble(role, text) {
 }
 
 /** The answer's figures, `a` as `ask` resolves or a token event has them; `placement` the
- * chat's (token events do not carry it). */
-function showStats(a, placement) {
+ * chat's (token events do not carry it), `member` the name of the group member running
+ * blocks of it, if any. */
+function showStats(a, placement, member = null) {
   const tokens = Math.max(1, a.tokens?.length ?? a.tokens ?? 1);
   const steps = tokens + 1;
   const parts = [];
@@ -131,7 +163,9 @@ function showStats(a, placement) {
     if (a.serverMs) parts.push(`server and link ${(a.serverMs / steps).toFixed(1)} ms per token`);
     parts.push(`${kb(a.bytesUp)} up (the ${a.promptTokens} prompt tokens' ids), ${kb(a.bytesDown)} down`);
   } else {
-    parts.push(`here ${(a.edgeMs / steps).toFixed(1)} ms per token, server and link ${(a.serverMs / steps).toFixed(1)} ms`);
+    const away = member && !a.memberLeft ? `${member}, server and links` : "server and link";
+    parts.push(`here ${(a.edgeMs / steps).toFixed(1)} ms per token, ${away} ${(a.serverMs / steps).toFixed(1)} ms`);
+    if (member && a.memberLeft) parts.push(`${member} left the group: the server took its blocks`);
     // Prompt tokens the last answer left in both caches were not sent again.
     const kept = a.reusedTokens ?? 0;
     const positions = a.promptTokens - kept + tokens;
@@ -165,12 +199,12 @@ async function send(event) {
       maxTokens: 128,
       onToken: (t) => {
         answer.textContent = t.text;
-        showStats(t, chat.info.placement);
+        showStats(t, chat.info.placement, chat.info.member?.name);
       },
     });
     answer.textContent = a.text + (a.stopped ? " [stopped]" : "");
     ui.messages.push({ role: "assistant", content: a.text });
-    showStats(a, chat.info.placement);
+    showStats(a, chat.info.placement, chat.info.member?.name);
     setStatus(a.stopped ? "Stopped." : "Answered.");
     document.body.dataset.chat = "answered";
   } catch (e) {
@@ -192,7 +226,8 @@ $("chat-input").addEventListener("keydown", (e) => {
   if (e.key === "Enter" && !e.shiftKey) send(e);
 });
 $("chat-stop").addEventListener("click", () => ui.chat?.stop());
-for (const id of ["chat-placement", "chat-blocks"]) {
+document.addEventListener("split-group", (e) => showMembers(e.detail));
+for (const id of ["chat-placement", "chat-blocks", "chat-member"]) {
   $(id).addEventListener("change", () => {
     ui.messages = [];
     $("chat-log").replaceChildren();

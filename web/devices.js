@@ -51,6 +51,8 @@ function drawChain(stages, names) {
  */
 export function setupDevices(client, currentImage, showError) {
   let group = null;
+  // The Chat tab offers members that run chat blocks (`chat-ui.js` listens).
+  const announce = () => document.dispatchEvent(new CustomEvent("split-group", { detail: group }));
   const samples = async () => Promise.all(["chelsea", "coffee", "camera"].map(async (n) =>
     new Uint8Array(await (await fetch(`samples/${n}.png`)).arrayBuffer())));
 
@@ -68,11 +70,12 @@ export function setupDevices(client, currentImage, showError) {
     $("d-expires").textContent = `${Math.round(g.codeExpiresS / 60)} min`;
     showMembers(g);
     document.body.dataset.group = g.code;
+    announce();
   };
   const join = async (code) => {
     $("d-status").textContent = code ? `Joining ${code}… (this device downloads every stage first)` : "Starting a group… (this device downloads every stage first)";
     try {
-      const g = await client.joinGroup({ code: code || undefined, onMembers: (s) => showMembers({ ...s }) });
+      const g = await client.joinGroup({ code: code || undefined, onMembers: (s) => { showMembers({ ...s }); announce(); } });
       joined(g);
       $("d-status").textContent = "";
     } catch (e) {
@@ -89,6 +92,7 @@ export function setupDevices(client, currentImage, showError) {
     $("d-group").hidden = true;
     $("d-join").hidden = false;
     delete document.body.dataset.group;
+    announce();
   });
   $("d-run").addEventListener("click", async () => {
     if (!group) return;

@@ -16,6 +16,7 @@ pub mod chat;
 pub mod crowd;
 pub mod lab;
 pub mod llm_crowd;
+mod llm_member;
 pub mod llm_placements;
 pub mod loadgen;
 pub mod measure;

@@ -10,7 +10,10 @@
 //!   and the server work on the prompt at once;
 //! - **plain split**: the same blocks at the edge, the server runs the rest with the head and
 //!   answers each hidden state with the next token;
-//! - **cloud-only**: token ids up, the server runs everything and streams the answer.
+//! - **cloud-only**: token ids up, the server runs everything and streams the answer;
+//! - with `--member-front K`, **the pipelined U-split through a member**: the edge keeps `K`
+//!   blocks, a device agent of a group runs on to `--blocks` over a link of its own
+//!   (`--member-link`), the server the rest ([`crate::llm_member`]).
 //!
 //! The edge is this process, natively, on `--edge-threads` of the kernels' threads: it stands
 //! in for the browser's module (the same model code compiled for wasm runs slower, and a phone
@@ -45,8 +48,9 @@ use split_shared::protocol::{HeadSampling, LlmFrame, MODEL_SMOLLM2};
 use split_studies::llm::{Chat, command_line, write_report};
 use tokio::sync::oneshot;
 
-use crate::loadgen::{Lost, Socket, connect, quantile, receive, send_and_receive};
+use crate::loadgen::{Lost, Socket, connect, quantile, receive};
 use crate::netem::{LinkProfile, Proxy, profile};
+use actix_web::web::Bytes;
 use awc::ws::Message;
 use futures_util::SinkExt;
 
@@ -86,6 +90,13 @@ pub struct Args {
     /// Seconds to wait for one reply.
     #[arg(long, default_value_t = 120)]
     timeout_s: u64,
+    /// Also time the pipelined U-split with a device agent between (docs/llm.md, "Through a
+    /// device group"): the edge keeps this many blocks, the agent runs on to `--blocks`.
+    #[arg(long)]
+    member_front: Option<usize>,
+    /// The agent's own link to the server (its frames to the relay and to `/llm` cross it).
+    #[arg(long, default_value = "fast-wifi")]
+    member_link: String,
     /// Write the report here (`data.json`, and `README.md` beside it).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -105,6 +116,9 @@ pub enum Placement {
     PlainSplit,
     /// The whole model on the server.
     CloudOnly,
+    /// The pipelined U-split with a device agent between: the edge keeps `--member-front`
+    /// blocks, the agent runs on to `--blocks` over a link of its own, the server the rest.
+    USplitViaMember,
 }
 
 impl Placement {
@@ -116,13 +130,14 @@ impl Placement {
             Placement::USplitPipelined => "U-split, prefill pipelined",
             Placement::PlainSplit => "plain split",
             Placement::CloudOnly => "cloud-only",
+            Placement::USplitViaMember => "U-split through a member, prefill pipelined",
         }
     }
 }
 
 /// One conversation.
 #[derive(Debug, Default)]
-struct Played {
+pub(crate) struct Played {
     first_token_ms: f64,
     /// From the first token to the last, s.
     decode_s: f64,
@@ -199,19 +214,25 @@ pub struct Report {
     pub server_costs: Option<LlmSideCosts>,
     /// Conversations per placement and link.
     pub repeats: usize,
+    /// Blocks the edge kept in the row through a member (`--member-front`), when there is one.
+    pub member_front: Option<usize>,
+    /// The member's own link (`--member-link`), when there is a member.
+    pub member_link: Option<LinkProfile>,
     /// The answer, up to `--tokens` tokens.
     pub answer: String,
     /// One entry a link.
     pub links: Vec<LinkRun>,
 }
 
-struct Setup<'a> {
+pub(crate) struct Setup<'a> {
     chat: &'a Chat,
     prompt: Vec<u32>,
-    blocks: usize,
+    /// Blocks the edge keeps (where a member's stage ends).
+    pub(crate) blocks: usize,
     tokens: usize,
     codec: HiddenCodec,
-    chunk: usize,
+    /// Positions a frame of a pipelined prefill holds.
+    pub(crate) chunk: usize,
     timeout: Duration,
 }
 
@@ -247,15 +268,40 @@ fn edge_only(s: &Setup) -> Result<Played> {
     Ok(played)
 }
 
-async fn call(ws: &mut Socket, frame: &LlmFrame, t: Duration, p: &mut Played) -> Result<LlmFrame> {
+/// Where a conversation's frames go: the server's socket, or a member of a device group
+/// through the server's relay ([`crate::llm_member::Member`]).
+pub(crate) trait Wire {
+    /// Send a frame.
+    async fn post_frame(&mut self, frame: Vec<u8>) -> Result<()>;
+    /// The next frame back, within `timeout`.
+    async fn next_frame(&mut self, timeout: Duration) -> Result<Bytes>;
+}
+
+impl Wire for Socket {
+    async fn post_frame(&mut self, frame: Vec<u8>) -> Result<()> {
+        self.send(Message::Binary(frame.into())).await.context("sending a frame")
+    }
+
+    async fn next_frame(&mut self, timeout: Duration) -> Result<Bytes> {
+        receive(self, timeout).await.map_err(Lost::into_error)
+    }
+}
+
+async fn call(
+    ws: &mut impl Wire,
+    frame: &LlmFrame,
+    t: Duration,
+    p: &mut Played,
+) -> Result<LlmFrame> {
     let bytes = frame.encode();
     p.bytes_up += bytes.len();
-    let reply = send_and_receive(ws, bytes, t).await.map_err(Lost::into_error)?;
+    ws.post_frame(bytes).await?;
+    let reply = ws.next_frame(t).await?;
     p.bytes_down += reply.len();
     Ok(LlmFrame::decode(&reply)?)
 }
 
-async fn open(ws: &mut Socket, s: &Setup<'_>, first: usize, head: bool) -> Result<()> {
+async fn open(ws: &mut impl Wire, s: &Setup<'_>, first: usize, head: bool) -> Result<()> {
     let open = LlmFrame::Open {
         id: 1,
         model: MODEL_SMOLLM2,
@@ -279,10 +325,16 @@ async fn open(ws: &mut Socket, s: &Setup<'_>, first: usize, head: bool) -> Resul
 /// edge's blocks have run on it, without waiting for the reply to the one before: the server
 /// computes a chunk while the link carries the next and the edge computes the one after (the
 /// server takes a conversation's frames in order). Only the last chunk's reply is used.
-async fn split(ws: &mut Socket, s: &Setup<'_>, u_shaped: bool, chunk: usize) -> Result<Played> {
+pub(crate) async fn split(
+    ws: &mut impl Wire,
+    s: &Setup<'_>,
+    u_shaped: bool,
+    chunk: usize,
+    front: usize,
+) -> Result<Played> {
     let m = &s.chat.model;
-    open(ws, s, s.blocks, !u_shaped).await?;
-    let mut edge = KvCache::new(&m.config, 0..s.blocks, s.positions());
+    open(ws, s, front, !u_shaped).await?;
+    let mut edge = KvCache::new(&m.config, 0..front, s.positions());
     let mut played = Played::default();
     let start = Instant::now();
     let chunk = if chunk == 0 { s.prompt.len() } else { chunk };
@@ -313,7 +365,7 @@ async fn split(ws: &mut Socket, s: &Setup<'_>, u_shaped: bool, chunk: usize) -> 
 
 /// The edge's blocks on `tokens`, their hidden states sent (no reply awaited).
 async fn send_rows(
-    ws: &mut Socket,
+    ws: &mut impl Wire,
     s: &Setup<'_>,
     edge: &mut KvCache,
     tokens: &[u32],
@@ -323,7 +375,7 @@ async fn send_rows(
     let m = &s.chat.model;
     let position = edge.len() as u32;
     let mut rows = m.embed(tokens)?;
-    m.forward_layers(0..s.blocks, &mut rows, edge)?;
+    m.forward_layers(0..edge_blocks(edge), &mut rows, edge)?;
     let frame = LlmFrame::Hidden {
         id,
         reply: false,
@@ -334,13 +386,18 @@ async fn send_rows(
     }
     .encode();
     played.bytes_up += frame.len();
-    ws.send(Message::Binary(frame.into())).await.context("sending a hidden frame")
+    ws.post_frame(frame).await
+}
+
+/// The blocks an edge cache was made for (0..n).
+fn edge_blocks(edge: &KvCache) -> usize {
+    edge.blocks().end
 }
 
 /// The reply to frame `id`: the next token (the U-split's chosen here with the head, when
 /// `head`; 0 without it).
 async fn next_token(
-    ws: &mut Socket,
+    ws: &mut impl Wire,
     s: &Setup<'_>,
     id: u64,
     u_shaped: bool,
@@ -348,7 +405,7 @@ async fn next_token(
     played: &mut Played,
 ) -> Result<u32> {
     let m = &s.chat.model;
-    let bytes = receive(ws, s.timeout).await.map_err(Lost::into_error)?;
+    let bytes = ws.next_frame(s.timeout).await?;
     played.bytes_down += bytes.len();
     match LlmFrame::decode(&bytes)? {
         LlmFrame::Hidden { id: got, reply: true, values, .. } if u_shaped && got == id => {
@@ -409,11 +466,13 @@ async fn cloud_only(ws: &mut Socket, s: &Setup<'_>) -> Result<Played> {
 async fn over_link(url: &str, s: &Setup<'_>, placement: Placement) -> Result<Played> {
     let mut ws = connect(url).await?;
     let played = match placement {
-        Placement::USplit => split(&mut ws, s, true, 0).await,
-        Placement::USplitPipelined => split(&mut ws, s, true, s.chunk).await,
-        Placement::PlainSplit => split(&mut ws, s, false, 0).await,
+        Placement::USplit => split(&mut ws, s, true, 0, s.blocks).await,
+        Placement::USplitPipelined => split(&mut ws, s, true, s.chunk, s.blocks).await,
+        Placement::PlainSplit => split(&mut ws, s, false, 0, s.blocks).await,
         Placement::CloudOnly => cloud_only(&mut ws, s).await,
-        Placement::EdgeOnly => unreachable!("edge-only uses no link"),
+        Placement::EdgeOnly | Placement::USplitViaMember => {
+            unreachable!("edge-only uses no link, a member its own")
+        }
     };
     let _ = ws.close().await;
     played
@@ -501,6 +560,8 @@ fn predict(
             Placement::USplitPipelined => (LlmPlacement::Split { blocks: r.edge_blocks }, s.chunk),
             Placement::PlainSplit => (LlmPlacement::Plain { blocks: r.edge_blocks }, 0),
             Placement::CloudOnly => (LlmPlacement::Cloud, 0),
+            // The planner has no model of a member yet.
+            Placement::USplitViaMember => continue,
         };
         let work = LlmWorkload {
             prompt_tokens: s.prompt.len(),
@@ -520,6 +581,12 @@ fn predict(
 fn host_and_path(url: &str) -> Result<(&str, &str)> {
     let rest = url.strip_prefix("ws://").context("--url: a ws:// URL (the emulator speaks TCP)")?;
     Ok(rest.find('/').map_or((rest, "/llm"), |i| rest.split_at(i)))
+}
+
+/// `url` with its path replaced by `path` (the server's `/group` beside its `/llm`).
+fn with_path(url: &str, path: &str) -> Result<String> {
+    let (host, _) = host_and_path(url)?;
+    Ok(format!("ws://{host}{path}"))
 }
 
 /// The URL through `proxy` instead of the server.
@@ -572,6 +639,15 @@ pub fn run(a: Args) -> Result<()> {
         bail!("--prefill-chunk: at least 1 position a frame");
     }
     let links = a.links.iter().map(|n| profile(n)).collect::<Result<Vec<_>>>()?;
+    let member_link = profile(&a.member_link)?;
+    if let Some(front) = a.member_front
+        && front >= a.blocks
+    {
+        bail!(
+            "--member-front {front}: fewer than --blocks {} (the member runs the blocks between)",
+            a.blocks
+        );
+    }
     let upstream = upstream(&a.url)?;
     // Through the emulator an absent server is only a reset connection: ask it directly first.
     std::net::TcpStream::connect_timeout(&upstream, Duration::from_secs(5))
@@ -582,6 +658,8 @@ pub fn run(a: Args) -> Result<()> {
     let file = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
     let layers = chat.model.config.layers;
     let downloads = [file.len(), edge_share(&file, a.blocks)?.len(), tokenizer_share(&file)?.len()];
+    let member_download =
+        a.member_front.map(|k| edge_share(&file, k).map(|s| s.len())).transpose()?;
     drop(file);
     split_kernels::set_max_threads(a.edge_threads);
     let start = Instant::now();
@@ -628,6 +706,30 @@ pub fn run(a: Args) -> Result<()> {
             }
             rows.push(row(placement, blocks, download, &played, &reference));
         }
+        if let (Some(front), Some(download)) = (a.member_front, member_download) {
+            // The member's own link to the server, for its group socket and its `/llm`.
+            let (member_addr, member_emulator) = emulate(upstream, member_link)?;
+            let asker_group = through(&with_path(&a.url, "/group")?, addr)?;
+            let member_group = through(&with_path(&a.url, "/group")?, member_addr)?;
+            let played = client
+                .block_on(async {
+                    let mut m = crate::llm_member::Member::start(
+                        &asker_group,
+                        member_group,
+                        path.clone(),
+                        s.timeout,
+                    )
+                    .await?;
+                    let mut played = Vec::new();
+                    for _ in 0..a.repeats {
+                        played.push(crate::llm_member::split_via(&mut m, &s, front).await?);
+                    }
+                    anyhow::Ok(played)
+                })
+                .with_context(|| format!("through a member on {}", link.name))?;
+            rows.push(row(Placement::USplitViaMember, front, download, &played, &reference));
+            drop(member_emulator);
+        }
         let cloud = rows
             .iter()
             .find(|r| r.placement == Placement::CloudOnly)
@@ -672,6 +774,8 @@ pub fn run(a: Args) -> Result<()> {
         edge_costs,
         server_costs: server,
         repeats: a.repeats,
+        member_front: a.member_front,
+        member_link: a.member_front.map(|_| member_link),
         answer,
         links: runs,
     };
@@ -708,6 +812,16 @@ pub fn markdown(r: &Report) -> String {
         r.repeats,
         r.answer,
     );
+    if let (Some(front), Some(link)) = (r.member_front, &r.member_link) {
+        s += &format!(
+            "\nThrough a member: the edge keeps {front} blocks, a device agent runs blocks \
+             {front}..{} (natively, in a thread of the tool's own with the same kernel threads) \
+             over a link of its own to the server ({}: {} kbit/s up, {} down, {} ms round trip) \
+             and the server the rest; the edge's frames go through the server's relay (12 \
+             bytes of envelope a frame, not counted below), the agent's on to `/llm`.\n",
+            r.blocks, link.name, link.up_kbps, link.down_kbps, link.rtt_ms
+        );
+    }
     for l in &r.links {
         s += &format!(
             "\n## {}: {} kbit/s up, {} down, {} ms round trip\n\n\

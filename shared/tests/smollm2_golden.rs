@@ -289,8 +289,10 @@ fn the_edge_share_runs_as_the_whole_model() {
 }
 
 /// What a side measures of its own compute for the placement planner: every figure positive
-/// and finite, a prefill position cheaper than a decode step (the positions share the
-/// weights' reads), on the whole model and on a share.
+/// and finite, on the whole model and on a share. Not how the figures compare: a prefill
+/// position usually costs less than a decode step (the positions share the weights' reads),
+/// but a timing is a benchmark's to report, and under the test run's load it once did not
+/// (0.43 ms a prefill position against 0.22 a step, in CI on 2026-12-04).
 #[test]
 fn the_costs_a_side_measures_are_sane() {
     use split_shared::models::smollm2::{edge_share, measure_costs};
@@ -301,7 +303,6 @@ fn the_costs_a_side_measures_are_sane() {
     for v in [c.block_token_ms, c.block_prefill_ms, c.head_ms] {
         assert!(v.is_finite() && v > 0.0, "{c:?}");
     }
-    assert!(c.block_prefill_ms < c.block_token_ms, "{c:?}");
     // A clock that never moves: zero, not a division by zero.
     let still = measure_costs(&model, &|| 5.0).unwrap();
     assert_eq!((still.block_token_ms, still.head_ms), (0.0, 0.0));

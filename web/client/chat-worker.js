@@ -46,7 +46,9 @@ export const RESUME_DELAYS_MS = [200, 1_000, 3_000];
 // `evicted`: the server took an idle conversation's cache for another; opening again and
 // re-sending the kept hidden states goes on, as after a dropped socket.
 // `member_left`: the member running blocks of a group's chat left; the server takes its blocks.
-const transient = (e) => ["network", "timeout", "evicted", "member_left"].includes(e?.code);
+// `kv_budget` mid-answer: other conversations hold the server's KV budget; closing this socket
+// gives its reservation back, and opening again after a wait refills the cache if room came.
+const transient = (e) => ["network", "timeout", "evicted", "member_left", "kv_budget"].includes(e?.code);
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 let state = null;

@@ -171,6 +171,7 @@ fn llm_placements(d: &serde_json::Value) -> Result<String> {
                 "u-split-pipelined" => "U-split, prefill pipelined",
                 "plain-split" => "plain split",
                 "cloud-only" => "cloud-only",
+                "u-split-via-member" => "U-split through a member, prefill pipelined",
                 other => bail!("{LLM_PLACEMENTS}: an unknown placement {other:?}"),
             };
             let predicted = match (

@@ -81,6 +81,11 @@ impl KvCache {
         self.len
     }
 
+    /// The blocks it holds the keys and values of.
+    pub fn blocks(&self) -> Range<usize> {
+        self.layers.clone()
+    }
+
     /// Whether no position is held.
     pub fn is_empty(&self) -> bool {
         self.len == 0
