@@ -75,7 +75,11 @@ export function setupDevices(client, currentImage, showError) {
   const join = async (code) => {
     $("d-status").textContent = code ? `Joining ${code}… (this device downloads every stage first)` : "Starting a group… (this device downloads every stage first)";
     try {
-      const g = await client.joinGroup({ code: code || undefined, onMembers: (s) => { showMembers({ ...s }); announce(); } });
+      const g = await client.joinGroup({
+        code: code || undefined,
+        llm: $("d-llm").checked,
+        onMembers: (s) => { showMembers({ ...s }); announce(); },
+      });
       joined(g);
       $("d-status").textContent = "";
     } catch (e) {

@@ -312,7 +312,7 @@ export interface GroupMember {
   load: number;
   lastSeenMs: number;
   /** It runs a language model's middle blocks for split chats (`ChatOptions.member`): a
-   * device agent started with the model. */
+   * device agent started with the model, or a browser that joined with `llm: true`. */
   llm?: boolean;
 }
 
@@ -355,6 +355,9 @@ export interface GroupOptions {
   url?: string;
   /** How long opening the socket and joining may take, ms (default 15000; then "timeout"). */
   timeoutMs?: number;
+  /** Run the middle blocks of other members' split chats (`ChatOptions.member`): the language
+   * model's share downloads at the first, the member list says `llm: true` (default false). */
+  llm?: boolean;
 }
 
 export interface GroupProgress {
@@ -423,6 +426,8 @@ export interface DeviceGroup extends GroupState {
   /** Carry a split chat's frames between `port` and member `peer` (what `SplitChat.create`
    * does with `member`; apps need not call it). */
   linkChat(port: MessagePort, peer: number): void | Promise<void>;
+  /** Stop carrying member `peer`'s chat frames (what `SplitChat.close` does). */
+  unlinkChat(peer: number): void | Promise<void>;
   leave(): void | Promise<void>;
 }
 

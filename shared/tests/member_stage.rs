@@ -153,6 +153,10 @@ fn a_member_refuses_bad_frames_with_the_servers_codes_and_goes_on() {
     );
     let stop = LlmFrame::Stop { id: 8 };
     assert_eq!(stage.handle(&stop.encode(), None), StageAction::Nothing);
+    // A reply, a refusal included, is never answered (two members would refuse each other's
+    // refusals for ever).
+    let refusal = LlmFrame::Error { id: 8, code: LlmErrorCode::BadFrame, message: "no".into() };
+    assert_eq!(stage.handle(&refusal.encode(), None), StageAction::Nothing);
     // After all that, the conversation is where it was: position 0 goes on.
     let on = stage.handle(&hidden(9, 0, vec![0.5; 2 * 576]), None);
     assert!(
@@ -160,4 +164,11 @@ fn a_member_refuses_bad_frames_with_the_servers_codes_and_goes_on() {
         "{on:?}"
     );
     assert_eq!(refused(stage.handle(&hidden(10, 0, vec![0.5; 576]), None)), LlmErrorCode::Position);
+
+    // A member on a share of the model (a browser's: blocks 0..8) takes stages inside it only.
+    let bytes = std::fs::read(split_paths::llm_file()).unwrap();
+    let share = split_shared::models::smollm2::edge_share(&bytes, 8).unwrap();
+    let mut small = MemberStage::new(Arc::new(Smollm2::load(&share).unwrap().0), 64);
+    assert_eq!(refused(small.handle(&open(8), Some(12))), LlmErrorCode::BadLayers);
+    assert!(matches!(small.handle(&open(8), Some(8)), StageAction::OpenUpstream { .. }));
 }

@@ -8,7 +8,7 @@ use wasm_bindgen::JsValue;
 
 use crate::edge::EdgeOutput;
 
-fn set(obj: &Object, key: &str, value: impl Into<JsValue>) {
+pub(crate) fn set(obj: &Object, key: &str, value: impl Into<JsValue>) {
     // Setting a property on a fresh plain object cannot fail.
     let _ = Reflect::set(obj, &JsValue::from_str(key), &value.into());
 }

@@ -19,6 +19,7 @@ mod edge;
 mod js;
 mod llm;
 mod llm_cloud;
+mod llm_member;
 mod panic;
 mod planner;
 

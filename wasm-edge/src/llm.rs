@@ -41,9 +41,9 @@ pub fn default_chat_privacy_floor() -> u32 {
     split_shared::models::smollm2::DEFAULT_CHAT_PRIVACY_FLOOR as u32
 }
 
-/// The refusal a browser member of a device group answers a split chat's request frame with
-/// (a browser runs no member's blocks yet: the native agent started with the model does), or
-/// `undefined` for anything else, a reply included (refusing a refusal would never end).
+/// The refusal a browser member of a device group that did not join with `llm: true` answers
+/// a split chat's request frame with, or `undefined` for anything else, a reply included
+/// (refusing a refusal would never end).
 #[wasm_bindgen(js_name = llmRefusal)]
 pub fn llm_refusal(frame: &[u8]) -> Option<Vec<u8>> {
     let id = split_shared::protocol::peek_llm_id(frame)?;
@@ -54,7 +54,7 @@ pub fn llm_refusal(frame: &[u8]) -> Option<Vec<u8>> {
             | LlmFrame::Tokens { .. }
             | LlmFrame::Stop { .. })
     );
-    let message = "this member runs no language model blocks (a device agent with the model does)";
+    let message = "this member runs no language model blocks (it joined without llm: true)";
     request.then(|| {
         let code = split_shared::protocol::LlmErrorCode::UnknownModel;
         LlmFrame::Error { id, code, message: message.into() }.encode()

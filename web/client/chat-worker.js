@@ -420,8 +420,14 @@ const methods = {
       };
       if (!whole && !reused) {
         socket = await connect();
-        const opened = await socket.send(edge.openFrame());
-        edge.acceptOpened(opened);
+        try {
+          edge.acceptOpened(await socket.send(edge.openFrame()));
+        } catch (e) {
+          // The member gone before the conversation opened: the server takes its blocks.
+          const failure = fromWasm(e);
+          if (failure.code !== "member_left") throw failure;
+          await resume(failure);
+        }
       }
       const answer = [];
       let input = prompt.slice(reused);

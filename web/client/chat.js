@@ -18,6 +18,8 @@ export class SplitChat {
     /** What `create` answered: `{ placement, blocks, layers, width, positions, shareBytes,
      * weightBytes, codec, rowBytes, model, plan }`. */
     this.info = null;
+    /** The device group and member a `member` chat's frames go through. */
+    this.memberLink = null;
     worker.onmessage = ({ data }) => {
       if (data.event === "progress") return this.onProgress(data.value);
       if (data.event === "token") return this.onToken(data.value);
@@ -68,6 +70,7 @@ export class SplitChat {
         // The group carries the chat's frames to the member: one end of a channel each.
         const channel = new MessageChannel();
         await group.linkChat(channel.port1, peer);
+        chat.memberLink = { group, peer };
         options.member = { peer, blocks, name: group.members?.find((m) => m.peer === peer)?.name ?? `peer ${peer}`, port: channel.port2 };
         transfer.push(channel.port2);
       }
@@ -108,6 +111,9 @@ export class SplitChat {
   close() {
     this.worker?.terminate();
     this.worker = null;
+    // The group stops carrying this chat's frames.
+    Promise.resolve(this.memberLink?.group.unlinkChat(this.memberLink.peer)).catch(() => {});
+    this.memberLink = null;
     this.failAll(new SplitError("closed", "the chat was closed"));
   }
 }

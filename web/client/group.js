@@ -16,7 +16,7 @@
 // it is open (`via: "p2p"`, client/peer.js), else passed on by the server (`via: "relay"`).
 
 import { BridgedLinks, PeerLinks } from "./peer.js";
-import { SplitError, wasm, wasmCall } from "./wasm.js";
+import { SplitError, fetchCached, serverUrl, wasm, wasmCall } from "./wasm.js";
 
 /** The relay envelope (shared/src/group/relay.rs): "SPLG", version u16, reserved u16, peer u32. */
 const RELAY_MAGIC = [0x53, 0x50, 0x4c, 0x47];
@@ -35,6 +35,8 @@ const MEMBER_TIMEOUT_MS = 60_000;
 const REMOTE_IN_FLIGHT = 4;
 /** Routes kept per sender before their frames arrive (`device-agent` keeps as many). */
 const MAX_ROUTES_PER_PEER = 64;
+/** Positions one asker's split chat may reach at this member (`llm: true`). */
+const MEMBER_CHAT_POSITIONS = 1024;
 
 function wrap(peer, frame) {
   const out = new Uint8Array(RELAY_HEADER_BYTES + frame.length);
@@ -85,7 +87,9 @@ export class DeviceGroup {
    *   its `/ws`), p2p (false: no direct channels), msPerImage (else measured now), onMembers,
    *   onError (a refusal after joining), privacyFloor (a boundary name: the first stage of this
    *   device's pipelines keeps at least that), codec (features between members; default: the
-   *   client's), timeoutMs (opening and joining, default 15000; then "timeout")
+   *   client's), timeoutMs (opening and joining, default 15000; then "timeout"), llm (true:
+   *   run the middle blocks of other members' split chats, downloading the language model's
+   *   share at the first; the member list says `llm: true`)
    */
   static async open(client, options = {}) {
     const url = new URL(options.url ?? client.connection.url);
@@ -100,6 +104,7 @@ export class DeviceGroup {
       backend: client.backend === "webgpu" ? "webgpu" : "cpu",
       msPerImage,
       power: await powerState(),
+      ...(options.llm ? { llm: true } : {}),
     };
     const socket = new WebSocket(url, client.connection.protocols);
     socket.binaryType = "arraybuffer";
@@ -155,6 +160,11 @@ export class DeviceGroup {
     this.answered = 0;
     /** Split chats of this device whose frames go through a member: port by member peer. */
     this.chatLinks = new Map();
+    /** Other members' split chats whose middle blocks run here (`llm: true`): by asker, its
+     * stage's end (`to`), the socket to the server's blocks, and the queue its frames wait in. */
+    this.chatStages = new Map();
+    /** The language model's share these stages run on (wasm `LlmMember`), once loaded. */
+    this.llmMember = null;
     /** Direct channels to the other browsers (off with `options.p2p === false`): held here on
      * a page, by the page for a group in the client's worker (`options.bridge`). */
     this.peers = options.bridge ? new BridgedLinks(this, options.bridge) : new PeerLinks(this);
@@ -223,6 +233,9 @@ export class DeviceGroup {
     } else if (data?.hops) {
       // Only for a request of ours still waiting: a member cannot make this map grow.
       if (this.pending.has(data.hops.id)) this.hops.set(data.hops.id, data.hops.list);
+    } else if (data?.llmStage) {
+      // Where this member's stage of the asker's next split chat ends (the open checks it).
+      if (this.device.llm && Number.isInteger(data.llmStage.to)) this.chatStage(from).to = data.llmStage.to;
     } else if (data?.view) {
       this.answerView(from, data.view.id);
     } else if (data?.failed) {
@@ -293,6 +306,7 @@ export class DeviceGroup {
     this.peers.update(members);
     // A request waiting on a member that left cannot be answered: its owner re-plans.
     for (const m of gone) {
+      this.endChat(m.peer);
       const chat = this.chatLinks.get(m.peer);
       if (chat) {
         chat.postMessage({ left: `${m.name} (peer ${m.peer}) left the group` });
@@ -354,15 +368,164 @@ export class DeviceGroup {
     };
   }
 
+  /** Asker `peer`'s split chat at this member. */
+  chatStage(peer) {
+    let stage = this.chatStages.get(peer);
+    if (!stage) {
+      stage = { to: null, server: null, queue: Promise.resolve() };
+      this.chatStages.set(peer, stage);
+    }
+    return stage;
+  }
+
+  /** End asker `peer`'s split chat here: its socket to the server closes. */
+  endChat(peer) {
+    const stage = this.chatStages.get(peer);
+    if (!stage) return;
+    this.chatStages.delete(peer);
+    if (stage.server) {
+      stage.server.onclose = null;
+      stage.server.close();
+    }
+    this.llmMember?.forget(peer);
+  }
+
+  /** The language model's share holding blocks `0..to` at least (downloaded, or from the
+   * browser's cache), as the wasm `LlmMember`; a larger stage than the share loaded replaces
+   * it (the conversations on the old one end). */
+  async memberShare(to) {
+    if (this.llmMember && this.llmMember.blocks() >= to) return this.llmMember;
+    // The server beside the client's socket (`…/ws`).
+    const base = new URL(this.client.connection.url);
+    base.protocol = base.protocol === "wss:" ? "https:" : "http:";
+    base.pathname = base.pathname.replace(/[^/]*$/, "");
+    const llm = (await (await fetch(new URL("api/info", base))).json()).llm;
+    if (!llm) throw new SplitError("no_model", "the server hosts no language model");
+    this.llmInfo = { llm, base };
+    const bytes = await fetchCached(serverUrl(`${llm.edge_url}${to}`, base), `${llm.file_id}-${to}`, "llm-weights", () => {});
+    this.llmMember = await wasmCall(() => wasm.LlmMember.load(bytes, MEMBER_CHAT_POSITIONS));
+    return this.llmMember;
+  }
+
+  /** One frame of asker `from`'s split chat: this member's blocks, then on to the server (or
+   * back, as the last stage); the server's replies go back to the asker as they are. Through
+   * the relay both ways, like the asker's frames. */
+  async serveChat(from, stage, frame) {
+    const back = (bytes) => this.send(from, bytes);
+    const opening = frame[6] === 1;
+    let member = this.llmMember;
+    if (opening || !member) {
+      try {
+        member = await this.memberShare(stage.to ?? 30);
+      } catch (e) {
+        back(wasm.llmRefusal(frame) ?? new Uint8Array());
+        throw e;
+      }
+    }
+    const action = await wasmCall(() => member.handle(from, frame, opening ? stage.to : undefined));
+    if (opening) stage.to = null;
+    if (action.kind === "reply") {
+      if (opening && stage.server) this.closeServer(stage);
+      back(action.frame);
+    } else if (action.kind === "open") {
+      this.closeServer(stage);
+      let opened;
+      try {
+        opened = await this.openServer(from, stage, action.frame);
+      } catch (e) {
+        // The server cannot be reached from here: the asker tries again, then gives up.
+        member.forget(from);
+        back(wasm.LlmMember.lostFrame());
+        throw e;
+      }
+      // Else the server's refusal went to the asker.
+      if (opened) back(action.opened);
+    } else if (action.kind === "forward") {
+      if (stage.server?.readyState === WebSocket.OPEN) {
+        stage.server.send(action.frame);
+      } else {
+        member.forget(from);
+        back(wasm.LlmMember.lostFrame());
+      }
+    }
+  }
+
+  closeServer(stage) {
+    if (!stage.server) return;
+    stage.server.onclose = null;
+    stage.server.close();
+    stage.server = null;
+  }
+
+  /** Open the server's part of asker `from`'s conversation with `open`; resolves when the
+   * server answered it (its refusal goes to the asker, and then resolves null). */
+  openServer(from, stage, open) {
+    const { llm, base } = this.llmInfo;
+    const url = serverUrl(llm.url, base);
+    url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
+    const socket = new WebSocket(url, this.client.connection.protocols);
+    socket.binaryType = "arraybuffer";
+    return new Promise((resolve, reject) => {
+      let opened = false;
+      socket.onopen = () => socket.send(open);
+      socket.onerror = () => { if (!opened) reject(new SplitError("network", `cannot reach ${url}`)); };
+      socket.onmessage = ({ data }) => {
+        const bytes = new Uint8Array(data);
+        if (opened) {
+          this.send(from, bytes);
+          return;
+        }
+        opened = true;
+        // The server's `opened` (kind 0x81) starts the conversation; anything else refuses it.
+        if (bytes[6] === 0x81) {
+          stage.server = socket;
+          resolve(true);
+        } else {
+          this.send(from, bytes);
+          socket.close();
+          resolve(null);
+        }
+      };
+      socket.onclose = () => {
+        if (!opened) {
+          reject(new SplitError("network", `${url} closed before answering`));
+          return;
+        }
+        // The server's part is gone: the asker opens again and sends its kept states again.
+        if (stage.server === socket) {
+          stage.server = null;
+          this.llmMember?.forget(from);
+          this.send(from, wasm.LlmMember.lostFrame());
+        }
+      };
+    });
+  }
+
+  /** Stop carrying the chat frames of member `peer` (the chat was closed). */
+  unlinkChat(peer) {
+    this.chatLinks.get(peer)?.close();
+    this.chatLinks.delete(peer);
+  }
+
   /** A frame from another member: a reply to one of ours, or a request for us. */
   async onFrame(from, frame, via) {
     if (LLM_MAGIC.every((b, i) => frame[i] === b)) {
       // A split chat's frame: to the chat linked with this member, else (a request: this
       // browser runs no member's blocks) refused.
-      const port = this.chatLinks.get(from);
+      // Replies (kind 0x80 and up) to this device's chat through `from`; requests are `from`'s
+      // own chat through this device.
+      const port = frame[6] >= 0x80 ? this.chatLinks.get(from) : null;
+      if (frame[6] >= 0x80 && !port) return;
       if (port) {
         const copy = frame.slice();
         port.postMessage({ frame: copy }, [copy.buffer]);
+        return;
+      }
+      if (this.device.llm) {
+        // One asker's frames in order, each after the one before has gone on.
+        const stage = this.chatStage(from);
+        const copy = frame.slice();
+        stage.queue = stage.queue.then(() => this.serveChat(from, stage, copy)).catch((e) => this.onError(e));
         return;
       }
       const refusal = wasm.llmRefusal(frame);

@@ -394,6 +394,11 @@ export class RemoteDeviceGroup {
     return this.remote.post(this.remote.callTimeoutMs, "groupLinkChat", [port, peer], [port]);
   }
 
+  /** Stop carrying member `peer`'s chat frames (`DeviceGroup.unlinkChat`). */
+  unlinkChat(peer) {
+    return this.remote.call("groupUnlinkChat", peer);
+  }
+
   leave() {
     this.remote.group = null;
     return this.remote.call("leaveGroup");

@@ -78,6 +78,7 @@ const methods = {
   groupStats: () => ({ answered: inGroup().answered, load: inGroup().load }),
   groupPeer: (op) => inGroup().peers.fromPage(op),
   groupLinkChat: (port, peer) => inGroup().linkChat(port, peer),
+  groupUnlinkChat: (peer) => inGroup().unlinkChat(peer),
   leaveGroup: () => {
     group?.leave();
     group = null;

@@ -1,10 +1,13 @@
-// Split chats through a device group, in real browsers: two Chromium pages and the native
-// device agent (started with SmolLM2) join one group on the real server; then
+// Split chats through a device group, in real browsers: two Chromium pages (B joined with
+// `llm: true`, A without) and the native device agent (started with SmolLM2) join one group on
+// the real server; then
 //   - both pages chat at once, each keeping the embedding, blocks 0..4 and the head, the agent
 //     running blocks 4..12 of each page's conversation and the server 12..30: every token the
 //     independent reference's greedy answer (exact floats on the wire), the agent's log naming
 //     both conversations, the server answering every frame through the agent;
-//   - a page's chat sent to the other page (a browser runs no member's blocks) fails with
+//   - A chats through page B (B's worker runs blocks 4..12 on the share it downloads, and opens
+//     the server's part itself): the reference's tokens again;
+//   - B's chat sent to A (a browser that did not join with `llm: true`) fails with
 //     `unknown_model` instead of waiting;
 //   - the agent is killed mid-answer: the page's chat hears the member left, the server takes
 //     the agent's blocks (the kept hidden states rebuild them) and the answer goes on, still the
@@ -33,11 +36,11 @@ async function openPage(page, name) {
   assert.equal(await page.evaluate(() => document.body.dataset.state), "ready", `${name} loads`);
 }
 
-function join(page, name, code) {
-  return page.evaluate(async ({ name, code }) => {
-    window.splitGroup = await window.splitClient.joinGroup({ name, id: name, code });
+function join(page, name, code, llm = false) {
+  return page.evaluate(async ({ name, code, llm }) => {
+    window.splitGroup = await window.splitClient.joinGroup({ name, id: name, code, llm });
     return { code: window.splitGroup.code, you: window.splitGroup.you };
-  }, { name, code });
+  }, { name, code, llm });
 }
 
 /** The agent, with what it logs kept for the checks. */
@@ -64,8 +67,8 @@ const metricsLlm = async () => {
  * so far are in the page's `window.chatTokens` as they come (the test watches it). */
 function askThrough(page, peer, prompt) {
   return page.evaluate(async ({ peer, prompt, front, memberBlocks }) => {
-    const { SplitChat } = await import("/client/chat.js");
     window.chatTokens = 0;
+    const { SplitChat } = await import("/client/chat.js");
     const chat = await SplitChat.create({
       blocks: front, positions: 256, codec: "f32",
       member: { group: window.splitGroup, peer, blocks: memberBlocks },
@@ -87,14 +90,15 @@ function askThrough(page, peer, prompt) {
 await withPage(GPU_ARGS.cpu, (a) => withPage(GPU_ARGS.cpu, async (b) => {
   await Promise.all([openPage(a, "A"), openPage(b, "B")]);
   const { code, you: peerA } = await join(a, "A");
-  const { you: peerB } = await join(b, "B", code);
+  const { you: peerB } = await join(b, "B", code, true);
   const agent = await startAgent(code);
   try {
     await a.waitForFunction(() => window.splitGroup?.members.length === 3, null, { timeout: TIMEOUT_MS });
     const members = await a.evaluate(() => window.splitGroup.members);
     const laptop = members.find((m) => m.backend === "native");
     assert.equal(laptop.llm, true, "the agent says it runs split chats' blocks");
-    assert.ok(members.filter((m) => m.llm).length === 1, "the browsers do not");
+    assert.deepEqual(members.filter((m) => m.llm).map((m) => m.peer).sort(), [peerB, laptop.peer].sort(),
+      "so does B, which joined with llm: true; A does not");
 
     // 1. Both pages at once through the agent.
     const before = await metricsLlm();
@@ -115,11 +119,21 @@ await withPage(GPU_ARGS.cpu, (a) => withPage(GPU_ARGS.cpu, async (b) => {
     assert.equal(await metricsLlm() - before, frames(ra) + frames(rb), "the server ran blocks 12..30 of both");
     console.log(`through the agent: A ${ra.tokens.length} tokens, B ${rb.tokens.length} tokens, ${frames(ra) + frames(rb)} frames to the server`);
 
-    // 2. The other page is no member for a chat: refused, not waited on.
-    const refused = await askThrough(a, peerB, p0);
+    // 2. A through page B: B's worker runs blocks 4..12 and opens the server's 12..30 itself.
+    const beforeB = await metricsLlm();
+    const viaB = await askThrough(a, peerB, p1);
+    assert.ok(!viaB.error, `through B: ${viaB.error} ${viaB.message}`);
+    assert.deepEqual(viaB.tokens, p1.greedy, "A's answer through page B is the reference's");
+    assert.deepEqual(viaB.member, { peer: peerB, name: "B", blocks: [FRONT, FRONT + MEMBER_BLOCKS] });
+    assert.equal(await metricsLlm() - beforeB, frames(viaB), "the server ran blocks 12..30 for B");
+    console.log(`through page B: ${viaB.tokens.length} tokens, ${frames(viaB)} frames from B to the server`);
+
+    // 3. A page that did not join with llm: true is no member for a chat: refused, not waited on.
+    const refused = await askThrough(b, peerA, p0);
     assert.equal(refused.error, "unknown_model", JSON.stringify(refused));
 
-    // 3. The agent killed mid-answer: the server takes its blocks, the answer goes on.
+    // 4. The agent killed mid-answer: the server takes its blocks, the answer goes on.
+    await a.evaluate(() => { window.chatTokens = 0; });
     const asking = askThrough(a, laptop.peer, p1);
     await a.waitForFunction(() => window.chatTokens >= 6, null, { timeout: TIMEOUT_MS });
     agent.removeAllListeners("exit");

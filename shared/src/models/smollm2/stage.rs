@@ -27,7 +27,8 @@ pub enum StageAction {
     },
     /// Send the server this frame; its reply goes to the asker unchanged.
     Forward(LlmFrame),
-    /// Nothing to send (a `stop`: no generation runs at a middle stage).
+    /// Nothing to send (a `stop`: no generation runs at a middle stage; a reply, which is
+    /// never answered).
     Nothing,
 }
 
@@ -139,11 +140,13 @@ impl MemberStage {
                 "a member runs hidden states through its blocks; token ids stay with the asker",
             ),
             LlmFrame::Stop { .. } => StageAction::Nothing,
-            other => refuse(
-                other.id(),
-                LlmErrorCode::BadFrame,
-                "a member takes open, hidden and stop frames",
-            ),
+            // A reply (a refusal included) is never answered: two members refusing each
+            // other's refusals would never end.
+            LlmFrame::Opened { .. }
+            | LlmFrame::Hidden { reply: true, .. }
+            | LlmFrame::Error { .. }
+            | LlmFrame::Token { .. }
+            | LlmFrame::Done { .. } => StageAction::Nothing,
         }
     }
 
@@ -183,6 +186,14 @@ impl MemberStage {
                 self.max_positions
             );
             return refuse(id, LlmErrorCode::KvBudget, why);
+        }
+        let held = self.model.blocks();
+        if usize::from(first) < held.start || usize::from(to) > held.end {
+            let why = format!(
+                "blocks {first}..{to} here: this member holds blocks {}..{}",
+                held.start, held.end
+            );
+            return refuse(id, LlmErrorCode::BadLayers, why);
         }
         let blocks = usize::from(first)..usize::from(to);
         let cache = KvCache::new(&self.model.config, blocks.clone(), positions as usize);
