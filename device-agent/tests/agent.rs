@@ -3,14 +3,11 @@
 //! answer the unsplit model gives; a bad frame gets a typed error and the agent goes on.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use actix_codec::Framed;
-use awc::BoxedSocket;
-use awc::ws::{Codec, Frame, Message};
+use awc::ws::{Frame, Message};
 use device_agent::{Agent, AgentOptions};
-use futures_util::{SinkExt, StreamExt};
-use serde_json::{Value, json};
+use futures_util::SinkExt;
+use serde_json::json;
 use split_shared::codec::{EncodeContext, Setting};
 use split_shared::group::relay::RelayFrame;
 use split_shared::model::{Boundary, Features};
@@ -19,32 +16,13 @@ use split_shared::protocol::{
 };
 use split_shared::runtime::SplitModel;
 
-type Socket = Framed<BoxedSocket, Codec>;
+mod common;
+
+use common::{Socket, next, next_json};
 
 const CHELSEA: &[u8] = include_bytes!("../../web/samples/chelsea.png");
 /// ImageNet's cat classes: tabby, tiger cat, Persian, Siamese, Egyptian cat.
 const CATS: std::ops::RangeInclusive<u16> = 281..=285;
-
-async fn next(ws: &mut Socket) -> Frame {
-    tokio::time::timeout(Duration::from_secs(120), async {
-        loop {
-            match ws.next().await.expect("socket open").expect("valid frame") {
-                Frame::Ping(_) | Frame::Pong(_) => continue,
-                other => return other,
-            }
-        }
-    })
-    .await
-    .expect("a message within 120 s")
-}
-
-async fn next_json(ws: &mut Socket) -> Value {
-    loop {
-        if let Frame::Text(t) = next(ws).await {
-            return serde_json::from_slice(&t).unwrap();
-        }
-    }
-}
 
 /// Relay `request` to `peer` and wait for its reply.
 async fn ask(ws: &mut Socket, peer: u32, request: &[u8]) -> Reply {

@@ -8,18 +8,18 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use actix_codec::Framed;
-use awc::BoxedSocket;
-use awc::ws::{Codec, Frame, Message};
+use awc::ws::{Frame, Message};
 use device_agent::{Agent, AgentOptions, LlmMember};
-use futures_util::{SinkExt, StreamExt};
+use futures_util::SinkExt;
 use serde_json::{Value, json};
 use split_shared::codec::{DEFAULT_HIDDEN_CODEC, HiddenCodec};
 use split_shared::group::relay::RelayFrame;
 use split_shared::models::smollm2::{KvCache, Smollm2, argmax};
 use split_shared::protocol::{LlmErrorCode, LlmFrame, MODEL_SMOLLM2};
 
-type Socket = Framed<BoxedSocket, Codec>;
+mod common;
+
+use common::{Socket, next, next_json};
 
 /// Blocks the phone keeps.
 const FRONT: usize = 4;
@@ -41,27 +41,6 @@ fn golden() -> (Vec<u32>, Vec<u32>) {
         v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
     };
     (ids(&g["prompts"][1]["ids"]), ids(&g["prompts"][1]["greedy"]))
-}
-
-async fn next(ws: &mut Socket) -> Frame {
-    tokio::time::timeout(Duration::from_secs(120), async {
-        loop {
-            match ws.next().await.expect("socket open").expect("valid frame") {
-                Frame::Ping(_) | Frame::Pong(_) => continue,
-                other => return other,
-            }
-        }
-    })
-    .await
-    .expect("a message within 120 s")
-}
-
-async fn next_json(ws: &mut Socket) -> Value {
-    loop {
-        if let Frame::Text(t) = next(ws).await {
-            return serde_json::from_slice(&t).unwrap();
-        }
-    }
 }
 
 async fn signal(ws: &mut Socket, peer: u32, data: Value) {
