@@ -608,6 +608,10 @@ export interface ChatAnswer extends ChatFigures {
   /** Where it ran (`ChatPlacement`). For "cloud", `serverMs` is the whole answer's time and
    * `edgeMs` 0. */
   placement: ChatPlacement;
+  /** How the frames went to the chat's member (`member`): "p2p" over a direct channel (the
+   * server never saw them), "relay" through the server; null without a member, or after it
+   * left. */
+  memberVia?: "p2p" | "relay" | null;
 }
 
 /** SmolLM2-135M-Instruct split between this page and the server: the tokenizer, the embedding,

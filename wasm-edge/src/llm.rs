@@ -194,6 +194,9 @@ pub struct LlmEdge {
     sent: Vec<f32>,
     /// Positions of `sent` already sent again since [`Self::reopen_frame`].
     resent: usize,
+    /// Most positions a resent frame holds (a direct channel to a group member takes smaller
+    /// messages than the server's socket).
+    resend_rows: usize,
     /// Whether a resend is under way (from `reopenFrame` until its last reply).
     resending: bool,
     /// Whether the last frame sent ended its input (its reply gives a token): a resend ends as
@@ -233,6 +236,7 @@ impl LlmEdge {
             codec: DEFAULT_HIDDEN_CODEC,
             sent: Vec::new(),
             resent: 0,
+            resend_rows: MAX_HIDDEN_ROWS as usize,
             resending: false,
             sent_last: true,
         })
@@ -278,6 +282,13 @@ impl LlmEdge {
     /// How hidden states cross: `f32`, `f16`, `bf16`, `q8` or `q8o` (docs/llm.md).
     pub fn codec(&self) -> String {
         self.codec.name().into()
+    }
+
+    /// Send the kept hidden states again in frames of at most `rows` positions (1 to
+    /// [`MAX_HIDDEN_ROWS`], the default): what a direct channel's messages hold.
+    #[wasm_bindgen(js_name = setResendRows)]
+    pub fn set_resend_rows(&mut self, rows: u32) {
+        self.resend_rows = rows.clamp(1, MAX_HIDDEN_ROWS) as usize;
     }
 
     /// Code hidden states with `name` from the next conversation on (`bad_option` for an
@@ -454,7 +465,7 @@ impl LlmEdge {
         }
         let width = self.width() as usize;
         let total = self.sent.len() / width;
-        let rows = (total - self.resent).min(MAX_HIDDEN_ROWS as usize);
+        let rows = (total - self.resent).min(self.resend_rows);
         let position = self.resent as u32;
         let values = self.sent[self.resent * width..(self.resent + rows) * width].to_vec();
         self.resent += rows;

@@ -40,6 +40,9 @@ export const ASSUMED_EDGE_SLOWDOWN = 2.5;
 export const ASSUMED_LINK_KBPS = { up: 5_000, down: 20_000 };
 /** The answer the planner weighs placements for: a prompt and an answer of these lengths. */
 export const PLANNED_ANSWER = { promptTokens: 64, answerTokens: 128 };
+/** Most positions a resent frame holds on a chat through a group member: 64 f32 rows and their
+ * headers fit a direct channel's messages (Chromium's take 256 KiB). */
+export const MEMBER_RESEND_ROWS = 64;
 /** Waits before each attempt to resume an answer whose socket dropped (then it fails). */
 export const RESUME_DELAYS_MS = [200, 1_000, 3_000];
 
@@ -126,6 +129,11 @@ function openMemberSocket(member) {
     while (waiting.length) waiting.shift().reject(error);
   };
   port.onmessage = ({ data }) => {
+    if (data?.via) {
+      // How this conversation's frames go: a direct channel, or the server's relay.
+      member.via = data.via;
+      return;
+    }
     if (data?.left) {
       // Gone for good: later conversations go to the server.
       member.left = true;
@@ -326,6 +334,7 @@ const methods = {
       edge = wasm.LlmEdge.load(bytes, positions);
       if (codec != null) edge.setCodec(codec);
       edge.setServerHead(placement === "plain" && blocks < llm.layers);
+      if (member) edge.setResendRows(MEMBER_RESEND_ROWS);
     } catch (e) {
       throw fromWasm(e);
     }
@@ -489,6 +498,8 @@ const methods = {
         tokensPerSecond: answer.length > 1 ? (answer.length - 1) / ((totalMs - firstTokenMs) / 1e3) : null,
         placement: whole ? "edge" : edge.serverHead() ? "plain" : "split",
         ...figures,
+        // How the frames went to the member, when the answer went through one.
+        memberVia: state.member?.via ?? null,
       };
     } catch (e) {
       throw fromWasm(e);

@@ -37,6 +37,9 @@ const REMOTE_IN_FLIGHT = 4;
 const MAX_ROUTES_PER_PEER = 64;
 /** Positions one asker's split chat may reach at this member (`llm: true`). */
 const MEMBER_CHAT_POSITIONS = 1024;
+/** The largest chat frame a direct channel must carry for a conversation to take it: a resent
+ * frame of `MEMBER_RESEND_ROWS` (client/chat-worker.js) f32 rows and its headers. */
+const CHAT_CHANNEL_BYTES = 64 * 576 * 4 + 64;
 
 function wrap(peer, frame) {
   const out = new Uint8Array(RELAY_HEADER_BYTES + frame.length);
@@ -353,18 +356,34 @@ export class DeviceGroup {
    * Carry a split chat's `/llm` frames between `port` (a `MessagePort`: the chat's worker holds
    * the other end) and member `peer`, which runs blocks of it (docs/llm.md, "Through a
    * device group"). Messages on the port: in, `{ signal }` (the `llmStage` before an open) and
-   * `{ frame }`; out, `{ frame }` (the member's replies) and `{ left }` (the member left the
-   * group). Always through the server's relay, so a signal never overtakes its frame; one
-   * chat per member.
+   * `{ frame }`; out, `{ via }` (how this conversation's frames go: "p2p" or "relay"),
+   * `{ frame }` (the member's replies) and `{ left }` (the member left the group, or the
+   * direct channel closed under a conversation). A conversation keeps the way its signal
+   * went, the member's direct channel when it is open then (the server then never sees the
+   * rows), else the server's relay, so that no frame overtakes another; one chat per member.
    */
   linkChat(port, peer) {
     const member = this.member(peer);
     if (!member || peer === this.you) throw new SplitError("unknown_peer", `no other member ${peer} in this group`);
     this.chatLinks.get(peer)?.close();
     this.chatLinks.set(peer, port);
+    let path = null;
     port.onmessage = ({ data }) => {
-      if (data?.signal) this.signal(peer, data.signal);
-      else if (data?.frame) this.send(peer, new Uint8Array(data.frame));
+      try {
+        if (data?.signal) {
+          path = this.path(peer, CHAT_CHANNEL_BYTES);
+          port.postMessage({ via: path.via });
+          path.signal(data.signal);
+        } else if (data?.frame) {
+          const frame = new Uint8Array(data.frame);
+          if (path.via === "p2p" && !this.peers.channel(peer, frame.length)) {
+            throw new SplitError("network", "the direct channel closed, or the frame outgrew it");
+          }
+          path.send(frame);
+        }
+      } catch (e) {
+        port.postMessage({ left: `the way to ${member.name} failed: ${e.message}` });
+      }
     };
   }
 
@@ -410,9 +429,11 @@ export class DeviceGroup {
   /** One frame of asker `from`'s split chat: this member's blocks, then on to the server (or
    * back, as the last stage); the server's replies go back to the asker as they are. Through
    * the relay both ways, like the asker's frames. */
-  async serveChat(from, stage, frame) {
-    const back = (bytes) => this.send(from, bytes);
+  async serveChat(from, stage, frame, via) {
     const opening = frame[6] === 1;
+    // Replies go back the way the conversation's open came.
+    if (opening) stage.via = via;
+    const back = (bytes) => this.replyChat(from, stage, bytes);
     let member = this.llmMember;
     if (opening || !member) {
       try {
@@ -450,6 +471,14 @@ export class DeviceGroup {
     }
   }
 
+  /** Send asker `from` a frame of its chat, the way its conversation came (a direct channel
+   * gone meanwhile: the relay, and the asker hears of it by its own side's failure). */
+  replyChat(from, stage, bytes) {
+    const channel = stage.via === "p2p" ? this.peers.channel(from, bytes.length) : null;
+    if (channel) channel.send(wrap(this.you, bytes));
+    else this.send(from, bytes);
+  }
+
   closeServer(stage) {
     if (!stage.server) return;
     stage.server.onclose = null;
@@ -472,7 +501,7 @@ export class DeviceGroup {
       socket.onmessage = ({ data }) => {
         const bytes = new Uint8Array(data);
         if (opened) {
-          this.send(from, bytes);
+          this.replyChat(from, stage, bytes);
           return;
         }
         opened = true;
@@ -481,7 +510,7 @@ export class DeviceGroup {
           stage.server = socket;
           resolve(true);
         } else {
-          this.send(from, bytes);
+          this.replyChat(from, stage, bytes);
           socket.close();
           resolve(null);
         }
@@ -495,7 +524,7 @@ export class DeviceGroup {
         if (stage.server === socket) {
           stage.server = null;
           this.llmMember?.forget(from);
-          this.send(from, wasm.LlmMember.lostFrame());
+          this.replyChat(from, stage, wasm.LlmMember.lostFrame());
         }
       };
     });
@@ -525,7 +554,7 @@ export class DeviceGroup {
         // One asker's frames in order, each after the one before has gone on.
         const stage = this.chatStage(from);
         const copy = frame.slice();
-        stage.queue = stage.queue.then(() => this.serveChat(from, stage, copy)).catch((e) => this.onError(e));
+        stage.queue = stage.queue.then(() => this.serveChat(from, stage, copy, via)).catch((e) => this.onError(e));
         return;
       }
       const refusal = wasm.llmRefusal(frame);

@@ -5,8 +5,8 @@
 //     running blocks 4..12 of each page's conversation and the server 12..30: every token the
 //     independent reference's greedy answer (exact floats on the wire), the agent's log naming
 //     both conversations, the server answering every frame through the agent;
-//   - A chats through page B (B's worker runs blocks 4..12 on the share it downloads, and opens
-//     the server's part itself): the reference's tokens again;
+//   - A chats through page B over their direct channel (B's worker runs blocks 4..12 on the
+//     share it downloads, and opens the server's part itself): the reference's tokens again;
 //   - B's chat sent to A (a browser that did not join with `llm: true`) fails with
 //     `unknown_model` instead of waiting;
 //   - the agent is killed mid-answer: the page's chat hears the member left, the server takes
@@ -78,7 +78,7 @@ function askThrough(page, peer, prompt) {
         maxTokens: prompt.greedy.length,
         onToken: (t) => { window.chatTokens = t.tokens; },
       });
-      return { tokens: a.tokens, member: chat.info.member, memberLeft: a.memberLeft, resumes: a.resumes, promptTokens: a.promptTokens, placement: a.placement };
+      return { tokens: a.tokens, member: chat.info.member, memberLeft: a.memberLeft, memberVia: a.memberVia, resumes: a.resumes, promptTokens: a.promptTokens, placement: a.placement };
     } catch (e) {
       return { error: e.code, message: e.message };
     } finally {
@@ -109,6 +109,7 @@ await withPage(GPU_ARGS.cpu, (a) => withPage(GPU_ARGS.cpu, async (b) => {
       assert.deepEqual(r.tokens, p.greedy, `${name}'s answer through the agent is the reference's`);
       assert.deepEqual(r.member, { peer: laptop.peer, name: "laptop", blocks: [FRONT, FRONT + MEMBER_BLOCKS] });
       assert.equal(r.placement, "split");
+      assert.equal(r.memberVia, "relay", "the agent has no direct channel");
     }
     for (const peer of [peerA, peerB]) {
       assert.match(agent.log, new RegExp(`split chat of member ${peer}: blocks 4\\.\\.12 here, 12\\.\\.30 on the server`), agent.log);
@@ -119,12 +120,15 @@ await withPage(GPU_ARGS.cpu, (a) => withPage(GPU_ARGS.cpu, async (b) => {
     assert.equal(await metricsLlm() - before, frames(ra) + frames(rb), "the server ran blocks 12..30 of both");
     console.log(`through the agent: A ${ra.tokens.length} tokens, B ${rb.tokens.length} tokens, ${frames(ra) + frames(rb)} frames to the server`);
 
-    // 2. A through page B: B's worker runs blocks 4..12 and opens the server's 12..30 itself.
+    // 2. A through page B: B's worker runs blocks 4..12 and opens the server's 12..30 itself;
+    // the frames between the pages go over their direct channel, not through the server.
+    await a.waitForFunction((peerB) => window.splitGroup.links?.[peerB] === "open", peerB, { timeout: 60_000 });
     const beforeB = await metricsLlm();
     const viaB = await askThrough(a, peerB, p1);
     assert.ok(!viaB.error, `through B: ${viaB.error} ${viaB.message}`);
     assert.deepEqual(viaB.tokens, p1.greedy, "A's answer through page B is the reference's");
     assert.deepEqual(viaB.member, { peer: peerB, name: "B", blocks: [FRONT, FRONT + MEMBER_BLOCKS] });
+    assert.equal(viaB.memberVia, "p2p", "A's rows went to B device to device");
     assert.equal(await metricsLlm() - beforeB, frames(viaB), "the server ran blocks 12..30 for B");
     console.log(`through page B: ${viaB.tokens.length} tokens, ${frames(viaB)} frames from B to the server`);
 
