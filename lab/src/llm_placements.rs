@@ -644,7 +644,7 @@ pub fn run(a: Args) -> Result<()> {
         && front >= a.blocks
     {
         bail!(
-            "--member-front {front}: fewer than --blocks {} (the member runs the blocks between)",
+            "--member-front {front} must be fewer than --blocks ({}): the member runs the blocks between",
             a.blocks
         );
     }
