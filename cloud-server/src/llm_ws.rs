@@ -25,7 +25,9 @@ use std::time::Duration;
 use actix_web::{HttpRequest, HttpResponse, rt, web};
 use actix_ws::{AggregatedMessage, CloseCode, CloseReason};
 use futures_util::StreamExt;
-use split_shared::models::smollm2::{KvCache, LlmError, Sampler, Sampling, Smollm2};
+use split_shared::models::smollm2::{
+    KvCache, LlmError, Sampler, Sampling, Smollm2, check_hidden, check_position,
+};
 use split_shared::protocol::{
     Finish, HeadSampling, LlmErrorCode, LlmFrame, MAX_LLM_FRAME_BYTES, MODEL_SMOLLM2, peek_llm_id,
 };
@@ -397,24 +399,7 @@ fn check_room(
     let Some(cache) = c.cache.as_ref() else {
         return Err(error(id, LlmErrorCode::Internal, "the conversation's cache was lost"));
     };
-    if position as usize != cache.len() {
-        let expected = cache.len();
-        return Err(error(
-            id,
-            LlmErrorCode::Position,
-            format!("rows start at position {position}; the server's cache holds {expected}"),
-        ));
-    }
-    if cache.len() + rows > cache.capacity() {
-        let capacity = cache.capacity();
-        return Err(error(
-            id,
-            LlmErrorCode::KvBudget,
-            format!(
-                "{rows} more positions do not fit the {capacity} this conversation opened with"
-            ),
-        ));
-    }
+    check_position(cache, position, rows).map_err(|(code, why)| error(id, code, why))?;
     // Within the capacity, which is at most `--llm-positions` (a u32).
     let capacity = cache.capacity() as u32;
     let needed = (position + rows as u32).saturating_add(ahead).min(capacity);
@@ -456,21 +441,10 @@ async fn answer(state: &AppState, conversation: &mut Option<Conversation>, bytes
                 ));
             };
             let dim = host.model.config.dim;
-            if width as usize != dim || values.is_empty() {
-                return Reply::Frame(error(
-                    id,
-                    LlmErrorCode::BadValues,
-                    format!("rows of {width} values; this model's are {dim}"),
-                ));
-            }
-            if values.iter().any(|v| !v.is_finite()) {
-                return Reply::Frame(error(
-                    id,
-                    LlmErrorCode::BadValues,
-                    "a hidden state holds NaN or infinity",
-                ));
-            }
-            let rows = values.len() / dim;
+            let rows = match check_hidden(dim, width, &values) {
+                Ok(rows) => rows,
+                Err((code, why)) => return Reply::Frame(error(id, code, why)),
+            };
             if let Err(refused) = check_room(&host, c, id, position, rows, 0) {
                 return Reply::Frame(refused);
             }

@@ -45,11 +45,6 @@ impl LlmMember {
             .with_context(|| format!("loading the language model {}", path.display()))?;
         Ok(Self { model: Arc::new(model), max_positions })
     }
-
-    /// Blocks the model has.
-    pub fn layers(&self) -> usize {
-        self.model.config.layers
-    }
 }
 
 /// What an asker sent, in its order.

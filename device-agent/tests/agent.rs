@@ -4,12 +4,11 @@
 
 use std::sync::Arc;
 
-use awc::ws::{Frame, Message};
+use awc::ws::Message;
 use device_agent::{Agent, AgentOptions};
 use futures_util::SinkExt;
 use serde_json::json;
 use split_shared::codec::{EncodeContext, Setting};
-use split_shared::group::relay::RelayFrame;
 use split_shared::model::{Boundary, Features};
 use split_shared::protocol::{
     ErrorCode, FeaturesFrame, LlmErrorCode, LlmFrame, MODEL_SMOLLM2, Reply, Request,
@@ -18,7 +17,7 @@ use split_shared::runtime::SplitModel;
 
 mod common;
 
-use common::{Socket, next, next_json};
+use common::{Socket, next_json, relay};
 
 const CHELSEA: &[u8] = include_bytes!("../../web/samples/chelsea.png");
 /// ImageNet's cat classes: tabby, tiger cat, Persian, Siamese, Egyptian cat.
@@ -26,15 +25,7 @@ const CATS: std::ops::RangeInclusive<u16> = 281..=285;
 
 /// Relay `request` to `peer` and wait for its reply.
 async fn ask(ws: &mut Socket, peer: u32, request: &[u8]) -> Reply {
-    let envelope = RelayFrame { peer, payload: request }.to_bytes();
-    ws.send(Message::Binary(envelope.into())).await.unwrap();
-    loop {
-        if let Frame::Binary(b) = next(ws).await {
-            let frame = RelayFrame::parse(&b).unwrap();
-            assert_eq!(frame.peer, peer, "the answer names who sent it");
-            return Reply::decode(frame.payload).unwrap();
-        }
-    }
+    Reply::decode(&relay(ws, peer, request).await).unwrap()
 }
 
 fn top1(reply: &Reply) -> u16 {
@@ -153,13 +144,7 @@ async fn the_agent_joins_and_answers_relayed_frames() {
     // `/llm` code, and the image answers go on.
     let open =
         LlmFrame::Open { id: 7, model: MODEL_SMOLLM2, first: 4, end: 30, positions: 8, head: None };
-    let envelope = RelayFrame { peer, payload: &open.encode() }.to_bytes();
-    phone.send(Message::Binary(envelope.into())).await.unwrap();
-    let refused = loop {
-        if let Frame::Binary(b) = next(&mut phone).await {
-            break LlmFrame::decode(RelayFrame::parse(&b).unwrap().payload).unwrap();
-        }
-    };
+    let refused = LlmFrame::decode(&relay(&mut phone, peer, &open.encode()).await).unwrap();
     assert!(
         matches!(refused, LlmFrame::Error { id: 7, code: LlmErrorCode::UnknownModel, .. }),
         "{refused:?}"

@@ -13,13 +13,12 @@ use device_agent::{Agent, AgentOptions, LlmMember};
 use futures_util::SinkExt;
 use serde_json::{Value, json};
 use split_shared::codec::{DEFAULT_HIDDEN_CODEC, HiddenCodec};
-use split_shared::group::relay::RelayFrame;
 use split_shared::models::smollm2::{KvCache, Smollm2, argmax};
 use split_shared::protocol::{LlmErrorCode, LlmFrame, MODEL_SMOLLM2};
 
 mod common;
 
-use common::{Socket, next, next_json};
+use common::{Socket, next, next_json, relay, relayed};
 
 /// Blocks the phone keeps.
 const FRONT: usize = 4;
@@ -50,15 +49,7 @@ async fn signal(ws: &mut Socket, peer: u32, data: Value) {
 
 /// Relay `frame` to `peer` and wait for its reply.
 async fn call(ws: &mut Socket, peer: u32, frame: &[u8]) -> LlmFrame {
-    let envelope = RelayFrame { peer, payload: frame }.to_bytes();
-    ws.send(Message::Binary(envelope.into())).await.unwrap();
-    loop {
-        if let Frame::Binary(b) = next(ws).await {
-            let relayed = RelayFrame::parse(&b).unwrap();
-            assert_eq!(relayed.peer, peer, "the reply names who sent it");
-            return LlmFrame::decode(relayed.payload).unwrap();
-        }
-    }
+    LlmFrame::decode(&relay(ws, peer, frame).await).unwrap()
 }
 
 fn code(reply: LlmFrame) -> LlmErrorCode {
@@ -215,8 +206,7 @@ async fn a_split_chat_runs_through_the_agent_and_the_server() {
     other.send(Message::Binary(open.encode().into())).await.unwrap();
     let Frame::Binary(opened) = next(&mut other).await else { panic!("no answer to the open") };
     assert!(matches!(LlmFrame::decode(&opened), Ok(LlmFrame::Opened { .. })), "{opened:?}");
-    let Frame::Binary(b) = next(&mut phone).await else { panic!("expected a relayed frame") };
-    let evicted = LlmFrame::decode(RelayFrame::parse(&b).unwrap().payload).unwrap();
+    let evicted = LlmFrame::decode(&relayed(&mut phone, peer).await).unwrap();
     assert_eq!(code(evicted), LlmErrorCode::Evicted);
     // Once the other conversation has sat idle for its second, the laptop's open takes it back.
     tokio::time::sleep(Duration::from_millis(1100)).await;

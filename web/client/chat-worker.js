@@ -57,16 +57,52 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 let state = null;
 let stopping = false;
 
+/** The replies of one conversation, in order, whatever carries them: `deliver(frame)` as
+ * they come; `next()` waits for the next one to come, `receive()` takes one that came while
+ * nobody waited (a streamed answer's tokens) first; `fail(error)` rejects every waiter and
+ * every later call. A reply not come within `REPLY_TIMEOUT_MS` fails the conversation with
+ * "timeout" (`what`: who did not answer). */
+function replyQueue(what) {
+  const waiting = [];
+  const early = [];
+  let broken = null;
+  const fail = (error) => {
+    broken ??= error;
+    while (waiting.length) waiting.shift().reject(error);
+  };
+  const next = () => new Promise((resolve, reject) => {
+    if (broken) {
+      reject(broken);
+      return;
+    }
+    const timer = setTimeout(() => {
+      fail(new SplitError("timeout", `no reply from ${what} within ${REPLY_TIMEOUT_MS} ms`));
+    }, REPLY_TIMEOUT_MS);
+    waiting.push({
+      resolve: (v) => { clearTimeout(timer); resolve(v); },
+      reject: (e) => { clearTimeout(timer); reject(e); },
+    });
+  });
+  return {
+    deliver(frame) {
+      const w = waiting.shift();
+      if (w) w.resolve(frame);
+      else early.push(frame);
+    },
+    next,
+    receive: () => (early.length ? Promise.resolve(early.shift()) : next()),
+    fail,
+    broken: () => broken,
+  };
+}
+
 /** The socket of one answer: `send(frame)` resolves with the next binary message,
  * `receive()` waits for the next one without sending, `post(frame)` sends only. */
 async function openSocket(url, token) {
   const socket = new WebSocket(url, token ? ["split.v1", `bearer.${token}`] : []);
   socket.binaryType = "arraybuffer";
-  const waiting = [];
-  const fail = (error) => {
-    while (waiting.length) waiting.shift().reject(error);
-  };
-  socket.onclose = (e) => fail(new SplitError("network", `the server closed the conversation (${e.code} ${e.reason || ""})`.trim()));
+  const replies = replyQueue("the server");
+  socket.onclose = (e) => replies.fail(new SplitError("network", `the server closed the conversation (${e.code} ${e.reason || ""})`.trim()));
   await new Promise((resolve, reject) => {
     const timer = setTimeout(() => {
       socket.close();
@@ -75,36 +111,26 @@ async function openSocket(url, token) {
     socket.onopen = () => { clearTimeout(timer); resolve(); };
     socket.onerror = () => { clearTimeout(timer); reject(new SplitError("network", `cannot reach ${url}`)); };
   });
-  const receive = () => new Promise((resolve, reject) => {
-    if (socket.readyState !== WebSocket.OPEN) {
-      reject(new SplitError("network", "the server closed the conversation"));
-      return;
-    }
-    const timer = setTimeout(() => {
-      reject(new SplitError("timeout", `no reply from the server within ${REPLY_TIMEOUT_MS} ms`));
-      socket.close();
-    }, REPLY_TIMEOUT_MS);
-    waiting.push({
-      resolve: (v) => { clearTimeout(timer); resolve(v); },
-      reject: (e) => { clearTimeout(timer); reject(e); },
-    });
-  });
-  // Messages that came while nobody waited (a streamed answer's tokens) wait in `early`.
-  const early = [];
-  socket.onmessage = (e) => {
-    const w = waiting.shift();
-    if (w) w.resolve(new Uint8Array(e.data));
-    else early.push(new Uint8Array(e.data));
+  socket.onmessage = (e) => replies.deliver(new Uint8Array(e.data));
+  const close = () => {
+    replies.fail(new SplitError("network", "the server closed the conversation"));
+    socket.close();
   };
   return {
     send(frame) {
-      const reply = receive();
+      const reply = replies.next();
       socket.send(frame);
+      // A reply not come in time: the socket goes with it.
+      reply.catch(close);
       return reply;
     },
-    receive: () => (early.length ? Promise.resolve(early.shift()) : receive()),
+    receive: () => {
+      const reply = replies.receive();
+      reply.catch(close);
+      return reply;
+    },
     post: (frame) => socket.send(frame),
-    close: () => socket.close(),
+    close,
   };
 }
 
@@ -120,14 +146,8 @@ function frameId(frame) {
  * (a prefill cut short, then resumed) are dropped by their request ids. */
 function openMemberSocket(member) {
   const { port } = member;
-  const waiting = [];
-  const early = [];
-  let broken = null;
+  const replies = replyQueue(member.name);
   let firstId = null;
-  const fail = (error) => {
-    broken ??= error;
-    while (waiting.length) waiting.shift().reject(error);
-  };
   port.onmessage = ({ data }) => {
     if (data?.via) {
       // How this conversation's frames go: a direct channel, or the server's relay.
@@ -137,44 +157,29 @@ function openMemberSocket(member) {
     if (data?.left) {
       // Gone for good: later conversations go to the server.
       member.left = true;
-      fail(new SplitError("member_left", `the chat's member: ${data.left}`));
+      replies.fail(new SplitError("member_left", `the chat's member: ${data.left}`));
       return;
     }
     const frame = new Uint8Array(data.frame);
     const id = frameId(frame);
     if (firstId === null || (id !== 0 && id < firstId)) return;
-    const w = waiting.shift();
-    if (w) w.resolve(frame);
-    else early.push(frame);
+    replies.deliver(frame);
   };
-  const receive = () => new Promise((resolve, reject) => {
-    if (broken) {
-      reject(broken);
-      return;
-    }
-    const timer = setTimeout(() => {
-      fail(new SplitError("timeout", `no reply from ${member.name} within ${REPLY_TIMEOUT_MS} ms`));
-    }, REPLY_TIMEOUT_MS);
-    waiting.push({
-      resolve: (v) => { clearTimeout(timer); resolve(v); },
-      reject: (e) => { clearTimeout(timer); reject(e); },
-    });
-  });
   const post = (frame) => {
-    if (broken) throw broken;
+    if (replies.broken()) throw replies.broken();
     firstId ??= frameId(frame);
     port.postMessage({ frame });
   };
   port.postMessage({ signal: { llmStage: { to: member.to } } });
   return {
     send(frame) {
-      const reply = receive();
+      const reply = replies.next();
       post(frame);
       return reply;
     },
-    receive: () => (early.length ? Promise.resolve(early.shift()) : receive()),
+    receive: replies.receive,
     post,
-    close: () => fail(new SplitError("network", "the conversation was closed")),
+    close: () => replies.fail(new SplitError("network", "the conversation was closed")),
   };
 }
 

@@ -24,6 +24,12 @@ const RELAY_VERSION = 1;
 const RELAY_HEADER_BYTES = 12;
 /** The first bytes of a language model's frame (`LLM_MAGIC`, shared/src/protocol/llm.rs). */
 const LLM_MAGIC = [0x53, 0x50, 0x4c, 0x4d];
+/** Where such a frame's kind is, and the kinds the group tells apart (shared/src/protocol/llm.rs):
+ * an open, the server's answer to it, and the first of the replies' kinds. */
+const LLM_KIND_AT = 6;
+const LLM_OPEN = 1;
+const LLM_OPENED = 0x81;
+const LLM_FIRST_REPLY = 0x80;
 /** `group::HEARTBEAT_INTERVAL_S`: how often this device reports its status. */
 const HEARTBEAT_MS = 5_000;
 /** How long opening the group socket and being answered `joined` may take (`timeoutMs`). */
@@ -430,7 +436,7 @@ export class DeviceGroup {
    * back, as the last stage); the server's replies go back to the asker as they are. Through
    * the relay both ways, like the asker's frames. */
   async serveChat(from, stage, frame, via) {
-    const opening = frame[6] === 1;
+    const opening = frame[LLM_KIND_AT] === LLM_OPEN;
     // Replies go back the way the conversation's open came.
     if (opening) stage.via = via;
     const back = (bytes) => this.replyChat(from, stage, bytes);
@@ -505,8 +511,8 @@ export class DeviceGroup {
           return;
         }
         opened = true;
-        // The server's `opened` (kind 0x81) starts the conversation; anything else refuses it.
-        if (bytes[6] === 0x81) {
+        // The server's `opened` starts the conversation; anything else refuses it.
+        if (bytes[LLM_KIND_AT] === LLM_OPENED) {
           stage.server = socket;
           resolve(true);
         } else {
@@ -543,8 +549,9 @@ export class DeviceGroup {
       // browser runs no member's blocks) refused.
       // Replies (kind 0x80 and up) to this device's chat through `from`; requests are `from`'s
       // own chat through this device.
-      const port = frame[6] >= 0x80 ? this.chatLinks.get(from) : null;
-      if (frame[6] >= 0x80 && !port) return;
+      const reply = frame[LLM_KIND_AT] >= LLM_FIRST_REPLY;
+      const port = reply ? this.chatLinks.get(from) : null;
+      if (reply && !port) return;
       if (port) {
         const copy = frame.slice();
         port.postMessage({ frame: copy }, [copy.buffer]);

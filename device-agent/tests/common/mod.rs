@@ -4,9 +4,10 @@ use std::time::Duration;
 
 use actix_codec::Framed;
 use awc::BoxedSocket;
-use awc::ws::{Codec, Frame};
-use futures_util::StreamExt;
+use awc::ws::{Codec, Frame, Message};
+use futures_util::{SinkExt, StreamExt};
 use serde_json::Value;
+use split_shared::group::relay::RelayFrame;
 
 /// A member's `/group` socket.
 pub type Socket = Framed<BoxedSocket, Codec>;
@@ -32,4 +33,23 @@ pub async fn next_json(ws: &mut Socket) -> Value {
             return serde_json::from_slice(&t).unwrap();
         }
     }
+}
+
+/// The next frame relayed from member `peer` (control messages before it skipped), out of its
+/// envelope.
+pub async fn relayed(ws: &mut Socket, peer: u32) -> Vec<u8> {
+    loop {
+        if let Frame::Binary(b) = next(ws).await {
+            let relayed = RelayFrame::parse(&b).unwrap();
+            assert_eq!(relayed.peer, peer, "the reply names who sent it");
+            return relayed.payload.to_vec();
+        }
+    }
+}
+
+/// Relay `frame` to member `peer` and wait for its reply.
+pub async fn relay(ws: &mut Socket, peer: u32, frame: &[u8]) -> Vec<u8> {
+    let envelope = RelayFrame { peer, payload: frame }.to_bytes();
+    ws.send(Message::Binary(envelope.into())).await.unwrap();
+    relayed(ws, peer).await
 }

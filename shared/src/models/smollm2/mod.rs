@@ -37,7 +37,7 @@ pub use forward::{KvCache, Smollm2, Step};
 pub use sample::{Sampler, Sampling, argmax};
 pub use share::{SHARE_BLOCKS_KEY, edge_share, share_sizes, tokenizer_share};
 #[cfg(feature = "model")]
-pub use stage::{MemberStage, StageAction};
+pub use stage::{MemberStage, Refusal, StageAction, check_hidden, check_position};
 pub use tokenizer::{ChatTemplate, Message, Tokenizer};
 #[cfg(feature = "model")]
 pub use weights::{QuantWeight, Weights};

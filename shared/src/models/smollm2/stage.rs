@@ -53,6 +53,47 @@ fn refuse(id: u64, code: LlmErrorCode, message: impl Into<String>) -> StageActio
     StageAction::Reply(LlmFrame::Error { id, code, message: message.into() })
 }
 
+/// A refusal's code and message, before it is framed.
+pub type Refusal = (LlmErrorCode, String);
+
+/// What every side serving a hidden frame checks of its values before its blocks run (the
+/// server's `/llm` and a member alike): rows of the model's width `dim`, at least one, all
+/// finite. The number of rows.
+///
+/// # Errors
+/// `bad_values`, saying which.
+pub fn check_hidden(dim: usize, width: u32, values: &[f32]) -> Result<usize, Refusal> {
+    if width as usize != dim || values.is_empty() {
+        let why = format!("rows of {width} values; this model's are {dim}");
+        return Err((LlmErrorCode::BadValues, why));
+    }
+    if values.iter().any(|v| !v.is_finite()) {
+        return Err((LlmErrorCode::BadValues, "a hidden state holds NaN or infinity".into()));
+    }
+    Ok(values.len() / dim)
+}
+
+/// Whether `rows` positions from `position` on go next in `cache`: it holds exactly the
+/// positions before them, and has room for them in the positions its conversation opened with.
+///
+/// # Errors
+/// `position` or `kv_budget`, saying which.
+pub fn check_position(cache: &KvCache, position: u32, rows: usize) -> Result<(), Refusal> {
+    let held = cache.len();
+    if position as usize != held {
+        let why = format!("rows start at position {position}; the cache here holds {held}");
+        return Err((LlmErrorCode::Position, why));
+    }
+    if held + rows > cache.capacity() {
+        let capacity = cache.capacity();
+        let why = format!(
+            "{rows} more positions do not fit the {capacity} this conversation opened with"
+        );
+        return Err((LlmErrorCode::KvBudget, why));
+    }
+    Ok(())
+}
+
 impl MemberStage {
     /// A stage of `model` whose conversations may reach `max_positions`.
     pub fn new(model: Arc<Smollm2>, max_positions: u32) -> Self {
@@ -85,31 +126,12 @@ impl MemberStage {
                         "open the conversation before sending hidden states",
                     );
                 };
-                if width as usize != dim || values.is_empty() {
-                    let why = format!("rows of {width} values; this model's are {dim}");
-                    return refuse(id, LlmErrorCode::BadValues, why);
-                }
-                if values.iter().any(|v| !v.is_finite()) {
-                    return refuse(
-                        id,
-                        LlmErrorCode::BadValues,
-                        "a hidden state holds NaN or infinity",
-                    );
-                }
-                let rows = values.len() / dim;
-                if position as usize != c.cache.len() {
-                    let held = c.cache.len();
-                    let why =
-                        format!("rows start at position {position}; this member holds {held}");
-                    return refuse(id, LlmErrorCode::Position, why);
-                }
-                if c.cache.len() + rows > c.cache.capacity() {
-                    let capacity = c.cache.capacity();
-                    let why = format!(
-                        "{rows} more positions do not fit the {capacity} this conversation opened with"
-                    );
-                    return refuse(id, LlmErrorCode::KvBudget, why);
-                }
+                let checked = check_hidden(dim, width, &values)
+                    .and_then(|rows| check_position(&c.cache, position, rows).map(|()| rows));
+                let rows = match checked {
+                    Ok(rows) => rows,
+                    Err((code, why)) => return refuse(id, code, why),
+                };
                 let mut values = values;
                 if let Err(e) =
                     self.model.forward_layers(c.blocks.clone(), &mut values, &mut c.cache)
