@@ -28,7 +28,9 @@
 //! Beside each measured row the report puts the placement planner's prediction for it
 //! ([`split_shared::plan::estimate_llm`]) from the costs each side measured of itself: this
 //! process's edge ([`measure_costs`], on the same kernel threads) and the server's, which its
-//! `/api/info` publishes. The two disagree by what the planner's model of time leaves out.
+//! `/api/info` publishes, and the link's round trip measured with WebSocket pings through the
+//! emulator (as a page measures its own). The two disagree by what the planner's model of time
+//! leaves out.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -183,6 +185,11 @@ pub struct Row {
 pub struct LinkRun {
     /// The link.
     pub link: LinkProfile,
+    /// A WebSocket ping's round trip through it to the server and back, ms (median of
+    /// [`PINGS`]): the link's delay and what the emulator, the sockets and the server's
+    /// reading add to each exchange, as a page measures its link with a request. The
+    /// predictions use it.
+    pub measured_rtt_ms: f64,
     /// One row a placement.
     pub rows: Vec<Row>,
 }
@@ -478,6 +485,34 @@ async fn over_link(url: &str, s: &Setup<'_>, placement: Placement) -> Result<Pla
     played
 }
 
+/// Pings timed for a link's round trip.
+const PINGS: usize = 7;
+
+/// The median round trip of [`PINGS`] WebSocket pings to `url`'s server, ms, one at a time on
+/// one socket.
+async fn round_trip_ms(url: &str) -> Result<f64> {
+    use awc::ws::Frame;
+    use futures_util::StreamExt;
+    let mut ws = connect(url).await?;
+    let mut times = Vec::with_capacity(PINGS);
+    for i in 0..PINGS {
+        let sent = Instant::now();
+        ws.send(Message::Ping(Bytes::from(vec![i as u8]))).await.context("sending a ping")?;
+        loop {
+            match tokio::time::timeout(Duration::from_secs(10), ws.next()).await {
+                Ok(Some(Ok(Frame::Pong(_)))) => break,
+                Ok(Some(Ok(_))) => continue,
+                Ok(Some(Err(e))) => bail!("waiting for a pong: {e}"),
+                Ok(None) => bail!("the server closed the socket before a pong"),
+                Err(_) => bail!("no pong within 10 s"),
+            }
+        }
+        times.push(sent.elapsed().as_secs_f64() * 1e3);
+    }
+    let _ = ws.close().await;
+    Ok(median(times))
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     quantile(&v, 0.5)
@@ -529,13 +564,15 @@ async fn server_costs(url: &str) -> Result<Option<LlmSideCosts>> {
     }
 }
 
-/// The planner's prediction for each row measured on `link`.
+/// The planner's prediction for each row measured on `link`, whose round trip measured
+/// `rtt_ms` (as the page predicts from the round trip it measured).
 fn predict(
     rows: &mut [Row],
     s: &Setup,
     edge: &LlmSideCosts,
     server: &LlmSideCosts,
     link: &LinkProfile,
+    rtt_ms: f64,
 ) {
     let layers = s.chat.model.config.layers;
     let mut share_bytes = vec![f64::NAN; layers + 1];
@@ -552,7 +589,7 @@ fn predict(
         share_bytes,
         tokenizer_bytes,
     };
-    let link = LlmLink { rtt_ms: link.rtt_ms, up_kbps: link.up_kbps, down_kbps: link.down_kbps };
+    let link = LlmLink { rtt_ms, up_kbps: link.up_kbps, down_kbps: link.down_kbps };
     for r in rows {
         let (placement, chunk) = match r.placement {
             Placement::EdgeOnly => (LlmPlacement::Edge, 0),
@@ -690,6 +727,7 @@ pub fn run(a: Args) -> Result<()> {
     for link in links {
         let (addr, emulator) = emulate(upstream, link)?;
         let url = through(&a.url, addr)?;
+        let measured_rtt_ms = client.block_on(round_trip_ms(&url))?;
         let mut rows = vec![row(Placement::EdgeOnly, layers, downloads[0], &local, &reference)];
         for (placement, blocks, download) in [
             (Placement::USplit, a.blocks, downloads[1]),
@@ -741,7 +779,7 @@ pub fn run(a: Args) -> Result<()> {
             }
         }
         if let Some(server) = &server {
-            predict(&mut rows, &s, &edge_costs, server, &link);
+            predict(&mut rows, &s, &edge_costs, server, &link, measured_rtt_ms);
         }
         for r in &rows {
             eprintln!(
@@ -759,7 +797,7 @@ pub fn run(a: Args) -> Result<()> {
             );
         }
         drop(emulator);
-        runs.push(LinkRun { link, rows });
+        runs.push(LinkRun { link, measured_rtt_ms, rows });
     }
     let report = Report {
         command: command_line(),
@@ -824,10 +862,10 @@ pub fn markdown(r: &Report) -> String {
     }
     for l in &r.links {
         s += &format!(
-            "\n## {}: {} kbit/s up, {} down, {} ms round trip\n\n\
+            "\n## {}: {} kbit/s up, {} down, {} ms round trip ({:.1} measured)\n\n\
              | placement | edge downloads | first token | × cloud-only | tokens/s | time a token × cloud-only | predicted first token, tokens/s | bytes up | bytes down | edge-only's tokens |\n\
              | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
-            l.link.name, l.link.up_kbps, l.link.down_kbps, l.link.rtt_ms
+            l.link.name, l.link.up_kbps, l.link.down_kbps, l.link.rtt_ms, l.measured_rtt_ms
         );
         for row in &l.rows {
             s += &format!(
