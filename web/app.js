@@ -413,7 +413,7 @@ function showConnection(c) {
 async function main() {
   const params = new URLSearchParams(location.search);
   const backend = params.get("backend") ?? "auto";
-  const wasmBuild = params.get("wasm") ?? undefined; // "webgpu" | "cpu" | "cpu-relaxed" | "cpu-threads": benchmarks
+  const wasmBuild = params.get("wasm") ?? undefined; // a build's name (client/wasm.js): benchmarks
   // The client runs in a Web Worker; `?worker=0` keeps it on the page's thread (to compare).
   const worker = params.has("worker") ? params.get("worker") !== "0" : undefined;
   // A server started with --token: open the page as …/#token=TOKEN (the fragment never

@@ -162,7 +162,7 @@ export interface CreateOptions {
   /** Called as the WebSocket to the server changes state. */
   onConnection?: (s: ConnectionState) => void;
   /** Force one build of the module (benchmarks). */
-  wasmBuild?: "webgpu" | "cpu" | "cpu-relaxed" | "cpu-threads";
+  wasmBuild?: WasmBuild;
   /** Run the client (module, weights, edge compute, connection) in a Web Worker, so the page
    * never waits on an edge run. Default: true on a page that can start one. */
   worker?: boolean;
@@ -431,6 +431,31 @@ export interface DeviceGroup extends GroupState {
   leave(): void | Promise<void>;
 }
 
+/** One capability: whether it is used here, and when not, why (for people, not for parsing). */
+export interface Capability {
+  available: boolean;
+  reason: string | null;
+}
+
+/** What the engine offers the client (`client.capabilities`). */
+export interface Capabilities {
+  webgpu: Capability;
+  relaxedSimd: Capability;
+  /** Helper threads for the threaded builds (a cross-origin isolated page's worker). */
+  threads: Capability & { helpers: number };
+  /** Whether the client runs in a Web Worker (reason: why it does not). */
+  worker: Capability;
+  /** The build loaded from them. */
+  build: WasmBuild;
+  /** Set when the build chosen did not load (one `./run.sh demo` is still compiling): why,
+   * and that the single-threaded `cpu` build was loaded instead. */
+  buildFallback: string | null;
+}
+
+/** The wasm builds: WebGPU (with the CPU path), simd128, simd128 + relaxed SIMD, relaxed SIMD
+ * + Web Worker threads, simd128 + threads. */
+export type WasmBuild = "webgpu" | "cpu" | "cpu-relaxed" | "cpu-threads" | "cpu-threads-simd128";
+
 export class SplitClient {
   /** Load the wasm module and the weights, pick WebGPU or the CPU, and prepare the connection. */
   static create(options?: CreateOptions): Promise<SplitClient>;
@@ -447,7 +472,11 @@ export class SplitClient {
   /** Where the edge half runs. */
   readonly backend: "webgpu" | "cpu";
   /** Which wasm build was loaded. */
-  readonly wasmBuild: "webgpu" | "cpu" | "cpu-relaxed" | "cpu-threads";
+  readonly wasmBuild: WasmBuild;
+  /** What this engine offers the edge, each feature with the reason when it is not used: the
+   * build loaded follows from them (WebGPU → the webgpu build; else relaxed SIMD with threads →
+   * cpu-threads, relaxed SIMD → cpu-relaxed, threads → cpu-threads-simd128, else cpu). */
+  readonly capabilities: Capabilities;
   /** The codec used when `classify` is not given one. */
   defaultCodec: string;
   timeoutMs: number;

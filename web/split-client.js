@@ -34,8 +34,8 @@ import { Connection } from "./client/connection.js";
 import { RemoteSplitClient } from "./client/remote.js";
 import { Resilience, newResultId } from "./client/resilience.js";
 import {
-  SplitError, browserDecodedPng, fetchCached, fetchWithProgress, isTransient, loadWasm, modelInputJpeg, serverUrl, wasm,
-  wasmCall,
+  SplitError, browserDecodedPng, capabilities, fetchCached, fetchWithProgress, isTransient, loadWasm, modelInputJpeg,
+  serverUrl, wasm, wasmCall,
 } from "./client/wasm.js";
 import { EdgeWeights, boundaryIndex } from "./client/weights.js";
 import { DeviceGroup } from "./client/group.js";
@@ -84,7 +84,7 @@ export class SplitClient {
    * @param {import("./split-client.js").CreateOptions} [options]  see `split-client.d.ts`:
    *   baseUrl, wsUrl, backend ("auto" | "webgpu" | "cpu"), onProgress, timeoutMs, cacheEntries,
    *   constraints (privacyFloor, minAgreement, maxEdgeParamBytes), onSwitch,
-   *   wasmBuild ("webgpu" | "cpu" | "cpu-relaxed" | "cpu-threads", for benchmarks), token (the server's bearer
+   *   wasmBuild ("webgpu" | "cpu" | "cpu-relaxed" | "cpu-threads" | "cpu-threads-simd128", for benchmarks), token (the server's bearer
    *   token, when it requires one), onConnection (the WebSocket's state as it changes), worker
    *   (default: true on a page that can start one), onUpdate (a newer version of a result:
    *   the server's answer to one given reduced), fallback ("light", the default: outages are
@@ -167,8 +167,11 @@ export class SplitClient {
     /** The codec calibration's loads by part ("all": the whole file), once started. */
     this.calibrationLoads = new Map();
     this.onProgress = () => {};
-    /** Which wasm build was loaded: "webgpu", "cpu", "cpu-relaxed" or "cpu-threads". */
+    /** Which wasm build was loaded: "webgpu", "cpu", "cpu-relaxed", "cpu-threads" or "cpu-threads-simd128". */
     this.wasmBuild = wasm.buildKind();
+    /** What this engine offers the edge (WebGPU, relaxed SIMD, threads), each with the reason
+     * when it does not, and the build chosen from them. */
+    this.capabilities = { ...capabilities, worker: { available: false, reason: "worker: false was asked for" } };
     this.info = info;
     /** Codec used when `classify` is not given one: the server's recommendation. */
     this.defaultCodec = info.default_codec ?? "f32";
@@ -266,7 +269,7 @@ export class SplitClient {
 
   /** What a page needs to know of the client, as plain data (what the worker sends back). */
   describe() {
-    return { backend: this.backend, wasmBuild: this.wasmBuild, info: this.info, hasPlanner: this.hasPlanner,
+    return { backend: this.backend, wasmBuild: this.wasmBuild, capabilities: this.capabilities, info: this.info, hasPlanner: this.hasPlanner,
              defaultCodec: this.defaultCodec, timeoutMs: this.timeoutMs, boundaries: this.boundaries() };
   }
 

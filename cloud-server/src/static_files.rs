@@ -22,6 +22,7 @@ pub const SERVED: &[&str] = &[
     "pkg-cpu",
     "pkg-cpu-relaxed",
     "pkg-cpu-threads",
+    "pkg-cpu-threads-simd128",
     "samples",
     "examples",
 ];

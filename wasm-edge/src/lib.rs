@@ -99,14 +99,16 @@ pub fn on_start() {
 }
 
 /// Which build this is: `"webgpu"` (WebGPU and CPU), `"cpu"` (simd128), `"cpu-relaxed"`
-/// (simd128 + relaxed SIMD's fused multiply-add) or `"cpu-threads"` (relaxed SIMD and Web
-/// Worker threads).
+/// (simd128 + relaxed SIMD's fused multiply-add), `"cpu-threads"` (relaxed SIMD and Web Worker
+/// threads) or `"cpu-threads-simd128"` (threads on simd128, for engines without relaxed SIMD).
 #[wasm_bindgen(js_name = buildKind)]
 pub fn build_kind() -> String {
     if cfg!(feature = "webgpu") {
         "webgpu".into()
-    } else if cfg!(feature = "threads") {
+    } else if cfg!(all(feature = "threads", feature = "relaxed-simd")) {
         "cpu-threads".into()
+    } else if cfg!(feature = "threads") {
+        "cpu-threads-simd128".into()
     } else if cfg!(feature = "relaxed-simd") {
         "cpu-relaxed".into()
     } else {

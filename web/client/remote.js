@@ -226,6 +226,11 @@ export class RemoteSplitClient {
     return this.state.wasmBuild;
   }
 
+  /** The worker's capabilities; the client itself runs in the worker. */
+  get capabilities() {
+    return this.state.capabilities && { ...this.state.capabilities, worker: { available: true, reason: null } };
+  }
+
   get info() {
     return this.state.info;
   }

@@ -33,8 +33,7 @@ async function hasWebGpuAdapter() {
  * threads).
  */
 function threadHelpers() {
-  const inWorker = typeof window === "undefined" && typeof WorkerGlobalScope !== "undefined";
-  if (!inWorker || !globalThis.crossOriginIsolated) return 0;
+  if (noThreadsReason() != null) return 0;
   return Math.max(0, Math.min((navigator.hardwareConcurrency ?? 1) - 1, 3));
 }
 
@@ -42,23 +41,64 @@ function threadHelpers() {
  * Load the smallest build that can do what was asked: the WebGPU build (`pkg/`, which also has
  * the CPU backend) only when WebGPU may be used and the browser has it; otherwise the CPU-only
  * build, with relaxed SIMD's fused multiply-add where the engine has it (`pkg-cpu-relaxed/`,
- * Chromium) or plain SIMD (`pkg-cpu/`), and with Web Worker threads on top of relaxed SIMD
- * where threads may start (`pkg-cpu-threads/`).
+ * Chromium) or plain SIMD (`pkg-cpu/`), and either with Web Worker threads where threads may
+ * start (`pkg-cpu-threads/`, `pkg-cpu-threads-simd128/`: Firefox has threads and no relaxed
+ * SIMD).
  */
-const BUILD_DIRS = { webgpu: "pkg", cpu: "pkg-cpu", "cpu-relaxed": "pkg-cpu-relaxed", "cpu-threads": "pkg-cpu-threads" };
+const BUILD_DIRS = {
+  webgpu: "pkg", cpu: "pkg-cpu", "cpu-relaxed": "pkg-cpu-relaxed", "cpu-threads": "pkg-cpu-threads",
+  "cpu-threads-simd128": "pkg-cpu-threads-simd128",
+};
+
+/**
+ * What this engine offers the edge, each with the reason when it does not: WebGPU, relaxed SIMD,
+ * threads. Set by `loadWasm` (a live binding), for `client.capabilities`; a feature left out is
+ * never a silent fallback.
+ */
+export let capabilities = null;
+
+/** Why this thread may start no helper threads, or null when it may. */
+function noThreadsReason() {
+  const inWorker = typeof window === "undefined" && typeof WorkerGlobalScope !== "undefined";
+  if (!inWorker) return "the client runs on the page's thread, which may not block on helper threads (the default worker: true runs it in a worker)";
+  if (!globalThis.crossOriginIsolated) return "the page is not cross-origin isolated (no COOP/COEP headers), so there is no shared memory";
+  if ((navigator.hardwareConcurrency ?? 1) < 2) return "one core";
+  return null;
+}
+
+/** WebGPU here: whether an adapter was given, or why not (the caller asked for the CPU, the
+ * engine has no `navigator.gpu`, or it gave no adapter). */
+async function webGpuCapability(backend) {
+  if (backend === "cpu") return { available: false, reason: "backend: \"cpu\" was asked for" };
+  if (typeof navigator === "undefined" || !navigator.gpu) return { available: false, reason: "this engine has no WebGPU here (navigator.gpu is absent)" };
+  return (await hasWebGpuAdapter())
+    ? { available: true, reason: null }
+    : { available: false, reason: "navigator.gpu gave no adapter (no usable GPU, or WebGPU blocked for it)" };
+}
 
 export async function loadWasm(backend, build) {
   if (build != null && !BUILD_DIRS[build]) {
     throw new SplitError("bad_option", `unknown wasm build ${build}; use ${Object.keys(BUILD_DIRS).join(", ")}`);
   }
   const helpers = threadHelpers();
-  if (build === "cpu-threads" && helpers === 0) {
-    throw new SplitError("bad_option", "the cpu-threads build needs a worker of a cross-origin isolated page on more than one core");
+  if (build?.startsWith("cpu-threads") && helpers === 0) {
+    throw new SplitError("bad_option", `the ${build} build needs a worker of a cross-origin isolated page on more than one core`);
   }
-  const gpu = backend !== "cpu" && (await hasWebGpuAdapter());
+  const webgpu = await webGpuCapability(backend);
+  const gpu = webgpu.available;
   const relaxed = hasRelaxedSimd();
-  let dir = BUILD_DIRS[build]
-    ?? (gpu ? "pkg" : relaxed && helpers > 0 ? "pkg-cpu-threads" : relaxed ? "pkg-cpu-relaxed" : "pkg-cpu");
+  const threadsWhyNot = noThreadsReason();
+  capabilities = {
+    webgpu,
+    relaxedSimd: relaxed ? { available: true, reason: null }
+      : { available: false, reason: "this engine does not validate relaxed SIMD (f32x4.relaxed_madd)" },
+    threads: threadsWhyNot == null ? { available: true, helpers, reason: null } : { available: false, helpers: 0, reason: threadsWhyNot },
+    build: null,
+    buildFallback: null,
+  };
+  const cpuDir = relaxed ? (helpers > 0 ? "pkg-cpu-threads" : "pkg-cpu-relaxed")
+    : helpers > 0 ? "pkg-cpu-threads-simd128" : "pkg-cpu";
+  let dir = BUILD_DIRS[build] ?? (gpu ? "pkg" : cpuDir);
   let module;
   try {
     module = await instantiate(dir);
@@ -66,11 +106,13 @@ export async function loadWasm(backend, build) {
     // A build the client picked (not one the caller asked for) that does not load, e.g. one
     // `./run.sh demo` is still compiling: the single-threaded CPU build runs everywhere.
     if (build != null || dir === "pkg-cpu" || backend === "webgpu") throw e;
-    console.warn(`split-client: the ${dir} build did not load (${e?.message ?? e}); using pkg-cpu`);
+    capabilities.buildFallback = `the ${dir} build did not load (${e?.message ?? e}); using pkg-cpu`;
+    console.warn(`split-client: ${capabilities.buildFallback}`);
     dir = "pkg-cpu";
     module = await instantiate(dir);
   }
-  if (dir === "pkg-cpu-threads") await module.startThreads(helpers);
+  if (dir.startsWith("pkg-cpu-threads")) await module.startThreads(helpers);
+  capabilities.build = Object.keys(BUILD_DIRS).find((k) => BUILD_DIRS[k] === dir);
   wasm = module;
   return module;
 }

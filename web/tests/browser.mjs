@@ -7,7 +7,7 @@ import { join } from "node:path";
 
 // Without the background-networking flags Chromium keeps dialling Google's hosts, which a
 // closed network refuses; QUIC is off so every request is plain HTTP over loopback.
-const BASE_ARGS = ["--headless", "--no-sandbox", "--disable-quic", "--no-first-run",
+export const BASE_ARGS = ["--headless", "--no-sandbox", "--disable-quic", "--no-first-run",
   "--disable-background-networking", "--disable-component-update", "--disable-sync"];
 
 /** WebGPU through SwiftShader, or no GPU at all (the CPU fallback). */

@@ -648,15 +648,17 @@ if (!only) {
 // threaded builds are made): the page falls back to the single-threaded CPU build and works.
 if (!only || only === "missing-build") {
   const missing = await withPage(GPU_ARGS.webgpu, async (page) => {
-    await page.context().route(/\/pkg(-cpu-relaxed|-cpu-threads)?\//, (r) => r.fulfill({ status: 404, body: "not built yet" }));
+    await page.context().route(/\/pkg(-cpu-relaxed|-cpu-threads(-simd128)?)?\//, (r) => r.fulfill({ status: 404, body: "not built yet" }));
     await page.goto(new URL("index.html", url).href);
     await page.waitForFunction(() => ["ready", "failed"].includes(document.body.dataset.state), null, { timeout: STEP_TIMEOUT_MS });
     const state = await page.evaluate(() => document.body.dataset.state);
     const error = state === "ready" ? "" : await page.textContent("#error");
-    return { state, error, build: await page.evaluate(() => document.body.dataset.wasmBuild) };
+    return { state, error, build: await page.evaluate(() => document.body.dataset.wasmBuild),
+             fallback: state === "ready" ? await page.evaluate(() => window.splitClient.capabilities.buildFallback) : null };
   });
   assert.equal(missing.state, "ready", `without the WebGPU and threaded builds the page failed: ${missing.error}`);
   assert.equal(missing.build, "cpu", "without the WebGPU and threaded builds the page loads the CPU build");
+  assert.match(missing.fallback ?? "", /did not load.*using pkg-cpu/, `the fallback is stated in client.capabilities: ${missing.fallback}`);
   console.log("e2e: missing builds: the page fell back to the CPU build");
 }
 const top1s = new Set(all.map((r) => r.top1));

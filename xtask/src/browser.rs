@@ -1,4 +1,4 @@
-//! Headless Chromium and the node tools that drive it.
+//! The headless browsers (Chromium, Firefox ESR) and the node tools that drive them.
 
 use std::path::Path;
 use std::process::Command;
@@ -7,13 +7,20 @@ use anyhow::{Context, Result};
 
 use crate::cmd::run;
 
-/// Debian's chromium and `web/node_modules` (playwright-core, binaryen, typescript), installed
-/// when missing.
+/// The Debian packages the browser tests drive, with the binary each one installs.
+pub const BROWSERS: [(&str, &str); 2] =
+    [("chromium", "/usr/bin/chromium"), ("firefox-esr", "/usr/bin/firefox-esr")];
+
+/// Debian's chromium and firefox-esr and `web/node_modules` (playwright-core, puppeteer-core,
+/// binaryen, typescript), installed when missing.
 pub fn ensure_browser_tools(dir: &Path) -> Result<()> {
-    if !Path::new("/usr/bin/chromium").exists() {
-        eprintln!("test: installing Debian's chromium for the browser tests");
-        apt_install(&["chromium"])
-            .context("the browser tests need /usr/bin/chromium (apt-get install chromium)")?;
+    let missing: Vec<&str> =
+        BROWSERS.iter().filter(|(_, bin)| !Path::new(bin).exists()).map(|(p, _)| *p).collect();
+    if !missing.is_empty() {
+        eprintln!("test: installing Debian's {} for the browser tests", missing.join(" and "));
+        apt_install(&missing).with_context(|| {
+            format!("the browser tests need {} (apt-get install)", missing.join(" and "))
+        })?;
     }
     ensure_node_modules(dir)
 }
@@ -21,9 +28,14 @@ pub fn ensure_browser_tools(dir: &Path) -> Result<()> {
 /// `npm ci` in `dir` when a tool of its package.json is missing (a fresh clone, or a checkout
 /// older than the tool).
 pub fn ensure_node_modules(dir: &Path) -> Result<()> {
-    if ["node_modules/playwright-core", "node_modules/.bin/tsc", "node_modules/.bin/wasm-opt"]
-        .iter()
-        .any(|p| !dir.join(p).exists())
+    if [
+        "node_modules/playwright-core",
+        "node_modules/puppeteer-core",
+        "node_modules/.bin/tsc",
+        "node_modules/.bin/wasm-opt",
+    ]
+    .iter()
+    .any(|p| !dir.join(p).exists())
     {
         run(Command::new("npm").args(["ci", "--no-audit", "--no-fund"]).current_dir(dir))?;
     }

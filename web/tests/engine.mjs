@@ -1,0 +1,101 @@
+// The engines the client is tested in, behind the page methods the tests use (Playwright's, so
+// that a check reads the same in every engine):
+// Debian's Firefox ESR, driven headless by puppeteer-core over WebDriver BiDi (Playwright
+// needs a Firefox of its own build, which cannot be downloaded here), and Chromium through
+// Playwright as in the other tests.
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { chromium } from "playwright-core";
+import puppeteer from "puppeteer-core";
+import { BASE_ARGS, GPU_ARGS } from "./browser.mjs";
+
+/** Where each engine's binary is (overridable for other machines). */
+const FIREFOX = process.env.FIREFOX ?? "/usr/bin/firefox-esr";
+const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
+
+/** Firefox preferences for a closed network: no update checks, telemetry, safe-browsing lists
+ * or captive-portal probes (each would dial a host this machine cannot reach). Nothing here
+ * turns a web feature on or off: the tests see what a user of this Firefox gets. */
+const FIREFOX_PREFS = {
+  "app.update.enabled": false,
+  "browser.safebrowsing.malware.enabled": false,
+  "browser.safebrowsing.phishing.enabled": false,
+  "browser.safebrowsing.downloads.enabled": false,
+  "datareporting.policy.dataSubmissionEnabled": false,
+  "network.captive-portal-service.enabled": false,
+  "network.connectivity-service.enabled": false,
+  "toolkit.telemetry.enabled": false,
+};
+
+/** The engines `engines.mjs` knows, by the name tests and output use. */
+export const ENGINES = ["chromium", "firefox"];
+
+/**
+ * Run `body(browser)` with a fresh headless `engine` ("chromium" or "firefox") and profile;
+ * `browser.newPage()` gives a Playwright page, or in Firefox one with the same methods for
+ * what the tests call (`PuppeteerPage`), and `page.requests`, the URLs it and its workers
+ * requested. Always cleans up.
+ */
+export async function withEngine(engine, body) {
+  const profile = mkdtempSync(join(tmpdir(), `split-${engine}-`));
+  let close;
+  let newPage;
+  if (engine === "firefox") {
+    const browser = await puppeteer.launch({
+      browser: "firefox", executablePath: FIREFOX, headless: true, userDataDir: profile,
+      extraPrefsFirefox: FIREFOX_PREFS, defaultViewport: { width: 1280, height: 800 },
+    });
+    newPage = async () => {
+      const page = await browser.newPage();
+      return recordRequests(new PuppeteerPage(page), page);
+    };
+    close = () => browser.close();
+  } else if (engine === "chromium") {
+    // The CPU fallback, as the other engines run here: SwiftShader's WebGPU is tested by e2e.mjs.
+    const context = await chromium.launchPersistentContext(profile, {
+      executablePath: CHROMIUM, headless: true,
+      args: [...BASE_ARGS, ...GPU_ARGS.cpu],
+    });
+    newPage = async () => {
+      const page = await context.newPage();
+      return recordRequests(page, context);
+    };
+    close = () => context.close();
+  } else {
+    throw new Error(`unknown engine ${engine}; use ${ENGINES.join(", ")}`);
+  }
+  try {
+    return await body({ engine, newPage });
+  } finally {
+    await close().catch(() => {});
+    rmSync(profile, { recursive: true, force: true });
+  }
+}
+
+/** Record the URLs a page and its workers request, in `page.requests`. */
+function recordRequests(page, events) {
+  page.requests = [];
+  events.on("request", (r) => page.requests.push(r.url()));
+  return page;
+}
+
+/** A puppeteer page (Firefox over WebDriver BiDi) with the Playwright methods the tests call,
+ * so that one test body runs in every engine. */
+class PuppeteerPage {
+  constructor(page) {
+    this.page = page;
+  }
+
+  on(event, f) { this.page.on(event, f); }
+  exposeFunction(name, f) { return this.page.exposeFunction(name, f); }
+  goto(url) { return this.page.goto(url); }
+  reload() { return this.page.reload(); }
+  evaluate(fn, arg) { return this.page.evaluate(fn, arg); }
+  waitForFunction(fn, arg, { timeout = 30_000 } = {}) { return this.page.waitForFunction(fn, { timeout, polling: 100 }, arg); }
+  click(selector) { return this.page.click(selector); }
+  selectOption(selector, value) { return this.page.select(selector, value); }
+  setViewportSize(size) { return this.page.setViewport(size); }
+  screenshot(options) { return this.page.screenshot(options); }
+  close() { return this.page.close(); }
+}
