@@ -445,6 +445,8 @@ export interface Capabilities {
   threads: Capability & { helpers: number };
   /** Whether the client runs in a Web Worker (reason: why it does not). */
   worker: Capability;
+  /** WebRTC for a device group's direct channels (without it, through the server's relay). */
+  webrtc: Capability;
   /** The build loaded from them. */
   build: WasmBuild;
   /** Set when the build chosen did not load (one `./run.sh demo` is still compiling): why,

@@ -35,7 +35,7 @@ import { RemoteSplitClient } from "./client/remote.js";
 import { Resilience, newResultId } from "./client/resilience.js";
 import {
   SplitError, browserDecodedPng, capabilities, fetchCached, fetchWithProgress, isTransient, loadWasm, modelInputJpeg,
-  serverUrl, wasm, wasmCall,
+  serverUrl, wasm, wasmCall, webRtcCapability,
 } from "./client/wasm.js";
 import { EdgeWeights, boundaryIndex } from "./client/weights.js";
 import { DeviceGroup } from "./client/group.js";
@@ -171,7 +171,8 @@ export class SplitClient {
     this.wasmBuild = wasm.buildKind();
     /** What this engine offers the edge (WebGPU, relaxed SIMD, threads), each with the reason
      * when it does not, and the build chosen from them. */
-    this.capabilities = { ...capabilities, worker: { available: false, reason: "worker: false was asked for" } };
+    this.capabilities = { ...capabilities, worker: { available: false, reason: "worker: false was asked for" },
+      webrtc: webRtcCapability() };
     this.info = info;
     /** Codec used when `classify` is not given one: the server's recommendation. */
     this.defaultCodec = info.default_codec ?? "f32";

@@ -3,7 +3,7 @@
 // the worker, so the page's thread only posts bytes and receives plain objects.
 
 import { PageLinks } from "./peer.js";
-import { SplitError } from "./wasm.js";
+import { SplitError, webRtcCapability } from "./wasm.js";
 
 /** How long a call into the worker may take before the page stops waiting (downloads, edge
  * compute and the server's reply each have deadlines of their own inside it). */
@@ -228,7 +228,8 @@ export class RemoteSplitClient {
 
   /** The worker's capabilities; the client itself runs in the worker. */
   get capabilities() {
-    return this.state.capabilities && { ...this.state.capabilities, worker: { available: true, reason: null } };
+    return this.state.capabilities
+      && { ...this.state.capabilities, worker: { available: true, reason: null }, webrtc: webRtcCapability() };
   }
 
   get info() {

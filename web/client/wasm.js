@@ -57,11 +57,32 @@ const BUILD_DIRS = {
  */
 export let capabilities = null;
 
+/** WebRTC on this thread, for a device group's direct channels (a page's thread: a worker has
+ * none, and the worker's client asks its page). */
+export function webRtcCapability() {
+  return typeof RTCPeerConnection !== "undefined" ? { available: true, reason: null }
+    : { available: false, reason: "this engine has no RTCPeerConnection: the group's members reach this page through the server's relay" };
+}
+
+/** Whether a shared WebAssembly memory can be made and sent to a worker here. */
+function hasSharedWasmMemory() {
+  if (typeof SharedArrayBuffer === "undefined") return false;
+  try {
+    const memory = new WebAssembly.Memory({ initial: 1, maximum: 1, shared: true });
+    return memory.buffer instanceof SharedArrayBuffer;
+  } catch {
+    return false;
+  }
+}
+
 /** Why this thread may start no helper threads, or null when it may. */
 function noThreadsReason() {
   const inWorker = typeof window === "undefined" && typeof WorkerGlobalScope !== "undefined";
   if (!inWorker) return "the client runs on the page's thread, which may not block on helper threads (the default worker: true runs it in a worker)";
   if (!globalThis.crossOriginIsolated) return "the page is not cross-origin isolated (no COOP/COEP headers), so there is no shared memory";
+  // WebKitGTK says it is isolated and still has no shared memory (2.50 here): the threaded
+  // build would fail to hand its memory to the helper workers ("The object can not be cloned").
+  if (!hasSharedWasmMemory()) return "this engine gives no shared memory (no SharedArrayBuffer or shared WebAssembly.Memory) even to an isolated page";
   if ((navigator.hardwareConcurrency ?? 1) < 2) return "one core";
   return null;
 }

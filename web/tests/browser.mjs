@@ -13,19 +13,6 @@ export const BASE_ARGS = ["--headless", "--no-sandbox", "--disable-quic", "--no-
 /** WebGPU through SwiftShader, or no GPU at all (the CPU fallback). */
 export const GPU_ARGS = { webgpu: ["--enable-unsafe-webgpu"], cpu: ["--disable-gpu"] };
 
-/** burn's whole network in one CPU build of the edge module, on the page at `url`: the page's
- * own edge profile (`profileEdge(repeats)`, median), and the build the page loaded. */
-export async function edgeProfileMs(url, build, repeats) {
-  return withPage(GPU_ARGS.cpu, async (page) => {
-    await page.goto(new URL(`index.html?backend=cpu&wasm=${build}&weights=all`, url).href);
-    await page.waitForFunction(() => ["ready", "failed"].includes(document.body.dataset.state), null, { timeout: 300_000 });
-    return page.evaluate(async (repeats) => {
-      const p = await window.splitClient.profileEdge(repeats);
-      return { ms: p.ms[p.ms.length - 1], build: window.splitClient.wasmBuild };
-    }, repeats);
-  });
-}
-
 /** Run `body(page)` in a fresh profile with `args`; always cleans up. */
 export async function withPage(args, body) {
   const profile = mkdtempSync(join(tmpdir(), "split-browser-"));

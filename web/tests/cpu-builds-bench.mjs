@@ -4,7 +4,7 @@
 // per load. Against any server with the page (`./run.sh demo`):
 //
 //   SPLIT_URL=http://127.0.0.1:8080/ [BUILDS=cpu,cpu-relaxed] [ROUNDS=3] [REPEATS=30] node tests/cpu-builds-bench.mjs
-import { edgeProfileMs } from "./browser.mjs";
+import { edgeProfileMs } from "./engine.mjs";
 
 const url = process.env.SPLIT_URL ?? "http://127.0.0.1:8080/";
 const BUILDS = (process.env.BUILDS ?? "cpu,cpu-relaxed").split(",");

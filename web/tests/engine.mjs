@@ -1,14 +1,15 @@
 // The engines the client is tested in, behind the page methods the tests use (Playwright's, so
-// that a check reads the same in every engine):
-// Debian's Firefox ESR, driven headless by puppeteer-core over WebDriver BiDi (Playwright
-// needs a Firefox of its own build, which cannot be downloaded here), and Chromium through
-// Playwright as in the other tests.
+// that a check reads the same in every engine): Chromium through Playwright as in the other
+// tests; Debian's Firefox ESR, driven headless by puppeteer-core over WebDriver BiDi
+// (Playwright needs a Firefox of its own build, which cannot be downloaded here); WebKitGTK
+// over WebDriver on an Xvfb display (webkit.mjs).
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { chromium } from "playwright-core";
 import puppeteer from "puppeteer-core";
 import { BASE_ARGS, GPU_ARGS } from "./browser.mjs";
+import { launchWebKit } from "./webkit.mjs";
 
 /** Where each engine's binary is (overridable for other machines). */
 const FIREFOX = process.env.FIREFOX ?? "/usr/bin/firefox-esr";
@@ -29,13 +30,12 @@ const FIREFOX_PREFS = {
 };
 
 /** The engines `engines.mjs` knows, by the name tests and output use. */
-export const ENGINES = ["chromium", "firefox"];
+export const ENGINES = ["chromium", "firefox", "webkit"];
 
 /**
- * Run `body(browser)` with a fresh headless `engine` ("chromium" or "firefox") and profile;
- * `browser.newPage()` gives a Playwright page, or in Firefox one with the same methods for
- * what the tests call (`PuppeteerPage`), and `page.requests`, the URLs it and its workers
- * requested. Always cleans up.
+ * Run `body(browser)` with a fresh headless `engine` (one of `ENGINES`) and profile;
+ * `browser.newPage()` gives a Playwright page, or elsewhere one with the same methods for what
+ * the tests call. Always cleans up.
  */
 export async function withEngine(engine, body) {
   const profile = mkdtempSync(join(tmpdir(), `split-${engine}-`));
@@ -46,10 +46,7 @@ export async function withEngine(engine, body) {
       browser: "firefox", executablePath: FIREFOX, headless: true, userDataDir: profile,
       extraPrefsFirefox: FIREFOX_PREFS, defaultViewport: { width: 1280, height: 800 },
     });
-    newPage = async () => {
-      const page = await browser.newPage();
-      return recordRequests(new PuppeteerPage(page), page);
-    };
+    newPage = async () => new PuppeteerPage(await browser.newPage());
     close = () => browser.close();
   } else if (engine === "chromium") {
     // The CPU fallback, as the other engines run here: SwiftShader's WebGPU is tested by e2e.mjs.
@@ -57,11 +54,12 @@ export async function withEngine(engine, body) {
       executablePath: CHROMIUM, headless: true,
       args: [...BASE_ARGS, ...GPU_ARGS.cpu],
     });
-    newPage = async () => {
-      const page = await context.newPage();
-      return recordRequests(page, context);
-    };
+    newPage = () => context.newPage();
     close = () => context.close();
+  } else if (engine === "webkit") {
+    const browser = await launchWebKit();
+    newPage = () => browser.newPage();
+    close = () => browser.close();
   } else {
     throw new Error(`unknown engine ${engine}; use ${ENGINES.join(", ")}`);
   }
@@ -71,13 +69,6 @@ export async function withEngine(engine, body) {
     await close().catch(() => {});
     rmSync(profile, { recursive: true, force: true });
   }
-}
-
-/** Record the URLs a page and its workers request, in `page.requests`. */
-function recordRequests(page, events) {
-  page.requests = [];
-  events.on("request", (r) => page.requests.push(r.url()));
-  return page;
 }
 
 /** A puppeteer page (Firefox over WebDriver BiDi) with the Playwright methods the tests call,
@@ -95,7 +86,30 @@ class PuppeteerPage {
   waitForFunction(fn, arg, { timeout = 30_000 } = {}) { return this.page.waitForFunction(fn, { timeout, polling: 100 }, arg); }
   click(selector) { return this.page.click(selector); }
   selectOption(selector, value) { return this.page.select(selector, value); }
-  setViewportSize(size) { return this.page.setViewport(size); }
+  /** The viewport; puppeteer 24.43 sends a screen orientation beside it, which Firefox 140
+   * does not know (the viewport itself is set): that refusal alone is let pass. */
+  async setViewportSize(size) {
+    try {
+      await this.page.setViewport(size);
+    } catch (e) {
+      if (!/setScreenOrientationOverride/.test(e.message)) throw e;
+    }
+  }
   screenshot(options) { return this.page.screenshot(options); }
   close() { return this.page.close(); }
+}
+
+/** burn's whole network in one CPU build of the edge module, in `engine` (Chromium by
+ * default), on the page at `url`: the page's own edge profile (`profileEdge(repeats)`,
+ * median), and the build the page loaded. */
+export async function edgeProfileMs(url, build, repeats, engine = "chromium") {
+  return withEngine(engine, async (browser) => {
+    const page = await browser.newPage();
+    await page.goto(new URL(`index.html?backend=cpu&wasm=${build}&weights=all`, url).href);
+    await page.waitForFunction(() => ["ready", "failed"].includes(document.body.dataset.state), null, { timeout: 300_000 });
+    return page.evaluate(async (repeats) => {
+      const p = await window.splitClient.profileEdge(repeats);
+      return { ms: p.ms[p.ms.length - 1], build: window.splitClient.wasmBuild };
+    }, repeats);
+  });
 }

@@ -1,4 +1,5 @@
-//! The headless browsers (Chromium, Firefox ESR) and the node tools that drive them.
+//! The headless browsers (Chromium, Firefox ESR, WebKitGTK on Xvfb) and the node tools that
+//! drive them.
 
 use std::path::Path;
 use std::process::Command;
@@ -7,11 +8,16 @@ use anyhow::{Context, Result};
 
 use crate::cmd::run;
 
-/// The Debian packages the browser tests drive, with the binary each one installs.
-pub const BROWSERS: [(&str, &str); 2] =
-    [("chromium", "/usr/bin/chromium"), ("firefox-esr", "/usr/bin/firefox-esr")];
+/// The Debian packages the browser tests drive, with the binary each one installs: WebKitGTK's
+/// WebDriver (its MiniBrowser comes with it) has no headless mode, so it draws on Xvfb.
+pub const BROWSERS: [(&str, &str); 4] = [
+    ("chromium", "/usr/bin/chromium"),
+    ("firefox-esr", "/usr/bin/firefox-esr"),
+    ("webkit2gtk-driver", "/usr/bin/WebKitWebDriver"),
+    ("xvfb", "/usr/bin/Xvfb"),
+];
 
-/// Debian's chromium and firefox-esr and `web/node_modules` (playwright-core, puppeteer-core,
+/// The browsers ([`BROWSERS`]) and `web/node_modules` (playwright-core, puppeteer-core,
 /// binaryen, typescript), installed when missing.
 pub fn ensure_browser_tools(dir: &Path) -> Result<()> {
     let missing: Vec<&str> =

