@@ -3,7 +3,7 @@
 
 /** Every failure of the client: a stable, machine-readable `code` and a message for developers.
  * Codes: "network", "timeout", "closed", "worker", "wasm_trap" (a panic in the wasm module: the message
- * says where), "bad_option", "no_cost_table", "privacy_floor", "no_placement", "no_light_model", "webgpu_unavailable",
+ * says where), "unsupported_engine" (no WebAssembly SIMD), "bad_option", "no_cost_table", "privacy_floor", "no_placement", "no_light_model", "webgpu_unavailable",
  * "bad_weights", "weights_missing", "bad_calibration", "backend", "internal", or an error code the server sent
  * ("malformed", "shape_mismatch", "bad_image", "busy", "rate_limited", "unknown_model", "calibration_mismatch",
  * "keyframe_required", "unsupported_codec", ...). */
@@ -113,6 +113,11 @@ export interface ConnectionState {
 export interface CreateOptions {
   /** Where the server is (default: this page's origin). */
   baseUrl?: string;
+  /** Where the package's own files are served (its `client/` and `pkg*` folders), when an app
+   * bundles `split-client.js` into its code and copies the package elsewhere: a bundler moves
+   * `import.meta.url` to the bundle (default: the folder `split-client.js` is in). Same origin
+   * as the page: browsers start workers only from their page's origin. */
+  assetBase?: string;
   /** The WebSocket, when it goes elsewhere (default: baseUrl + "ws"). */
   wsUrl?: string;
   /** "auto" (default): WebGPU if it works, else the CPU. */
@@ -447,6 +452,9 @@ export interface Capabilities {
   worker: Capability;
   /** WebRTC for a device group's direct channels (without it, through the server's relay). */
   webrtc: Capability;
+  /** IndexedDB for the answers kept for the server during an outage (without it, they live in
+   * memory and go with the page). */
+  backlog: Capability;
   /** The build loaded from them. */
   build: WasmBuild;
   /** Set when the build chosen did not load (one `./run.sh demo` is still compiling): why,
@@ -531,6 +539,8 @@ export class SplitClient {
 export interface ChatOptions {
   /** The server (its origin, or a base URL); the page's origin by default. */
   server?: string;
+  /** Where the package's own files are served, as `CreateOptions.assetBase`. */
+  assetBase?: string;
   /** Blocks of the language model run in the browser; the rest run on the server. The
    * model's block count (30 for SmolLM2) runs it whole in the browser. By default the default
    * privacy floor's (12: the fewest after which no measured attack names more than 5% of a

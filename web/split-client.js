@@ -98,7 +98,7 @@ export class SplitClient {
     const base = new URL(options.baseUrl ?? "/", location.href);
     const onProgress = options.onProgress ?? (() => {});
     onProgress({ stage: "wasm", fraction: null });
-    await loadWasm(options.backend ?? "auto", options.wasmBuild);
+    await loadWasm(options.backend ?? "auto", options.wasmBuild, options.assetBase);
     const info = JSON.parse(new TextDecoder().decode(await fetchWithProgress(new URL("api/info", base), "info", () => {})));
     checkModel(options.model ?? info.model, info);
     const preload = preloadTarget(options.weights ?? "all");
@@ -128,6 +128,11 @@ export class SplitClient {
     /** Noise on every request's features unless a request says otherwise ("gauss:0.02"). */
     client.noise = options.noise ?? null;
     client.resilience = await Resilience.create(client, options.onUpdate ?? (() => {}));
+    client.capabilities.worker = typeof Worker === "undefined"
+      ? { available: false, reason: "this page has no Web Worker: the client runs on the page's thread" }
+      : { available: false, reason: "worker: false was asked for" };
+    client.capabilities.backlog = client.resilience.backlog.persistent ? { available: true, reason: null }
+      : { available: false, reason: "IndexedDB is refused or absent here (private browsing?): answers kept for the server live in memory and go with the page" };
     // Every new connection is a chance to finish what waited for the server.
     client.connection.onOpen = () => client.resilience.scheduleDrain(true);
     // The codec's tables at the boundary the page preloads for; any other boundary's come
@@ -171,8 +176,7 @@ export class SplitClient {
     this.wasmBuild = wasm.buildKind();
     /** What this engine offers the edge (WebGPU, relaxed SIMD, threads), each with the reason
      * when it does not, and the build chosen from them. */
-    this.capabilities = { ...capabilities, worker: { available: false, reason: "worker: false was asked for" },
-      webrtc: webRtcCapability() };
+    this.capabilities = { ...capabilities, webrtc: webRtcCapability() };
     this.info = info;
     /** Codec used when `classify` is not given one: the server's recommendation. */
     this.defaultCodec = info.default_codec ?? "f32";

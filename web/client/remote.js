@@ -3,7 +3,7 @@
 // the worker, so the page's thread only posts bytes and receives plain objects.
 
 import { PageLinks } from "./peer.js";
-import { SplitError, webRtcCapability } from "./wasm.js";
+import { SplitError, packageRoot, webRtcCapability } from "./wasm.js";
 
 /** How long a call into the worker may take before the page stops waiting (downloads, edge
  * compute and the server's reply each have deadlines of their own inside it). */
@@ -11,9 +11,9 @@ export const WORKER_CALL_TIMEOUT_MS = 120_000;
 /** A worker that does not answer a bare ping in this long is taken for dead. */
 const WORKER_PING_TIMEOUT_MS = 5_000;
 
-/** The worker's script. */
-function startWorker() {
-  return new Worker(new URL("./worker.js", import.meta.url), { type: "module", name: "split-client" });
+/** The client's worker, from the package's root (`assetBase`: see `packageRoot`). */
+function startWorker(assetBase) {
+  return new Worker(new URL("client/worker.js", packageRoot(assetBase)), { type: "module", name: "split-client" });
 }
 
 export class RemoteSplitClient {
@@ -27,7 +27,8 @@ export class RemoteSplitClient {
     const base = new URL(options.baseUrl ?? "/", location.href);
     const forward = { ...rest, baseUrl: base.href };
     if (options.wsUrl) forward.wsUrl = new URL(options.wsUrl, base).href;
-    const remote = new RemoteSplitClient(startWorker(), options, forward);
+    if (options.assetBase != null) forward.assetBase = packageRoot(options.assetBase).href;
+    const remote = new RemoteSplitClient(startWorker(options.assetBase), options, forward);
     try {
       Object.assign(remote.state, await remote.callWithin(remote.createMs, "create", forward));
       remote.created = true;
@@ -129,7 +130,7 @@ export class RemoteSplitClient {
     const unanswered = [...this.pending.values()];
     this.pending.clear();
     this.replacing = (async () => {
-      this.attach(startWorker());
+      this.attach(startWorker(this.forward.assetBase));
       try {
         Object.assign(this.state, await this.post(this.createMs, "create", [this.forward]));
         for (const [method, value] of Object.entries(this.overrides)) await this.post(this.callTimeoutMs, method, [value]);

@@ -20,6 +20,19 @@ function hasRelaxedSimd() {
   try { return WebAssembly.validate(bytes); } catch { return false; }
 }
 
+/** Whether this engine validates WebAssembly SIMD (simd128), which every build needs: a
+ * module whose one function returns `v128.const 0`. */
+function hasSimd128() {
+  const body = [0x00, 0xfd, 0x0c, ...new Array(16).fill(0), 0x0b];
+  const bytes = new Uint8Array([
+    0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00,
+    0x01, 0x05, 0x01, 0x60, 0x00, 0x01, 0x7b,
+    0x03, 0x02, 0x01, 0x00,
+    0x0a, body.length + 2, 0x01, body.length, ...body,
+  ]);
+  try { return WebAssembly.validate(bytes); } catch { return false; }
+}
+
 /** Whether WebGPU would give an adapter (`navigator.gpu` exists on some machines without one). */
 async function hasWebGpuAdapter() {
   if (typeof navigator === "undefined" || !navigator.gpu) return false;
@@ -97,9 +110,12 @@ async function webGpuCapability(backend) {
     : { available: false, reason: "navigator.gpu gave no adapter (no usable GPU, or WebGPU blocked for it)" };
 }
 
-export async function loadWasm(backend, build) {
+export async function loadWasm(backend, build, assetBase) {
   if (build != null && !BUILD_DIRS[build]) {
     throw new SplitError("bad_option", `unknown wasm build ${build}; use ${Object.keys(BUILD_DIRS).join(", ")}`);
+  }
+  if (typeof WebAssembly === "undefined" || !hasSimd128()) {
+    throw new SplitError("unsupported_engine", "this engine has no WebAssembly SIMD (simd128), which every build of the edge module needs");
   }
   const helpers = threadHelpers();
   if (build?.startsWith("cpu-threads") && helpers === 0) {
@@ -122,7 +138,7 @@ export async function loadWasm(backend, build) {
   let dir = BUILD_DIRS[build] ?? (gpu ? "pkg" : cpuDir);
   let module;
   try {
-    module = await instantiate(dir);
+    module = await instantiate(dir, assetBase);
   } catch (e) {
     // A build the client picked (not one the caller asked for) that does not load, e.g. one
     // `./run.sh demo` is still compiling: the single-threaded CPU build runs everywhere.
@@ -130,7 +146,7 @@ export async function loadWasm(backend, build) {
     capabilities.buildFallback = `the ${dir} build did not load (${e?.message ?? e}); using pkg-cpu`;
     console.warn(`split-client: ${capabilities.buildFallback}`);
     dir = "pkg-cpu";
-    module = await instantiate(dir);
+    module = await instantiate(dir, assetBase);
   }
   if (dir.startsWith("pkg-cpu-threads")) await module.startThreads(helpers);
   capabilities.build = Object.keys(BUILD_DIRS).find((k) => BUILD_DIRS[k] === dir);
@@ -138,9 +154,21 @@ export async function loadWasm(backend, build) {
   return module;
 }
 
-/** Import and instantiate the build in `web/<dir>/`. */
-async function instantiate(dir) {
-  const module = await import(new URL(`../${dir}/wasm_edge.js`, import.meta.url).href);
+/**
+ * The package's root, where `client/` and the `pkg*` builds are: `assetBase` (resolved against
+ * the page) when an app serves them apart from its bundled code, else the folder above this
+ * file. A bundler that inlines this file into an app's bundle moves `import.meta.url` to the
+ * bundle, so an app that bundles the client names the folder it copied the package to
+ * (`web/examples/bundled/`).
+ */
+export function packageRoot(assetBase) {
+  if (assetBase != null) return new URL(assetBase.endsWith("/") ? assetBase : `${assetBase}/`, globalThis.location?.href);
+  return new URL("../", import.meta.url);
+}
+
+/** Import and instantiate the build in `<package root>/<dir>/`. */
+async function instantiate(dir, assetBase) {
+  const module = await import(new URL(`${dir}/wasm_edge.js`, packageRoot(assetBase)).href);
   await module.default();
   return module;
 }

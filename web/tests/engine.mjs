@@ -80,6 +80,7 @@ class PuppeteerPage {
 
   on(event, f) { this.page.on(event, f); }
   exposeFunction(name, f) { return this.page.exposeFunction(name, f); }
+  addInitScript(fn) { return this.page.evaluateOnNewDocument(fn); }
   goto(url) { return this.page.goto(url); }
   reload() { return this.page.reload(); }
   evaluate(fn, arg) { return this.page.evaluate(fn, arg); }

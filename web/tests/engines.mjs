@@ -3,7 +3,8 @@
 // (`client.capabilities`); every mode classifies the samples right from the client in its
 // worker; a second visit downloads no weights (Cache Storage); the embedding example works;
 // a device group of two pages of each other engine and a Chromium page shares a batch over
-// WebRTC channels where both ends have WebRTC, through the relay where one does not.
+// WebRTC channels where both ends have WebRTC, through the relay where one does not; without
+// Workers, IndexedDB or WebAssembly SIMD the page degrades or fails saying why.
 // Run by `cargo xtask test` with SPLIT_URL set to the server.
 import assert from "node:assert/strict";
 import net from "node:net";
@@ -85,10 +86,11 @@ class RequestLog {
 const log = new RequestLog(Number(new URL(server).port));
 const url = await log.listen();
 
-async function ready(page) {
+/** Wait for the demo page to load, and check it ended `expected` ("ready" or "failed"). */
+async function ready(page, expected = "ready") {
   await page.waitForFunction(() => ["ready", "failed"].includes(document.body.dataset.state), null, { timeout: STEP_TIMEOUT_MS });
   const state = await page.evaluate(() => ({ state: document.body.dataset.state, error: document.querySelector("#error").textContent }));
-  assert.equal(state.state, "ready", `the page failed to load: ${state.error}`);
+  assert.equal(state.state, expected, `the page's state (its error: ${state.error})`);
 }
 
 async function engineChecks(engine) {
@@ -234,10 +236,55 @@ async function groupChecks(engine, other) {
   }));
 }
 
+/**
+ * Features turned off before the page's scripts run (an init script; WebDriver classic has none,
+ * so not in WebKit): without Workers and with IndexedDB refused (as private browsing may) the
+ * demo page still classifies, on its own thread with a backlog in memory, and says both in
+ * `capabilities`; without WebAssembly SIMD the client fails with "unsupported_engine" and the
+ * page shows why.
+ */
+async function degradedChecks(engine) {
+  return withEngine(engine, async (browser) => {
+    const page = await browser.newPage();
+    await page.addInitScript(() => {
+      delete globalThis.Worker;
+      indexedDB.open = () => { throw new DOMException("refused by the test", "SecurityError"); };
+    });
+    await page.goto(new URL("index.html", url).href);
+    await ready(page);
+    const out = await page.evaluate(async () => {
+      const c = window.splitClient;
+      const bytes = new Uint8Array(await (await fetch("samples/chelsea.png")).arrayBuffer());
+      const r = await c.classify(bytes, "block5", {});
+      return { worker: c.capabilities.worker, backlog: c.capabilities.backlog, inWorker: c.inWorker, top1: r.top[0].class,
+               persistent: (await c.backlogState()).persistent };
+    });
+    console.log(`engines: ${engine} without Workers and IndexedDB:`, JSON.stringify(out));
+    assert.equal(out.top1, 282, `${engine}: the page classifies without Workers and IndexedDB`);
+    assert.deepEqual([out.inWorker, out.worker.available, out.backlog.available, out.persistent], [false, false, false, false]);
+    assert.match(out.worker.reason, /no Web Worker/, `${engine}: capabilities.worker says why`);
+    assert.match(out.backlog.reason, /IndexedDB/, `${engine}: capabilities.backlog says why`);
+
+    const simdless = await browser.newPage();
+    await simdless.addInitScript(() => {
+      // Any module with a SIMD opcode (prefix 0xfd) fails validation, as in an engine without SIMD.
+      const validate = WebAssembly.validate;
+      WebAssembly.validate = (b) => !new Uint8Array(b.buffer ?? b).includes(0xfd) && validate(b);
+      delete globalThis.Worker; // the client on the page's thread, where the script above runs
+    });
+    await simdless.goto(new URL("index.html", url).href);
+    await ready(simdless, "failed");
+    const shown = await simdless.evaluate(() => document.querySelector("#error").textContent);
+    console.log(`engines: ${engine} without SIMD: the page says "${shown}"`);
+    assert.match(shown, /no WebAssembly SIMD/, `${engine}: the page says why it cannot run`);
+  });
+}
+
 const results = [];
 try {
   for (const engine of engines) results.push(await engineChecks(engine));
   for (const engine of engines.filter((e) => e !== "chromium")) await groupChecks(engine, "chromium");
+  for (const engine of engines.filter((e) => e !== "webkit")) await degradedChecks(engine);
 } finally {
   log.close();
 }

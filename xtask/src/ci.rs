@@ -188,6 +188,11 @@ fn browser_tests((weights, calibration): &(PathBuf, PathBuf)) -> Result<()> {
         .arg("tests/engines.mjs")
         .current_dir(&web)
         .env("SPLIT_URL", &server.url))?;
+    // An app that installs the packed client and bundles it with esbuild, in the three engines.
+    run(Command::new("node")
+        .arg("tests/bundled.mjs")
+        .current_dir(&web)
+        .env("SPLIT_URL", &server.url))?;
     // The Chat tab: the language model split between the page and the server, and whole in
     // the page, token for token the reference's greedy answers.
     run(Command::new("node")
