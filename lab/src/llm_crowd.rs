@@ -108,6 +108,11 @@ impl Recording {
     pub fn frames(&self) -> usize {
         self.frames.len()
     }
+
+    /// Tokens of the prompt (the first frame's rows).
+    pub fn prompt_tokens(&self) -> usize {
+        self.prompt_tokens
+    }
 }
 
 /// Play one conversation of `s` on this machine, both sides, and record its frames.
