@@ -47,7 +47,8 @@ try {
       const first = await page.evaluate(async () => {
         const bytes = new Uint8Array(await (await fetch("samples/chelsea.png")).arrayBuffer());
         const r = await window.splitClient.classify(bytes, "auto", {});
-        return { top1: r.top[0].class, mode: r.mode, split: r.split, build: window.splitClient.wasmBuild };
+        return { top1: r.top[0].class, mode: r.mode, split: r.split, model: r.model, quality: r.quality,
+                 build: window.splitClient.wasmBuild, weights: (await window.splitClient.weightsState()).through };
       });
       const firstS = (Date.now() - t0) / 1000;
       const page2 = await page.evaluate(async () => {
@@ -69,6 +70,6 @@ console.log("|---|---|---:|---:|---|---|---|---:|");
 for (const r of rows) {
   const tasks = r.longTasks == null ? "not reported" : `${r.longTasks} (${r.longestMs.toFixed(0)})`;
   const memory = r.memoryMb == null ? "not reported" : r.memoryMb.toFixed(0);
-  console.log(`| ${r.engine} | ${r.throttle} | ${r.readyS.toFixed(1)} | ${r.firstS.toFixed(1)} | ${r.mode}${r.split ? ` ${r.split}` : ""}, top-1 ${r.top1} | ${r.build} | ${tasks} | ${memory} |`);
+  console.log(`| ${r.engine} | ${r.throttle} | ${r.readyS.toFixed(1)} | ${r.firstS.toFixed(1)} | ${r.mode} (${r.model} model, ${r.quality}; weights here through ${r.weights}), top-1 ${r.top1} | ${r.build} | ${tasks} | ${memory} |`);
 }
 console.log(`(${LINK} link through the lab's emulator, 390×844, a fresh profile each)`);
