@@ -7,8 +7,8 @@
 // Workers, IndexedDB or WebAssembly SIMD the page degrades or fails saying why.
 // Run by `cargo xtask test` with SPLIT_URL set to the server.
 import assert from "node:assert/strict";
-import net from "node:net";
 import { ENGINES, withEngine } from "./engine.mjs";
+import { RequestLog } from "./request-log.mjs";
 
 const server = process.env.SPLIT_URL;
 assert.ok(server, "set SPLIT_URL to the server's base URL (cargo xtask test does)");
@@ -26,61 +26,6 @@ function bestBuild(c) {
   if (c.webgpu.available) return "webgpu";
   if (c.relaxedSimd.available) return c.threads.available ? "cpu-threads" : "cpu-relaxed";
   return c.threads.available ? "cpu-threads-simd128" : "cpu";
-}
-
-/**
- * A TCP proxy in front of the server that notes the path of every HTTP request through it,
- * the pages' and their workers' alike in whichever engine (WebDriver reports no requests),
- * until a connection becomes a WebSocket.
- */
-class RequestLog {
-  constructor(upstreamPort) {
-    this.upstreamPort = upstreamPort;
-    this.paths = [];
-    this.server = net.createServer((client) => this.accept(client));
-  }
-
-  /** Listen on loopback; the proxy's base URL. */
-  listen() {
-    return new Promise((resolve) => this.server.listen(0, "127.0.0.1", () => resolve(`http://127.0.0.1:${this.server.address().port}/`)));
-  }
-
-  accept(client) {
-    const upstream = net.connect(this.upstreamPort, "127.0.0.1");
-    for (const [a, b] of [[client, upstream], [upstream, client]]) {
-      a.on("error", () => b.destroy());
-      a.on("close", () => b.destroy());
-    }
-    upstream.on("data", (chunk) => client.write(chunk));
-    let pending = Buffer.alloc(0);
-    let body = 0; // bytes of a request body still to pass
-    let scanning = true;
-    client.on("data", (chunk) => {
-      upstream.write(chunk);
-      if (!scanning) return;
-      pending = Buffer.concat([pending, chunk]);
-      for (;;) {
-        if (body > 0) {
-          const n = Math.min(body, pending.length);
-          pending = pending.subarray(n);
-          body -= n;
-          if (body > 0) return;
-        }
-        const end = pending.indexOf("\r\n\r\n");
-        if (end < 0) return;
-        const head = pending.subarray(0, end).toString("latin1");
-        pending = pending.subarray(end + 4);
-        const line = /^[A-Z]+ (\S+) HTTP\/1\.[01]/.exec(head);
-        if (line) this.paths.push(new URL(line[1], "http://x").pathname);
-        if (/\r\nupgrade: *websocket/i.test(head)) { scanning = false; return; }
-        body = Number(/\r\ncontent-length: *(\d+)/i.exec(head)?.[1] ?? 0);
-      }
-    });
-  }
-
-  close() {
-    this.server.close();
-  }
 }
 
 const log = new RequestLog(Number(new URL(server).port));
