@@ -4,33 +4,30 @@
 /** The wasm module in use, set by `loadWasm` (a live binding: importers see the update). */
 export let wasm = null;
 
-/**
- * Whether this engine validates relaxed SIMD: a module whose one function is
- * `f32x4.relaxed_madd(v128.const 0, v128.const 0, v128.const 0)`.
- */
-function hasRelaxedSimd() {
-  const v128zero = [0xfd, 0x0c, ...new Array(16).fill(0)];
-  const body = [0x00, ...v128zero, ...v128zero, ...v128zero, 0xfd, 0x85, 0x02, 0x0b];
+/** Whether this engine validates a module whose one function, `() -> v128`, is `body` (the
+ * instructions before its `end`). */
+function validatesV128Function(body) {
+  const code = [0x00, ...body, 0x0b];                     // no locals, the body, end
   const bytes = new Uint8Array([
     0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00,       // magic, version
     0x01, 0x05, 0x01, 0x60, 0x00, 0x01, 0x7b,             // type: () -> v128
     0x03, 0x02, 0x01, 0x00,                               // one function of type 0
-    0x0a, body.length + 2, 0x01, body.length, ...body,    // its code
+    0x0a, code.length + 2, 0x01, code.length, ...code,    // its code
   ]);
   try { return WebAssembly.validate(bytes); } catch { return false; }
 }
 
-/** Whether this engine validates WebAssembly SIMD (simd128), which every build needs: a
- * module whose one function returns `v128.const 0`. */
+/** `v128.const 0`. */
+const V128_ZERO = [0xfd, 0x0c, ...new Array(16).fill(0)];
+
+/** Whether this engine validates WebAssembly SIMD (simd128), which every build needs. */
 function hasSimd128() {
-  const body = [0x00, 0xfd, 0x0c, ...new Array(16).fill(0), 0x0b];
-  const bytes = new Uint8Array([
-    0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00,
-    0x01, 0x05, 0x01, 0x60, 0x00, 0x01, 0x7b,
-    0x03, 0x02, 0x01, 0x00,
-    0x0a, body.length + 2, 0x01, body.length, ...body,
-  ]);
-  try { return WebAssembly.validate(bytes); } catch { return false; }
+  return validatesV128Function(V128_ZERO);
+}
+
+/** Whether this engine validates relaxed SIMD: `f32x4.relaxed_madd` of three zero vectors. */
+function hasRelaxedSimd() {
+  return validatesV128Function([...V128_ZERO, ...V128_ZERO, ...V128_ZERO, 0xfd, 0x85, 0x02]);
 }
 
 /** Whether WebGPU would give an adapter (`navigator.gpu` exists on some machines without one). */
@@ -40,13 +37,12 @@ async function hasWebGpuAdapter() {
 }
 
 /**
- * Helper threads the threaded build may start here: none unless this is a worker (a page's
- * thread may not block on the others) of a cross-origin isolated page (shared memory) on a
- * machine with more than one core; at most three (the kernels' calls gain little beyond four
- * threads).
+ * Helper threads the threaded build may start here, given `noThreadsReason()`: none when there
+ * is a reason (a page's thread, no shared memory, one core); otherwise at most three (the
+ * kernels' calls gain little beyond four threads).
  */
-function threadHelpers() {
-  if (noThreadsReason() != null) return 0;
+function threadHelpers(whyNot) {
+  if (whyNot != null) return 0;
   return Math.max(0, Math.min((navigator.hardwareConcurrency ?? 1) - 1, 3));
 }
 
@@ -117,14 +113,14 @@ export async function loadWasm(backend, build, assetBase) {
   if (typeof WebAssembly === "undefined" || !hasSimd128()) {
     throw new SplitError("unsupported_engine", "this engine has no WebAssembly SIMD (simd128), which every build of the edge module needs");
   }
-  const helpers = threadHelpers();
+  const threadsWhyNot = noThreadsReason();
+  const helpers = threadHelpers(threadsWhyNot);
   if (build?.startsWith("cpu-threads") && helpers === 0) {
     throw new SplitError("bad_option", `the ${build} build needs a worker of a cross-origin isolated page on more than one core`);
   }
   const webgpu = await webGpuCapability(backend);
   const gpu = webgpu.available;
   const relaxed = hasRelaxedSimd();
-  const threadsWhyNot = noThreadsReason();
   capabilities = {
     webgpu,
     relaxedSimd: relaxed ? { available: true, reason: null }

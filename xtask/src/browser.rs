@@ -20,8 +20,7 @@ pub const BROWSERS: [(&str, &str); 4] = [
 /// The browsers ([`BROWSERS`]) and `web/node_modules` (playwright-core, puppeteer-core,
 /// binaryen, typescript), installed when missing.
 pub fn ensure_browser_tools(dir: &Path) -> Result<()> {
-    let missing: Vec<&str> =
-        BROWSERS.iter().filter(|(_, bin)| !Path::new(bin).exists()).map(|(p, _)| *p).collect();
+    let missing = missing_packages(&BROWSERS);
     if !missing.is_empty() {
         eprintln!("test: installing Debian's {} for the browser tests", missing.join(" and "));
         apt_install(&missing).with_context(|| {
@@ -29,6 +28,11 @@ pub fn ensure_browser_tools(dir: &Path) -> Result<()> {
         })?;
     }
     ensure_node_modules(dir)
+}
+
+/// The packages of `packages` (package, the binary it installs) whose binary is not there.
+pub fn missing_packages<'a>(packages: &[(&'a str, &str)]) -> Vec<&'a str> {
+    packages.iter().filter(|(_, bin)| !Path::new(bin).exists()).map(|(p, _)| *p).collect()
 }
 
 /// `npm ci` in `dir` when a tool of its package.json is missing (a fresh clone, or a checkout

