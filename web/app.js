@@ -131,7 +131,11 @@ function clearImage() {
 }
 
 async function loadSample(name) {
-  const response = await fetch(`samples/${name}.png`);
+  // Started offline, the page has only the samples it showed before: say so, not "Failed to fetch".
+  const response = await fetch(`samples/${name}.png`).catch(() => {
+    throw new Error("the sample photos come from the server, which is out of reach now; choose a photo of your own");
+  });
+  if (!response.ok) throw new Error(`the sample ${name} could not be loaded (${response.status})`);
   setImage(new Uint8Array(await response.arrayBuffer()), name);
 }
 
@@ -410,6 +414,13 @@ function showConnection(c) {
   document.body.dataset.connection = c.state;
 }
 
+/** Whether a reload without the server would start (`capabilities.offline`), and why not. */
+function showOffline(o) {
+  $("offline").textContent = o.available ? "ready" : o.reason === "offline: true was not asked for" ? "off" : "not yet";
+  $("offline").title = o.available ? `This page starts without the server: ${o.files} files of site ${o.site} are kept.` : o.reason;
+  document.body.dataset.offline = o.available ? "ready" : "off";
+}
+
 async function main() {
   const params = new URLSearchParams(location.search);
   const backend = params.get("backend") ?? "auto";
@@ -432,10 +443,14 @@ async function main() {
   const constraints = maxEdgeMb > 0 || floor
     ? { ...(maxEdgeMb > 0 ? { maxEdgeParamBytes: Math.round(maxEdgeMb * 1e6) } : {}), ...(floor ? { privacyFloor: floor } : {}) }
     : undefined;
+  // The page starts again without the server (a service worker keeps its files: sw.js);
+  // `?offline=0` leaves it out.
+  const offline = params.get("offline") !== "0";
   const labels = { wasm: "Loading the wasm module…", weights: "Downloading weights", "light-weights": "Downloading the light model", calibration: "Downloading the codec calibration", profiling: "Timing this device for the planner…", "warm-up": "Compiling and warming up the model…", ready: "Ready" };
   client = await SplitClient.create({
     backend,
     wasmBuild,
+    offline,
     worker,
     token,
     onConnection: showConnection,
@@ -461,6 +476,8 @@ async function main() {
   });
   // Exposed for the browser tests and for experimenting from the console.
   window.splitClient = client;
+  showOffline(client.capabilities.offline);
+  client.offlineReady?.then(showOffline);
   $("backend").textContent = (client.backend === "cpu" ? `cpu (${client.wasmBuild} wasm)` : client.backend)
     + (client.inWorker ? ", in a worker" : ", on the page's thread");
   document.body.dataset.backend = client.backend;

@@ -118,6 +118,14 @@ export interface CreateOptions {
    * `import.meta.url` to the bundle (default: the folder `split-client.js` is in). Same origin
    * as the page: browsers start workers only from their page's origin. */
   assetBase?: string;
+  /** The offline start: a service worker keeps the page, the client, its wasm build,
+   * `/api/info` and the cost table, so that a reload with the server out of reach starts
+   * and answers with the weights this browser holds (the light model for the rest, once an
+   * `auto` request loaded it). `true` registers `sw.js` from the package's root,
+   * whose scope is that folder; an app whose pages are elsewhere serves its own copy of
+   * `sw.js` and names it (`serviceWorker`, and `scope` if not the script's folder).
+   * Off by default. `client.capabilities.offline` says whether it worked, or why not. */
+  offline?: boolean | { serviceWorker?: string; scope?: string };
   /** The WebSocket, when it goes elsewhere (default: baseUrl + "ws"). */
   wsUrl?: string;
   /** "auto" (default): WebGPU if it works, else the CPU. */
@@ -455,6 +463,9 @@ export interface Capabilities {
   /** IndexedDB for the answers kept for the server during an outage (without it, they live in
    * memory and go with the page). */
   backlog: Capability;
+  /** The offline start (`offline: true`): available once the service worker kept this
+   * start's files; `site` is the server's site version they belong to. */
+  offline: Capability & { site?: string; files?: number };
   /** The build loaded from them. */
   build: WasmBuild;
   /** Set when the build chosen did not load (one `./run.sh demo` is still compiling): why,
@@ -487,6 +498,9 @@ export class SplitClient {
    * build loaded follows from them (WebGPU → the webgpu build; else relaxed SIMD with threads →
    * cpu-threads, relaxed SIMD → cpu-relaxed, threads → cpu-threads-simd128, else cpu). */
   readonly capabilities: Capabilities;
+  /** With `offline` asked for: resolves to `capabilities.offline` once the service worker
+   * kept this start's files (or says why it could not). */
+  readonly offlineReady?: Promise<Capability & { site?: string; files?: number }>;
   /** The codec used when `classify` is not given one. */
   defaultCodec: string;
   timeoutMs: number;

@@ -20,12 +20,17 @@
 // version 2 of the same result (`id`). With `progressive: true` the light model's answer comes
 // at once (through `onUpdate`, version 1) while the server computes the full one.
 //
+// With `offline: true` a service worker (`sw.js`, `client/offline.js`) keeps the page's files,
+// the client, its wasm build and `/api/info`, so that a reload with the server out of reach
+// still starts and answers with what this device holds (the light model for the rest).
+//
 // On a page the client runs in a Web Worker by default (`worker: false` keeps it on the calling
 // thread): the same API, every call a message, and the page never waits on an edge run.
 //
 // Parts: `client/wasm.js` (which build to load, the wasm seam), `client/connection.js` (the
 // WebSocket), `client/adaptive.js` (`split: "auto"`), `client/resilience.js` and
-// `client/backlog.js` (answers during outages, finished later), `client/worker.js` and
+// `client/backlog.js` (answers during outages, finished later), `client/offline.js` (the
+// offline start's page side), `client/worker.js` and
 // `client/remote.js` (the worker and the page's handle on it), and this file (creation and
 // `classify`).
 
@@ -39,6 +44,7 @@ import {
 } from "./client/wasm.js";
 import { EdgeWeights, boundaryIndex } from "./client/weights.js";
 import { DeviceGroup } from "./client/group.js";
+import { loadedUrls, registerOffline, reportStarted, withoutData } from "./client/offline.js";
 
 export { SplitError };
 /** The language model split between this page and the server (`client/chat.js`). */
@@ -78,6 +84,24 @@ const CONSTRAINTS = ["privacyFloor", "minAgreement", "maxEdgeParamBytes"];
 /** A ping's timeout when no planner sets one. */
 const PING_TIMEOUT_MS = 2_000;
 
+/**
+ * Once `client` started: tell the offline start's service worker (`offline`, the pending
+ * registration) which site version started and what this page and the client's worker
+ * loaded. Sets and resolves to `client.capabilities.offline`.
+ */
+async function keepForOffline(client, offline, inWorker) {
+  const setOffline = (capability) => {
+    if (inWorker) client.offline = capability;
+    else client.capabilities.offline = capability;
+    return capability;
+  };
+  setOffline({ available: false, reason: "the service worker is keeping this start's files" });
+  const { registration, reason } = await offline;
+  if (!registration) return setOffline({ available: false, reason });
+  const urls = [...loadedUrls(), ...(inWorker ? await client.call("resources").catch(() => []) : [])];
+  return setOffline(await reportStarted(registration, client.info?.site, withoutData(urls, client.info)));
+}
+
 export class SplitClient {
   /**
    * Load the wasm module and the weights, pick WebGPU or the CPU, and prepare the connection.
@@ -93,8 +117,18 @@ export class SplitClient {
    *   "laplace:<scale>", a fraction of each channel's calibrated range)
    */
   static async create(options = {}) {
-    const worker = options.worker ?? (typeof window !== "undefined" && typeof Worker !== "undefined");
-    if (worker) return RemoteSplitClient.create(options);
+    const onPage = typeof window !== "undefined";
+    // The offline start's service worker registers beside the load (a page's business: a
+    // worker has no service workers to register).
+    const offline = onPage ? registerOffline(options.offline, options.assetBase) : null;
+    const worker = options.worker ?? (onPage && typeof Worker !== "undefined");
+    const client = worker ? await RemoteSplitClient.create(options) : await SplitClient.createHere(options);
+    if (offline) client.offlineReady = keepForOffline(client, offline, worker);
+    return client;
+  }
+
+  /** `create` on this thread (a worker's, or the page's with `worker: false`). */
+  static async createHere(options) {
     const base = new URL(options.baseUrl ?? "/", location.href);
     const onProgress = options.onProgress ?? (() => {});
     onProgress({ stage: "wasm", fraction: null });
@@ -133,6 +167,8 @@ export class SplitClient {
       : { available: false, reason: "worker: false was asked for" };
     client.capabilities.backlog = client.resilience.backlog.persistent ? { available: true, reason: null }
       : { available: false, reason: "IndexedDB is refused or absent here (private browsing?): answers kept for the server live in memory and go with the page" };
+    // Set by `create` on a page that asked for it (`keepForOffline`).
+    client.capabilities.offline = { available: false, reason: "offline: true was not asked for" };
     // Every new connection is a chance to finish what waited for the server.
     client.connection.onOpen = () => client.resilience.scheduleDrain(true);
     // The codec's tables at the boundary the page preloads for; any other boundary's come

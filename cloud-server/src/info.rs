@@ -62,6 +62,9 @@ pub struct ServerInfo {
     /// The language model a client may split with this server on `/llm`; absent without one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub llm: Option<LlmInfo>,
+    /// The site's version (`crate::site`): what the page, client, wasm builds, weights and
+    /// cost table served now belong to; the offline start's caches are named by it.
+    pub site: String,
 }
 
 /// A model `/ws` serves (`/api/info`'s `models`).
@@ -251,6 +254,7 @@ impl ServerInfo {
                 share_bytes: host.share_bytes.clone(),
                 tokenizer_bytes: host.tokenizer.len(),
             }),
+            site: state.site.to_string(),
         }
     }
 }

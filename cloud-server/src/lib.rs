@@ -33,6 +33,7 @@ mod metrics;
 mod routes;
 mod service;
 mod shards;
+pub mod site;
 mod state;
 mod static_files;
 pub mod tls;

@@ -37,7 +37,9 @@ async fn metrics(state: web::Data<AppState>) -> HttpResponse {
 }
 
 async fn info(state: web::Data<AppState>) -> HttpResponse {
-    HttpResponse::Ok().json(ServerInfo::of(&state))
+    HttpResponse::Ok()
+        .insert_header((crate::site::SITE_HEADER, &*state.site))
+        .json(ServerInfo::of(&state))
 }
 
 async fn calibration(
@@ -52,7 +54,10 @@ async fn calibration(
 
 async fn cost_table(state: web::Data<AppState>) -> HttpResponse {
     match &state.cost_table {
-        Some(t) => HttpResponse::Ok().content_type("application/json").body(t.as_str().to_owned()),
+        Some(t) => HttpResponse::Ok()
+            .content_type("application/json")
+            .insert_header((crate::site::SITE_HEADER, &*state.site))
+            .body(t.as_str().to_owned()),
         None => {
             HttpResponse::NotFound().body("no cost table on this server; run `./run.sh profile`")
         }
@@ -75,6 +80,9 @@ fn cross_origin_isolated() -> DefaultHeaders {
 pub fn config_app(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
     move |cfg| {
         let web_dir = state.web_dir.as_path().to_path_buf();
+        // The page's files say which site version they are (`crate::site`), for the offline
+        // start's service worker.
+        let site = DefaultHeaders::new().add((crate::site::SITE_HEADER, &*state.site));
         cfg.app_data(web::Data::new(state));
         // Every route behind the `Host` check (`crate::hosts`).
         let app = web::scope("")
@@ -109,7 +117,7 @@ pub fn config_app(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
             .service(
                 // The page is cross-origin isolated, which lets its client start the threaded
                 // edge build (SharedArrayBuffer): everything it loads is same-origin.
-                web::scope("").wrap(cross_origin_isolated()).service(
+                web::scope("").wrap(cross_origin_isolated()).wrap(site).service(
                     Files::new("/", &web_dir)
                         .index_file("index.html")
                         .prefer_utf8(true)

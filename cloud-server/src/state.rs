@@ -76,6 +76,8 @@ pub struct AppState {
     pub groups: Arc<crate::groups::Groups>,
     /// The language model and its KV budget (`/llm`), when one is loaded.
     pub llm: Option<Arc<crate::llm_ws::LlmHost>>,
+    /// The site's version ([`crate::site`]): the served files, this build, its data files.
+    pub site: Arc<str>,
 }
 
 /// Answers by content key (which names the model): the boundary served from and the top-5.
@@ -202,6 +204,19 @@ impl AppState {
             batch_delay: std::time::Duration::from_micros(config.batch_delay_us),
         };
         let lite0 = Lite0Split::new(model, device, calibration.as_ref().map(|(c, _)| c.clone()));
+        let llm = crate::llm_ws::LlmHost::load(config, metrics.llm_batches.clone())?.map(Arc::new);
+        let site = crate::site::site_id(
+            &config.web_path(),
+            &[
+                &weights_file.id,
+                &calibration.as_ref().map_or(0, |(c, _)| c.id()).to_string(),
+                &cost_table
+                    .as_ref()
+                    .map_or(0, |t| split_shared::container::fnv1a64(t.as_bytes()))
+                    .to_string(),
+                llm.as_ref().map_or("", |l| l.file_id.as_str()),
+            ],
+        );
         let engine = engine_settings.start(Arc::new(lite0), metrics.clone());
         Ok(Self {
             models: crate::hosted::HostedModels::new(engine),
@@ -243,7 +258,8 @@ impl AppState {
                 config.max_connections,
                 config.max_connections_per_ip,
             ),
-            llm: crate::llm_ws::LlmHost::load(config, metrics.llm_batches.clone())?.map(Arc::new),
+            llm,
+            site: site.into(),
             metrics,
             ready_queue: config.ready_queue.unwrap_or(queue / 2).max(1),
             drain: Arc::new(tokio::sync::watch::channel(false).0),

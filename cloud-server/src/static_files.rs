@@ -17,6 +17,7 @@ pub const SERVED: &[&str] = &[
     "style.css",
     "split-client.js",
     "split-client.d.ts",
+    "sw.js",
     "client",
     "pkg",
     "pkg-cpu",

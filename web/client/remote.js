@@ -58,6 +58,8 @@ export class RemoteSplitClient {
     this.pending = new Map();
     this.nextId = 1;
     this.state = {};
+    /** The offline start (`client/offline.js`), set on the page: the worker has none. */
+    this.offline = { available: false, reason: "offline: true was not asked for" };
     /** The worker's WebSocket state, as it last reported it. */
     this.connectionState = { state: "idle" };
     /** Every placement change of the adaptive mode, as the worker reports them. */
@@ -230,7 +232,8 @@ export class RemoteSplitClient {
   /** The worker's capabilities; the client itself runs in the worker. */
   get capabilities() {
     return this.state.capabilities
-      && { ...this.state.capabilities, worker: { available: true, reason: null }, webrtc: webRtcCapability() };
+      && { ...this.state.capabilities, worker: { available: true, reason: null }, webrtc: webRtcCapability(),
+           offline: this.offline };
   }
 
   get info() {

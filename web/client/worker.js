@@ -16,6 +16,7 @@
 
 import { SplitClient, SplitError } from "../split-client.js";
 import { fromWasm, wasm } from "./wasm.js";
+import { loadedUrls } from "./offline.js";
 
 let client = null;
 /** This worker's device group, when the page joined one (`client/group.js`). */
@@ -41,6 +42,9 @@ const methods = {
     return client.describe();
   },
   alive: () => true,
+  /** The files this worker loaded (the client, the wasm build, `/api/info`), for the offline
+   * start's service worker. */
+  resources: () => loadedUrls(),
   /** What a bug in the module would do: the browser tests provoke a trap with it. */
   forcePanic: (message) => wasm.forcePanicForTests(message),
   classify: (image, split, options) => client.classify(image, split, options),

@@ -13,11 +13,12 @@ export const BASE_ARGS = ["--headless", "--no-sandbox", "--disable-quic", "--no-
 /** WebGPU through SwiftShader, or no GPU at all (the CPU fallback). */
 export const GPU_ARGS = { webgpu: ["--enable-unsafe-webgpu"], cpu: ["--disable-gpu"] };
 
-/** Run `body(page)` in a fresh profile with `args`; always cleans up. */
-export async function withPage(args, body) {
+/** Run `body(page)` in a fresh profile with `args` (`options`: more of Playwright's context
+ * options); always cleans up. */
+export async function withPage(args, body, options = {}) {
   const profile = mkdtempSync(join(tmpdir(), "split-browser-"));
   const context = await chromium.launchPersistentContext(profile, {
-    executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium", headless: true, args: [...BASE_ARGS, ...args] });
+    executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium", headless: true, args: [...BASE_ARGS, ...args], ...options });
   try {
     const page = context.pages()[0] ?? (await context.newPage());
     // Which browser this is, for tools that look at its processes (`browserPids`).

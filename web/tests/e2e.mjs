@@ -542,6 +542,9 @@ async function cacheChecks(page, name) {
 
 async function runPass({ name, args, query = "", expectBackend, expectBuild, codecs, noCamera }) {
   const errors = [];
+  // Service workers blocked: these passes read what the client downloads from Playwright's
+  // network events, which do not follow a worker's requests through the offline start's
+  // service worker (tested with it in offline.mjs and engines.mjs).
   return withPage(args, async (page) => {
     page.on("pageerror", (e) => errors.push(e.message));
     page.on("console", (m) => m.type() === "error" && errors.push(m.text()));
@@ -616,7 +619,7 @@ async function runPass({ name, args, query = "", expectBackend, expectBuild, cod
     const unexpected = errors.filter((e) => !/WebGPU unavailable/.test(e) && !e.includes(UNREACHABLE));
     assert.equal(unexpected.length, 0, `${name}: page errors: ${unexpected.join("\n")}`);
     return rows;
-  });
+  }, { serviceWorkers: "block" });
 }
 
 const passes = [

@@ -86,6 +86,7 @@ class PuppeteerPage {
   evaluate(fn, arg) { return this.page.evaluate(fn, arg); }
   waitForFunction(fn, arg, { timeout = 30_000 } = {}) { return this.page.waitForFunction(fn, { timeout, polling: 100 }, arg); }
   click(selector) { return this.page.click(selector); }
+  async setInputFiles(selector, path) { await (await this.page.$(selector)).uploadFile(path); }
   selectOption(selector, value) { return this.page.select(selector, value); }
   /** The viewport; puppeteer 24.43 sends a screen orientation beside it, which Firefox 140
    * does not know (the viewport itself is set): that refusal alone is let pass. */

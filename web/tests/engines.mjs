@@ -50,6 +50,10 @@ async function engineChecks(engine) {
     await page.goto(new URL("index.html", url).href);
     await ready(page);
     const cold = weightFiles(first);
+    // The demo keeps itself for an offline start (sw.js), in every engine.
+    const offline = await page.evaluate(() => window.splitClient.offlineReady);
+    console.log(`engines: ${engine}: the offline start: ${JSON.stringify(offline)}`);
+    assert.equal(offline?.available, true, `${engine}: the service worker kept the start: ${offline?.reason}`);
     // A second visit: the weights and the codec tables come from Cache Storage. A navigation,
     // not a reload: WebKitGTK 2.50's WebDriver reload empties its automation session's Cache
     // Storage for any page (a PNG's own entry went too), which no visitor's reload does.

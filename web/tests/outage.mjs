@@ -6,10 +6,10 @@
 // request: the light model's answer first, the server's after it.
 // Run by `cargo xtask test` after e2e.mjs, with SPLIT_URL set to the server.
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
 import net from "node:net";
 import { GPU_ARGS, withPage } from "./browser.mjs";
 import { withEngine } from "./engine.mjs";
+import { startOwnServer } from "./own-server.mjs";
 
 const server = new URL(process.env.SPLIT_URL ?? "");
 /** The engine the pages run in (`SPLIT_ENGINE`: chromium, the default, or firefox). */
@@ -88,22 +88,6 @@ class CuttableLink {
   }
 }
 
-/** Start a server of this test's own (`SPLIT_SERVER_CMD`: its command line as JSON, set by
- * `cargo xtask test`); resolves to `{ child, port }` once it listens. */
-function startOwnServer() {
-  const [bin, ...args] = JSON.parse(process.env.SPLIT_SERVER_CMD);
-  const child = spawn(bin, args, { stdio: ["ignore", "pipe", "ignore"], env: { ...process.env, RUST_LOG: "warn" } });
-  return new Promise((resolve, reject) => {
-    child.on("exit", (code) => reject(new Error(`the test's own server exited (${code})`)));
-    let text = "";
-    child.stdout.on("data", (d) => {
-      text += d;
-      const m = /split-inference demo: (\S+)/.exec(text);
-      if (m) resolve({ child, port: Number(new URL(m[1]).port) });
-    });
-  });
-}
-
 /** Screenshots at desktop and phone sizes into `$SCREENSHOT_DIR`, when it is set (to look at). */
 async function screenshots(page, name) {
   const dir = process.env.SCREENSHOT_DIR;
@@ -142,9 +126,10 @@ const ready = (page) => page.waitForFunction(() => ["ready", "failed"].includes(
 try {
   await onPage(async (page) => {
     const errors = [];
-    // Firefox reports each WebSocket that cannot connect as a page error; the link is cut here
-    // on purpose, so those are expected (Chromium logs them to the console instead).
-    const linkCut = /can’t establish a connection to the server at ws:/;
+    // Firefox reports each WebSocket that cannot connect as a page error, and each request its
+    // service worker (the offline start's) could not answer; the link is cut and the server
+    // killed here on purpose, so those are expected (Chromium logs them to the console instead).
+    const linkCut = /can’t establish a connection to the server at ws:|A ServiceWorker passed a promise to FetchEvent\.respondWith\(\) that rejected/;
     page.on("pageerror", (e) => linkCut.test(e.message) || errors.push(e.message));
     await page.exposeFunction("setLink", (mode) => link.set(mode));
     await page.goto(pageUrl);
@@ -297,9 +282,7 @@ try {
         return null;
       });
       assert.ok(pong, "the test's own server answers a ping within 20 s");
-      const exited = new Promise((f) => own.child.once("exit", f));
-      own.child.kill("SIGKILL");
-      await exited;
+      await own.stop();
       const killedAt = Date.now();
       // Auto and the backlog now code block5 alike (both s14), so the edge's cache holds the
       // server's answers to every sample: switch it off to see what happens to new work.
@@ -346,7 +329,7 @@ try {
       console.log(`outage: server killed; ${kept.length} answers kept for ${restartedAt - killedAt} ms, ` +
                   `finished ${Date.now() - restartedAt} ms after the restart`);
       link.upstreamPort = Number(server.port); // back to the shared server for what follows
-      own.child.kill("SIGKILL");
+      await own.stop();
     } else {
       console.log("outage: SPLIT_SERVER_CMD not set: the server-killed phase needs a server this test may kill");
     }

@@ -9,7 +9,10 @@ async function embed(bytes: Uint8Array): Promise<string> {
     weights: "block5",
     onProgress: (p) => console.log(p.stage, p.fraction),
     constraints: { privacyFloor: "block5", minAgreement: 0.98 },
+    offline: true,
   });
+  const offline = await client.offlineReady;
+  if (offline && !offline.available) console.log(offline.reason, client.capabilities.offline.site);
   try {
     const r: ClassifyResult = await client.classify(bytes, "block5", { codec: "q6" });
     const held: { through: string; bytes: number; total: number } = await client.weightsState();

@@ -209,6 +209,13 @@ fn browser_tests((weights, calibration): &(PathBuf, PathBuf)) -> Result<()> {
             .env("SPLIT_SERVER_CMD", &command)
             .env("SPLIT_ENGINE", engine))?;
     }
+    // The offline start: the page reloaded with its server killed starts from the service
+    // worker's cache and answers with the light model; a new build replaces the cached one;
+    // in Chromium and Firefox. Servers of its own, on a port it keeps.
+    run(Command::new("node")
+        .arg("tests/offline.mjs")
+        .current_dir(&web)
+        .env("SPLIT_SERVER_CMD", &command))?;
     // Device groups: three browsers and the native agent share a batch, run pipelines, and
     // lose a member mid-stream.
     // The agent the workspace's test build made (for its own tests): `cargo build -p
@@ -281,7 +288,9 @@ fn check_package(web: &std::path::Path) -> Result<()> {
     for needed in [
         "split-client.js",
         "split-client.d.ts",
+        "sw.js",
         "client/worker.js",
+        "client/offline.js",
         "client/remote.js",
         "client/weights.js",
         "client/backlog.js",
