@@ -115,8 +115,9 @@ export interface CreateOptions {
   baseUrl?: string;
   /** Where the package's own files are served (its `client/` and `pkg*` folders), when an app
    * bundles `split-client.js` into its code and copies the package elsewhere: a bundler moves
-   * `import.meta.url` to the bundle (default: the folder `split-client.js` is in). Same origin
-   * as the page: browsers start workers only from their page's origin. */
+   * `import.meta.url` to the bundle (default: the folder `split-client.js` is in). Another
+   * origin than the page's works when the server allows it (`--allow-origin`): the worker
+   * then starts from a `blob:` module, without the threaded builds. */
   assetBase?: string;
   /** The offline start: a service worker keeps the page, the client, its wasm build,
    * `/api/info` and the cost table, so that a reload with the server out of reach starts

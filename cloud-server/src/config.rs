@@ -74,7 +74,8 @@ pub struct Config {
     /// classified. Turn it on only when every client is the same party.
     #[arg(long, env = "SPLIT_SHARED_CACHE")]
     pub shared_cache: bool,
-    /// Web origins (`https://app.example.com`) whose pages may open `/ws`; `*` allows any.
+    /// Web origins (`https://app.example.com`) whose pages may open `/ws` and read this
+    /// server's files (CORS: the client's package, `/api/info`, the weights); `*` allows any.
     /// By default only pages served by this server (same host) and clients that send no
     /// Origin (native tools) may: any other page a visitor opens could otherwise drive a server
     /// on their machine or intranet.

@@ -15,6 +15,7 @@
 //! `llm_budget` (its KV budget and eviction).
 
 mod config;
+mod cors;
 mod engine;
 mod error;
 mod frame_guard;

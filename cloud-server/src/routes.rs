@@ -84,8 +84,10 @@ pub fn config_app(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
         // start's service worker.
         let site = DefaultHeaders::new().add((crate::site::SITE_HEADER, &*state.site));
         cfg.app_data(web::Data::new(state));
-        // Every route behind the `Host` check (`crate::hosts`).
+        // Every route behind the `Host` check (`crate::hosts`), with CORS for the origins the
+        // operator allowed (`crate::cors`).
         let app = web::scope("")
+            .wrap(actix_web::middleware::from_fn(crate::cors::allow_listed_origins))
             .wrap(actix_web::middleware::from_fn(crate::hosts::check_host))
             .route("/ws", web::get().to(crate::ws::websocket))
             .route("/group", web::get().to(crate::group_ws::group_socket))

@@ -26,7 +26,7 @@ fn origin_allowed(req: &HttpRequest, state: &AppState) -> Result<(), String> {
     let origin = origin.to_str().unwrap_or_default();
     let host = req.connection_info().host().to_string();
     let same_host = origin.split_once("://").is_some_and(|(_, rest)| rest == host);
-    let listed = state.allow_origins.iter().any(|o| o == "*" || o == origin);
+    let listed = crate::cors::listed(&state.allow_origins, origin);
     if same_host || listed {
         Ok(())
     } else {

@@ -6,7 +6,7 @@
 //   const answer = await chat.ask([{ role: "user", content: "Hi" }], { onToken: (t) => show(t.text) });
 //   chat.stop();  chat.close();
 
-import { SplitError, packageRoot } from "./wasm.js";
+import { SplitError, packageRoot, startModuleWorker } from "./wasm.js";
 
 export class SplitChat {
   constructor(worker) {
@@ -57,7 +57,7 @@ export class SplitChat {
    *   on), `onProgress({ stage, loaded, total, fraction, cached })`
    */
   static async create({ onProgress, member, ...options } = {}) {
-    const worker = new Worker(new URL("client/chat-worker.js", packageRoot(options.assetBase)), { type: "module" });
+    const worker = startModuleWorker(new URL("client/chat-worker.js", packageRoot(options.assetBase)));
     const chat = new SplitChat(worker);
     if (onProgress) chat.onProgress = onProgress;
     try {

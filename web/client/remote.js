@@ -3,7 +3,7 @@
 // the worker, so the page's thread only posts bytes and receives plain objects.
 
 import { PageLinks } from "./peer.js";
-import { SplitError, packageRoot, webRtcCapability } from "./wasm.js";
+import { SplitError, packageRoot, startModuleWorker, webRtcCapability } from "./wasm.js";
 
 /** How long a call into the worker may take before the page stops waiting (downloads, edge
  * compute and the server's reply each have deadlines of their own inside it). */
@@ -13,7 +13,7 @@ const WORKER_PING_TIMEOUT_MS = 5_000;
 
 /** The client's worker, from the package's root (`assetBase`: see `packageRoot`). */
 function startWorker(assetBase) {
-  return new Worker(new URL("client/worker.js", packageRoot(assetBase)), { type: "module", name: "split-client" });
+  return startModuleWorker(new URL("client/worker.js", packageRoot(assetBase)), "split-client");
 }
 
 export class RemoteSplitClient {

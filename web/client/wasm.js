@@ -84,10 +84,11 @@ function hasSharedWasmMemory() {
   }
 }
 
-/** Why this thread may start no helper threads, or null when it may. */
-function noThreadsReason() {
+/** Why this thread may start no helper threads (the package at `root`), or null when it may. */
+function noThreadsReason(root) {
   const inWorker = typeof window === "undefined" && typeof WorkerGlobalScope !== "undefined";
   if (!inWorker) return "the client runs on the page's thread, which may not block on helper threads (the default worker: true runs it in a worker)";
+  if (root.origin !== globalThis.location?.origin) return `the package comes from another origin (${root.origin}) than the page: its helper threads' script cannot start as a worker there`;
   if (!globalThis.crossOriginIsolated) return "the page is not cross-origin isolated (no COOP/COEP headers), so there is no shared memory";
   // WebKitGTK says it is isolated and still has no shared memory (2.50 here): the threaded
   // build would fail to hand its memory to the helper workers ("The object can not be cloned").
@@ -113,7 +114,7 @@ export async function loadWasm(backend, build, assetBase) {
   if (typeof WebAssembly === "undefined" || !hasSimd128()) {
     throw new SplitError("unsupported_engine", "this engine has no WebAssembly SIMD (simd128), which every build of the edge module needs");
   }
-  const threadsWhyNot = noThreadsReason();
+  const threadsWhyNot = noThreadsReason(packageRoot(assetBase));
   const helpers = threadHelpers(threadsWhyNot);
   if (build?.startsWith("cpu-threads") && helpers === 0) {
     throw new SplitError("bad_option", `the ${build} build needs a worker of a cross-origin isolated page on more than one core`);
@@ -160,6 +161,19 @@ export async function loadWasm(backend, build, assetBase) {
 export function packageRoot(assetBase) {
   if (assetBase != null) return new URL(assetBase.endsWith("/") ? assetBase : `${assetBase}/`, globalThis.location?.href);
   return new URL("../", import.meta.url);
+}
+
+/**
+ * A module worker running `url` (`name` for the browser's tools). Browsers start workers only
+ * from their page's origin: for a package served from another origin (with CORS, the server's
+ * `--allow-origin`), the worker is a same-origin `blob:` module that imports it.
+ */
+export function startModuleWorker(url, name) {
+  const options = name ? { type: "module", name } : { type: "module" };
+  if (url.origin === globalThis.location?.origin) return new Worker(url, options);
+  // A few bytes, kept for the page's life: revoking it could race the worker's own load.
+  const shim = URL.createObjectURL(new Blob([`import ${JSON.stringify(url.href)};`], { type: "text/javascript" }));
+  return new Worker(shim, options);
 }
 
 /** Import and instantiate the build in `<package root>/<dir>/`. */

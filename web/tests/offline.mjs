@@ -71,7 +71,18 @@ for (const engine of ENGINES) {
     assert.deepEqual(first.caches, [`split-site-${first.site}`], "one version's cache");
     const online = await classify(page, ["chelsea"]);
     assert.equal(online[0].quality, "full", "the server answers while it is up");
-    await page.waitForFunction(async () => (await window.splitClient.weightsState()).light === "int8", null, { timeout: STEP_TIMEOUT_MS });
+    // The light model in memory, and its shards (those after the full stages) in the client's
+    // Cache Storage, which an offline start reads: Chromium showed them there up to a second
+    // after the model was usable.
+    await page.waitForFunction(async () => {
+      const c = window.splitClient;
+      const w = await c.weightsState();
+      if (w.light !== "int8") return false;
+      const shards = c.info.light_model.shards;
+      const kept = new Set((await (await caches.open("split-inference")).keys()).map((r) => new URL(r.url).pathname));
+      return shards.slice(shards.findIndex((s) => s.name === w.through) + 1)
+        .every((s) => kept.has(new URL(s.url, location.href).pathname));
+    }, null, { timeout: STEP_TIMEOUT_MS });
     assert.equal(await page.evaluate(() => document.querySelector("#offline").textContent), "ready", "the page says it can start offline");
 
     // A warm start, the server up: only the page and the API go to the network; the scripts,

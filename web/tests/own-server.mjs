@@ -23,10 +23,11 @@ export function freePort() {
   });
 }
 
-/** Start the server on `port` (0: any); resolves to `{ child, port, url, stop }` once it
- * listens, `stop()` killing it (SIGKILL: no goodbye) and resolving when it is gone. */
-export function startOwnServer(port = 0) {
+/** Start the server on `port` (0: any) with `extra` flags; resolves to `{ child, port, url,
+ * stop }` once it listens, `stop()` killing it (SIGKILL: no goodbye) and resolving when it is gone. */
+export function startOwnServer(port = 0, extra = []) {
   const [bin, ...args] = JSON.parse(process.env.SPLIT_SERVER_CMD ?? "null") ?? [];
+  args.push(...extra);
   if (!bin) throw new Error("set SPLIT_SERVER_CMD to the server's command line as JSON (cargo xtask test does)");
   const at = args.indexOf("--port");
   if (at >= 0) args[at + 1] = String(port);

@@ -216,6 +216,12 @@ fn browser_tests((weights, calibration): &(PathBuf, PathBuf)) -> Result<()> {
         .arg("tests/offline.mjs")
         .current_dir(&web)
         .env("SPLIT_SERVER_CMD", &command))?;
+    // The package and the model from another origin than the page (CORS for an origin the
+    // server's --allow-origin lists, and refused for one it does not), in the three engines.
+    run(Command::new("node")
+        .arg("tests/cross-origin.mjs")
+        .current_dir(&web)
+        .env("SPLIT_SERVER_CMD", &command))?;
     // Device groups: three browsers and the native agent share a batch, run pipelines, and
     // lose a member mid-stream.
     // The agent the workspace's test build made (for its own tests): `cargo build -p

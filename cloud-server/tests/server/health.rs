@@ -243,3 +243,54 @@ async fn requests_for_another_host_name_are_refused() {
     assert_eq!(status_for_host(&srv, "/api/info", &format!("localhost:{port}")).await, 421);
     assert_eq!(status_for_host(&srv, "/api/info", "app.example.com").await, 200);
 }
+
+/// CORS for the origins `--allow-origin` lists, and only those: the package, the API and the
+/// weights echo a listed `Origin`; another origin gets no `Access-Control-Allow-Origin`; every
+/// answer varies with `Origin`. The site version is on the page's files and `/api/info`, the
+/// same as `/api/info` names.
+#[actix_web::test]
+async fn cors_for_listed_origins_and_the_site_version() {
+    let (srv, _) = common::server_and_state(&["--allow-origin", "https://app.example.com"]);
+    let client = awc::Client::default();
+    let info: serde_json::Value =
+        client.get(srv.url("/api/info")).send().await.unwrap().json().limit(1 << 20).await.unwrap();
+    let site = info["site"].as_str().expect("/api/info names the site version").to_owned();
+    assert_eq!(site.len(), 16);
+    for path in ["/split-client.js", "/api/info", "/weights/shards/stem.splw"] {
+        let listed = client
+            .get(srv.url(path))
+            .insert_header(("Origin", "https://app.example.com"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(listed.status(), 200, "{path}");
+        let allow = listed
+            .headers()
+            .get("access-control-allow-origin")
+            .map(|v| v.to_str().unwrap().to_owned());
+        assert_eq!(allow.as_deref(), Some("https://app.example.com"), "{path} for a listed origin");
+        let vary: Vec<_> =
+            listed.headers().get_all("vary").map(|v| v.to_str().unwrap().to_owned()).collect();
+        assert!(vary.iter().any(|v| v.contains("Origin")), "{path} varies with Origin: {vary:?}");
+        let other = client
+            .get(srv.url(path))
+            .insert_header(("Origin", "https://evil.example"))
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            other.headers().get("access-control-allow-origin").is_none(),
+            "{path}: another origin gets no CORS"
+        );
+    }
+    for path in ["/split-client.js", "/sw.js", "/api/info"] {
+        let res = client.get(srv.url(path)).send().await.unwrap();
+        let of = res.headers().get("split-site").map(|v| v.to_str().unwrap().to_owned());
+        assert_eq!(of.as_deref(), Some(site.as_str()), "{path} names the site version");
+    }
+    let shard = client.get(srv.url("/weights/shards/stem.splw")).send().await.unwrap();
+    assert!(
+        shard.headers().get("split-site").is_none(),
+        "the weights are the client's to keep, not the site's"
+    );
+}
