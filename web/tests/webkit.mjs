@@ -95,6 +95,21 @@ class WebDriverPage {
   on() {}
   goto(url) { return this.send("POST", "/url", { url }); }
   reload() { return this.send("POST", "/refresh", {}); }
+  /** The WebDriver id of the first element `selector` matches. */
+  async element(selector) {
+    const found = await this.send("POST", "/element", { using: "css selector", value: selector });
+    return Object.values(found)[0];
+  }
+  async click(selector) { await this.send("POST", `/element/${await this.element(selector)}/click`, {}); }
+  /** A file input given a file by its path (WebDriver types the path into it). */
+  async setInputFiles(selector, path) { await this.send("POST", `/element/${await this.element(selector)}/value`, { text: path }); }
+  selectOption(selector, value) {
+    return this.evaluate(([selector, value]) => {
+      const select = document.querySelector(selector);
+      select.value = value;
+      select.dispatchEvent(new Event("change", { bubbles: true }));
+    }, [selector, value]);
+  }
   setViewportSize({ width, height }) { return this.send("POST", "/window/rect", { width, height }); }
   async screenshot({ path }) {
     const png = await this.send("GET", "/screenshot");

@@ -211,7 +211,7 @@ fn browser_tests((weights, calibration): &(PathBuf, PathBuf)) -> Result<()> {
     }
     // The offline start: the page reloaded with its server killed starts from the service
     // worker's cache and answers with the light model; a new build replaces the cached one;
-    // in Chromium and Firefox. Servers of its own, on a port it keeps.
+    // in Chromium, Firefox and WebKit. Servers of its own, on a port it keeps.
     run(Command::new("node")
         .arg("tests/offline.mjs")
         .current_dir(&web)
