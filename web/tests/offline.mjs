@@ -24,6 +24,15 @@ const reopen = (page, engine, url) => (engine === "webkit" ? page.goto(url) : pa
 const ready = (page) => page.waitForFunction(() => ["ready", "failed"].includes(document.body.dataset.state), null,
   { timeout: STEP_TIMEOUT_MS });
 
+/** Poll `fn` (async) in the page until it is truthy. Not `waitForFunction`: Playwright's takes
+ * an async predicate's promise for a truthy answer and returns at once. */
+async function until(page, fn, timeoutMs = STEP_TIMEOUT_MS) {
+  for (const end = Date.now() + timeoutMs; !(await page.evaluate(fn));) {
+    if (Date.now() > end) throw new Error(`not true within ${timeoutMs} ms: ${fn.toString().slice(0, 120)}`);
+    await new Promise((f) => setTimeout(f, 100));
+  }
+}
+
 /** The offline capability once the service worker kept the start's files, and the caches. */
 const offlineState = (page) => page.evaluate(async () => ({
   offline: await window.splitClient.offlineReady,
@@ -76,9 +85,8 @@ for (const engine of ENGINES) {
     const online = await classify(page, ["chelsea"]);
     assert.equal(online[0].quality, "full", "the server answers while it is up");
     // The light model in memory, and its shards (those after the full stages) in the client's
-    // Cache Storage, which an offline start reads: Chromium showed them there up to a second
-    // after the model was usable.
-    await page.waitForFunction(async () => {
+    // Cache Storage, which an offline start reads.
+    await until(page, async () => {
       const c = window.splitClient;
       const w = await c.weightsState();
       if (w.light !== "int8") return false;
@@ -86,7 +94,7 @@ for (const engine of ENGINES) {
       const kept = new Set((await (await caches.open("split-inference")).keys()).map((r) => new URL(r.url).pathname));
       return shards.slice(shards.findIndex((s) => s.name === w.through) + 1)
         .every((s) => kept.has(new URL(s.url, location.href).pathname));
-    }, null, { timeout: STEP_TIMEOUT_MS });
+    });
     assert.equal(await page.evaluate(() => document.querySelector("#offline").textContent), "ready", "the page says it can start offline");
 
     // A warm start, the server up: only the page and the API go to the network; the scripts,
