@@ -8,6 +8,7 @@
 // Run by `cargo xtask test` with SPLIT_URL set to the server.
 import assert from "node:assert/strict";
 import { ENGINES, withEngine } from "./engine.mjs";
+import { InjectingProxy } from "./inject-proxy.mjs";
 import { RequestLog } from "./request-log.mjs";
 
 const server = process.env.SPLIT_URL;
@@ -179,54 +180,73 @@ async function groupChecks(engine, other) {
 }
 
 /**
- * Features turned off before the page's scripts run (an init script; WebDriver classic has none,
- * so not in WebKit): without Workers and with IndexedDB refused (as private browsing may) the
- * demo page still classifies, on its own thread with a backlog in memory, and says both in
- * `capabilities`; without WebAssembly SIMD the client fails with "unsupported_engine" and the
- * page shows why.
+ * Features turned off before the page's scripts run: without Workers and with IndexedDB
+ * refused (as private browsing may) the demo page still classifies, on its own thread with a
+ * backlog in memory, and says both in `capabilities`; without WebAssembly SIMD the client
+ * fails with "unsupported_engine" and the page shows why. The switch-off runs first in the
+ * page: an init script where the driver has them, else (WebKitGTK's WebDriver classic) a
+ * script a proxy puts at the top of the page (`inject-proxy.mjs`).
  */
-async function degradedChecks(engine) {
-  return withEngine(engine, async (browser) => {
-    const page = await browser.newPage();
-    await page.addInitScript(() => {
-      delete globalThis.Worker;
-      indexedDB.open = () => { throw new DOMException("refused by the test", "SecurityError"); };
-    });
-    await page.goto(new URL("index.html", url).href);
-    await ready(page);
-    const out = await page.evaluate(async () => {
-      const c = window.splitClient;
-      const bytes = new Uint8Array(await (await fetch("samples/chelsea.png")).arrayBuffer());
-      const r = await c.classify(bytes, "block5", {});
-      return { worker: c.capabilities.worker, backlog: c.capabilities.backlog, inWorker: c.inWorker, top1: r.top[0].class,
-               persistent: (await c.backlogState()).persistent };
-    });
-    console.log(`engines: ${engine} without Workers and IndexedDB:`, JSON.stringify(out));
-    assert.equal(out.top1, 282, `${engine}: the page classifies without Workers and IndexedDB`);
-    assert.deepEqual([out.inWorker, out.worker.available, out.backlog.available, out.persistent], [false, false, false, false]);
-    assert.match(out.worker.reason, /no Web Worker/, `${engine}: capabilities.worker says why`);
-    assert.match(out.backlog.reason, /IndexedDB/, `${engine}: capabilities.backlog says why`);
+const WITHOUT_WORKERS_AND_INDEXEDDB = () => {
+  delete globalThis.Worker;
+  indexedDB.open = () => { throw new DOMException("refused by the test", "SecurityError"); };
+};
+const WITHOUT_SIMD = () => {
+  // Any module with a SIMD opcode (prefix 0xfd) fails validation, as in an engine without SIMD.
+  const validate = WebAssembly.validate;
+  WebAssembly.validate = (b) => !new Uint8Array(b.buffer ?? b).includes(0xfd) && validate(b);
+  delete globalThis.Worker; // the client on the page's thread, where the script above runs
+};
 
-    const simdless = await browser.newPage();
-    await simdless.addInitScript(() => {
-      // Any module with a SIMD opcode (prefix 0xfd) fails validation, as in an engine without SIMD.
-      const validate = WebAssembly.validate;
-      WebAssembly.validate = (b) => !new Uint8Array(b.buffer ?? b).includes(0xfd) && validate(b);
-      delete globalThis.Worker; // the client on the page's thread, where the script above runs
+/** A new page of `browser` whose documents run `fn` before their own scripts; its base URL. */
+async function pageWith(engine, browser, fn, proxies) {
+  const page = await browser.newPage();
+  if (engine !== "webkit") {
+    await page.addInitScript(fn);
+    return { page, base: url };
+  }
+  const proxy = new InjectingProxy(url, `(${fn.toString()})();`);
+  proxies.push(proxy);
+  return { page, base: await proxy.listen() };
+}
+
+async function degradedChecks(engine) {
+  const proxies = [];
+  try {
+    return await withEngine(engine, async (browser) => {
+      const { page, base } = await pageWith(engine, browser, WITHOUT_WORKERS_AND_INDEXEDDB, proxies);
+      await page.goto(new URL("index.html", base).href);
+      await ready(page);
+      const out = await page.evaluate(async () => {
+        const c = window.splitClient;
+        const bytes = new Uint8Array(await (await fetch("samples/chelsea.png")).arrayBuffer());
+        const r = await c.classify(bytes, "block5", {});
+        return { worker: c.capabilities.worker, backlog: c.capabilities.backlog, inWorker: c.inWorker, top1: r.top[0].class,
+                 persistent: (await c.backlogState()).persistent };
+      });
+      console.log(`engines: ${engine} without Workers and IndexedDB:`, JSON.stringify(out));
+      assert.equal(out.top1, 282, `${engine}: the page classifies without Workers and IndexedDB`);
+      assert.deepEqual([out.inWorker, out.worker.available, out.backlog.available, out.persistent], [false, false, false, false]);
+      assert.match(out.worker.reason, /no Web Worker/, `${engine}: capabilities.worker says why`);
+      assert.match(out.backlog.reason, /IndexedDB/, `${engine}: capabilities.backlog says why`);
+
+      const { page: simdless, base: simdBase } = await pageWith(engine, browser, WITHOUT_SIMD, proxies);
+      await simdless.goto(new URL("index.html", simdBase).href);
+      await ready(simdless, "failed");
+      const shown = await simdless.evaluate(() => document.querySelector("#error").textContent);
+      console.log(`engines: ${engine} without SIMD: the page says "${shown}"`);
+      assert.match(shown, /no WebAssembly SIMD/, `${engine}: the page says why it cannot run`);
     });
-    await simdless.goto(new URL("index.html", url).href);
-    await ready(simdless, "failed");
-    const shown = await simdless.evaluate(() => document.querySelector("#error").textContent);
-    console.log(`engines: ${engine} without SIMD: the page says "${shown}"`);
-    assert.match(shown, /no WebAssembly SIMD/, `${engine}: the page says why it cannot run`);
-  });
+  } finally {
+    for (const p of proxies) p.close();
+  }
 }
 
 const results = [];
 try {
   for (const engine of engines) results.push(await engineChecks(engine));
   for (const engine of engines.filter((e) => e !== "chromium")) await groupChecks(engine, "chromium");
-  for (const engine of engines.filter((e) => e !== "webkit")) await degradedChecks(engine);
+  for (const engine of engines) await degradedChecks(engine);
 } finally {
   log.close();
 }
