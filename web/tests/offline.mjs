@@ -2,9 +2,9 @@
 // page, whose client registers the service worker (`sw.js`), is visited once with a server of
 // this test's own; the server is killed (nothing listens on its port) and the page reloaded.
 // It must load from the service worker's cache, answer with the light model, keep the answers
-// in the backlog, and finish them when a server is back on the same origin. Then a new server
-// build (a served file changed) must replace the cached version: one version's cache, never
-// a mix. Run by `cargo xtask test` with `SPLIT_SERVER_CMD` set (see own-server.mjs).
+// in the backlog (IndexedDB: they outlive the page), and finish them when a server is back on
+// the same origin. Then a new server build (a served file changed) must replace the cached
+// version: one version's cache, never a mix. Run by `cargo xtask test` with `SPLIT_SERVER_CMD` set (see own-server.mjs).
 import assert from "node:assert/strict";
 import { readFileSync, utimesSync } from "node:fs";
 import { fileURLToPath } from "node:url";
@@ -137,14 +137,20 @@ for (const engine of ENGINES) {
       error: document.querySelector("#error").hidden ? null : document.querySelector("#error").textContent }));
     assert.deepEqual(shown, { quality: "reduced", error: null }, `${engine}: the page answers offline`);
 
+    // Opened again, the server still gone: the three kept answers are in IndexedDB.
+    await reopen(page, engine, pageUrl);
+    await ready(page);
+    const persisted = await page.evaluate(() => window.splitClient.backlogState());
+    assert.deepEqual([persisted.entries, persisted.persistent], [3, true], `${engine}: the backlog survives the page`);
+
     // A server again on the same origin: the kept answers finish, once each, in order.
     server = await startOwnServer(port);
     const backAt = Date.now();
     const kept = during.map((r) => r.id);
-    await page.waitForFunction((ids) => ids.every((id) => (window.splitUpdates ?? []).some((u) => u.id === id && u.version === 2 && u.final)),
-      kept, { timeout: STEP_TIMEOUT_MS });
+    await page.waitForFunction((ids) => ids.every((id) => (window.splitUpdates ?? []).some((u) => u.id === id && u.version === 2 && u.final))
+      && document.body.dataset.backlog === "0", kept, { timeout: STEP_TIMEOUT_MS });
     const updates = await page.evaluate((ids) => window.splitUpdates.filter((u) => ids.includes(u.id)).map((u) => ({ id: u.id, quality: u.quality })), kept);
-    console.log(`offline: ${engine}: ${kept.length} kept answers finished ${Date.now() - backAt} ms after the server returned`);
+    console.log(`offline: ${engine}: ${persisted.entries} kept answers finished ${Date.now() - backAt} ms after the server returned`);
     assert.deepEqual(updates.map((u) => u.id), kept, "finished once each, in order");
     assert.ok(updates.every((u) => u.quality === "full"), "by the server");
 
