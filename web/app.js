@@ -414,9 +414,10 @@ function showConnection(c) {
   document.body.dataset.connection = c.state;
 }
 
-/** Whether a reload without the server would start (`capabilities.offline`), and why not. */
-function showOffline(o) {
-  $("offline").textContent = o.available ? "ready" : o.reason === "offline: true was not asked for" ? "off" : "not yet";
+/** Whether a reload without the server would start (`capabilities.offline`), and why not;
+ * `asked`: whether this page asked for it. */
+function showOffline(o, asked) {
+  $("offline").textContent = o.available ? "ready" : asked ? "not yet" : "off";
   $("offline").title = o.available ? `This page starts without the server: ${o.files} files of site ${o.site} are kept.` : o.reason;
   document.body.dataset.offline = o.available ? "ready" : "off";
 }
@@ -476,8 +477,8 @@ async function main() {
   });
   // Exposed for the browser tests and for experimenting from the console.
   window.splitClient = client;
-  showOffline(client.capabilities.offline);
-  client.offlineReady?.then(showOffline);
+  showOffline(client.capabilities.offline, offline);
+  client.offlineReady?.then((o) => showOffline(o, offline));
   $("backend").textContent = (client.backend === "cpu" ? `cpu (${client.wasmBuild} wasm)` : client.backend)
     + (client.inWorker ? ", in a worker" : ", on the page's thread");
   document.body.dataset.backend = client.backend;

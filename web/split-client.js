@@ -44,7 +44,7 @@ import {
 } from "./client/wasm.js";
 import { EdgeWeights, boundaryIndex } from "./client/weights.js";
 import { DeviceGroup } from "./client/group.js";
-import { loadedUrls, registerOffline, reportStarted, withoutData } from "./client/offline.js";
+import { loadedUrls, notAsked, registerOffline, reportStarted, withoutData } from "./client/offline.js";
 
 export { SplitError };
 /** The language model split between this page and the server (`client/chat.js`). */
@@ -168,7 +168,7 @@ export class SplitClient {
     client.capabilities.backlog = client.resilience.backlog.persistent ? { available: true, reason: null }
       : { available: false, reason: "IndexedDB is refused or absent here (private browsing?): answers kept for the server live in memory and go with the page" };
     // Set by `create` on a page that asked for it (`keepForOffline`).
-    client.capabilities.offline = { available: false, reason: "offline: true was not asked for" };
+    client.capabilities.offline = notAsked();
     // Every new connection is a chance to finish what waited for the server.
     client.connection.onOpen = () => client.resilience.scheduleDrain(true);
     // The codec's tables at the boundary the page preloads for; any other boundary's come

@@ -63,19 +63,24 @@ async function answer(event, request, url) {
   const revalidated = navigation
     ? new Request(request.url, { cache: "no-cache", redirect: "manual", credentials: request.credentials })
     : (await isSiteFile(request)) ? new Request(request, { cache: "no-cache" }) : request;
+  // The current version's copy, when the network cannot give one (a page served from it
+  // makes its files come from it too).
+  const kept = async () => {
+    const hit = site && (await fromCache(site, request));
+    if (navigation && hit) liveSite = site;
+    return hit;
+  };
   let response;
   try {
     response = await fetch(revalidated);
   } catch (error) {
-    const kept = site && (await fromCache(site, request));
-    if (navigation && kept) liveSite = site;
-    if (kept) return kept;
+    const hit = await kept();
+    if (hit) return hit;
     throw error;
   }
   if (GATEWAY_FAILURES.includes(response.status)) {
-    const kept = site && (await fromCache(site, request));
-    if (navigation && kept) liveSite = site;
-    if (kept) return kept;
+    const hit = await kept();
+    if (hit) return hit;
   }
   const of = response.headers.get(SITE_HEADER);
   if (navigation) liveSite = of;
@@ -86,9 +91,13 @@ async function answer(event, request, url) {
   return response;
 }
 
-/** Whether any version's cache holds `request` (a file of the site, not the client's data). */
+/** Whether a version's cache holds `request` (a file of the site; the client's own cache of
+ * weights is not looked in). */
 async function isSiteFile(request) {
-  return Boolean(await caches.match(request, { ignoreVary: true }).catch(() => null));
+  for (const name of await caches.keys()) {
+    if (name.startsWith(PREFIX) && (await (await caches.open(name)).match(request, { ignoreVary: true }))) return true;
+  }
+  return false;
 }
 
 /** `request` from `site`'s cache (a page by its path alone when its query differs), or null. */
@@ -99,9 +108,14 @@ async function fromCache(site, request) {
   return (await cache.match(request, { ignoreVary: true, ignoreSearch: true })) ?? null;
 }
 
+/** The current version, read from its cache once per start of this worker (`promote` sets it). */
+let currentSite;
 async function current() {
-  const hit = await (await caches.open(STATE_CACHE)).match(CURRENT_KEY);
-  return hit ? hit.text() : null;
+  if (currentSite === undefined) {
+    const hit = await (await caches.open(STATE_CACHE)).match(CURRENT_KEY);
+    currentSite = hit ? await hit.text() : null;
+  }
+  return currentSite;
 }
 
 /**
@@ -135,6 +149,7 @@ async function promote(site, urls) {
   const promoted = missing.length === 0;
   if (promoted) {
     await (await caches.open(STATE_CACHE)).put(CURRENT_KEY, new Response(site));
+    currentSite = site;
     liveSite = site;
     for (const name of await caches.keys()) {
       if (name.startsWith(PREFIX) && name !== PREFIX + site) await caches.delete(name);

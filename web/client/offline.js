@@ -9,7 +9,8 @@ import { packageRoot } from "./wasm.js";
 /** How long a new service worker may take to activate before the client stops waiting. */
 const ACTIVATE_TIMEOUT_MS = 10_000;
 
-const notAsked = () => ({ available: false, reason: "offline: true was not asked for" });
+/** `capabilities.offline` of a client that did not ask for the offline start. */
+export const notAsked = () => ({ available: false, reason: "offline: true was not asked for" });
 
 /**
  * Register the service worker when `option` asks for it (`true`, or `{ serviceWorker, scope }`

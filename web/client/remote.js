@@ -2,6 +2,7 @@
 // `SplitClient`, every call a message. The wasm module, the weights and every edge run live in
 // the worker, so the page's thread only posts bytes and receives plain objects.
 
+import { notAsked } from "./offline.js";
 import { PageLinks } from "./peer.js";
 import { SplitError, packageRoot, startModuleWorker, webRtcCapability } from "./wasm.js";
 
@@ -59,7 +60,7 @@ export class RemoteSplitClient {
     this.nextId = 1;
     this.state = {};
     /** The offline start (`client/offline.js`), set on the page: the worker has none. */
-    this.offline = { available: false, reason: "offline: true was not asked for" };
+    this.offline = notAsked();
     /** The worker's WebSocket state, as it last reported it. */
     this.connectionState = { state: "idle" };
     /** Every placement change of the adaptive mode, as the worker reports them. */

@@ -130,6 +130,9 @@ for (const engine of ENGINES) {
       "a sample offline: the page says why it cannot load it");
     await page.setInputFiles("#file", fileURLToPath(new URL("../samples/chelsea.png", import.meta.url)));
     await page.selectOption("#split", "auto");
+    // The file is read before Classify is enabled; puppeteer and WebDriver would click it
+    // disabled (Playwright waits), and nothing would happen.
+    await page.waitForFunction(() => !document.querySelector("#classify").disabled, null, { timeout: STEP_TIMEOUT_MS });
     await page.click("#classify");
     await page.waitForFunction(() => document.querySelector("#result").dataset.quality || !document.querySelector("#error").hidden,
       null, { timeout: STEP_TIMEOUT_MS });

@@ -302,6 +302,8 @@ try {
       for (let k = 0; k < repeats; k++) {
         const t = Date.now();
         await page.evaluate(() => delete document.querySelector("#result").dataset.quality);
+        // Classify is enabled once the sample is read (puppeteer would click it disabled).
+        await page.waitForFunction(() => !document.querySelector("#classify").disabled, null, { timeout: STEP_TIMEOUT_MS });
         await page.click("#classify");
         // An answer or an error on screen, whichever comes: an error fails here with its text.
         await page.waitForFunction(() => document.querySelector("#result").dataset.quality || !document.querySelector("#error").hidden,
