@@ -9,7 +9,7 @@
 // stages in int8, a quarter of the bytes): `ensureLight` loads it for the stages the edge does
 // not hold in full, so the device can always answer (a reduced answer, see resilience.js).
 
-import { SplitError, fetchCached, serverUrl, wasm, wasmCall } from "./wasm.js";
+import { SplitError, fetchCached, isCached, serverUrl, wasm, wasmCall } from "./wasm.js";
 
 /** A boundary's index in forward order (input 0 … logits 20); -1 when unknown. */
 export function boundaryIndex(name) {
@@ -77,6 +77,7 @@ export class EdgeWeights {
   }
 
   async loadLight(shards) {
+    await this.loadKeptFull();
     const have = boundaryIndex(this.edge.reachableThrough);
     const needed = shards.filter((s) => boundaryIndex(s.name) > have);
     const files = await this.fetchAll(needed, "light-weights");
@@ -84,6 +85,24 @@ export class EdgeWeights {
       await wasmCall(() => this.edge.loadLightStage(s.name, files[i]));
       this.lightBytes += files[i].length;
     }
+  }
+
+  /**
+   * Load the full stages after the loaded ones that this browser already keeps in Cache
+   * Storage (an earlier visit's deeper split), in forward order up to the first it lacks:
+   * exact and without a download, where the light model would need one (a page started
+   * without the server has only what it kept).
+   */
+  async loadKeptFull() {
+    const have = boundaryIndex(this.through);
+    let target = have;
+    for (const s of this.info.weights_shards ?? []) {
+      const k = boundaryIndex(s.name);
+      if (k <= have) continue;
+      if (k !== target + 1 || !(await isCached(serverUrl(s.url, this.base), s.id))) break;
+      target = k;
+    }
+    if (target > have) await this.load(target);
   }
 
   /**
