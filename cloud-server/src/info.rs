@@ -75,9 +75,29 @@ pub struct ModelInfo {
     pub spec: ModelSpec,
     /// The codec setting its features should travel in.
     pub default_codec: Setting,
-    /// Where its cost table is, when the server has one for it.
-    pub cost_table_url: Option<&'static str>,
+    /// Where its cost table is, when the server has one for it: `/api/cost-table` for
+    /// EfficientNet-Lite0, `/api/models/<name>/cost-table` (the name percent-encoded) for the
+    /// others.
+    pub cost_table_url: Option<String>,
 }
+
+/// Where the cost table of the model called `name` is served (besides
+/// [`COST_TABLE_URL`] for EfficientNet-Lite0's): `/api/models/<name>/cost-table`, every byte
+/// of the name outside `A-Z a-z 0-9 - . _ ~` percent-encoded.
+pub fn model_cost_table_url(name: &str) -> String {
+    let mut url = String::from(MODELS_URL);
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            url.push(char::from(b));
+        } else {
+            url.push_str(&format!("%{b:02X}"));
+        }
+    }
+    url + "/cost-table"
+}
+
+/// The folder of per-model resources.
+pub const MODELS_URL: &str = "/api/models/";
 
 /// The language model (`/api/info`'s `llm`): what a client needs to open a conversation.
 #[derive(Debug, Serialize)]
@@ -220,10 +240,13 @@ impl ServerInfo {
                 .map(|m| ModelInfo {
                     spec: m.spec().clone(),
                     default_codec: m.default_codec(),
-                    // The cost table is EfficientNet-Lite0's (`./run.sh profile`).
-                    cost_table_url: (m.spec().id == MODEL_EFFICIENTNET_LITE0
-                        && state.cost_table.is_some())
-                    .then_some(COST_TABLE_URL),
+                    cost_table_url: state.cost_table_of(&m.spec().name).map(|_| {
+                        if m.spec().id == MODEL_EFFICIENTNET_LITE0 {
+                            COST_TABLE_URL.to_string()
+                        } else {
+                            model_cost_table_url(&m.spec().name)
+                        }
+                    }),
                 })
                 .collect(),
             device: state.device_name,

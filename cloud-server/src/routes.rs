@@ -64,6 +64,19 @@ async fn cost_table(state: web::Data<AppState>) -> HttpResponse {
     }
 }
 
+/// `/api/models/{name}/cost-table`: the hosted model's cost table.
+async fn model_cost_table(name: web::Path<String>, state: web::Data<AppState>) -> HttpResponse {
+    let hosted = state.models.registry().iter().any(|m| m.spec().name == *name);
+    match state.cost_table_of(&name) {
+        Some(t) if hosted => HttpResponse::Ok()
+            .content_type("application/json")
+            .insert_header((crate::site::SITE_HEADER, &*state.site))
+            .body(t.as_str().to_owned()),
+        _ if hosted => HttpResponse::NotFound().body(format!("no cost table for {name}")),
+        _ => HttpResponse::NotFound().body(format!("no model {name} on this server")),
+    }
+}
+
 async fn weights(req: HttpRequest, state: web::Data<AppState>) -> actix_web::Result<HttpResponse> {
     Ok(NamedFile::open_async(state.weights_path.as_path()).await?.into_response(&req))
 }
@@ -116,6 +129,10 @@ pub fn config_app(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
             .route(&format!("{PARTS_URL}{{file}}"), web::head().to(shards::calibration_part))
             .route(CALIBRATION_URL, web::get().to(calibration))
             .route(COST_TABLE_URL, web::get().to(cost_table))
+            .route(
+                &format!("{}{{name}}/cost-table", crate::info::MODELS_URL),
+                web::get().to(model_cost_table),
+            )
             .service(
                 // The page is cross-origin isolated, which lets its client start the threaded
                 // edge build (SharedArrayBuffer): everything it loads is same-origin.

@@ -44,6 +44,9 @@ pub struct AppState {
     pub calibration: Option<(Arc<Calibration>, Arc<PathBuf>)>,
     /// The planner's cost table (JSON text), when there is one.
     pub cost_table: Option<Arc<String>>,
+    /// The cost tables (JSON text) of the other hosted models, by model name
+    /// ([`Self::host_with_cost_table`]).
+    pub model_cost_tables: Arc<std::collections::BTreeMap<String, Arc<String>>>,
     /// Results by content; keyed per session unless [`Config::shared_cache`].
     pub cache: ResultCache,
     /// Whether sessions share cached results.
@@ -117,6 +120,7 @@ fn load_cost_table(path: PathBuf) -> Result<Option<Arc<String>>> {
         Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
     };
     split_shared::plan::CostTable::from_json(&text)
+        .and_then(|t| t.check_spec(&split_shared::model::lite0_spec()))
         .map_err(anyhow::Error::msg)
         .with_context(|| format!("loading the cost table {}", path.display()))?;
     Ok(Some(Arc::new(text)))
@@ -234,6 +238,7 @@ impl AppState {
             device_name,
             calibration,
             cost_table,
+            model_cost_tables: Arc::default(),
             cache: Arc::new(Mutex::new(LruCache::new(
                 config.cache_entries,
                 config.cache_entries * CACHE_ENTRY_COST,
@@ -286,6 +291,35 @@ impl AppState {
         self.models.registry().check_free(model.spec())?;
         let engine = self.engine_settings.start(model, self.metrics.clone());
         self.models.add(engine)
+    }
+
+    /// [`Self::host`] `model` with its cost table (measured with
+    /// [`split_shared::runtime::ProfileSetup`], or by a tool of its own): `/api/info` lists
+    /// where clients fetch it, `/api/models/<name>/cost-table`, and they plan its split with
+    /// [`split_shared::plan::plan`] as with EfficientNet-Lite0's.
+    ///
+    /// # Errors
+    /// [`RuntimeError::BadSpec`] for a table of another model (checked first, so nothing is
+    /// hosted), else as [`Self::host`].
+    pub fn host_with_cost_table(
+        &mut self,
+        model: Arc<dyn SplitModel>,
+        table: &split_shared::plan::CostTable,
+    ) -> Result<(), RuntimeError> {
+        table.check_spec(model.spec()).map_err(RuntimeError::BadSpec)?;
+        let name = model.spec().name.clone();
+        let text = serde_json::to_string_pretty(table).expect("a cost table serializes");
+        self.host(model)?;
+        Arc::make_mut(&mut self.model_cost_tables).insert(name, Arc::new(text));
+        Ok(())
+    }
+
+    /// The cost table (JSON text) of the hosted model called `name`, when it has one.
+    pub fn cost_table_of(&self, name: &str) -> Option<&Arc<String>> {
+        if name == split_shared::model::LITE0_NAME {
+            return self.cost_table.as_ref();
+        }
+        self.model_cost_tables.get(name)
     }
 
     /// Start shutting down: every session closes (1012) after its current request, and

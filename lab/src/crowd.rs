@@ -55,7 +55,11 @@ impl std::str::FromStr for Mode {
                 let (b, c) = s.split_once(':').with_context(|| {
                     format!("mode {s:?}: use edge, cloud, auto or <boundary>:<codec>")
                 })?;
-                Self::Fixed(Placement::Split { boundary: b.parse()?, codec: c.parse()? })
+                let boundary: Boundary = b.parse()?;
+                Self::Fixed(Placement::Split {
+                    boundary: boundary.name().into(),
+                    codec: c.parse()?,
+                })
             }
         })
     }
@@ -94,7 +98,7 @@ impl Frames {
                     let jpeg = split_shared::image::encode_jpeg(&img, 90)?;
                     frames.insert(p.clone(), Request::Input { id: 0, payload: jpeg }.to_bytes());
                 }
-                Placement::Split { boundary, codec } => splits.push((*boundary, *codec)),
+                Placement::Split { boundary, codec } => splits.push((boundary.parse()?, *codec)),
             }
         }
         if splits.is_empty() {
@@ -117,7 +121,7 @@ impl Frames {
             let frame = FeaturesFrame::encode(&features, codec, EncodeContext::new(calibration))
                 .with_context(|| format!("coding {boundary} with {codec}"))?;
             frames.insert(
-                Placement::Split { boundary, codec },
+                Placement::Split { boundary: boundary.name().into(), codec },
                 Request::Features { id: 0, frame }.to_bytes(),
             );
         }

@@ -215,6 +215,7 @@ pub fn run(a: Args) -> Result<()> {
         .to_string(),
         machine: machine(),
         boundaries: boundary_table().iter().map(|b| b.name.to_string()).collect(),
+        param_bytes: boundary_table().iter().map(|b| b.cumulative_param_bytes).collect(),
         edge: BTreeMap::from([(
             "native-flex".to_string(),
             EdgeProfile { device: "burn flex, native (this machine)".into(), ms: edge },

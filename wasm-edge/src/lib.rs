@@ -448,7 +448,7 @@ pub fn boundaries() -> JsValue {
 /// attacker could not reconstruct into a recognisable photo (docs/privacy.md).
 #[wasm_bindgen(js_name = defaultPrivacyFloor)]
 pub fn default_privacy_floor() -> String {
-    split_shared::plan::DEFAULT_PRIVACY_FLOOR.name().to_string()
+    split_shared::model::PRIVACY_FLOOR.name().to_string()
 }
 
 /// Share `count` items over a device group's members in proportion to their speed

@@ -26,8 +26,7 @@ impl AdaptivePlanner {
     /// from (`"browser-wasm-cpu"`, `"browser-webgpu"`; falls back to `"native-flex"`).
     #[wasm_bindgen(constructor)]
     pub fn new(cost_table: &str, edge_profile: &str) -> Result<AdaptivePlanner, JsValue> {
-        let table =
-            CostTable::from_json(cost_table).map_err(|e| crate::js::error("bad_cost_table", e))?;
+        let table = lite0_table(cost_table)?;
         let profile =
             if table.edge.contains_key(edge_profile) { edge_profile } else { "native-flex" };
         let candidates = table.candidates(profile).ok_or_else(|| {
@@ -259,8 +258,7 @@ pub fn plan_chain(
 ) -> Result<JsValue, JsValue> {
     use split_shared::group::chain::{Goal, Network};
     use split_shared::model::Boundary;
-    let table =
-        CostTable::from_json(cost_table).map_err(|e| crate::js::error("bad_cost_table", e))?;
+    let table = lite0_table(cost_table)?;
     let codec = codec.parse().map_err(|e| crate::js::error("bad_option", e))?;
     let net = Network::from_cost_table(&table, profile, codec)
         .map_err(|e| crate::js::error("bad_cost_table", e))?;
@@ -304,4 +302,14 @@ pub fn plan_chain(
         period_ms: chain.period_ms,
     };
     Ok(to_object(&plan))
+}
+
+/// The server's cost table (JSON text), checked to be EfficientNet-Lite0's: the model this
+/// module runs.
+fn lite0_table(text: &str) -> Result<CostTable, JsValue> {
+    let table = CostTable::from_json(text).map_err(|e| crate::js::error("bad_cost_table", e))?;
+    table
+        .check_spec(&split_shared::model::lite0_spec())
+        .map_err(|e| crate::js::error("bad_cost_table", e))?;
+    Ok(table)
 }

@@ -20,6 +20,10 @@ pub enum Setting {
     /// Steps allocated by measured sensitivity, context-modelled range coding
     /// ([`super::alloc`]).
     Alloc(AllocSetting),
+    /// Each channel quantized between its own extremes in the frame, which travel with it, at
+    /// this many bits (one of [`SUPPORTED_BITS`]): needs no calibration, so any model on the
+    /// runtime can send it ([`super::ranged`]).
+    Ranged(u8),
 }
 
 /// Parameters of the sensitivity-allocated codec: one quality level.
@@ -72,10 +76,12 @@ impl QuantSetting {
 crate::serde_by_name!(Setting, "codec setting");
 
 impl fmt::Display for Setting {
-    /// `f32`, `q<bits>[-r<rank>][-packed]` (e.g. `q4`, `q2-r16`, `q8-packed`) or `s<level>`.
+    /// `f32`, `q<bits>[-r<rank>][-packed]` (e.g. `q4`, `q2-r16`, `q8-packed`), `s<level>` or
+    /// `ranged<bits>`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::F32 => f.write_str("f32"),
+            Self::Ranged(bits) => write!(f, "ranged{bits}"),
             Self::Alloc(a) => write!(f, "s{}", a.level),
             Self::Quant(q) => {
                 write!(f, "q{}", q.bits)?;
@@ -99,12 +105,15 @@ impl FromStr for Setting {
         if s == "f32" {
             return Ok(Self::F32);
         }
-        if let Some(level) = s.strip_prefix('s') {
-            // Digits only: `s+3` or `s 3` would otherwise parse.
-            if level.is_empty() || !level.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(bad());
+        if let Some(bits) = s.strip_prefix("ranged") {
+            let bits: u8 = digits(bits).ok_or_else(bad)?;
+            if !SUPPORTED_BITS.contains(&bits) {
+                return Err(CodecError::UnsupportedBits(bits));
             }
-            let level = level.parse().map_err(|_| bad())?;
+            return Ok(Self::Ranged(bits));
+        }
+        if let Some(level) = s.strip_prefix('s') {
+            let level = digits(level).ok_or_else(bad)?;
             return Ok(Self::Alloc(AllocSetting { level }.check()?));
         }
         let mut parts = s.split('-');
@@ -123,13 +132,33 @@ impl FromStr for Setting {
     }
 }
 
+/// A number written in ASCII digits only: `parse` alone would take `+3`.
+fn digits(s: &str) -> Option<u8> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn names_round_trip() {
-        for name in ["f32", "q8", "q4", "q3-packed", "q2-r16", "q6-r8-packed", "s0", "s12", "s24"] {
+        for name in [
+            "f32",
+            "q8",
+            "q4",
+            "q3-packed",
+            "q2-r16",
+            "q6-r8-packed",
+            "s0",
+            "s12",
+            "s24",
+            "ranged8",
+            "ranged2",
+        ] {
             assert_eq!(name.parse::<Setting>().unwrap().to_string(), name);
         }
     }
@@ -152,6 +181,10 @@ mod tests {
             "s1.5",
             "s300",
             "s4-packed",
+            "ranged",
+            "ranged5",
+            "ranged+8",
+            "ranged8-packed",
         ] {
             assert!(name.parse::<Setting>().is_err(), "{name}");
         }

@@ -74,8 +74,7 @@ impl Network {
                     .map_or(f64::INFINITY, |c| c.bytes),
             })
             .collect();
-        let params =
-            crate::model::Boundary::all().map(|b| b.info().cumulative_param_bytes as f64).collect();
+        let params = table.param_bytes.iter().map(|b| *b as f64).collect();
         Ok(Self { compute, bytes, params })
     }
 }

@@ -21,8 +21,8 @@ pub use llm::{
 };
 pub use monitor::{Forecast, Measured, NetworkMonitor};
 pub use planner::{
-    Candidate, Conditions, Constraints, DEFAULT_MIN_AGREEMENT, DEFAULT_PRIVACY_FLOOR, Estimate,
-    Placement, PlanError, estimate, plan, plan_candidates,
+    Candidate, Conditions, Constraints, DEFAULT_MIN_AGREEMENT, Estimate, Placement, PlanError,
+    estimate, plan, plan_candidates,
 };
 pub use policy::{AdaptivePolicy, Explanation, PingObservation, ProbeConfig, RequestObservation};
 pub use table::{COST_TABLE_VERSION, CodecCost, CostTable, EdgeProfile, wilson_lower};

@@ -6,7 +6,6 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::codec::Setting;
-use crate::model::Boundary;
 
 /// Where the work runs.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -18,8 +17,8 @@ pub enum Placement {
     CloudOnly,
     /// The edge runs to `boundary` and sends features coded with `codec`.
     Split {
-        /// Where the edge stops (JSON: its name, `"block5"`).
-        boundary: Boundary,
+        /// Where the edge stops: the boundary's name in the model's spec (`"block5"`).
+        boundary: String,
         /// How the features are coded (JSON: its name, `"q6"`).
         codec: Setting,
     },
@@ -41,7 +40,8 @@ impl fmt::Display for Placement {
 pub struct Candidate {
     /// What it is.
     pub placement: Placement,
-    /// Index of the split in forward order (0 = nothing on the edge), for the privacy floor.
+    /// Index of the split's boundary in the model's forward order (0 = nothing on the edge),
+    /// for the privacy floor.
     pub depth: usize,
     /// Edge compute, ms, on the profiled edge.
     pub edge_ms: f64,
@@ -89,19 +89,13 @@ impl Default for Conditions {
 /// settings.
 pub const DEFAULT_MIN_AGREEMENT: f64 = 0.98;
 
-/// The privacy floor a client gets when it asks for one without naming a boundary: the earliest
-/// boundary whose features a white-box attacker could not turn back into a recognisable photo
-/// at the default codec. Measured, not assumed (docs/privacy.md, `./run.sh invert`): through
-/// block15 the reconstructions still show the subject (SSIM ≥ 0.3 on the luma); from the head
-/// conv's output on they do not.
-pub const DEFAULT_PRIVACY_FLOOR: Boundary = Boundary::HEAD;
-
 /// Limits the user sets.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Constraints {
-    /// Candidates with fewer than this many stages on the edge are never chosen; any value
-    /// above 0 also forbids uploading the image (raw pixels never leave the device).
+    /// Candidates that stop the edge before this boundary index are never chosen; any value
+    /// above 0 also forbids uploading the input (raw pixels or text never leave the device).
+    /// EfficientNet-Lite0's measured floor is [`crate::model::PRIVACY_FLOOR`].
     pub privacy_floor: usize,
     /// Lowest acceptable top-1 agreement with the uncompressed model, held against each
     /// setting's measured agreement (the lower end of its 95% interval where the cost table
@@ -228,19 +222,13 @@ pub fn plan(
     plan_candidates(&candidates, conditions, constraints)
 }
 
-/// The candidate for a boundary's position in forward order (`input` = 0).
-pub fn depth_of(boundary: Boundary) -> usize {
-    usize::from(boundary.index())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     /// The seed article's worked example: 28 layers, feature size falling and compute rising
-    /// with depth, a cloud 18x faster than the edge, only the 27 inner cuts considered. Its
-    /// layers are not this network's boundaries, so every cut carries the same placement and
-    /// the tests tell them apart by `depth` (the cut after layer `depth`).
+    /// with depth, a cloud 18x faster than the edge, only the 27 inner cuts considered; the
+    /// cut after layer `depth` is called `layer<depth>`.
     fn seed_example() -> Vec<Candidate> {
         let sizes = [
             1000., 900., 820., 750., 680., 620., 560., 510., 460., 420., 380., 340., 310., 280.,
@@ -252,7 +240,10 @@ mod tests {
         ];
         (1..28)
             .map(|split| Candidate {
-                placement: Placement::Split { boundary: Boundary::STEM, codec: Setting::F32 },
+                placement: Placement::Split {
+                    boundary: format!("layer{split}"),
+                    codec: Setting::F32,
+                },
                 depth: split,
                 edge_ms: compute[..split].iter().sum(),
                 bytes: sizes[split - 1],

@@ -310,7 +310,7 @@ mod tests {
             },
             Candidate {
                 placement: Placement::Split {
-                    boundary: Boundary::block(5).unwrap(),
+                    boundary: b.name().into(),
                     codec: "q6".parse().unwrap(),
                 },
                 depth: usize::from(b.index()),

@@ -1,14 +1,16 @@
-//! The cost table: what the profiler measured, per boundary, as versioned JSON. The server
-//! serves it (`/api/cost-table`); the page loads it, replaces the edge column with its own
-//! warm-up measurements, and plans with it.
+//! The cost table: what the profiler measured, per boundary of one model, as versioned JSON.
+//! The server serves it (`/api/cost-table` for EfficientNet-Lite0, `cost_table_url` of each
+//! model in `/api/info`); the page loads it, replaces the edge column with its own warm-up
+//! measurements, and plans with it. Nothing here knows a model: the boundaries are the names of
+//! its [`ModelSpec`], checked with [`CostTable::check_spec`].
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::planner::{Candidate, Placement, depth_of};
+use super::planner::{Candidate, Placement};
 use crate::codec::Setting;
-use crate::model::{Boundary, boundary_table};
+use crate::runtime::ModelSpec;
 
 /// Format version of [`CostTable`]; readers refuse other versions.
 pub const COST_TABLE_VERSION: u32 = 1;
@@ -80,17 +82,22 @@ pub struct CostTable {
     pub command: String,
     /// Where it was measured.
     pub machine: String,
-    /// Boundary names in forward order (`input` .. `logits`).
+    /// Boundary names in forward order, as the model's spec has them (`input` .. `logits`).
     pub boundaries: Vec<String>,
+    /// Parameter bytes the edge holds to run from the input to each boundary (what a memory
+    /// budget is held against). Tables from before it was recorded lack it and are refused.
+    #[serde(default)]
+    pub param_bytes: Vec<u64>,
     /// Edge profiles by name (`native-flex`, `browser-wasm-cpu`, `browser-webgpu`, ...).
     pub edge: BTreeMap<String, EdgeProfile>,
     /// Device of the cloud column.
     pub cloud_device: String,
     /// Cloud compute from each boundary to the logits, ms; `None` where not measured.
     pub cloud_ms: Vec<Option<f64>>,
-    /// Cloud-only: decoding and running the uploaded image, ms.
+    /// Cloud-only: decoding and running the uploaded input, ms.
     pub cloud_only_ms: f64,
-    /// Cloud-only: bytes uploaded per image (a JPEG of the input).
+    /// Cloud-only: bytes uploaded per input (for a picture, a JPEG of it; for another model,
+    /// its input frame at boundary 0).
     pub image_bytes: f64,
     /// Codec options per boundary (empty where none were measured).
     pub codecs: Vec<Vec<CodecCost>>,
@@ -110,50 +117,72 @@ impl CostTable {
             ));
         }
         let n = t.boundaries.len();
-        if t.cloud_ms.len() != n || t.codecs.len() != n || t.edge.values().any(|e| e.ms.len() != n)
+        if n < 2 {
+            return Err(format!("cost table has {n} boundaries; a model has at least 2"));
+        }
+        if t.param_bytes.is_empty() {
+            return Err("cost table has no param_bytes column (made before it was recorded: \
+                        run the profiler again)"
+                .into());
+        }
+        if t.cloud_ms.len() != n
+            || t.codecs.len() != n
+            || t.param_bytes.len() != n
+            || t.edge.values().any(|e| e.ms.len() != n)
         {
             return Err(format!("cost table columns do not all have {n} rows"));
-        }
-        if t.boundaries.iter().zip(boundary_table()).any(|(a, b)| a != b.name) {
-            return Err("cost table boundaries are not this model's".into());
         }
         Ok(t)
     }
 
-    /// Every placement it can price for `edge_profile`: edge-only, cloud-only, and each
-    /// measured (boundary, codec) pair between `stem` and `pool`. `None` for an unknown profile.
+    /// Whether the table describes the model `spec` describes: its name and its boundaries'
+    /// names, in order.
+    ///
+    /// # Errors
+    /// A message naming what differs.
+    pub fn check_spec(&self, spec: &ModelSpec) -> Result<(), String> {
+        if self.model != spec.name {
+            return Err(format!("cost table is of {:?}, not {:?}", self.model, spec.name));
+        }
+        if !self.boundaries.iter().map(String::as_str).eq(spec.boundaries.iter().map(|b| &*b.name))
+        {
+            return Err(format!("cost table boundaries are not {}'s", spec.name));
+        }
+        Ok(())
+    }
+
+    /// Every placement it can price for `edge_profile`: edge-only (the last boundary), cloud-only,
+    /// and each measured (boundary, codec) pair between the first and the last boundary. `None`
+    /// for an unknown profile.
     pub fn candidates(&self, edge_profile: &str) -> Option<Vec<Candidate>> {
         let edge = self.edge.get(edge_profile)?;
+        let last = self.boundaries.len() - 1;
         let mut out = Vec::new();
-        for b in Boundary::all() {
-            let i = usize::from(b.index());
-            let info = b.info();
+        for (i, name) in self.boundaries.iter().enumerate().skip(1) {
             let Some(edge_ms) = edge.ms.get(i).copied().flatten() else { continue };
-            if b == Boundary::LOGITS {
+            let edge_param_bytes = self.param_bytes[i];
+            if i == last {
                 out.push(Candidate {
                     placement: Placement::EdgeOnly,
-                    depth: depth_of(b),
+                    depth: i,
                     edge_ms,
                     bytes: 0.0,
                     cloud_ms: 0.0,
                     agreement: 1.0,
-                    edge_param_bytes: info.cumulative_param_bytes,
+                    edge_param_bytes,
                 });
-                continue;
-            }
-            if b == Boundary::INPUT {
                 continue;
             }
             let Some(cloud_ms) = self.cloud_ms.get(i).copied().flatten() else { continue };
             for c in &self.codecs[i] {
                 out.push(Candidate {
-                    placement: Placement::Split { boundary: b, codec: c.codec },
-                    depth: depth_of(b),
+                    placement: Placement::Split { boundary: name.clone(), codec: c.codec },
+                    depth: i,
                     edge_ms,
                     bytes: c.bytes,
                     cloud_ms,
                     agreement: c.reliable_agreement(),
-                    edge_param_bytes: info.cumulative_param_bytes,
+                    edge_param_bytes,
                 });
             }
         }
@@ -202,15 +231,13 @@ mod tests {
         ))
         .unwrap();
         let mut t = CostTable::from_json(&text).unwrap();
-        let k = usize::from(Boundary::block(5).unwrap().index());
+        t.check_spec(&crate::model::lite0_spec()).unwrap();
+        let k = t.boundaries.iter().position(|b| b == "block5").unwrap();
         let q6: Setting = "q6".parse().unwrap();
         let agreement = |t: &CostTable| {
             let c = t.candidates("native-flex").unwrap();
             c.iter()
-                .find(|c| {
-                    c.placement
-                        == Placement::Split { boundary: Boundary::block(5).unwrap(), codec: q6 }
-                })
+                .find(|c| c.placement == Placement::Split { boundary: "block5".into(), codec: q6 })
                 .map(|c| c.agreement)
                 .unwrap()
         };

@@ -243,6 +243,7 @@ impl ErrorCode {
             RuntimeError::BackwardRange { .. }
             | RuntimeError::MixedStack
             | RuntimeError::BadSpec(_)
+            | RuntimeError::BadProfile(_)
             | RuntimeError::Duplicate { .. } => Self::Internal,
         }
     }

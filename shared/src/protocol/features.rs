@@ -47,6 +47,11 @@ impl FeaturesFrame {
                 let (params, payload) = codec::encode_alloc(features, a, ctx.calibration)?;
                 (Encoding::Allocated(params), payload)
             }
+            Setting::Ranged(bits) => {
+                let (params, payload) =
+                    codec::encode_ranged(&features.dims(), features.values(), bits)?;
+                (Encoding::Ranged(params), payload)
+            }
         };
         Ok(Self {
             boundary: features.boundary().index(),

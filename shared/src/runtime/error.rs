@@ -83,6 +83,9 @@ pub enum RuntimeError {
     /// rank over 3).
     #[error("model description invalid: {0}")]
     BadSpec(String),
+    /// A profile that cannot be measured (no inputs, a setting that needs a calibration).
+    #[error("cannot profile {0}")]
+    BadProfile(String),
     /// A second model registered under an id or a name already taken.
     #[error("a model with id {id} or name {name:?} is already registered")]
     Duplicate {

@@ -7,18 +7,21 @@
 //! the model brings a codec), and, for a model whose input is a picture, turn image bytes into
 //! its input. The server's request path, its batching queue and result cache work through this
 //! trait only; a [`Registry`] holds the models one process hosts, by the id every frame
-//! carries. `docs/models.md` shows a model plugged in.
+//! carries. [`ProfileSetup`] measures any model's cost table, which the planner
+//! ([`crate::plan`]) chooses a split from. `docs/models.md` shows a model plugged in.
 //!
 //! Stateful models (a language model's KV cache) keep their own per-conversation protocol on
 //! `/llm` for now ([`crate::models::smollm2`]).
 
 mod activations;
 mod error;
+mod profile;
 mod registry;
 mod spec;
 
 pub use activations::Activations;
 pub use error::RuntimeError;
+pub use profile::ProfileSetup;
 pub use registry::Registry;
 pub use spec::{BoundarySpec, MAX_ITEM_RANK, ModelSpec};
 

@@ -15,12 +15,22 @@ pub struct BoundarySpec {
     pub name: String,
     /// One item's activations there, without the batch dimension.
     pub shape: Vec<usize>,
+    /// Parameter bytes of everything from the input to here: what an edge that stops here
+    /// holds, and what a memory budget is held against (0 where the model does not say).
+    pub param_bytes: u64,
 }
 
 impl BoundarySpec {
     /// A boundary called `name` with activations of `shape` per item.
     pub fn new(name: impl Into<String>, shape: &[usize]) -> Self {
-        Self { name: name.into(), shape: shape.to_vec() }
+        Self { name: name.into(), shape: shape.to_vec(), param_bytes: 0 }
+    }
+
+    /// The same boundary, with `bytes` of parameters from the input to it.
+    #[must_use]
+    pub fn with_param_bytes(mut self, bytes: u64) -> Self {
+        self.param_bytes = bytes;
+        self
     }
 
     /// Values per item.
@@ -50,7 +60,8 @@ pub struct ModelSpec {
 
 impl ModelSpec {
     /// A model description, checked: at least an input and an answer, names unique and
-    /// non-empty, every shape non-empty of rank 1 to [`MAX_ITEM_RANK`], `max_batch` at least 1.
+    /// non-empty, every shape non-empty of rank 1 to [`MAX_ITEM_RANK`], parameter bytes never
+    /// falling along the boundaries, `max_batch` at least 1.
     ///
     /// # Errors
     /// [`RuntimeError::BadSpec`] saying which rule failed.
@@ -77,6 +88,9 @@ impl ModelSpec {
             }
             if !(1..=MAX_ITEM_RANK).contains(&b.shape.len()) || b.is_empty() {
                 return bad(format!("boundary {}'s shape {:?}", b.name, b.shape));
+            }
+            if i > 0 && b.param_bytes < boundaries[i - 1].param_bytes {
+                return bad(format!("boundary {}'s parameter bytes fall", b.name));
             }
         }
         Ok(Self { id, name, boundaries, max_batch })
@@ -165,6 +179,11 @@ mod tests {
         assert!(ModelSpec::new(1, "m", deep, 1).is_err());
         let empty = vec![BoundarySpec::new("a", &[0]), BoundarySpec::new("b", &[2])];
         assert!(ModelSpec::new(1, "m", empty, 1).is_err());
+        let falling = vec![
+            BoundarySpec::new("a", &[1]).with_param_bytes(8),
+            BoundarySpec::new("b", &[2]).with_param_bytes(4),
+        ];
+        assert!(ModelSpec::new(1, "m", falling, 1).is_err());
         let ok = vec![BoundarySpec::new("a", &[1]), BoundarySpec::new("b", &[2])];
         assert!(ModelSpec::new(1, "m", ok.clone(), 0).is_err());
         assert!(ModelSpec::new(1, "", ok, 1).is_err());

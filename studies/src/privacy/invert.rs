@@ -194,7 +194,7 @@ fn page_index(rows: &[Row], o: &InvertArgs) -> serde_json::Value {
         "noise": o.noise.first(),
         "steps": o.steps,
         "threshold": { "structure": super::RECOGNISABLE_STRUCTURE },
-        "floor": split_shared::plan::DEFAULT_PRIVACY_FLOOR.name(),
+        "floor": split_shared::model::PRIVACY_FLOOR.name(),
         "boundaries": Boundary::all().map(Boundary::name).collect::<Vec<_>>(),
         "samples": samples,
     })

@@ -264,7 +264,7 @@ mod tests {
 
 #[cfg(test)]
 mod page_index {
-    use split_shared::plan::DEFAULT_PRIVACY_FLOOR;
+    use split_shared::model::PRIVACY_FLOOR;
 
     use super::*;
 
@@ -278,7 +278,7 @@ mod page_index {
         let dir = paths::repo_root().join("web/samples/seen");
         let index: serde_json::Value =
             serde_json::from_slice(&std::fs::read(dir.join("index.json")).unwrap()).unwrap();
-        assert_eq!(index["floor"], DEFAULT_PRIVACY_FLOOR.name());
+        assert_eq!(index["floor"], PRIVACY_FLOOR.name());
         assert_eq!(index["codec"], split_shared::codec::DEFAULT_SETTING.to_string());
         assert_eq!(index["noise"], "none");
         assert_eq!(index["threshold"]["structure"], RECOGNISABLE_STRUCTURE);
@@ -290,7 +290,7 @@ mod page_index {
                 let b: Boundary = boundary.parse().unwrap();
                 let r = m["structure"].as_f64().unwrap();
                 assert!(dir.join(m["file"].as_str().unwrap()).exists(), "{photo} {boundary}");
-                if b >= DEFAULT_PRIVACY_FLOOR {
+                if b >= PRIVACY_FLOOR {
                     assert!(r < RECOGNISABLE_STRUCTURE, "{photo} at {boundary}: structure {r}");
                 }
             }
@@ -299,7 +299,7 @@ mod page_index {
                 .unwrap()
                 .iter()
                 .filter_map(|(b, m)| Some((b.parse::<Boundary>().ok()?, m["structure"].as_f64()?)))
-                .filter(|(b, _)| *b < DEFAULT_PRIVACY_FLOOR)
+                .filter(|(b, _)| *b < PRIVACY_FLOOR)
                 .max_by_key(|(b, _)| *b);
             if last_before.is_some_and(|(_, r)| r >= RECOGNISABLE_STRUCTURE) {
                 before_floor += 1;

@@ -14,6 +14,13 @@ const NAMES: [&str; NUM_BOUNDARIES] = [
     "head", "pool", "logits",
 ];
 
+/// The privacy floor a client gets when it asks for one without naming a boundary: the earliest
+/// boundary whose features a white-box attacker could not turn back into a recognisable photo
+/// at the default codec. Measured, not assumed (docs/privacy.md, `./run.sh invert`): through
+/// block15 the reconstructions still show the subject (SSIM ≥ 0.3 on the luma); from the head
+/// conv's output on they do not.
+pub const PRIVACY_FLOOR: Boundary = Boundary::HEAD;
+
 /// A point between two stages of the network. Boundary `k` is the output of stage `k`
 /// (stage 0 does not exist: boundary 0 is the normalized input image).
 ///

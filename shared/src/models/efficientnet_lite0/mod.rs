@@ -24,7 +24,7 @@ pub use arch::{
     BlockSpec, BoundaryInfo, HEAD_CHANNELS, INPUT_SIZE, MAX_BATCH, NUM_CLASSES, blocks,
     boundary_table,
 };
-pub use boundary::{Boundary, NUM_BOUNDARIES};
+pub use boundary::{Boundary, NUM_BOUNDARIES, PRIVACY_FLOOR};
 pub use error::{ModelError, Result};
 pub use features::{Features, check_shape};
 pub use light::{DEFAULT_LIGHT, LightPrecision, light_shards};

@@ -27,7 +27,10 @@ pub struct Lite0Split {
 /// The network's description: id 1, the boundaries of [`boundary_table`], batches up to
 /// [`MAX_BATCH`].
 pub fn lite0_spec() -> ModelSpec {
-    let boundaries = boundary_table().iter().map(|b| BoundarySpec::new(b.name, &b.shape)).collect();
+    let boundaries = boundary_table()
+        .iter()
+        .map(|b| BoundarySpec::new(b.name, &b.shape).with_param_bytes(b.cumulative_param_bytes))
+        .collect();
     ModelSpec::new(MODEL_EFFICIENTNET_LITE0, LITE0_NAME, boundaries, MAX_BATCH)
         .expect("the architecture table is a valid spec")
 }
