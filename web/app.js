@@ -447,7 +447,7 @@ async function main() {
   // The page starts again without the server (a service worker keeps its files: sw.js);
   // `?offline=0` leaves it out.
   const offline = params.get("offline") !== "0";
-  const labels = { wasm: "Loading the wasm module…", weights: "Downloading weights", "light-weights": "Downloading the light model", calibration: "Downloading the codec calibration", profiling: "Timing this device for the planner…", "warm-up": "Compiling and warming up the model…", ready: "Ready" };
+  const labels = { wasm: "Loading the wasm module…", weights: "Downloading weights", "light-weights": "Downloading the light model", calibration: "Downloading the codec calibration", profiling: "Timing this device for the planner…", "warm-up": "Compiling and warming up the model…", link: "Measuring the link to the server…", ready: "Ready" };
   client = await SplitClient.create({
     backend,
     wasmBuild,

@@ -65,7 +65,7 @@ export interface Constraints {
 
 /** Progress of `SplitClient.create`. */
 export interface Progress {
-  stage: "wasm" | "weights" | "light-weights" | "llm-weights" | "calibration" | "warm-up" | "profiling" | "ready";
+  stage: "wasm" | "weights" | "light-weights" | "llm-weights" | "calibration" | "warm-up" | "profiling" | "link" | "ready";
   fraction: number | null;
   loaded?: number;
   total?: number;
@@ -173,6 +173,10 @@ export interface CreateOptions {
   constraints?: Constraints;
   /** Called with each placement change of auto mode. */
   onSwitch?: (s: Switch) => void;
+  /** Measure the link before `create` resolves (default true, where the server publishes a cost
+   * table): the socket opens and a ping and a 16 kB uplink probe cross it (at most 3 s), so
+   * auto mode's first request is planned on this link, not on defaults. */
+  linkProbe?: boolean;
   /** Called as the WebSocket to the server changes state. */
   onConnection?: (s: ConnectionState) => void;
   /** Force one build of the module (benchmarks). */

@@ -188,10 +188,18 @@ export class SplitClient {
       await client.profilePlanner(planner);
       if (options.constraints) await wasmCall(() => planner.setConstraints(constraints));
     }
-    onProgress({ stage: "ready", fraction: 1 });
-    if (planner) client.adaptive = new Adaptive(client, planner, options.onSwitch ?? (() => {}));
     if (options.wsUrl) client.connection.url = new URL(options.wsUrl);
     if (options.onConnection) client.connection.onStatus = options.onConnection;
+    if (planner) {
+      client.adaptive = new Adaptive(client, planner, options.onSwitch ?? (() => {}));
+      // No cold start: the first request in auto mode is planned on this link as measured now
+      // (a round trip and an uplink probe), not on the planner's defaults.
+      if (options.linkProbe !== false) {
+        onProgress({ stage: "link", fraction: null });
+        await client.adaptive.measureLink();
+      }
+    }
+    onProgress({ stage: "ready", fraction: 1 });
     // Answers given reduced before a reload: finish them now (or when the server is back).
     if (client.resilience.backlog.size > 0) {
       if (client.fallback === "light") client.loadAllInBackground();

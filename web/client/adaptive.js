@@ -5,6 +5,10 @@
 import { newResultId } from "./resilience.js";
 import { SplitError, modelInputJpeg } from "./wasm.js";
 
+/** How long `create` waits for the link's first measurement, ms: a link that has not answered
+ * by then is left to the probes that follow. */
+export const LINK_PROBE_BUDGET_MS = 3_000;
+
 /** Failures the edge would hit too: no point running locally after them. */
 const CALLER_ERRORS = new Set(["bad_image", "bad_option"]);
 
@@ -78,6 +82,26 @@ export class Adaptive {
       else this.probe().catch(() => {});
     }
     return result;
+  }
+
+  /** Before the first request: open the socket, then a bare ping and an uplink probe, so the
+   * first placement is planned on this link as measured. A socket that does not open counts as
+   * the link being down (the first plan runs locally); a link slower than `budgetMs` to answer
+   * is left to the probes that follow. Measured by the page's lab on 3G (docs/adaptive.md). */
+  async measureLink(budgetMs = LINK_PROBE_BUDGET_MS) {
+    const measure = async () => {
+      try {
+        await this.client.connect();
+      } catch {
+        this.planner.observeFailure(performance.now());
+        return;
+      }
+      await this.probe();
+    };
+    let timer;
+    const late = new Promise((resolve) => { timer = setTimeout(resolve, budgetMs); });
+    await Promise.race([measure().catch(() => {}), late]);
+    clearTimeout(timer);
   }
 
   /** Probe while adaptive mode is in use, whenever the planner says one is due. */
