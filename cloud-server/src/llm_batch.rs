@@ -7,8 +7,8 @@
 //! gathers, and answers each. A prompt runs `--llm-prefill-chunk` rows a batch, so the decode
 //! steps of the other conversations do not wait for a whole prompt; its answer comes after its
 //! last piece. In a batch each block's weight rows are read once for every job at that block
-//! (and unpacked once for every four one-row jobs) ([`Smollm2::forward_batch`]), and the heads of the jobs that sample share one pass
-//! over the output projection ([`Smollm2::logits_each`]): on this project's 2-core machine a
+//! (and unpacked once for every four one-row jobs) ([`SequenceModel::forward_steps`]), and the heads of the jobs that sample share one pass
+//! over the output projection ([`SequenceModel::head_each`]): on this project's 2-core machine a
 //! decode step of 32 conversations costs 7.3 ms each batched against 9.9 alone on one thread
 //! (docs/llm.md). Each job's answer is bit for bit what it would get alone, whoever it shares a
 //! batch with.
@@ -16,6 +16,9 @@
 //! A job that is refused (a token past the vocabulary, a cache without room) gets its error and
 //! the others in its batch are answered. A batch that panics closes the conversations in it
 //! (their caches are lost) and the thread takes the next batch.
+//!
+//! Nothing here names a model: it batches any [`SequenceModel`]'s steps on its
+//! [`SequenceModel::State`]s (SmolLM2's KV caches on the server).
 
 use std::ops::Range;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -24,7 +27,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use split_shared::models::smollm2::{KvCache, LlmError, Sampler, Smollm2, Step};
+use split_shared::models::smollm2::Sampler;
+use split_shared::runtime::{SequenceError, SequenceModel, SequenceState, SequenceStep};
 use tokio::sync::oneshot;
 
 use crate::metrics::LlmBatchCounters;
@@ -57,39 +61,42 @@ pub enum Output {
     Token(u32),
 }
 
-/// One conversation's frame: its blocks over its input, on its cache; with a sampler, the head
-/// too.
-pub struct Job {
+/// One conversation's frame: its blocks over its input, on its cache (`S`, the model's
+/// [`SequenceModel::State`]); with a sampler, the head too.
+pub struct Job<S> {
     /// The blocks.
     pub layers: Range<usize>,
     /// Their input.
     pub input: Input,
     /// The conversation's cache of those blocks.
-    pub cache: KvCache,
+    pub cache: S,
     /// The conversation's sampler, when the server runs the head.
     pub sampler: Option<Sampler>,
 }
 
 /// A job's answer, with the cache and the sampler it took.
-pub struct Done {
+pub struct Done<S> {
     /// The blocks' output, or why the job was refused.
-    pub outcome: Result<Output, LlmError>,
+    pub outcome: Result<Output, SequenceError>,
     /// The cache, with the job's positions appended when it ran.
-    pub cache: KvCache,
+    pub cache: S,
     /// The sampler.
     pub sampler: Option<Sampler>,
 }
 
+/// A job and where its answer goes.
+type Queued<S> = (Job<S>, oneshot::Sender<Done<S>>);
+
 /// The queue in front of the batching thread.
-pub struct Batcher {
-    queue: mpsc::Sender<(Job, oneshot::Sender<Done>)>,
+pub struct Batcher<S> {
+    queue: mpsc::Sender<Queued<S>>,
     open: Arc<AtomicUsize>,
 }
 
 /// What the batching threads share: the queue's far end, the open conversations, the jobs in
 /// batches being run.
-struct Shared {
-    jobs: std::sync::Mutex<mpsc::Receiver<(Job, oneshot::Sender<Done>)>>,
+struct Shared<S> {
+    jobs: std::sync::Mutex<mpsc::Receiver<Queued<S>>>,
     prefill_chunk: usize,
     open: Arc<AtomicUsize>,
     running: AtomicUsize,
@@ -106,14 +113,14 @@ impl Drop for Open {
     }
 }
 
-impl Batcher {
+impl<S: SequenceState + 'static> Batcher<S> {
     /// Start `threads` threads that run `model`'s batches, a prompt `prefill_chunk` rows (at
     /// least 4) a batch, counting them in `counters`; they end when the batcher is dropped.
     ///
     /// # Errors
     /// A thread could not be started.
-    pub fn start(
-        model: Arc<Smollm2>,
+    pub fn start<M: SequenceModel<State = S> + 'static>(
+        model: Arc<M>,
         threads: usize,
         prefill_chunk: usize,
         counters: LlmBatchCounters,
@@ -131,7 +138,7 @@ impl Batcher {
             let (model, shared) = (model.clone(), shared.clone());
             std::thread::Builder::new()
                 .name(format!("llm-batch-{i}"))
-                .spawn(move || serve(&model, &shared, threads > 1))?;
+                .spawn(move || serve(&*model, &shared, threads > 1))?;
         }
         Ok(Batcher { queue, open })
     }
@@ -144,17 +151,17 @@ impl Batcher {
 
     /// Queue a job and wait for its answer; `None` when its batch panicked (the job's cache is
     /// gone with it).
-    pub async fn run(&self, job: Job) -> Option<Done> {
+    pub async fn run(&self, job: Job<S>) -> Option<Done<S>> {
         let (reply, answer) = oneshot::channel();
         self.queue.send((job, reply)).ok()?;
         answer.await.ok()
     }
 }
 
-fn serve(model: &Smollm2, shared: &Shared, several: bool) {
-    let dim = model.config.dim;
+fn serve<M: SequenceModel>(model: &M, shared: &Shared<M::State>, several: bool) {
+    let dim = model.sequence_spec().width;
     // Jobs whose prompts are not through yet: their next piece goes in this thread's next batch.
-    let mut carried: Vec<InBatch> = Vec::new();
+    let mut carried: Vec<InBatch<M::State>> = Vec::new();
     loop {
         let mut batch = std::mem::take(&mut carried);
         let mut rows: usize = batch.iter().map(|j| j.piece(dim, shared.prefill_chunk).len()).sum();
@@ -226,7 +233,7 @@ fn serve(model: &Smollm2, shared: &Shared, several: bool) {
 }
 
 /// One job on its own (the server without `--llm-batch`): every row at once, as a batch of one.
-pub fn run_alone(model: &Smollm2, job: Job) -> Done {
+pub fn run_alone<M: SequenceModel>(model: &M, job: Job<M::State>) -> Done<M::State> {
     let mut batch = vec![InBatch::new(model, job, None)];
     run_step(model, &mut batch, usize::MAX);
     batch.pop().expect("one job").done()
@@ -234,18 +241,22 @@ pub fn run_alone(model: &Smollm2, job: Job) -> Done {
 
 /// A job in its batches: the hidden states it has so far (or why it stopped), the rows of them
 /// already through the blocks, and where its answer goes.
-struct InBatch {
+struct InBatch<S> {
     layers: Range<usize>,
-    hidden: Result<Vec<f32>, LlmError>,
-    cache: KvCache,
+    hidden: Result<Vec<f32>, SequenceError>,
+    cache: S,
     sampler: Option<Sampler>,
     token: Option<u32>,
     ran: usize,
-    reply: Option<oneshot::Sender<Done>>,
+    reply: Option<oneshot::Sender<Done<S>>>,
 }
 
-impl InBatch {
-    fn new(model: &Smollm2, job: Job, reply: Option<oneshot::Sender<Done>>) -> Self {
+impl<S> InBatch<S> {
+    fn new<M: SequenceModel<State = S>>(
+        model: &M,
+        job: Job<S>,
+        reply: Option<oneshot::Sender<Done<S>>>,
+    ) -> Self {
         let Job { layers, input, cache, sampler } = job;
         let hidden = match input {
             Input::Hidden(values) => Ok(values),
@@ -271,13 +282,13 @@ impl InBatch {
         self.hidden.is_err() || self.ran == self.rows(dim)
     }
 
-    fn done(self) -> Done {
+    fn done(self) -> Done<S> {
         let InBatch { hidden, cache, sampler, token, .. } = self;
         let outcome = hidden.and_then(|h| match (&sampler, token) {
             (None, _) => Ok(Output::Hidden(h)),
             (Some(_), Some(t)) => Ok(Output::Token(t)),
             (Some(_), None) => {
-                Err(LlmError::Shape("no hidden state for the head to run on".into()))
+                Err(SequenceError::Shape("no hidden state for the head to run on".into()))
             }
         });
         Done { outcome, cache, sampler }
@@ -286,19 +297,23 @@ impl InBatch {
 
 /// One batch: the next piece of each job's rows through its blocks, all of them together, then
 /// the heads of the jobs that are through and sample, together.
-fn run_step(model: &Smollm2, batch: &mut [InBatch], chunk: usize) {
-    let dim = model.config.dim;
+fn run_step<M: SequenceModel>(model: &M, batch: &mut [InBatch<M::State>], chunk: usize) {
+    let dim = model.sequence_spec().width;
     let mut steps = Vec::with_capacity(batch.len());
     let mut stepping = Vec::with_capacity(batch.len());
     for (i, job) in batch.iter_mut().enumerate() {
         let piece = job.piece(dim, chunk);
         if let Ok(hidden) = &mut job.hidden {
             let rows = &mut hidden[piece.start * dim..piece.end * dim];
-            steps.push(Step { layers: job.layers.clone(), hidden: rows, cache: &mut job.cache });
+            steps.push(SequenceStep {
+                blocks: job.layers.clone(),
+                hidden: rows,
+                state: &mut job.cache,
+            });
             stepping.push((i, piece.len()));
         }
     }
-    let results = model.forward_batch(&mut steps);
+    let results = model.forward_steps(&mut steps);
     drop(steps);
     for ((i, rows), result) in stepping.into_iter().zip(results) {
         match result {
@@ -321,16 +336,16 @@ fn run_step(model: &Smollm2, batch: &mut [InBatch], chunk: usize) {
     if heads.is_empty() {
         return;
     }
-    match model.logits_each(&last_rows) {
+    match model.head_each(&last_rows) {
         Ok(logits) => {
-            for (&i, row) in heads.iter().zip(logits.chunks_exact(model.config.vocab)) {
+            for (&i, row) in heads.iter().zip(logits.chunks_exact(model.sequence_spec().vocab)) {
                 let job = &mut batch[i];
                 job.token = job.sampler.as_mut().map(|s| s.next(row));
             }
         }
         Err(e) => {
             for &i in &heads {
-                batch[i].hidden = Err(LlmError::Shape(e.to_string()));
+                batch[i].hidden = Err(e.clone());
             }
         }
     }

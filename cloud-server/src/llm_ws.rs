@@ -25,12 +25,11 @@ use std::time::Duration;
 use actix_web::{HttpRequest, HttpResponse, rt, web};
 use actix_ws::{AggregatedMessage, CloseCode, CloseReason};
 use futures_util::StreamExt;
-use split_shared::models::smollm2::{
-    KvCache, LlmError, Sampler, Sampling, Smollm2, check_hidden, check_position,
-};
+use split_shared::models::smollm2::{KvCache, Sampler, Sampling, Smollm2};
 use split_shared::protocol::{
     Finish, HeadSampling, LlmErrorCode, LlmFrame, MAX_LLM_FRAME_BYTES, MODEL_SMOLLM2, peek_llm_id,
 };
+use split_shared::runtime::{SequenceError, check_hidden, check_position};
 
 use crate::llm_batch::{Batcher, Done, Input, Job, Output};
 use crate::llm_budget::{KvBudget, Lease, Reservation};
@@ -46,7 +45,7 @@ pub struct LlmHost {
     pub model: Arc<Smollm2>,
     /// The queue every conversation's steps are batched through (`--llm-batch`); without it
     /// each conversation's steps run on the blocking pool on their own.
-    pub batcher: Option<Batcher>,
+    pub batcher: Option<Batcher<KvCache>>,
     /// The token that ends an answer (a generation stops after sending it).
     pub end_token: u32,
     /// Positions one conversation may reserve.
@@ -209,9 +208,9 @@ fn error(id: u64, code: LlmErrorCode, message: impl Into<String>) -> LlmFrame {
 
 /// The model's failure as the error frame the client gets: a token id past the vocabulary is
 /// the client's; anything else the server's.
-fn model_error(id: u64, e: &LlmError) -> LlmFrame {
+fn model_error(id: u64, e: &SequenceError) -> LlmFrame {
     let code = match e {
-        LlmError::Token { .. } => LlmErrorCode::BadValues,
+        SequenceError::Token { .. } => LlmErrorCode::BadValues,
         _ => LlmErrorCode::Internal,
     };
     error(id, code, e.to_string())
@@ -240,9 +239,9 @@ async fn compute(
     host: &Arc<LlmHost>,
     c: &mut Conversation,
     input: Input,
-) -> Option<Result<Output, LlmError>> {
+) -> Option<Result<Output, SequenceError>> {
     let Some(cache) = c.cache.take() else {
-        return Some(Err(LlmError::Shape("the conversation's cache was lost".into())));
+        return Some(Err(SequenceError::Shape("the conversation's cache was lost".into())));
     };
     let job = Job {
         layers: usize::from(c.first)..usize::from(c.end),
@@ -254,7 +253,7 @@ async fn compute(
         Some(batcher) => batcher.run(job).await?,
         None => {
             let worker = host.clone();
-            web::block(move || crate::llm_batch::run_alone(&worker.model, job)).await.ok()?
+            web::block(move || crate::llm_batch::run_alone(&*worker.model, job)).await.ok()?
         }
     };
     c.cache = Some(cache);

@@ -19,8 +19,9 @@ use awc::ws::{Frame, Message};
 use futures_util::SinkExt;
 use futures_util::stream::{SplitSink, SplitStream, StreamExt};
 use split_shared::group::relay::RelayFrame;
-use split_shared::models::smollm2::{MemberStage, Smollm2, StageAction};
+use split_shared::models::smollm2::Smollm2;
 use split_shared::protocol::{LlmErrorCode, LlmFrame, MAX_LLM_FRAME_BYTES, peek_llm_id};
+use split_shared::runtime::{MemberStage, StageAction};
 use tokio::sync::mpsc;
 
 /// Frames and signals one asker may have waiting at this member: an asker that sends faster
@@ -182,7 +183,7 @@ async fn connect(
 
 /// Serve one asker's frames until it goes.
 async fn converse(
-    stage: MemberStage,
+    stage: MemberStage<Smollm2>,
     url: String,
     token: Option<String>,
     asker: u32,
@@ -273,7 +274,7 @@ async fn converse(
     }
 }
 
-fn close(stage: &Mutex<MemberStage>) {
+fn close(stage: &Mutex<MemberStage<Smollm2>>) {
     stage.lock().unwrap_or_else(PoisonError::into_inner).close();
 }
 
@@ -291,7 +292,7 @@ fn lost(id: u64) -> LlmFrame {
 /// is over here too and the asker hears so.
 async fn pass_back(
     mut stream: Replies,
-    stage: Arc<Mutex<MemberStage>>,
+    stage: Arc<Mutex<MemberStage<Smollm2>>>,
     asker: u32,
     out: mpsc::UnboundedSender<Vec<u8>>,
 ) {

@@ -7,8 +7,9 @@
 use std::sync::Arc;
 
 use split_shared::codec::HiddenCodec;
-use split_shared::models::smollm2::{KvCache, MemberStage, Smollm2, StageAction, argmax};
+use split_shared::models::smollm2::{KvCache, Smollm2, argmax};
 use split_shared::protocol::{HeadSampling, LlmErrorCode, LlmFrame, MODEL_SMOLLM2};
+use split_shared::runtime::{MemberStage, StageAction};
 
 /// Blocks the asker keeps.
 const FRONT: u16 = 4;
@@ -54,7 +55,13 @@ fn refused(action: StageAction) -> LlmErrorCode {
 
 /// Greedy decoding with the member's stage between the asker's front and `rest` (the blocks
 /// after the member's, run here as the server would; empty when the member is last).
-fn answer(model: &Smollm2, stage: &mut MemberStage, to: u16, prompt: &[u32], n: usize) -> Vec<u32> {
+fn answer(
+    model: &Smollm2,
+    stage: &mut MemberStage<Smollm2>,
+    to: u16,
+    prompt: &[u32],
+    n: usize,
+) -> Vec<u32> {
     let positions = (prompt.len() + n) as u32;
     let mut front = KvCache::new(&model.config, 0..usize::from(FRONT), positions as usize);
     let mut rest = KvCache::new(&model.config, usize::from(to)..30, positions as usize);

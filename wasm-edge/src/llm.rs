@@ -29,6 +29,7 @@ use split_shared::models::smollm2::{
     ChatTemplate, KvCache, LlmError, Message, Sampler, Sampling, Smollm2, Tokenizer,
 };
 use split_shared::protocol::{HeadSampling, LlmFrame, MAX_HIDDEN_ROWS, MODEL_SMOLLM2};
+use split_shared::runtime::SequenceError;
 use wasm_bindgen::prelude::*;
 
 use crate::js;
@@ -106,8 +107,8 @@ pub(crate) fn llm_error(e: LlmError) -> JsValue {
         | LlmError::Missing(_)
         | LlmError::Metadata { .. }
         | LlmError::Tensor { .. } => "bad_weights",
-        LlmError::Context { .. } => "context",
-        LlmError::Token { .. } | LlmError::Shape(_) => "bad_frame",
+        LlmError::Step(SequenceError::Context { .. }) => "context",
+        LlmError::Step(_) | LlmError::Shape(_) => "bad_frame",
     };
     js::error(code, e)
 }

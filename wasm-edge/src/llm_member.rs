@@ -13,8 +13,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use js_sys::{Object, Uint8Array};
-use split_shared::models::smollm2::{MemberStage, Smollm2, StageAction};
+use split_shared::models::smollm2::Smollm2;
 use split_shared::protocol::{LlmErrorCode, LlmFrame};
+use split_shared::runtime::{MemberStage, StageAction};
 use wasm_bindgen::prelude::*;
 
 use crate::js;
@@ -24,7 +25,7 @@ use crate::js;
 pub struct LlmMember {
     model: Arc<Smollm2>,
     positions: u32,
-    stages: HashMap<u32, MemberStage>,
+    stages: HashMap<u32, MemberStage<Smollm2>>,
 }
 
 fn bytes(f: &LlmFrame) -> Uint8Array {

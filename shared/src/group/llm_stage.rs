@@ -15,7 +15,7 @@
 //! server `to..end`; `to` equal to the open's end leaves the server out. Without the signal the
 //! member runs the whole range. A member keeps one conversation per asker: a second `open`
 //! from the same asker (a reconnect, a new chat) replaces the first. The machine that serves
-//! the frames is [`crate::models::smollm2::MemberStage`].
+//! the frames is [`crate::runtime::MemberStage`].
 
 use serde::{Deserialize, Serialize};
 

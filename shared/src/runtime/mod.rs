@@ -10,20 +10,25 @@
 //! carries. [`ProfileSetup`] measures any model's cost table, which the planner
 //! ([`crate::plan`]) chooses a split from. `docs/models.md` shows a model plugged in.
 //!
-//! Stateful models (a language model's KV cache) keep their own per-conversation protocol on
-//! `/llm` for now ([`crate::models::smollm2`]).
+//! Stateful models (a language model's KV cache) implement [`SequenceModel`] instead: each
+//! side keeps the state of its own blocks per conversation ([`sequence`]); their frames are
+//! the `/llm` protocol's ([`crate::protocol::LlmFrame`]).
 
 mod activations;
 mod error;
 mod profile;
 mod registry;
+pub mod sequence;
 mod spec;
+mod stage;
 
 pub use activations::Activations;
 pub use error::RuntimeError;
 pub use profile::ProfileSetup;
 pub use registry::Registry;
+pub use sequence::{SequenceError, SequenceModel, SequenceSpec, SequenceState, SequenceStep};
 pub use spec::{BoundarySpec, MAX_ITEM_RANK, ModelSpec};
+pub use stage::{MemberStage, Refusal, StageAction, check_hidden, check_position};
 
 use crate::codec::{Setting, StreamDecoder};
 use crate::protocol::{Encoding, FeaturesFrame};

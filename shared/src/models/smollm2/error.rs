@@ -1,6 +1,7 @@
 //! What can go wrong loading or running the language model.
 
 use crate::container::GgufError;
+use crate::runtime::SequenceError;
 
 /// An error of the language model: its file, its input, its state.
 #[derive(Debug, PartialEq, thiserror::Error)]
@@ -27,22 +28,10 @@ pub enum LlmError {
         /// What is wrong with it.
         why: String,
     },
-    /// A token id outside the vocabulary.
-    #[error("token {id} is outside the vocabulary of {vocab}")]
-    Token {
-        /// The id.
-        id: u32,
-        /// Tokens in the vocabulary.
-        vocab: usize,
-    },
-    /// More positions than the context (or the cache's budget) holds.
-    #[error("{needed} positions do not fit the context of {limit}")]
-    Context {
-        /// Positions the call would need.
-        needed: usize,
-        /// Positions there are.
-        limit: usize,
-    },
+    /// A step refused: a token outside the vocabulary, more positions than the context (or the
+    /// cache's budget) holds, or blocks and rows that do not fit ([`SequenceError`]).
+    #[error(transparent)]
+    Step(#[from] SequenceError),
     /// A layer range outside the model, or a hidden state of the wrong width.
     #[error("{0}")]
     Shape(String),

@@ -19,6 +19,7 @@ use split_kernels::{Isa, quant_matmul, quant_matmul_groups, quant_matmul_q8};
 use super::weights::{LayerWeights, QuantWeight, Weights};
 use super::{Config, LlmError, Tokenizer};
 use crate::container::Gguf;
+use crate::runtime::SequenceError;
 
 /// SmolLM2 (or any Llama-architecture GGUF with tied embeddings in Q4_1/Q8_0).
 #[derive(Debug)]
@@ -32,6 +33,8 @@ pub struct Smollm2 {
     /// Steps of fewer than [`Q8_BELOW`] positions multiply with 8-bit activations
     /// ([`Smollm2::with_q8_activations`]).
     q8_activations: bool,
+    /// What the runtime sees of it ([`crate::runtime::SequenceModel`]).
+    pub(super) spec: crate::runtime::SequenceSpec,
 }
 
 /// Positions a step must have fewer of to take 8-bit activations when they are on: from four
@@ -54,11 +57,11 @@ pub struct Step<'a> {
 /// The keys and values a range of blocks has seen, one row per position.
 #[derive(Clone, Debug)]
 pub struct KvCache {
-    layers: Range<usize>,
+    pub(super) layers: Range<usize>,
     keys: Vec<Vec<f32>>,
     values: Vec<Vec<f32>>,
     kv_dim: usize,
-    len: usize,
+    pub(super) len: usize,
     capacity: usize,
 }
 
@@ -121,7 +124,15 @@ impl Smollm2 {
         let inv_freq = (0..half)
             .map(|i| f64::from(config.rope_base).powf(-(2.0 * i as f64) / config.head_dim as f64))
             .collect();
-        Ok(Smollm2 { config, weights, inv_freq, isa: Isa::detect(), q8_activations: false })
+        let spec = crate::runtime::SequenceSpec {
+            id: crate::protocol::MODEL_SMOLLM2,
+            name: super::SMOLLM2_NAME.into(),
+            blocks: config.layers,
+            width: config.dim,
+            vocab: config.vocab,
+            context: config.context,
+        };
+        Ok(Smollm2 { config, weights, inv_freq, isa: Isa::detect(), q8_activations: false, spec })
     }
 
     /// The model and its tokenizer from a GGUF file's bytes.
@@ -180,7 +191,7 @@ impl Smollm2 {
         let table = self.weights.embedding.matrix();
         for (&id, row) in tokens.iter().zip(out.chunks_exact_mut(dim)) {
             if id as usize >= self.config.vocab {
-                return Err(LlmError::Token { id, vocab: self.config.vocab });
+                return Err(SequenceError::Token { id, vocab: self.config.vocab }.into());
             }
             table.dequantize_row(id as usize, row).map_err(|e| LlmError::Shape(e.to_string()))?;
         }
@@ -260,7 +271,8 @@ impl Smollm2 {
         }
         let n = self.rows(&*s.hidden)?;
         if cache.len + n > cache.capacity {
-            return Err(LlmError::Context { needed: cache.len + n, limit: cache.capacity });
+            let (needed, limit) = (cache.len + n, cache.capacity);
+            return Err(SequenceError::Context { needed, limit }.into());
         }
         if let Some(bad) = s.hidden.iter().find(|v| !v.is_finite()) {
             return Err(LlmError::Shape(format!("a hidden state holds {bad}")));

@@ -8,8 +8,10 @@
 //!   runs the forward pass in three parts a split can cut between: embedding, any range of
 //!   blocks with their [`KvCache`], and the output projection;
 //! - [`Sampler`] picks the next token;
-//! - [`MemberStage`] serves an asker's middle blocks on a member of a device group
-//!   ([`crate::group::llm_stage`]).
+//! - `Smollm2` is a [`crate::runtime::SequenceModel`]: the server's batching and the group
+//!   member's stage run it through that trait, as they would another stateful model;
+//! - the runtime's [`crate::runtime::MemberStage`] serves an asker's middle blocks of it on a
+//!   member of a device group ([`crate::group::llm_stage`]).
 //!
 //! The golden test (`shared/tests/smollm2_golden.rs`) holds it to an independent numpy forward
 //! of the same file (`tools/smollm2_reference.py`).
@@ -21,14 +23,16 @@ mod error;
 #[cfg(feature = "model")]
 mod forward;
 mod sample;
-mod share;
 #[cfg(feature = "model")]
-mod stage;
+mod sequence;
+mod share;
 mod tokenizer;
 #[cfg(feature = "model")]
 mod weights;
 
 pub use config::Config;
+/// The name `/api/info` lists the model under.
+pub const SMOLLM2_NAME: &str = "smollm2-135m-instruct";
 #[cfg(feature = "model")]
 pub use costs::measure_costs;
 pub use error::LlmError;
@@ -36,8 +40,6 @@ pub use error::LlmError;
 pub use forward::{KvCache, Smollm2, Step};
 pub use sample::{Sampler, Sampling, argmax};
 pub use share::{SHARE_BLOCKS_KEY, edge_share, share_sizes, tokenizer_share};
-#[cfg(feature = "model")]
-pub use stage::{MemberStage, Refusal, StageAction, check_hidden, check_position};
 pub use tokenizer::{ChatTemplate, Message, Tokenizer};
 #[cfg(feature = "model")]
 pub use weights::{QuantWeight, Weights};

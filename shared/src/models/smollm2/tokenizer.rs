@@ -19,6 +19,7 @@ use std::collections::HashMap;
 
 use super::LlmError;
 use crate::container::{Gguf, GgufValue};
+use crate::runtime::SequenceError;
 
 /// GGUF's token type of control tokens.
 const CONTROL: i32 = 3;
@@ -233,8 +234,10 @@ impl Tokenizer {
     pub fn decode_bytes(&self, ids: &[u32]) -> Result<Vec<u8>, LlmError> {
         let mut out = Vec::new();
         for &id in ids {
-            let token =
-                self.tokens.get(id as usize).ok_or(LlmError::Token { id, vocab: self.vocab() })?;
+            let token = self
+                .tokens
+                .get(id as usize)
+                .ok_or(SequenceError::Token { id, vocab: self.vocab() })?;
             for c in token.chars() {
                 match self.char_bytes.get(&c) {
                     Some(&b) => out.push(b),

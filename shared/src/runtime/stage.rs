@@ -1,7 +1,7 @@
 //! A middle stage of a split conversation on a member of a device group
 //! ([`crate::group::llm_stage`]): the `/llm` frames an asker sends the member, turned into what
-//! the member does with them. No networking here: the member (the native agent) carries the
-//! actions out, so a browser member can serve the same frames with this machine later.
+//! the member does with them, for any [`SequenceModel`]. No networking here: the member (the
+//! native agent, or a browser through the wasm module) carries the actions out.
 //!
 //! The stage checks every frame as the server's `/llm` does and answers a refusal with the same
 //! typed error frame; the conversation stays as it was.
@@ -9,8 +9,8 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use super::{KvCache, Smollm2};
-use crate::protocol::{LlmErrorCode, LlmFrame, MODEL_SMOLLM2, peek_llm_id};
+use super::{SequenceModel, SequenceState};
+use crate::protocol::{LlmErrorCode, LlmFrame, peek_llm_id};
 
 /// What the member does with a frame.
 #[derive(Debug, PartialEq)]
@@ -33,20 +33,20 @@ pub enum StageAction {
 }
 
 /// One asker's conversation through this member.
-struct Conversation {
+struct Conversation<S> {
     /// The member's blocks.
     blocks: Range<usize>,
     /// One past the last block of the whole range the asker opened (the server's end).
     end: u16,
-    cache: KvCache,
+    cache: S,
 }
 
-/// The stage of one asker's conversation on a member: its blocks' KV cache and where its rows
-/// go next.
-pub struct MemberStage {
-    model: Arc<Smollm2>,
+/// The stage of one asker's conversation on a member: its blocks' state (a KV cache) and
+/// where its rows go next.
+pub struct MemberStage<M: SequenceModel> {
+    model: Arc<M>,
     max_positions: u32,
-    conversation: Option<Conversation>,
+    conversation: Option<Conversation<M::State>>,
 }
 
 fn refuse(id: u64, code: LlmErrorCode, message: impl Into<String>) -> StageAction {
@@ -78,7 +78,11 @@ pub fn check_hidden(dim: usize, width: u32, values: &[f32]) -> Result<usize, Ref
 ///
 /// # Errors
 /// `position` or `kv_budget`, saying which.
-pub fn check_position(cache: &KvCache, position: u32, rows: usize) -> Result<(), Refusal> {
+pub fn check_position(
+    cache: &impl SequenceState,
+    position: u32,
+    rows: usize,
+) -> Result<(), Refusal> {
     let held = cache.len();
     if position as usize != held {
         let why = format!("rows start at position {position}; the cache here holds {held}");
@@ -94,9 +98,9 @@ pub fn check_position(cache: &KvCache, position: u32, rows: usize) -> Result<(),
     Ok(())
 }
 
-impl MemberStage {
+impl<M: SequenceModel> MemberStage<M> {
     /// A stage of `model` whose conversations may reach `max_positions`.
-    pub fn new(model: Arc<Smollm2>, max_positions: u32) -> Self {
+    pub fn new(model: Arc<M>, max_positions: u32) -> Self {
         Self { model, max_positions, conversation: None }
     }
 
@@ -118,7 +122,7 @@ impl MemberStage {
                 self.open(id, model, first..end, positions, head.is_some(), to)
             }
             LlmFrame::Hidden { id, reply: false, position, width, codec, values } => {
-                let dim = self.model.config.dim;
+                let dim = self.model.sequence_spec().width;
                 let Some(c) = self.conversation.as_mut() else {
                     return refuse(
                         id,
@@ -134,7 +138,7 @@ impl MemberStage {
                 };
                 let mut values = values;
                 if let Err(e) =
-                    self.model.forward_layers(c.blocks.clone(), &mut values, &mut c.cache)
+                    self.model.forward_blocks(c.blocks.clone(), &mut values, &mut c.cache)
                 {
                     return refuse(id, LlmErrorCode::Internal, e.to_string());
                 }
@@ -181,8 +185,9 @@ impl MemberStage {
         head: bool,
         to: Option<u16>,
     ) -> StageAction {
-        if model != MODEL_SMOLLM2 {
-            let why = format!("model {model} is not hosted here; {MODEL_SMOLLM2} is SmolLM2");
+        let spec = self.model.sequence_spec();
+        if model != spec.id {
+            let why = format!("model {model} is not hosted here; {} is {}", spec.id, spec.name);
             return refuse(id, LlmErrorCode::UnknownModel, why);
         }
         if head {
@@ -192,7 +197,7 @@ impl MemberStage {
                 "a member runs blocks only: the head stays with the asker",
             );
         }
-        let layers = self.model.config.layers;
+        let layers = spec.blocks;
         let (first, end) = (range.start, range.end);
         let to = to.unwrap_or(end);
         if first >= end || usize::from(end) > layers || to <= first || to > end {
@@ -209,7 +214,7 @@ impl MemberStage {
             );
             return refuse(id, LlmErrorCode::KvBudget, why);
         }
-        let held = self.model.blocks();
+        let held = self.model.held_blocks();
         if usize::from(first) < held.start || usize::from(to) > held.end {
             let why = format!(
                 "blocks {first}..{to} here: this member holds blocks {}..{}",
@@ -218,10 +223,10 @@ impl MemberStage {
             return refuse(id, LlmErrorCode::BadLayers, why);
         }
         let blocks = usize::from(first)..usize::from(to);
-        let cache = KvCache::new(&self.model.config, blocks.clone(), positions as usize);
+        let cache = self.model.new_state(blocks.clone(), positions as usize);
         // A new open replaces the asker's earlier conversation (a reconnect starts over).
         self.conversation = Some(Conversation { blocks, end, cache });
-        let width = self.model.config.dim as u32;
+        let width = self.model.sequence_spec().width as u32;
         let opened = LlmFrame::Opened { id, first, end, positions, width, head: false };
         if to == end {
             return StageAction::Reply(opened);
