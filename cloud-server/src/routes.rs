@@ -94,8 +94,12 @@ pub fn config_app(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
     move |cfg| {
         let web_dir = state.web_dir.as_path().to_path_buf();
         // The page's files say which site version they are (`crate::site`), for the offline
-        // start's service worker.
-        let site = DefaultHeaders::new().add((crate::site::SITE_HEADER, &*state.site));
+        // start's service worker, and are revalidated on every load (a 304 without a body while
+        // unchanged): left to a browser's heuristic freshness, a visit after an upgrade could
+        // run the old build's client with the new build's module.
+        let site = DefaultHeaders::new()
+            .add((crate::site::SITE_HEADER, &*state.site))
+            .add((actix_web::http::header::CACHE_CONTROL, "no-cache"));
         cfg.app_data(web::Data::new(state));
         // Every route behind the `Host` check (`crate::hosts`), with CORS for the origins the
         // operator allowed (`crate::cors`).

@@ -288,6 +288,13 @@ async fn cors_for_listed_origins_and_the_site_version() {
         let of = res.headers().get("split-site").map(|v| v.to_str().unwrap().to_owned());
         assert_eq!(of.as_deref(), Some(site.as_str()), "{path} names the site version");
     }
+    // The page's files are revalidated on every load (a 304 while unchanged), so a page never
+    // runs one build's client with another's module.
+    for path in ["/", "/split-client.js", "/client/wasm.js", "/samples/chelsea.png"] {
+        let res = client.get(srv.url(path)).send().await.unwrap();
+        let cache = res.headers().get("cache-control").map(|v| v.to_str().unwrap().to_owned());
+        assert_eq!(cache.as_deref(), Some("no-cache"), "{path}");
+    }
     let shard = client.get(srv.url("/weights/shards/stem.splw")).send().await.unwrap();
     assert!(
         shard.headers().get("split-site").is_none(),
