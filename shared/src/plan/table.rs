@@ -251,4 +251,31 @@ mod tests {
         t.codecs[k] = vec![old];
         assert_eq!(agreement(&t), 0.995);
     }
+
+    /// A table is held to a model by its name and boundaries; one without the parameter
+    /// column (made before it was recorded) or with a short column is refused.
+    #[test]
+    fn a_table_names_its_model_and_has_every_column() {
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../profiles/cost-table.json"
+        ))
+        .unwrap();
+        let t = CostTable::from_json(&text).unwrap();
+        let lite0 = crate::model::lite0_spec();
+        t.check_spec(&lite0).unwrap();
+        let mut renamed = lite0.clone();
+        renamed.name = "another".into();
+        assert!(t.check_spec(&renamed).unwrap_err().contains("not \"another\""));
+        let mut moved = lite0;
+        moved.boundaries.swap(3, 4);
+        assert!(t.check_spec(&moved).unwrap_err().contains("boundaries"));
+        let mut json: serde_json::Value = serde_json::from_str(&text).unwrap();
+        json.as_object_mut().unwrap().remove("param_bytes");
+        let err = CostTable::from_json(&json.to_string()).unwrap_err();
+        assert!(err.contains("no param_bytes column"), "{err}");
+        json["param_bytes"] = serde_json::json!([0, 1]);
+        let err = CostTable::from_json(&json.to_string()).unwrap_err();
+        assert!(err.contains("do not all have 21 rows"), "{err}");
+    }
 }
