@@ -24,7 +24,9 @@ async function connections(port) {
 const ROUNDS = 6;
 const IN_FLIGHT = 4;
 await withPage(GPU_ARGS.cpu, async (page) => {
-  await page.goto(url);
+  // A page of the server's origin without a client of its own (the demo's would open a
+  // session too, since a client measures the link at start, perhaps on another replica).
+  await page.goto(new URL("healthz", url).href);
   await page.evaluate(async () => {
     const { SplitClient } = await import("/split-client.js");
     window.client = await SplitClient.create({ backend: "cpu", worker: false, cacheEntries: 0 });
@@ -57,12 +59,19 @@ await withPage(GPU_ARGS.cpu, async (page) => {
   await new Promise((r) => setTimeout(r, 30));
   process.kill(holder.pid, "SIGTERM");
   await running;
+  // The rounds may all be answered before the draining replica closes the session: wait for
+  // the close (it comes: the replica exits once drained), then one more round, which must go
+  // through the balancer to the replica that is left.
+  await page.waitForFunction(() => window.states.length > 0, null, { timeout: 30_000 }).catch(() => {
+    throw new Error(`the page's session was not closed within 30 s of pid ${holder.pid}'s SIGTERM (connections before: ${counts})`);
+  });
+  await page.evaluate((n) => window.round(n), IN_FLIGHT);
   const { results, reconnected, states } = await page.evaluate(() => ({
     results: window.results,
     reconnected: window.client.connection.socket !== window.firstSocket,
     states: window.states,
   }));
-  const expected = IN_FLIGHT * (ROUNDS + 1);
+  const expected = IN_FLIGHT * (ROUNDS + 2);
   const wrong = results.filter((c) => c !== 282);
   if (results.length !== expected || wrong.length > 0) {
     throw new Error(`${results.length} of ${expected} answered, wrong or failed: ${JSON.stringify(wrong)}`);
