@@ -8,8 +8,8 @@ use serde::Serialize;
 use split_shared::codec::{Calibration, SUPPORTED_BITS, Setting};
 use split_shared::model::{BoundaryInfo, NUM_BOUNDARIES, boundary_table};
 use split_shared::protocol::{
-    LLM_PROTOCOL_VERSION, MAX_FRAME_BYTES, MAX_HIDDEN_ROWS, MAX_LLM_FRAME_BYTES,
-    MODEL_EFFICIENTNET_LITE0, MODEL_SMOLLM2, PROTOCOL_VERSION,
+    LLM_PROTOCOL_VERSION, MAX_FRAME_BYTES, MAX_HIDDEN_ROWS, MAX_LLM_FRAME_BYTES, MODEL_SMOLLM2,
+    PROTOCOL_VERSION,
 };
 use split_shared::runtime::ModelSpec;
 
@@ -241,7 +241,7 @@ impl ServerInfo {
                     spec: m.spec().clone(),
                     default_codec: m.default_codec(),
                     cost_table_url: state.cost_table_of(&m.spec().name).map(|_| {
-                        if m.spec().id == MODEL_EFFICIENTNET_LITE0 {
+                        if m.spec().name == split_shared::model::LITE0_NAME {
                             COST_TABLE_URL.to_string()
                         } else {
                             model_cost_table_url(&m.spec().name)
@@ -261,7 +261,7 @@ impl ServerInfo {
             boundaries: boundary_table(),
             llm: state.llm.as_ref().map(|host| LlmInfo {
                 url: "/llm",
-                model: "smollm2-135m-instruct",
+                model: split_shared::models::smollm2::SMOLLM2_NAME,
                 model_id: MODEL_SMOLLM2,
                 protocol_version: LLM_PROTOCOL_VERSION,
                 layers: host.model.config.layers,

@@ -52,12 +52,17 @@ async fn calibration(
     Ok(NamedFile::open_async(path.as_path()).await?.into_response(&req))
 }
 
+/// A cost table's JSON text, with the site version it belongs to.
+fn table_response(state: &AppState, table: &str) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("application/json")
+        .insert_header((crate::site::SITE_HEADER, &*state.site))
+        .body(table.to_owned())
+}
+
 async fn cost_table(state: web::Data<AppState>) -> HttpResponse {
-    match &state.cost_table {
-        Some(t) => HttpResponse::Ok()
-            .content_type("application/json")
-            .insert_header((crate::site::SITE_HEADER, &*state.site))
-            .body(t.as_str().to_owned()),
+    match state.cost_table_of(split_shared::model::LITE0_NAME) {
+        Some(t) => table_response(&state, t),
         None => {
             HttpResponse::NotFound().body("no cost table on this server; run `./run.sh profile`")
         }
@@ -68,10 +73,7 @@ async fn cost_table(state: web::Data<AppState>) -> HttpResponse {
 async fn model_cost_table(name: web::Path<String>, state: web::Data<AppState>) -> HttpResponse {
     let hosted = state.models.registry().iter().any(|m| m.spec().name == *name);
     match state.cost_table_of(&name) {
-        Some(t) if hosted => HttpResponse::Ok()
-            .content_type("application/json")
-            .insert_header((crate::site::SITE_HEADER, &*state.site))
-            .body(t.as_str().to_owned()),
+        Some(t) if hosted => table_response(&state, t),
         _ if hosted => HttpResponse::NotFound().body(format!("no cost table for {name}")),
         _ => HttpResponse::NotFound().body(format!("no model {name} on this server")),
     }

@@ -211,10 +211,10 @@ fn batched_steps_equal_each_alone() {
         let mut steps: Vec<Step<'_>> = batched
             .iter_mut()
             .zip(&ranges)
-            .map(|((h, cache), range)| Step { layers: range.clone(), hidden: h, cache })
+            .map(|((h, cache), range)| Step { blocks: range.clone(), hidden: h, state: cache })
             .collect();
-        steps.push(Step { layers: 0..4, hidden: &mut refused, cache: &mut full });
-        steps.push(Step { layers: 0..layers + 1, hidden: &mut past, cache: &mut past_cache });
+        steps.push(Step { blocks: 0..4, hidden: &mut refused, state: &mut full });
+        steps.push(Step { blocks: 0..layers + 1, hidden: &mut past, state: &mut past_cache });
         let results = model.forward_batch(&mut steps);
         assert!(results[..3].iter().all(Result::is_ok), "step {step}: {results:?}");
         assert!(results[3].is_err() && results[4].is_err(), "step {step}: {results:?}");
@@ -342,7 +342,7 @@ fn batch_speed() {
                 let mut steps: Vec<Step<'_>> = hidden
                     .iter_mut()
                     .zip(caches.iter_mut())
-                    .map(|(h, cache)| Step { layers: 12..layers, hidden: h, cache })
+                    .map(|(h, cache)| Step { blocks: 12..layers, hidden: h, state: cache })
                     .collect();
                 model.forward_batch(&mut steps);
             }

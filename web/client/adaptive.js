@@ -7,7 +7,7 @@ import { SplitError, modelInputJpeg } from "./wasm.js";
 
 /** How long `create` waits for the link's first measurement, ms: a link that has not answered
  * by then is left to the probes that follow. */
-export const LINK_PROBE_BUDGET_MS = 3_000;
+const LINK_PROBE_BUDGET_MS = 3_000;
 
 /** Failures the edge would hit too: no point running locally after them. */
 const CALLER_ERRORS = new Set(["bad_image", "bad_option"]);

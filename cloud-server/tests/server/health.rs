@@ -256,48 +256,45 @@ async fn cors_for_listed_origins_and_the_site_version() {
         client.get(srv.url("/api/info")).send().await.unwrap().json().limit(1 << 20).await.unwrap();
     let site = info["site"].as_str().expect("/api/info names the site version").to_owned();
     assert_eq!(site.len(), 16);
+    let get = |path: &str, origin: Option<&str>| {
+        let mut req = client.get(srv.url(path));
+        if let Some(origin) = origin {
+            req = req.insert_header(("Origin", origin.to_owned()));
+        }
+        req.send()
+    };
     for path in ["/split-client.js", "/api/info", "/weights/shards/stem.splw"] {
-        let listed = client
-            .get(srv.url(path))
-            .insert_header(("Origin", "https://app.example.com"))
-            .send()
-            .await
-            .unwrap();
+        let listed = get(path, Some("https://app.example.com")).await.unwrap();
         assert_eq!(listed.status(), 200, "{path}");
-        let allow = listed
-            .headers()
-            .get("access-control-allow-origin")
-            .map(|v| v.to_str().unwrap().to_owned());
+        let allow = header(&listed, "access-control-allow-origin");
         assert_eq!(allow.as_deref(), Some("https://app.example.com"), "{path} for a listed origin");
         let vary: Vec<_> =
             listed.headers().get_all("vary").map(|v| v.to_str().unwrap().to_owned()).collect();
         assert!(vary.iter().any(|v| v.contains("Origin")), "{path} varies with Origin: {vary:?}");
-        let other = client
-            .get(srv.url(path))
-            .insert_header(("Origin", "https://evil.example"))
-            .send()
-            .await
-            .unwrap();
+        let other = get(path, Some("https://evil.example")).await.unwrap();
         assert!(
-            other.headers().get("access-control-allow-origin").is_none(),
+            header(&other, "access-control-allow-origin").is_none(),
             "{path}: another origin gets no CORS"
         );
     }
     for path in ["/split-client.js", "/sw.js", "/api/info"] {
-        let res = client.get(srv.url(path)).send().await.unwrap();
-        let of = res.headers().get("split-site").map(|v| v.to_str().unwrap().to_owned());
-        assert_eq!(of.as_deref(), Some(site.as_str()), "{path} names the site version");
+        let res = get(path, None).await.unwrap();
+        assert_eq!(header(&res, "split-site"), Some(site.clone()), "{path} names the site version");
     }
     // The page's files are revalidated on every load (a 304 while unchanged), so a page never
     // runs one build's client with another's module.
     for path in ["/", "/split-client.js", "/client/wasm.js", "/samples/chelsea.png"] {
-        let res = client.get(srv.url(path)).send().await.unwrap();
-        let cache = res.headers().get("cache-control").map(|v| v.to_str().unwrap().to_owned());
-        assert_eq!(cache.as_deref(), Some("no-cache"), "{path}");
+        let res = get(path, None).await.unwrap();
+        assert_eq!(header(&res, "cache-control").as_deref(), Some("no-cache"), "{path}");
     }
-    let shard = client.get(srv.url("/weights/shards/stem.splw")).send().await.unwrap();
+    let shard = get("/weights/shards/stem.splw", None).await.unwrap();
     assert!(
-        shard.headers().get("split-site").is_none(),
+        header(&shard, "split-site").is_none(),
         "the weights are the client's to keep, not the site's"
     );
+}
+
+/// A response header's value as text.
+fn header<B>(res: &awc::ClientResponse<B>, name: &str) -> Option<String> {
+    res.headers().get(name).map(|v| v.to_str().unwrap().to_owned())
 }

@@ -41,27 +41,19 @@ pub struct Smollm2 {
 /// on, the exact kernel unpacks each weight block once for all of them and is the faster.
 const Q8_BELOW: usize = 4;
 
-/// One conversation's part of a batched step ([`Smollm2::forward_batch`]): its blocks, its hidden
-/// states (`[tokens, dim]`, replaced by the states after the blocks) and its cache of those
-/// blocks.
-#[derive(Debug)]
-pub struct Step<'a> {
-    /// The blocks to run.
-    pub layers: Range<usize>,
-    /// The hidden states, in place.
-    pub hidden: &'a mut [f32],
-    /// The cache of `layers`, which the step's keys and values are appended to.
-    pub cache: &'a mut KvCache,
-}
+/// One conversation's part of a batched step ([`Smollm2::forward_batch`]): the runtime's
+/// step with SmolLM2's cache as its state (its blocks, its hidden states `[tokens, dim]`
+/// replaced by the states after the blocks, and the cache of those blocks).
+pub type Step<'a> = crate::runtime::SequenceStep<'a, KvCache>;
 
 /// The keys and values a range of blocks has seen, one row per position.
 #[derive(Clone, Debug)]
 pub struct KvCache {
-    pub(super) layers: Range<usize>,
+    layers: Range<usize>,
     keys: Vec<Vec<f32>>,
     values: Vec<Vec<f32>>,
     kv_dim: usize,
-    pub(super) len: usize,
+    len: usize,
     capacity: usize,
 }
 
@@ -206,7 +198,7 @@ impl Smollm2 {
         hidden: &mut [f32],
         cache: &mut KvCache,
     ) -> Result<(), LlmError> {
-        let mut steps = [Step { layers, hidden, cache }];
+        let mut steps = [Step { blocks: layers, hidden, state: cache }];
         self.forward_batch(&mut steps).pop().unwrap_or(Ok(()))
     }
 
@@ -220,7 +212,7 @@ impl Smollm2 {
             steps.iter().map(|s| self.check_step(s)).collect();
         let held = self.blocks();
         let dim = self.config.dim;
-        let runs = |s: &Step<'_>, layer: usize| s.layers.contains(&layer);
+        let runs = |s: &Step<'_>, layer: usize| s.blocks.contains(&layer);
         for layer in held {
             let active: Vec<usize> = (0..steps.len())
                 .filter(|&i| checked[i].is_ok() && runs(&steps[i], layer))
@@ -235,7 +227,7 @@ impl Smollm2 {
                 .iter_mut()
                 .enumerate()
                 .filter(|(i, _)| active.contains(i))
-                .map(|(_, s)| (s.hidden.len() / dim, &mut *s.cache, layer - s.layers.start))
+                .map(|(_, s)| (s.hidden.len() / dim, &mut *s.state, layer - s.blocks.start))
                 .collect();
             let w = &self.weights.layers[layer - self.weights.first_block];
             if let Err(e) = self.block(w, &mut x, &rows, &mut parts) {
@@ -253,7 +245,7 @@ impl Smollm2 {
             .iter_mut()
             .zip(checked)
             .map(|(s, c)| {
-                s.cache.len += c?;
+                s.state.len += c?;
                 Ok(())
             })
             .collect()
@@ -262,7 +254,7 @@ impl Smollm2 {
     /// The rows of a step, or why it cannot run.
     fn check_step(&self, s: &Step<'_>) -> Result<usize, LlmError> {
         let held = self.blocks();
-        let (layers, cache) = (&s.layers, &s.cache);
+        let (layers, cache) = (&s.blocks, &s.state);
         if *layers != cache.layers || layers.start < held.start || layers.end > held.end {
             return Err(LlmError::Shape(format!(
                 "blocks {layers:?} with a cache of blocks {:?} (this file holds blocks {held:?})",

@@ -3,7 +3,7 @@
 
 use std::ops::Range;
 
-use super::{KvCache, LlmError, Smollm2, Step};
+use super::{KvCache, LlmError, Smollm2};
 use crate::runtime::{SequenceError, SequenceModel, SequenceSpec, SequenceState, SequenceStep};
 
 impl From<LlmError> for SequenceError {
@@ -60,15 +60,7 @@ impl SequenceModel for Smollm2 {
         &self,
         steps: &mut [SequenceStep<'_, KvCache>],
     ) -> Vec<Result<(), SequenceError>> {
-        let mut own: Vec<Step<'_>> = steps
-            .iter_mut()
-            .map(|s| Step {
-                layers: s.blocks.clone(),
-                hidden: &mut *s.hidden,
-                cache: &mut *s.state,
-            })
-            .collect();
-        self.forward_batch(&mut own).into_iter().map(|r| r.map_err(SequenceError::from)).collect()
+        self.forward_batch(steps).into_iter().map(|r| r.map_err(SequenceError::from)).collect()
     }
 
     fn head_each(&self, hidden: &[f32]) -> Result<Vec<f32>, SequenceError> {
