@@ -62,9 +62,30 @@ pub struct ServerInfo {
     /// The language model a client may split with this server on `/llm`; absent without one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub llm: Option<LlmInfo>,
+    /// Every stateful model `/llm` serves, by the id its `open` frame carries (SmolLM2 first
+    /// when loaded; `llm` says more of it).
+    pub sequence_models: Vec<SequenceModelInfo>,
     /// The site's version (`crate::site`): what the page, client, wasm builds, weights and
     /// cost table served now belong to; the offline start's caches are named by it.
     pub site: String,
+}
+
+/// A stateful model `/llm` serves (`/api/info`'s `sequence_models`).
+#[derive(Debug, Serialize)]
+pub struct SequenceModelInfo {
+    /// Its id (the `open` frame's model byte).
+    pub id: u8,
+    /// Its name.
+    pub name: String,
+    /// Its blocks (a conversation opens a range of them).
+    pub blocks: usize,
+    /// Values per hidden state.
+    pub width: usize,
+    /// Scores its head gives per row.
+    pub vocab: usize,
+    /// Positions one conversation may open with here (the server's cap or the model's
+    /// context, the smaller).
+    pub max_positions: u32,
 }
 
 /// A model `/ws` serves (`/api/info`'s `models`).
@@ -266,7 +287,9 @@ impl ServerInfo {
                 protocol_version: LLM_PROTOCOL_VERSION,
                 layers: host.model.config.layers,
                 width: host.model.config.dim,
-                max_positions: host.max_positions,
+                max_positions: state.sequences.max_positions(
+                    split_shared::runtime::SequenceModel::sequence_spec(&*host.model),
+                ),
                 max_rows: MAX_HIDDEN_ROWS,
                 max_frame_bytes: MAX_LLM_FRAME_BYTES,
                 edge_url: crate::llm_edge::LLM_EDGE_URL,
@@ -277,6 +300,21 @@ impl ServerInfo {
                 share_bytes: host.share_bytes.clone(),
                 tokenizer_bytes: host.tokenizer.len(),
             }),
+            sequence_models: state
+                .sequences
+                .iter()
+                .map(|m| {
+                    let spec = m.spec();
+                    SequenceModelInfo {
+                        id: spec.id,
+                        name: spec.name.clone(),
+                        blocks: spec.blocks,
+                        width: spec.width,
+                        vocab: spec.vocab,
+                        max_positions: state.sequences.max_positions(spec),
+                    }
+                })
+                .collect(),
             site: state.site.to_string(),
         }
     }

@@ -11,8 +11,10 @@
 //! (certificates), `info` (the `/api/info` contract), `shards` (weights and calibration cut per
 //! boundary),
 //! `metrics` (what `/metrics` counts), `groups` and `group_ws` (device groups: the registry and
-//! the `/group` socket), `llm_ws` (the language model's blocks for a client's split: `/llm`),
-//! `llm_budget` (its KV budget and eviction).
+//! the `/group` socket), `llm_ws` (a stateful model's blocks for a client's split: `/llm`),
+//! `llm_models` (the stateful models `/llm` serves, any [`split_shared::runtime::SequenceModel`]),
+//! `llm_batch` (their steps batched across conversations), `llm_budget` (the KV budget and
+//! eviction).
 
 mod config;
 mod cors;
@@ -29,6 +31,7 @@ mod limits;
 mod llm_batch;
 mod llm_budget;
 mod llm_edge;
+mod llm_models;
 mod llm_ws;
 mod metrics;
 mod routes;
@@ -43,7 +46,7 @@ mod ws;
 pub use config::{Config, DeviceChoice, Token};
 pub use engine::{Engine, Outcome, Work};
 pub use error::ServeError;
-pub use info::{CalibrationInfo, LlmInfo, ModelInfo, ServerInfo};
+pub use info::{CalibrationInfo, LlmInfo, ModelInfo, SequenceModelInfo, ServerInfo};
 pub use metrics::Metrics;
 pub use routes::config_app;
 pub use service::{Session, answer};

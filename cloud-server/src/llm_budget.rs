@@ -89,6 +89,7 @@ impl KvBudget {
     }
 
     /// Bytes reserved now.
+    #[cfg(test)]
     pub fn held(&self) -> usize {
         self.held.load(Ordering::Acquire)
     }

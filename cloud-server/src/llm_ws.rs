@@ -6,6 +6,9 @@
 //! server finish the model and answer with tokens (plain split); one that also starts at block
 //! 0 takes token ids and streams a whole answer (cloud-only). [`LlmFrame`] has the frames.
 //!
+//! The conversation's model is the one its `open` frame names by id, any the server hosts
+//! ([`crate::llm_models`]; SmolLM2 when loaded).
+//!
 //! One socket is one conversation, served one frame at a time: the blocks run on the blocking
 //! pool, never on the event loop, or with `--llm-batch` in batches with the other
 //! conversations' frames ([`crate::llm_batch`]). While a generation streams, the socket is still read: `stop`
@@ -25,33 +28,28 @@ use std::time::Duration;
 use actix_web::{HttpRequest, HttpResponse, rt, web};
 use actix_ws::{AggregatedMessage, CloseCode, CloseReason};
 use futures_util::StreamExt;
-use split_shared::models::smollm2::{KvCache, Sampler, Sampling, Smollm2};
+use split_shared::models::smollm2::{Sampler, Sampling, Smollm2};
 use split_shared::protocol::{
-    Finish, HeadSampling, LlmErrorCode, LlmFrame, MAX_LLM_FRAME_BYTES, MODEL_SMOLLM2, peek_llm_id,
+    Finish, HeadSampling, LlmErrorCode, LlmFrame, MAX_LLM_FRAME_BYTES, peek_llm_id,
 };
 use split_shared::runtime::{SequenceError, check_hidden, check_position};
 
-use crate::llm_batch::{Batcher, Done, Input, Job, Output};
-use crate::llm_budget::{KvBudget, Lease, Reservation};
+use crate::llm_batch::{Done, Input, Job, Output};
+use crate::llm_budget::{Lease, Reservation};
+use crate::llm_models::{SequenceModels, Served, State};
 use crate::state::AppState;
 use crate::ws::{Upgraded, checked_upgrade, send};
 
 /// A conversation silent this long is closed (its KV cache freed).
 const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// The loaded model and what its conversations may hold.
+/// SmolLM2 as this server loaded it from a GGUF file: the model ([`crate::llm_models`] serves
+/// its conversations) and what browsers fetch of the file.
 pub struct LlmHost {
     /// The model (weights shared by every conversation).
     pub model: Arc<Smollm2>,
-    /// The queue every conversation's steps are batched through (`--llm-batch`); without it
-    /// each conversation's steps run on the blocking pool on their own.
-    pub batcher: Option<Batcher<KvCache>>,
     /// The token that ends an answer (a generation stops after sending it).
     pub end_token: u32,
-    /// Positions one conversation may reserve.
-    pub max_positions: u32,
-    /// The KV cache all conversations may reserve, and who holds it ([`crate::llm_budget`]).
-    pub budget: Arc<KvBudget>,
     /// The file the model was read from (the edge's shares are cut from it).
     pub path: std::path::PathBuf,
     /// FNV-1a 64 of the file, in hex: what clients cache its shares under.
@@ -72,10 +70,7 @@ impl LlmHost {
     ///
     /// # Errors
     /// A file named by `--llm` that is missing or does not load as a model.
-    pub fn load(
-        config: &crate::Config,
-        counters: crate::metrics::LlmBatchCounters,
-    ) -> anyhow::Result<Option<Self>> {
+    pub fn load(config: &crate::Config) -> anyhow::Result<Option<Self>> {
         use anyhow::Context;
         let path = match &config.llm {
             Some(p) => p.clone(),
@@ -83,7 +78,7 @@ impl LlmHost {
                 let p = split_paths::llm_file();
                 if !p.exists() {
                     log::warn!(
-                        "no language model at {}: /llm refuses conversations (`./run.sh setup`)",
+                        "no language model at {}: /llm hosts no SmolLM2 (`./run.sh setup`)",
                         p.display()
                     );
                     return Ok(None);
@@ -110,25 +105,9 @@ impl LlmHost {
             costs.block_prefill_ms,
             costs.head_ms
         );
-        let model = Arc::new(model);
         Ok(Some(LlmHost {
-            batcher: if config.llm_batch {
-                let threads = batch_threads();
-                log::info!("language model: steps batched across conversations, {threads} threads");
-                Some(
-                    Batcher::start(model.clone(), threads, config.llm_prefill_chunk, counters)
-                        .context("starting the batching threads")?,
-                )
-            } else {
-                None
-            },
-            model,
+            model: Arc::new(model),
             end_token: tokenizer.eos,
-            max_positions: config.llm_positions,
-            budget: KvBudget::new(
-                config.llm_kv_mib.saturating_mul(1 << 20),
-                (config.llm_evict_after > 0).then(|| Duration::from_secs(config.llm_evict_after)),
-            ),
             file_id: format!("{:016x}", split_shared::container::fnv1a64(&bytes)),
             tokenizer: split_shared::models::smollm2::tokenizer_share(&bytes)?.into(),
             path,
@@ -137,17 +116,6 @@ impl LlmHost {
             share_bytes: split_shared::models::smollm2::share_sizes(&bytes)?,
         }))
     }
-
-    /// Bytes of KV cache `positions` of blocks `first..end` take.
-    fn cache_bytes(&self, first: u16, end: u16, positions: u32) -> usize {
-        let per_position = self.model.config.kv_dim() * 2 * 4;
-        usize::from(end.saturating_sub(first)) * per_position * positions as usize
-    }
-}
-
-/// Batching threads: one per core (`RAYON_NUM_THREADS` or the machine's), as the kernels count.
-fn batch_threads() -> usize {
-    split_kernels::max_threads()
 }
 
 /// Positions a conversation's KV reservation grows by: at open, the first step (or the
@@ -156,12 +124,13 @@ fn batch_threads() -> usize {
 /// positions it may reach: 64 positions of 26 blocks are 2.4 MiB.
 const RESERVE_STEP: u32 = 64;
 
-/// An open conversation: its blocks, its cache (absent while the blocks run), the server's
-/// sampler when it runs the head, its budget.
+/// An open conversation: its model, its blocks, its cache (absent while the blocks run), the
+/// server's sampler when it runs the head, its budget.
 struct Conversation {
+    model: Arc<dyn Served>,
     first: u16,
     end: u16,
-    cache: Option<KvCache>,
+    cache: Option<State>,
     sampler: Option<Sampler>,
     reservation: Reservation,
     /// Positions of cache the reservation covers: a step ahead of what the cache holds, up
@@ -235,11 +204,7 @@ fn sampler(head: HeadSampling) -> Result<Sampler, String> {
 /// ([`crate::llm_batch`], `--llm-batch`), else on the blocking pool on its own. The cache and
 /// the sampler go back into the conversation whatever happens, except when the computation
 /// panicked (then the conversation is gone: `None`).
-async fn compute(
-    host: &Arc<LlmHost>,
-    c: &mut Conversation,
-    input: Input,
-) -> Option<Result<Output, SequenceError>> {
+async fn compute(c: &mut Conversation, input: Input) -> Option<Result<Output, SequenceError>> {
     let Some(cache) = c.cache.take() else {
         return Some(Err(SequenceError::Shape("the conversation's cache was lost".into())));
     };
@@ -249,13 +214,7 @@ async fn compute(
         cache,
         sampler: c.sampler.take(),
     };
-    let Done { outcome, cache, sampler } = match &host.batcher {
-        Some(batcher) => batcher.run(job).await?,
-        None => {
-            let worker = host.clone();
-            web::block(move || crate::llm_batch::run_alone(&*worker.model, job)).await.ok()?
-        }
-    };
+    let Done { outcome, cache, sampler } = c.model.clone().compute(job).await?;
     c.cache = Some(cache);
     c.sampler = sampler;
     Some(outcome)
@@ -388,7 +347,6 @@ async fn evicted(lease: Option<&Lease>) {
 /// `ahead` more (a generation's tokens, as many as fit), with the reservation grown to cover
 /// them; or the error frame saying why not.
 fn check_room(
-    host: &LlmHost,
     c: &mut Conversation,
     id: u64,
     position: u32,
@@ -404,7 +362,8 @@ fn check_room(
     let needed = (position + rows as u32).saturating_add(ahead).min(capacity);
     if needed > c.reserved {
         let to = needed.div_ceil(RESERVE_STEP).saturating_mul(RESERVE_STEP).min(capacity);
-        let more = host.cache_bytes(c.first, c.end, to - c.reserved);
+        let blocks = usize::from(c.end - c.first);
+        let more = c.model.spec().state_bytes(blocks, (to - c.reserved) as usize);
         if let Err(why) = c.reservation.grow(more) {
             return Err(error(id, LlmErrorCode::KvBudget, why));
         }
@@ -420,17 +379,23 @@ async fn answer(state: &AppState, conversation: &mut Option<Conversation>, bytes
         Ok(f) => f,
         Err(e) => return Reply::Frame(error(id, LlmErrorCode::BadFrame, e.to_string())),
     };
-    let Some(host) = state.llm.clone() else {
+    if state.sequences.is_empty() {
         return Reply::Frame(error(
             id,
             LlmErrorCode::UnknownModel,
             "this server hosts no language model (start it with --llm)",
         ));
-    };
+    }
     match frame {
-        LlmFrame::Open { id, model, first, end, positions, head } => {
-            Reply::Frame(open(&host, conversation, id, model, first..end, positions, head))
-        }
+        LlmFrame::Open { id, model, first, end, positions, head } => Reply::Frame(open(
+            &state.sequences,
+            conversation,
+            id,
+            model,
+            first..end,
+            positions,
+            head,
+        )),
         LlmFrame::Hidden { id, reply: false, position, width, codec, values } => {
             let Some(c) = conversation.as_mut() else {
                 return Reply::Frame(error(
@@ -439,15 +404,15 @@ async fn answer(state: &AppState, conversation: &mut Option<Conversation>, bytes
                     "open the conversation before sending hidden states",
                 ));
             };
-            let dim = host.model.config.dim;
+            let dim = c.model.spec().width;
             let rows = match check_hidden(dim, width, &values) {
                 Ok(rows) => rows,
                 Err((code, why)) => return Reply::Frame(error(id, code, why)),
             };
-            if let Err(refused) = check_room(&host, c, id, position, rows, 0) {
+            if let Err(refused) = check_room(c, id, position, rows, 0) {
                 return Reply::Frame(refused);
             }
-            Reply::Frame(match compute(&host, c, Input::Hidden(values)).await {
+            Reply::Frame(match compute(c, Input::Hidden(values)).await {
                 // The last position only: the client's head needs no other.
                 Some(Ok(Output::Hidden(values))) => LlmFrame::Hidden {
                     id,
@@ -497,11 +462,11 @@ async fn answer(state: &AppState, conversation: &mut Option<Conversation>, bytes
                 return Reply::Frame(error(id, LlmErrorCode::BadValues, "no tokens"));
             }
             let rows = tokens.len();
-            if let Err(refused) = check_room(&host, c, id, position, rows, generate) {
+            if let Err(refused) = check_room(c, id, position, rows, generate) {
                 return Reply::Frame(refused);
             }
             let after = position + rows as u32;
-            match compute(&host, c, Input::Tokens(tokens)).await {
+            match compute(c, Input::Tokens(tokens)).await {
                 Some(Ok(Output::Hidden(_))) => {
                     Reply::Frame(error(id, LlmErrorCode::Internal, "the head did not run"))
                 }
@@ -534,7 +499,7 @@ async fn answer(state: &AppState, conversation: &mut Option<Conversation>, bytes
 
 /// Open the conversation: the reply to an `open` frame.
 fn open(
-    host: &Arc<LlmHost>,
+    models: &SequenceModels,
     conversation: &mut Option<Conversation>,
     id: u64,
     model: u8,
@@ -543,17 +508,19 @@ fn open(
     head: Option<HeadSampling>,
 ) -> LlmFrame {
     let (first, end) = (blocks.start, blocks.end);
-    if model != MODEL_SMOLLM2 {
+    let Some(served) = models.get(model) else {
+        let hosted = models.names();
         return error(
             id,
             LlmErrorCode::UnknownModel,
-            format!("model {model} is not hosted; {MODEL_SMOLLM2} is SmolLM2"),
+            format!("model {model} is not hosted; this server hosts {hosted}"),
         );
-    }
+    };
     if conversation.is_some() {
         return error(id, LlmErrorCode::NotOpen, "this socket's conversation is already open");
     }
-    let layers = host.model.config.layers;
+    let spec = served.spec();
+    let layers = spec.blocks;
     if first >= end || usize::from(end) > layers {
         return error(
             id,
@@ -574,30 +541,32 @@ fn open(
         Ok(s) => s,
         Err(why) => return error(id, LlmErrorCode::BadValues, why),
     };
-    if positions == 0 || positions > host.max_positions {
+    let max_positions = models.max_positions(spec);
+    if positions == 0 || positions > max_positions {
         return error(
             id,
             LlmErrorCode::KvBudget,
-            format!("{positions} positions: a conversation may have 1..={}", host.max_positions),
+            format!("{positions} positions: a conversation may have 1..={max_positions}"),
         );
     }
     let reserved = positions.min(RESERVE_STEP);
-    let reservation = match host.budget.reserve(host.cache_bytes(first, end, reserved)) {
+    let blocks = usize::from(first)..usize::from(end);
+    let bytes = spec.state_bytes(blocks.len(), reserved as usize);
+    let reservation = match models.budget.reserve(bytes) {
         Ok(r) => r,
         Err(why) => return error(id, LlmErrorCode::KvBudget, why),
     };
-    let cache =
-        KvCache::new(&host.model.config, usize::from(first)..usize::from(end), positions as usize);
+    let width = spec.width as u32;
     *conversation = Some(Conversation {
+        model: served.clone(),
         first,
         end,
-        cache: Some(cache),
+        cache: Some(served.new_state(blocks, positions as usize)),
         sampler,
         reservation,
         reserved,
-        _open: host.batcher.as_ref().map(Batcher::open),
+        _open: served.open(),
     });
-    let width = host.model.config.dim as u32;
     LlmFrame::Opened { id, first, end, positions, width, head: head.is_some() }
 }
 
@@ -611,7 +580,7 @@ async fn stream_answer(
     c: &mut Conversation,
     mut g: Generation,
 ) -> Streamed {
-    let host = state.llm.clone().expect("a generation has a model");
+    let end_token = c.model.end_token();
     let mut generated = 0;
     let mut stop = false;
     let finish = loop {
@@ -621,7 +590,7 @@ async fn stream_answer(
         }
         generated += 1;
         let capacity = c.cache.as_ref().map_or(0, |cache| cache.capacity());
-        if g.token == host.end_token {
+        if Some(g.token) == end_token {
             break Finish::EndToken;
         } else if generated == g.generate {
             break Finish::Count;
@@ -630,7 +599,7 @@ async fn stream_answer(
         } else if g.position as usize >= capacity {
             break Finish::Positions;
         }
-        let mut step = std::pin::pin!(compute(&host, c, Input::Tokens(vec![g.token])));
+        let mut step = std::pin::pin!(compute(c, Input::Tokens(vec![g.token])));
         let outcome = loop {
             tokio::select! {
                 outcome = &mut step => break outcome,

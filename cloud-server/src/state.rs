@@ -77,8 +77,10 @@ pub struct AppState {
     pub drain: Arc<tokio::sync::watch::Sender<bool>>,
     /// Device groups (`/group`).
     pub groups: Arc<crate::groups::Groups>,
-    /// The language model and its KV budget (`/llm`), when one is loaded.
+    /// SmolLM2's GGUF file as loaded (its shares and tokenizer for browsers), when it is.
     pub llm: Option<Arc<crate::llm_ws::LlmHost>>,
+    /// The stateful models `/llm` serves (SmolLM2 first, when loaded) and their KV budget.
+    pub(crate) sequences: Arc<crate::llm_models::SequenceModels>,
     /// The site's version ([`crate::site`]): the served files, this build, its data files.
     pub site: Arc<str>,
 }
@@ -208,7 +210,23 @@ impl AppState {
             batch_delay: std::time::Duration::from_micros(config.batch_delay_us),
         };
         let lite0 = Lite0Split::new(model, device, calibration.as_ref().map(|(c, _)| c.clone()));
-        let llm = crate::llm_ws::LlmHost::load(config, metrics.llm_batches.clone())?.map(Arc::new);
+        let llm = crate::llm_ws::LlmHost::load(config)?.map(Arc::new);
+        let mut sequences = crate::llm_models::SequenceModels::new(
+            crate::llm_budget::KvBudget::new(
+                config.llm_kv_mib.saturating_mul(1 << 20),
+                (config.llm_evict_after > 0)
+                    .then(|| std::time::Duration::from_secs(config.llm_evict_after)),
+            ),
+            config.llm_positions,
+            crate::llm_models::BatchSettings {
+                batch: config.llm_batch,
+                prefill_chunk: config.llm_prefill_chunk,
+                counters: metrics.llm_batches.clone(),
+            },
+        );
+        if let Some(host) = &llm {
+            sequences.host(host.model.clone(), Some(host.end_token))?;
+        }
         let site = crate::site::site_id(
             &config.web_path(),
             &[
@@ -264,6 +282,7 @@ impl AppState {
                 config.max_connections_per_ip,
             ),
             llm,
+            sequences: Arc::new(sequences),
             site: site.into(),
             metrics,
             ready_queue: config.ready_queue.unwrap_or(queue / 2).max(1),
@@ -312,6 +331,22 @@ impl AppState {
         self.host(model)?;
         Arc::make_mut(&mut self.model_cost_tables).insert(name, Arc::new(text));
         Ok(())
+    }
+
+    /// Serve the stateful `model` on `/llm` too, beside SmolLM2: conversations whose `open`
+    /// frame carries its id run its blocks, batched with `--llm-batch`, their states held
+    /// against the same `--llm-kv-mib`; `/api/info`'s `sequence_models` lists it. `end_token`
+    /// ends the answers this server generates for it (cloud-only and plain placements). Call
+    /// before the state is handed to [`crate::config_app`].
+    ///
+    /// # Errors
+    /// Its id or name is a hosted model's, or its batching threads did not start.
+    pub fn host_sequence<M: split_shared::runtime::SequenceModel + 'static>(
+        &mut self,
+        model: Arc<M>,
+        end_token: Option<u32>,
+    ) -> Result<()> {
+        Arc::make_mut(&mut self.sequences).host(model, end_token)
     }
 
     /// The cost table (JSON text) of the hosted model called `name`, when it has one.

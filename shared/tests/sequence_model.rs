@@ -61,6 +61,7 @@ impl Running {
             width: WIDTH,
             vocab: VOCAB,
             context: 64,
+            state_bytes_per_position: WIDTH * 4,
         };
         Self { spec }
     }

@@ -41,21 +41,21 @@ fn ids(v: &serde_json::Value) -> Vec<u32> {
     v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
 }
 
-async fn connect(srv: &actix_test::TestServer) -> Socket {
+pub(crate) async fn connect(srv: &actix_test::TestServer) -> Socket {
     common::connect(srv, "/llm", MAX_LLM_FRAME_BYTES).await
 }
 
-async fn call(ws: &mut Socket, frame: &LlmFrame) -> LlmFrame {
+pub(crate) async fn call(ws: &mut Socket, frame: &LlmFrame) -> LlmFrame {
     call_bytes(ws, frame.encode()).await
 }
 
-async fn call_bytes(ws: &mut Socket, bytes: Vec<u8>) -> LlmFrame {
+pub(crate) async fn call_bytes(ws: &mut Socket, bytes: Vec<u8>) -> LlmFrame {
     ws.send(Message::Binary(bytes.into())).await.unwrap();
     next_frame(ws).await
 }
 
 /// The server's next frame.
-async fn next_frame(ws: &mut Socket) -> LlmFrame {
+pub(crate) async fn next_frame(ws: &mut Socket) -> LlmFrame {
     match common::next_message(ws, Duration::from_secs(60)).await {
         Frame::Binary(b) => LlmFrame::decode(&b).expect("reply decodes"),
         other => panic!("expected a binary reply, got {other:?}"),
@@ -81,7 +81,11 @@ fn open_head(id: u64, first: u16, positions: u32) -> LlmFrame {
 }
 
 /// A streamed generation's tokens (their positions checked from `position` on) and its end.
-async fn streamed(ws: &mut Socket, id: u64, mut position: u32) -> (Vec<u32>, u32, Finish) {
+pub(crate) async fn streamed(
+    ws: &mut Socket,
+    id: u64,
+    mut position: u32,
+) -> (Vec<u32>, u32, Finish) {
     let mut tokens = Vec::new();
     loop {
         match next_frame(ws).await {
@@ -108,7 +112,7 @@ fn hidden_in(codec: HiddenCodec, id: u64, position: u32, values: Vec<f32>) -> Ll
     LlmFrame::Hidden { id, reply: false, position, width, codec, values }
 }
 
-fn code(reply: LlmFrame) -> LlmErrorCode {
+pub(crate) fn code(reply: LlmFrame) -> LlmErrorCode {
     match reply {
         LlmFrame::Error { code, message, .. } => {
             assert!(!message.is_empty());

@@ -4,6 +4,8 @@
 //!
 //! - `any_model`: a model defined in the test itself, hosted beside EfficientNet-Lite0 and run
 //!   split over `/ws`;
+//! - `any_sequence`: a stateful model defined in the test itself, hosted beside SmolLM2 and run
+//!   split and cloud-only over `/llm`;
 //! - `attacks`: the real server process under hostile clients, its memory as the kernel counts it;
 //! - `engine`: the model worker pool, and `busy` when its queue is full;
 //! - `groups`: device groups, signalling and relay over real sockets;
@@ -16,6 +18,7 @@
 mod common;
 
 mod any_model;
+mod any_sequence;
 mod attacks;
 mod engine;
 mod groups;

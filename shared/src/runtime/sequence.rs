@@ -26,6 +26,16 @@ pub struct SequenceSpec {
     pub vocab: usize,
     /// Most positions one conversation may reach.
     pub context: usize,
+    /// Bytes one block's state grows by per position (a KV cache: one position's keys and
+    /// values): what a server reserves from its budget for a conversation's state.
+    pub state_bytes_per_position: usize,
+}
+
+impl SequenceSpec {
+    /// Bytes the state of `blocks` blocks holding `positions` positions takes.
+    pub fn state_bytes(&self, blocks: usize, positions: usize) -> usize {
+        blocks.saturating_mul(self.state_bytes_per_position).saturating_mul(positions)
+    }
 }
 
 /// One conversation's state over a range of blocks.

@@ -79,7 +79,7 @@ pub fn check_hidden(dim: usize, width: u32, values: &[f32]) -> Result<usize, Ref
 /// # Errors
 /// `position` or `kv_budget`, saying which.
 pub fn check_position(
-    cache: &impl SequenceState,
+    cache: &(impl SequenceState + ?Sized),
     position: u32,
     rows: usize,
 ) -> Result<(), Refusal> {

@@ -123,6 +123,8 @@ impl Smollm2 {
             width: config.dim,
             vocab: config.vocab,
             context: config.context,
+            // Keys and values, f32.
+            state_bytes_per_position: config.kv_dim() * 2 * 4,
         };
         Ok(Smollm2 { config, weights, inv_freq, isa: Isa::detect(), q8_activations: false, spec })
     }
