@@ -246,6 +246,14 @@ async function drawPlanner() {
     const measured = lastAuto ? `${num(lastAuto.totalMs)} ms` : "not measured yet";
     $("p-latency").textContent = `${num(x.predicted.totalMs)} ms / ${measured}`;
   }
+  $("p-refused").hidden = !x.refused;
+  $("p-refused").textContent = x.refused ?? "";
+  $("p-ranked").tBodies[0].replaceChildren(...x.ranked.slice(0, 6).map((e) => {
+    const tr = document.createElement("tr");
+    const cells = [name(e.placement), num(e.totalMs), num(e.computeMj + e.radioMj), num(e.bytes / 1000, 1), num(e.serverCost), num(e.score, 1)];
+    for (const text of cells) tr.insertCell().textContent = text;
+    return tr;
+  }));
   $("p-switches").replaceChildren(...x.switches.slice(-8).map((s) => {
     const li = document.createElement("li");
     li.textContent = `${(s.atMs / 1000).toFixed(1)} s: ${name(s.from)} → ${name(s.to.placement)} (${s.reason})`;
@@ -520,6 +528,11 @@ async function start() {
     $("split").addEventListener("change", drawNetwork);
     setupDevices(client, () => image?.bytes ?? null, showError);
     if (client.hasPlanner) {
+      // The goal and the radio it is priced for: the next re-plan uses them.
+      const goal = () => client.setObjective({ mode: $("p-mode").value, radio: $("p-radio").value })
+        .then(() => drawPlanner()).catch(showError);
+      $("p-mode").addEventListener("change", goal);
+      $("p-radio").addEventListener("change", goal);
       // One refresh at a time: a worker busy with an edge run answers late.
       let drawing = false;
       setInterval(() => {

@@ -61,7 +61,29 @@ export interface Constraints {
   minAgreement?: number;
   /** Never hold more edge parameters than this many bytes. */
   maxEdgeParamBytes?: number | null;
+  /** What auto minimizes (docs/adaptive.md, "Goals beyond latency"): "latency" (the default), "battery" (the
+   * device's energy: compute and radio), "data" (bytes sent) or "balanced" (all of them and
+   * the server's cost). */
+  mode?: "latency" | "battery" | "data" | "balanced";
+  /** Weights of one's own instead of the mode's: the score is
+   * `perMs × latency + perMj × energy + perKb × kB sent + perServer × server cost`. */
+  weights?: { perMs: number; perMj: number; perKb: number; perServer: number } | null;
+  /** The device's power while it computes, W (default 2.3). */
+  deviceWatts?: number;
+  /** The radio the energy is priced for (default "wifi"). */
+  radio?: "wifi" | "lte" | "3g";
+  /** Time between requests when they come regularly, ms: the radio's tail is then shared. */
+  requestIntervalMs?: number | null;
+  /** What a millisecond of the server's compute costs (default 1). */
+  serverPrice?: number;
+  /** The real-time class: "hard" never places a request where it is predicted past the
+   * deadline (default 100 ms), "soft" (300 ms) and "near" (1,000 ms) prefer those within it,
+   * "batch" has none and lets latency only break ties. */
+  realtime?: { class: "hard" | "soft" | "near" | "batch"; deadlineMs?: number | null } | null;
 }
+
+/** The goal part of `Constraints`, as `setObjective` changes it. */
+export type Objective = Pick<Constraints, "mode" | "weights" | "deviceWatts" | "radio" | "requestIntervalMs" | "serverPrice" | "realtime">;
 
 /** Progress of `SplitClient.create`. */
 export interface Progress {
@@ -95,6 +117,13 @@ export interface Estimate {
   totalMs: number;
   bytes: number;
   agreement: number;
+  /** The device's energy for its compute and its radio, mJ. */
+  computeMj: number;
+  radioMj: number;
+  /** The server's milliseconds × its price. */
+  serverCost: number;
+  /** What the planner ranks by, lower first: the latency in "latency" mode. */
+  score: number;
 }
 
 /** The WebSocket to the server. It opens on the first request that needs the server. */
@@ -290,6 +319,8 @@ export interface Explanation {
   current: Placement | null;
   predicted: Estimate | null;
   ranked: Estimate[];
+  /** Why nothing is ranked (no placement meets the constraints or the hard deadline). */
+  refused: string | null;
   deadlineMs: number;
   switches: Switch[];
 }
@@ -516,6 +547,10 @@ export class SplitClient {
   readonly planner?: AdaptivePlanner | null;
   /** Auto mode's view of the link, the server and its choice; null without a planner. */
   explain(): Promise<Explanation | null>;
+  /** Change what auto minimizes (the other constraints stay): refused with `bad_option`
+   * for an unknown mode, radio or class, or a value out of range; without a planner,
+   * `no_planner`. The next re-plan uses it. */
+  setObjective(objective: Objective): Promise<void>;
   /** Results remembered by content (0 turns the cache off). */
   setCacheEntries(entries: number): Promise<void>;
   /** The edge's weights: the deepest boundary its loaded stages reach ("input": none,

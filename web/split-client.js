@@ -78,9 +78,11 @@ function checkModel(model, info) {
   }
 }
 
+/** The keys of what auto minimizes (`setObjective`, and `options.constraints`). */
+const OBJECTIVE = ["mode", "weights", "deviceWatts", "radio", "requestIntervalMs", "serverPrice", "realtime"];
 /** The keys `options.constraints` may have; any other is refused rather than ignored (a
  * misspelt privacy floor must not silently mean none). */
-const CONSTRAINTS = ["privacyFloor", "minAgreement", "maxEdgeParamBytes"];
+const CONSTRAINTS = ["privacyFloor", "minAgreement", "maxEdgeParamBytes", ...OBJECTIVE];
 /** A ping's timeout when no planner sets one. */
 const PING_TIMEOUT_MS = 2_000;
 
@@ -159,6 +161,7 @@ export class SplitClient {
     }
     /** The first boundary whose features may leave this device (0: any, the photo included). */
     client.privacyFloor = constraints.privacyFloor;
+    client.constraints = constraints;
     /** Noise on every request's features unless a request says otherwise ("gauss:0.02"). */
     client.noise = options.noise ?? null;
     client.resilience = await Resilience.create(client, options.onUpdate ?? (() => {}));
@@ -330,6 +333,17 @@ export class SplitClient {
   /** Auto mode's view of the link, the server and its choice (a plain object), or null. */
   async explain() {
     return this.adaptive ? this.adaptive.planner.explain(this.timeoutMs) : null;
+  }
+
+  /** Change what auto minimizes ("latency", "battery", "data", "balanced", the radio, the
+   * real-time class…); the privacy floor and the other limits stay. */
+  async setObjective(objective = {}) {
+    if (!this.adaptive) throw new SplitError("no_planner", "this server publishes no cost table: there is no auto mode to set a goal for");
+    const unknown = Object.keys(objective).filter((k) => !OBJECTIVE.includes(k));
+    if (unknown.length) throw new SplitError("bad_option", `unknown objective field ${unknown.join(", ")}; use ${OBJECTIVE.join(", ")}`);
+    const constraints = { ...this.constraints, ...objective };
+    await wasmCall(() => this.adaptive.planner.setConstraints(constraints));
+    this.constraints = constraints;
   }
 
   /** Results remembered by content (0 turns the cache off). */

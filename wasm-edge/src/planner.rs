@@ -81,10 +81,13 @@ impl AdaptivePlanner {
         }
     }
 
-    /// Constraints: `{ privacy_floor: 7, min_agreement: 0.98, max_edge_param_bytes: null }`.
+    /// Constraints: `{ privacyFloor: 7, minAgreement: 0.98, maxEdgeParamBytes: null, mode:
+    /// "battery", radio: "lte", realtime: { class: "soft", deadlineMs: 200 } }` (the goal's
+    /// fields are optional).
     #[wasm_bindgen(js_name = setConstraints)]
     pub fn set_constraints(&mut self, constraints: JsValue) -> Result<(), JsValue> {
         let k: Constraints = from_object(&constraints, "bad_option")?;
+        k.check().map_err(|why| crate::js::error("bad_option", why))?;
         self.policy.set_constraints(k);
         Ok(())
     }

@@ -289,6 +289,10 @@ export class RemoteSplitClient {
     return this.call("explain");
   }
 
+  setObjective(objective) {
+    return this.call("setObjective", objective);
+  }
+
   weightsState() {
     return this.call("weightsState");
   }

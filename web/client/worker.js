@@ -52,6 +52,7 @@ const methods = {
   benchCodec: (image, split, codec, repeats) => client.benchCodec(image, split, codec, repeats),
   profileEdge: (repeats) => client.profileEdge(repeats),
   explain: () => client.explain(),
+  setObjective: (objective) => client.setObjective(objective),
   weightsState: () => client.weightsState(),
   backlogState: () => client.backlogState(),
   setCacheEntries: (n) => client.setCacheEntries(n),

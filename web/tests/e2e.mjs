@@ -264,6 +264,41 @@ async function loadChecks(page, name) {
   assert.ok(loaded.rows.every((r) => CATS.has(r.top1)), `${name}: every answer stays right under load`);
 }
 
+/** Goals beyond latency: the page's goal menu re-ranks the placements with their energy and
+ * bytes (data: nothing sent first), the client refuses an unknown goal, and latency again
+ * restores the ranking by time. */
+async function goalChecks(page, name) {
+  const first = () => page.evaluate(() => document.querySelector("#p-ranked tbody tr")?.cells[0].textContent ?? "");
+  await page.selectOption("#p-mode", "data");
+  await page.waitForFunction(() => document.querySelector("#p-ranked tbody tr")?.cells[0].textContent === "edge only", null, { timeout: 30_000 })
+    .catch(async () => assert.fail(`${name}: in data mode edge-only (nothing sent) ranks first, not ${await first()}`));
+  const x = await page.evaluate(async () => {
+    const c = window.splitClient;
+    const ranked = (await c.explain()).ranked;
+    let refused = null;
+    await c.setObjective({ mode: "fastest" }).catch((e) => { refused = e.code; });
+    let unknownField = null;
+    await c.setObjective({ watts: 3 }).catch((e) => { unknownField = e.code; });
+    let badRadio = null;
+    await c.setObjective({ radio: "5g" }).catch((e) => { badRadio = e.code; });
+    return { ranked, refused, unknownField, badRadio };
+  });
+  const [top, next] = x.ranked;
+  assert.equal(top.placement.mode, "edge_only", `${name}: data mode's best sends nothing`);
+  assert.ok(top.bytes === 0 && top.radioMj === 0 && top.computeMj > 0, `${name}: edge-only's terms: ${JSON.stringify(top)}`);
+  assert.ok(next.bytes > 0 && next.radioMj > 0 && next.score > top.score, `${name}: the next sends bytes over the radio: ${JSON.stringify(next)}`);
+  // Data mode's score: kB sent, and a hundredth of the latency to break ties.
+  for (const e of [top, next]) {
+    assert.ok(Math.abs(e.score - (e.bytes / 1000 + 0.01 * e.totalMs)) < 1e-6, `${name}: a data-mode score: ${JSON.stringify(e)}`);
+  }
+  assert.deepEqual([x.refused, x.unknownField, x.badRadio], ["bad_option", "bad_option", "bad_option"], `${name}: bad goals refused`);
+  await page.selectOption("#p-mode", "latency");
+  await page.waitForFunction(async () => {
+    const r = (await window.splitClient.explain()).ranked;
+    return r.every((e, i) => i === 0 || e.totalMs >= r[i - 1].totalMs) && r[0].score === r[0].totalMs;
+  }, null, { timeout: 30_000 });
+}
+
 /** The page as people use it: stale answers cleared, refused files not left selected, the
  * keyboard path to a photo and a classification, results announced, and a phone's screen. */
 async function pageChecks(page, name) {
@@ -608,6 +643,7 @@ async function runPass({ name, args, query = "", expectBackend, expectBuild, cod
     if (codecs) await codecChecks(page, name);
     if (codecs) await errorChecks(page, name);
     if (codecs) await loadChecks(page, name);
+    if (codecs) await goalChecks(page, name);
     if (codecs) await pageChecks(page, name);
     if (codecs) await imageChecks(page, name);
     if (codecs) await cameraChecks(page, name);

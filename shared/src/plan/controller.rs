@@ -4,9 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::monitor::Forecast;
-use super::planner::{
-    Candidate, Conditions, Constraints, Estimate, Placement, estimate, plan_candidates,
-};
+use super::planner::{Candidate, Conditions, Constraints, Estimate, Placement, plan_candidates};
 
 /// Tuning of the controller.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -204,8 +202,8 @@ impl Controller {
             None => Some("initial plan".to_string()),
             Some(c) if *c == best.placement => None,
             Some(c) => {
-                let now_cost = ranked.iter().find(|e| e.placement == *c).map(|e| e.total_ms);
-                let gain = now_cost.map(|n| (n - best.total_ms) / n);
+                let now_cost = ranked.iter().find(|e| e.placement == *c).map(|e| e.score);
+                let gain = now_cost.map(|n| (n - best.score) / n);
                 let dwelt = now_ms - self.since_ms >= self.dwell_ms;
                 match (now_cost, gain) {
                     (None, _) => Some("the current placement is no longer allowed".to_string()),
@@ -227,11 +225,22 @@ impl Controller {
                                 || self.coin.next() < self.config.load_switch_probability) =>
                     {
                         let why = jump.clone().map_or_else(String::new, |j| format!("{j}; "));
-                        Some(format!(
-                            "{why}predicted {n:.0} -> {:.0} ms ({:.0}% faster)",
-                            best.total_ms,
-                            100.0 * g
-                        ))
+                        Some(match constraints.objective.mode {
+                            super::Mode::Latency if constraints.objective.weights.is_none() => {
+                                format!(
+                                    "{why}predicted {n:.0} -> {:.0} ms ({:.0}% faster)",
+                                    best.score,
+                                    100.0 * g
+                                )
+                            }
+                            mode => format!(
+                                "{why}{} score {n:.0} -> {:.0} ({:.0}% lower; {:.0} ms)",
+                                mode.name(),
+                                best.score,
+                                100.0 * g,
+                                best.total_ms
+                            ),
+                        })
                     }
                     _ => None,
                 }
@@ -244,7 +253,7 @@ impl Controller {
                 let to = candidates
                     .iter()
                     .find(|c| c.placement == best.placement)
-                    .map_or(best, |c| estimate(c, &measured));
+                    .map_or(best, |c| super::estimate_for(c, &measured, &constraints.objective));
                 let switch = Switch { at_ms: now_ms, from: current, to, reason };
                 self.current = Some(switch.to.placement.clone());
                 self.since_ms = now_ms;
@@ -286,7 +295,7 @@ impl Controller {
             candidates
                 .iter()
                 .find(|c| c.placement == *p && super::planner::allowed(c, constraints))
-                .map(|c| estimate(c, &before).total_ms)
+                .map(|c| super::estimate_for(c, &before, &constraints.objective).score)
         };
         match (cost(current), cost(&best.placement)) {
             (Some(now), Some(then)) if now.is_finite() => (now - then) / now < self.config.min_gain,
@@ -295,8 +304,14 @@ impl Controller {
     }
 
     /// Predicted cost of the current placement under `conditions` (for display).
-    pub fn predicted(&self, candidates: &[Candidate], conditions: &Conditions) -> Option<Estimate> {
+    pub fn predicted(
+        &self,
+        candidates: &[Candidate],
+        conditions: &Conditions,
+        objective: &super::Objective,
+    ) -> Option<Estimate> {
         let current = self.current.as_ref()?;
-        candidates.iter().find(|c| c.placement == *current).map(|c| estimate(c, conditions))
+        let c = candidates.iter().find(|c| c.placement == *current)?;
+        Some(super::estimate_for(c, conditions, objective))
     }
 }

@@ -1,5 +1,6 @@
 //! Choosing where to split: a measured cost table, a planner that minimizes predicted latency
-//! under user constraints, a network monitor that forecasts conditions, and a controller that
+//! (or the device's energy, the bytes sent, a balance with the server's cost) under user
+//! constraints, a network monitor that forecasts conditions, and a controller that
 //! re-plans as they change without oscillating, inside the client policy (probing, deadlines,
 //! what every reply teaches the monitor) that the browser and the simulator both run.
 //!
@@ -9,6 +10,7 @@
 mod controller;
 mod llm;
 mod monitor;
+pub mod objective;
 mod planner;
 mod policy;
 pub mod sim;
@@ -20,9 +22,10 @@ pub use llm::{
     LlmSideCosts, LlmWorkload, estimate_llm, llm_candidates, llm_refusal, plan_llm,
 };
 pub use monitor::{Forecast, Measured, NetworkMonitor};
+pub use objective::{Class, Mode, Objective, Radio, RealTime, Weights};
 pub use planner::{
     Candidate, Conditions, Constraints, DEFAULT_MIN_AGREEMENT, Estimate, Placement, PlanError,
-    estimate, plan, plan_candidates,
+    estimate, estimate_for, plan, plan_candidates,
 };
 pub use policy::{AdaptivePolicy, Explanation, PingObservation, ProbeConfig, RequestObservation};
 pub use table::{COST_TABLE_VERSION, CodecCost, CostTable, EdgeProfile, wilson_lower};

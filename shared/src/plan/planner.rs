@@ -1,10 +1,13 @@
 //! The planner: `edge(k) + rtt + bytes(k, codec) / uplink + queue + cloud(k)` over every
-//! candidate, edge-only and cloud-only included, subject to constraints.
+//! candidate, edge-only and cloud-only included, subject to constraints; with a goal other than
+//! latency ([`super::Mode`]), the weighted sum of that latency, the device's energy, the bytes
+//! sent and the server's cost ([`super::objective`]), within the real-time class's deadline.
 
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use super::objective::{Class, Objective, RealTime, Terms};
 use crate::codec::Setting;
 
 /// Where the work runs.
@@ -103,11 +106,49 @@ pub struct Constraints {
     pub min_agreement: f64,
     /// Most parameter bytes the edge may hold (memory budget); `None`: no limit.
     pub max_edge_param_bytes: Option<u64>,
+    /// What is minimized (JSON: its fields beside these, `mode`, `radio`, …): latency unless
+    /// told otherwise.
+    #[serde(flatten)]
+    pub objective: Objective,
+    /// The real-time class and its deadline; `None`: no deadline.
+    #[serde(default)]
+    pub realtime: Option<RealTime>,
 }
 
 impl Default for Constraints {
     fn default() -> Self {
-        Self { privacy_floor: 0, min_agreement: DEFAULT_MIN_AGREEMENT, max_edge_param_bytes: None }
+        Self {
+            privacy_floor: 0,
+            min_agreement: DEFAULT_MIN_AGREEMENT,
+            max_edge_param_bytes: None,
+            objective: Objective::default(),
+            realtime: None,
+        }
+    }
+}
+
+impl Constraints {
+    /// Why these constraints cannot be planned with, if they cannot.
+    ///
+    /// # Errors
+    /// A message naming the field.
+    pub fn check(&self) -> Result<(), String> {
+        self.objective.check()?;
+        match self.realtime.and_then(|r| r.deadline_ms) {
+            Some(d) if !(d.is_finite() && d > 0.0) => Err(format!("deadlineMs {d}: above 0")),
+            _ => Ok(()),
+        }
+    }
+
+    /// The objective as the class bends it: a batch class's latency only breaks ties.
+    fn effective_objective(&self) -> Objective {
+        let mut objective = self.objective.clone();
+        if self.realtime.is_some_and(|r| r.class == Class::Batch) {
+            let mut w = objective.weights();
+            w.per_ms *= 0.01;
+            objective.weights = Some(w);
+        }
+        objective
     }
 }
 
@@ -135,19 +176,48 @@ pub struct Estimate {
     pub bytes: f64,
     /// Top-1 agreement with the uncompressed model.
     pub agreement: f64,
+    /// The device's energy for its compute, mJ.
+    #[serde(default)]
+    pub compute_mj: f64,
+    /// The device's energy for its radio, mJ (0 for edge-only).
+    #[serde(default)]
+    pub radio_mj: f64,
+    /// The server's cost: its milliseconds × the price (0 for edge-only).
+    #[serde(default)]
+    pub server_cost: f64,
+    /// What the planner ranks by, lower first: the latency in `latency` mode, else the
+    /// objective's weighted sum ([`Objective::score`]).
+    #[serde(default)]
+    pub score: f64,
 }
 
 /// Why nothing could be chosen.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum PlanError {
     /// Every candidate breaks a constraint.
     #[error("no placement satisfies the constraints (privacy floor, accuracy floor, edge memory)")]
     NoFeasible,
+    /// A hard real-time deadline no allowed placement is predicted to meet.
+    #[error(
+        "no placement meets the hard deadline of {deadline_ms} ms (the fastest: {fastest_ms:.0} ms)"
+    )]
+    Deadline {
+        /// The deadline, ms.
+        deadline_ms: f64,
+        /// The fastest allowed placement's predicted latency, ms.
+        fastest_ms: f64,
+    },
 }
 
-/// Cost of `c` under `conditions`.
+/// Cost of `c` under `conditions`, ranked by latency (the energy at the default objective's
+/// figures).
 pub fn estimate(c: &Candidate, conditions: &Conditions) -> Estimate {
+    estimate_for(c, conditions, &Objective::default())
+}
+
+/// Cost of `c` under `conditions`, its energy and server terms and score by `objective`.
+pub fn estimate_for(c: &Candidate, conditions: &Conditions, objective: &Objective) -> Estimate {
     let edge_ms = c.edge_ms * conditions.edge_factor;
     let remote = c.placement != Placement::EdgeOnly;
     let (transfer_ms, rtt_ms, queue_ms, cloud_ms) = if remote {
@@ -160,6 +230,12 @@ pub fn estimate(c: &Candidate, conditions: &Conditions) -> Estimate {
     } else {
         (0.0, 0.0, 0.0, 0.0)
     };
+    let total_ms = edge_ms + transfer_ms + rtt_ms + queue_ms + cloud_ms;
+    let bytes = if remote { c.bytes } else { 0.0 };
+    let wait_ms = rtt_ms + queue_ms + cloud_ms;
+    let link = remote.then_some((transfer_ms, conditions.uplink_bytes_per_ms, wait_ms, cloud_ms));
+    let Terms { compute_mj, radio_mj, server_cost } = objective.terms(edge_ms, link);
+    let score = objective.score(total_ms, bytes, &Terms { compute_mj, radio_mj, server_cost });
     Estimate {
         placement: c.placement.clone(),
         depth: c.depth,
@@ -168,9 +244,13 @@ pub fn estimate(c: &Candidate, conditions: &Conditions) -> Estimate {
         rtt_ms,
         queue_ms,
         cloud_ms,
-        total_ms: edge_ms + transfer_ms + rtt_ms + queue_ms + cloud_ms,
-        bytes: if remote { c.bytes } else { 0.0 },
+        total_ms,
+        bytes,
         agreement: c.agreement,
+        compute_mj,
+        radio_mj,
+        server_cost,
+        score,
     }
 }
 
@@ -185,26 +265,48 @@ pub(crate) fn allowed(c: &Candidate, k: &Constraints) -> bool {
         && k.max_edge_param_bytes.is_none_or(|max| c.edge_param_bytes <= max)
 }
 
-/// Every allowed candidate's estimate, best first.
+/// Every allowed candidate's estimate, best (lowest score) first; under a deadline, those that
+/// meet it first.
 ///
 /// # Errors
-/// [`PlanError::NoFeasible`] when the constraints exclude every candidate.
+/// [`PlanError::NoFeasible`] when the constraints exclude every candidate;
+/// [`PlanError::Deadline`] when a hard real-time deadline excludes every one left.
 pub fn plan_candidates(
     candidates: &[Candidate],
     conditions: &Conditions,
     constraints: &Constraints,
 ) -> Result<Vec<Estimate>, PlanError> {
+    let objective = constraints.effective_objective();
     let mut out: Vec<Estimate> = candidates
         .iter()
         .filter(|c| allowed(c, constraints))
-        .map(|c| estimate(c, conditions))
+        .map(|c| estimate_for(c, conditions, &objective))
         .collect();
     if out.is_empty() {
         return Err(PlanError::NoFeasible);
     }
     // Ties go to fewer bytes, then to the earlier candidate (stable sort).
-    out.sort_by(|a, b| a.total_ms.total_cmp(&b.total_ms).then(a.bytes.total_cmp(&b.bytes)));
-    Ok(out)
+    out.sort_by(|a, b| a.score.total_cmp(&b.score).then(a.bytes.total_cmp(&b.bytes)));
+    let Some((class, deadline_ms)) =
+        constraints.realtime.and_then(|r| Some((r.class, r.deadline()?)))
+    else {
+        return Ok(out);
+    };
+    let (mut meets, late): (Vec<Estimate>, Vec<Estimate>) =
+        out.into_iter().partition(|e| e.total_ms <= deadline_ms);
+    if meets.is_empty() {
+        let mut late = late;
+        // None meets it: a soft deadline takes the fastest, a hard one none.
+        late.sort_by(|a, b| a.total_ms.total_cmp(&b.total_ms));
+        if class == Class::Hard {
+            return Err(PlanError::Deadline { deadline_ms, fastest_ms: late[0].total_ms });
+        }
+        return Ok(late);
+    }
+    if class != Class::Hard {
+        meets.extend(late);
+    }
+    Ok(meets)
 }
 
 /// The best placement for a cost table: [`plan_candidates`] over
@@ -292,13 +394,113 @@ mod tests {
         assert_eq!(p[0].depth, 10);
         // A memory budget caps the depth; an accuracy floor drops lossy options.
         c[2].agreement = 0.9;
-        let k =
-            Constraints { privacy_floor: 1, min_agreement: 0.99, max_edge_param_bytes: Some(5) };
+        let k = Constraints {
+            privacy_floor: 1,
+            min_agreement: 0.99,
+            max_edge_param_bytes: Some(5),
+            ..Default::default()
+        };
         let p = plan_candidates(&c, &at(50.0), &k).unwrap();
         assert!(p.iter().all(|e| e.depth != 3));
         assert_eq!(p.len(), 4, "layers 1, 2, 4, 5");
         let none = Constraints { privacy_floor: 30, ..Default::default() };
         assert_eq!(plan_candidates(&c, &at(50.0), &none), Err(PlanError::NoFeasible));
+    }
+
+    /// Edge-only (150 ms on the device), a split after a block (55 ms, 20 kB, 11 ms on the
+    /// server) and cloud-only (a 60 kB photo, 16 ms on the server), as EfficientNet-Lite0's
+    /// are in shape.
+    fn three_tiers() -> Vec<Candidate> {
+        let tier = |placement, depth, edge_ms, bytes, cloud_ms| Candidate {
+            placement,
+            depth,
+            edge_ms,
+            bytes,
+            cloud_ms,
+            agreement: 1.0,
+            edge_param_bytes: depth as u64,
+        };
+        let split = Placement::Split { boundary: "block5".into(), codec: Setting::F32 };
+        vec![
+            tier(Placement::EdgeOnly, 20, 150.0, 0.0, 0.0),
+            tier(split, 7, 55.0, 20_000.0, 11.0),
+            tier(Placement::CloudOnly, 0, 0.0, 60_000.0, 16.0),
+        ]
+    }
+
+    fn first(c: &[Candidate], k: &Constraints) -> Placement {
+        let link = Conditions { rtt_ms: 50.0, uplink_bytes_per_ms: 1250.0, ..Default::default() };
+        plan_candidates(c, &link, k).unwrap()[0].placement.clone()
+    }
+
+    fn goal(mode: super::super::Mode, radio: super::super::Radio) -> Constraints {
+        let objective = Objective { mode, radio, ..Default::default() };
+        Constraints { objective, ..Default::default() }
+    }
+
+    #[test]
+    fn each_goal_picks_its_own_placement() {
+        use super::super::{Mode, Radio};
+        let c = three_tiers();
+        let split = c[1].placement.clone();
+        // Latency: cloud-only (114 ms against 132 and 150).
+        assert_eq!(first(&c, &Constraints::default()), Placement::CloudOnly);
+        // Battery on Wi-Fi: the radio is cheap, sending the photo cheapest; with the photo
+        // kept private, the split's 55 ms of compute beat edge-only's 150.
+        assert_eq!(first(&c, &goal(Mode::Battery, Radio::Wifi)), Placement::CloudOnly);
+        let private = Constraints { privacy_floor: 1, ..goal(Mode::Battery, Radio::Wifi) };
+        assert_eq!(first(&c, &private), split);
+        // Battery on LTE: the radio's tail (12 s at 1 W) outweighs any compute saved.
+        assert_eq!(first(&c, &goal(Mode::Battery, Radio::Lte)), Placement::EdgeOnly);
+        // Data: nothing sent.
+        assert_eq!(first(&c, &goal(Mode::Data, Radio::Wifi)), Placement::EdgeOnly);
+        // Balanced on Wi-Fi: the split, best of neither latency nor energy alone.
+        assert_eq!(first(&c, &goal(Mode::Balanced, Radio::Wifi)), split);
+        // Every estimate carries its terms.
+        let link = Conditions { rtt_ms: 50.0, uplink_bytes_per_ms: 1250.0, ..Default::default() };
+        let all = plan_candidates(&c, &link, &goal(Mode::Balanced, Radio::Wifi)).unwrap();
+        let edge = all.iter().find(|e| e.placement == Placement::EdgeOnly).unwrap();
+        assert!((edge.compute_mj - 150.0 * 2.3).abs() < 1e-9);
+        assert_eq!((edge.radio_mj, edge.server_cost, edge.bytes), (0.0, 0.0, 0.0));
+        let cloud = all.iter().find(|e| e.placement == Placement::CloudOnly).unwrap();
+        assert!(cloud.radio_mj > 0.0 && cloud.compute_mj == 0.0 && cloud.server_cost == 16.0);
+    }
+
+    #[test]
+    fn deadlines_bind_by_class() {
+        use super::super::{Class, Mode, Radio, RealTime};
+        let c = three_tiers();
+        let within = |class, deadline_ms, k: Constraints| Constraints {
+            realtime: Some(RealTime { class, deadline_ms: Some(deadline_ms) }),
+            ..k
+        };
+        let link = Conditions { rtt_ms: 50.0, uplink_bytes_per_ms: 1250.0, ..Default::default() };
+        // Hard, 100 ms: nothing is predicted under 114 ms.
+        let hard = within(Class::Hard, 100.0, Constraints::default());
+        match plan_candidates(&c, &link, &hard) {
+            Err(PlanError::Deadline { deadline_ms, fastest_ms }) => {
+                assert_eq!(deadline_ms, 100.0);
+                assert!((fastest_ms - 114.0).abs() < 1e-9, "{fastest_ms}");
+            }
+            other => panic!("expected the deadline refused, got {other:?}"),
+        }
+        // Hard, 120 ms, on battery over LTE: only cloud-only meets it, whatever its energy.
+        let lte = within(Class::Hard, 120.0, goal(Mode::Battery, Radio::Lte));
+        let ranked = plan_candidates(&c, &link, &lte).unwrap();
+        assert_eq!(ranked.len(), 1);
+        assert_eq!(ranked[0].placement, Placement::CloudOnly);
+        // Soft, 100 ms: none meets it, so the fastest first.
+        let soft = within(Class::Soft, 100.0, goal(Mode::Data, Radio::Wifi));
+        assert_eq!(first(&c, &soft), Placement::CloudOnly);
+        // Soft, 140 ms, battery, photo private: the split (132 ms) before edge-only (150).
+        let private = Constraints { privacy_floor: 1, ..goal(Mode::Battery, Radio::Wifi) };
+        let ranked = plan_candidates(&c, &link, &within(Class::Soft, 140.0, private)).unwrap();
+        assert_eq!(ranked[0].placement, c[1].placement);
+        assert_eq!(ranked[1].placement, Placement::EdgeOnly, "late, but still offered");
+        // Batch: no deadline, latency only breaks ties; balanced then keeps the split.
+        let batch = within(Class::Batch, 1.0, goal(Mode::Balanced, Radio::Wifi));
+        assert_eq!(first(&c, &batch), c[1].placement);
+        assert!(within(Class::Soft, -1.0, Constraints::default()).check().is_err());
     }
 
     #[test]

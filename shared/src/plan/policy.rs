@@ -89,6 +89,8 @@ pub struct Explanation {
     pub predicted: Option<Estimate>,
     /// The best allowed candidates under the forecast, best first.
     pub ranked: Vec<Estimate>,
+    /// Why none is ranked (the constraints or a hard deadline exclude every candidate).
+    pub refused: Option<String>,
     /// How long a request now waits for the server before running locally, ms.
     pub deadline_ms: f64,
     /// Every change of placement so far.
@@ -202,7 +204,7 @@ impl AdaptivePolicy {
     pub fn deadline_ms(&self, timeout_ms: f64) -> f64 {
         let remote = self
             .controller
-            .predicted(&self.candidates, &self.forecast().predicted)
+            .predicted(&self.candidates, &self.forecast().predicted, &self.constraints.objective)
             .map_or(f64::INFINITY, |p| p.transfer_ms + p.rtt_ms + p.queue_ms + p.cloud_ms);
         (self.probe.deadline_factor * remote).max(self.probe.min_deadline_ms).min(timeout_ms)
     }
@@ -275,16 +277,21 @@ impl AdaptivePolicy {
     /// Conditions, the current choice, the ranking and the deadline, for the page.
     pub fn explain(&self, timeout_ms: f64) -> Explanation {
         let forecast = self.forecast();
-        let ranked = plan_candidates(&self.candidates, &forecast.predicted, &self.constraints)
-            .unwrap_or_default()
-            .into_iter()
-            .take(8)
-            .collect();
+        let (ranked, refused) =
+            match plan_candidates(&self.candidates, &forecast.predicted, &self.constraints) {
+                Ok(all) => (all.into_iter().take(8).collect(), None),
+                Err(e) => (Vec::new(), Some(e.to_string())),
+            };
         Explanation {
             forecast,
             current: self.controller.current().cloned(),
-            predicted: self.controller.predicted(&self.candidates, &forecast.predicted),
+            predicted: self.controller.predicted(
+                &self.candidates,
+                &forecast.predicted,
+                &self.constraints.objective,
+            ),
             ranked,
+            refused,
             deadline_ms: self.deadline_ms(timeout_ms),
             switches: self.controller.log().to_vec(),
         }
