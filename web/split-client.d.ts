@@ -38,6 +38,9 @@ export interface ServerLoad {
   recentMs: number;
   /** Expected wait before a new request starts, ms. */
   waitMs: number;
+  /** The server's congestion price: what a millisecond of its compute costs now, smoothed
+   * (1 on an idle server by day); auto prices the server's time with it. */
+  price: number;
 }
 
 /** A split boundary of the model. */

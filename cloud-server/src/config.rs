@@ -108,6 +108,15 @@ pub struct Config {
     /// Behind a proxy every client has the proxy's address. 0: no limit.
     #[arg(long, env = "SPLIT_RATE_LIMIT", default_value_t = 100)]
     pub rate_limit: u32,
+    /// The congestion price's schedule, UTC hours: `"0-7:0.5,23-24:0.5"` makes the server's
+    /// compute cost half at night (hours not named cost 1). Clients price the server's time by
+    /// it (docs/adaptive.md, "The server's price").
+    #[arg(long, env = "SPLIT_PRICE_SCHEDULE", default_value = "", value_parser = parse_price_schedule)]
+    pub price_schedule: PriceSchedule,
+    /// Seconds the congestion price averages the server's load over (0: the load of the
+    /// moment).
+    #[arg(long, env = "SPLIT_PRICE_SMOOTHING_S", default_value_t = 10.0)]
+    pub price_smoothing_s: f64,
     /// Seconds a reply may wait for a client that stopped reading (its socket buffers full)
     /// before the session is closed.
     #[arg(long, env = "SPLIT_WRITE_TIMEOUT", default_value_t = 10)]
@@ -223,6 +232,14 @@ fn parse_light(s: &str) -> Result<LightModel, String> {
     s.parse()
         .map(|p| LightModel(Some(p)))
         .map_err(|e: split_shared::model::ModelError| e.to_string())
+}
+
+/// `--price-schedule`: the stretches of the day with a price factor of their own.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PriceSchedule(pub Vec<crate::price::PriceHours>);
+
+fn parse_price_schedule(s: &str) -> Result<PriceSchedule, String> {
+    crate::price::parse_schedule(s).map(PriceSchedule)
 }
 
 impl Config {

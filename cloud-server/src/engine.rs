@@ -324,6 +324,8 @@ impl Engine {
             queued: queued.min(usize::from(u16::MAX)) as u16,
             workers: self.workers.min(usize::from(u16::MAX)) as u16,
             recent_us: self.shared.recent_us.load(Ordering::Relaxed),
+            // The server's price is set where replies are made ([`crate::AppState::priced`]).
+            price_milli: 1_000,
         }
     }
 

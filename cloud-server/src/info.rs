@@ -62,12 +62,26 @@ pub struct ServerInfo {
     /// The language model a client may split with this server on `/llm`; absent without one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub llm: Option<LlmInfo>,
+    /// The congestion price now, what it averages over and its schedule (replies and pongs
+    /// carry the price of their moment: `load.price`).
+    pub price: PriceInfo,
     /// Every stateful model `/llm` serves, by the id its `open` frame carries (SmolLM2 first
     /// when loaded; `llm` says more of it).
     pub sequence_models: Vec<SequenceModelInfo>,
     /// The site's version (`crate::site`): what the page, client, wasm builds, weights and
     /// cost table served now belong to; the offline start's caches are named by it.
     pub site: String,
+}
+
+/// The server's congestion price (`/api/info`'s `price`, [`crate::price`]).
+#[derive(Debug, Serialize)]
+pub struct PriceInfo {
+    /// What a millisecond of the server's compute costs now (1 on an idle server by day).
+    pub now: f64,
+    /// Seconds the load is averaged over.
+    pub smoothing_s: f64,
+    /// The stretches of the day (UTC) with a factor of their own; other hours cost 1.
+    pub schedule: Vec<crate::price::PriceHours>,
 }
 
 /// A stateful model `/llm` serves (`/api/info`'s `sequence_models`).
@@ -300,6 +314,11 @@ impl ServerInfo {
                 share_bytes: host.share_bytes.clone(),
                 tokenizer_bytes: host.tokenizer.len(),
             }),
+            price: PriceInfo {
+                now: state.price_now(),
+                smoothing_s: state.pricing.smoothing_s(),
+                schedule: state.pricing.schedule().to_vec(),
+            },
             sequence_models: state
                 .sequences
                 .iter()

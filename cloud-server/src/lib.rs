@@ -34,6 +34,7 @@ mod llm_edge;
 mod llm_models;
 mod llm_ws;
 mod metrics;
+pub mod price;
 mod routes;
 mod service;
 mod shards;

@@ -193,7 +193,7 @@ pub async fn answer(state: &AppState, frame: &[u8], session: &mut Session) -> Re
     let request = match Request::decode(frame) {
         Ok(Request::Ping { payload, .. }) => {
             // Any model's pong: the load of the one named, else of the first.
-            let load = engine.unwrap_or(state.engine()).load();
+            let load = state.priced(engine.unwrap_or(state.engine()).load());
             return Reply::Pong { id, received: payload.len() as u32, load };
         }
         Ok(r) => Ok(r),
@@ -221,7 +221,8 @@ pub async fn answer(state: &AppState, frame: &[u8], session: &mut Session) -> Re
     }
     match served {
         Ok((engine, o)) => {
-            Reply::Result { id, from: o.from, top: o.top, timings: o.timings, load: engine.load() }
+            let load = state.priced(engine.load());
+            Reply::Result { id, from: o.from, top: o.top, timings: o.timings, load }
         }
         Err(e @ ServeError::Internal(_)) => {
             log::error!("request {id}: {e}");

@@ -83,6 +83,8 @@ pub struct AppState {
     pub(crate) sequences: Arc<crate::llm_models::SequenceModels>,
     /// The site's version ([`crate::site`]): the served files, this build, its data files.
     pub site: Arc<str>,
+    /// The congestion price replies carry ([`crate::price`]).
+    pub pricing: Arc<crate::price::Pricing>,
 }
 
 /// Answers by content key (which names the model): the boundary served from and the top-5.
@@ -283,6 +285,10 @@ impl AppState {
             ),
             llm,
             sequences: Arc::new(sequences),
+            pricing: Arc::new(crate::price::Pricing::new(
+                config.price_schedule.0.clone(),
+                config.price_smoothing_s,
+            )),
             site: site.into(),
             metrics,
             ready_queue: config.ready_queue.unwrap_or(queue / 2).max(1),
@@ -355,6 +361,30 @@ impl AppState {
             return self.cost_table.as_ref();
         }
         self.model_cost_tables.get(name)
+    }
+
+    /// `load` with the server's congestion price now: the requests ahead of a new one over
+    /// the workers, of every hosted model, averaged over `--price-smoothing-s`, times the
+    /// schedule's factor for this hour.
+    pub fn priced(
+        &self,
+        load: split_shared::protocol::ServerLoad,
+    ) -> split_shared::protocol::ServerLoad {
+        let price = self.price_now();
+        split_shared::protocol::ServerLoad {
+            price_milli: (price * 1e3).round().clamp(0.0, f64::from(u32::MAX)) as u32,
+            ..load
+        }
+    }
+
+    /// The congestion price now ([`Self::priced`]).
+    pub fn price_now(&self) -> f64 {
+        let (ahead, workers) = self.models.engines().fold((0, 0), |(a, w), e| {
+            let l = e.load();
+            (a + usize::from(l.queued), w + e.workers())
+        });
+        let per_worker = ahead as f64 / workers.max(1) as f64;
+        self.pricing.price(std::time::Instant::now(), per_worker, crate::price::utc_hour())
     }
 
     /// Start shutting down: every session closes (1012) after its current request, and

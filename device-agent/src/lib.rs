@@ -109,7 +109,12 @@ impl Agent {
                     compute_us: micros(start.elapsed()).saturating_sub(decode_us),
                     cached: false,
                 },
-                load: ServerLoad { queued: 0, workers: 1, recent_us: micros(start.elapsed()) },
+                load: ServerLoad {
+                    queued: 0,
+                    workers: 1,
+                    recent_us: micros(start.elapsed()),
+                    price_milli: 1_000,
+                },
             },
             Err((code, message)) => Reply::error(id, code, message),
         }

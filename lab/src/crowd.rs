@@ -27,7 +27,8 @@ use futures_util::{SinkExt, StreamExt};
 use split_shared::codec::{Calibration, EncodeContext, Setting};
 use split_shared::model::{Boundary, EfficientNetLite0, Features};
 use split_shared::plan::{
-    AdaptivePolicy, Candidate, ControllerConfig, PingObservation, Placement, RequestObservation,
+    AdaptivePolicy, Candidate, Constraints, ControllerConfig, PingObservation, Placement,
+    RequestObservation,
 };
 use split_shared::protocol::{FeaturesFrame, Reply, Request};
 
@@ -157,6 +158,11 @@ pub struct CrowdConfig {
     /// The adaptive controller's tuning (auto); the browser's default unless an experiment
     /// changes it.
     pub controller: ControllerConfig,
+    /// The clients' constraints and goal (auto): latency unless an experiment changes it.
+    pub constraints: Constraints,
+    /// Whether the clients price the server's time with its published congestion price
+    /// (`load.price` of replies and pongs), as the browser client does.
+    pub use_price: bool,
 }
 
 /// How a request was answered.
@@ -358,6 +364,7 @@ async fn client(cfg: &CrowdConfig, index: usize, start: Instant) -> (Vec<Sample>
     let factor = cfg.edge_factors[index];
     let mut policy = AdaptivePolicy::new(cfg.candidates.clone());
     policy.set_config(cfg.controller);
+    policy.set_constraints(cfg.constraints.clone());
     policy.set_seed(0xC20_D000 + index as u64 * 0x9E37_79B9);
     policy.set_edge_factor(factor);
     if let Mode::Fixed(p) = &cfg.mode {
@@ -381,7 +388,8 @@ async fn client(cfg: &CrowdConfig, index: usize, start: Instant) -> (Vec<Sample>
         }
         if cfg.mode == Mode::Auto {
             if policy.probe_due(now_ms()) {
-                probe(&mut policy, &mut link, &mut next_id, cfg.timeout, start).await;
+                probe(&mut policy, &mut link, &mut next_id, cfg.timeout, start, cfg.use_price)
+                    .await;
             }
             let _ = policy.tick(now_ms());
         }
@@ -412,6 +420,9 @@ async fn client(cfg: &CrowdConfig, index: usize, start: Instant) -> (Vec<Sample>
             match link.exchange(&with_id(frame, id), id, Duration::from_secs_f64(wait / 1e3)).await
             {
                 Ok(Reply::Result { top, timings, load, .. }) => {
+                    if cfg.use_price {
+                        policy.observe_price(load.price());
+                    }
                     let server_ms =
                         f64::from(timings.queue_us + timings.decode_us + timings.compute_us) / 1e3;
                     policy.observe_request(
@@ -459,6 +470,7 @@ async fn probe(
     next_id: &mut u64,
     timeout: Duration,
     start: Instant,
+    use_price: bool,
 ) {
     let now_ms = || ms(start.elapsed());
     let padding = policy.start_probe(now_ms());
@@ -470,15 +482,20 @@ async fn probe(
         let wait = policy.ping_timeout_ms(probe_bytes, ms(timeout));
         let sent = Instant::now();
         match link.exchange(&frame, id, Duration::from_secs_f64(wait / 1e3)).await {
-            Ok(Reply::Pong { load, .. }) => policy.observe_ping(
-                now_ms(),
-                PingObservation {
-                    probe_bytes,
-                    ms: ms(sent.elapsed()),
-                    queue_wait_ms: load.expected_wait_ms(),
-                    skewed: false,
-                },
-            ),
+            Ok(Reply::Pong { load, .. }) => {
+                if use_price {
+                    policy.observe_price(load.price());
+                }
+                policy.observe_ping(
+                    now_ms(),
+                    PingObservation {
+                        probe_bytes,
+                        ms: ms(sent.elapsed()),
+                        queue_wait_ms: load.expected_wait_ms(),
+                        skewed: false,
+                    },
+                );
+            }
             _ => {
                 policy.observe_failure(now_ms());
                 return;
@@ -600,6 +617,8 @@ mod tests {
             duration: Duration::from_secs(4),
             timeout: Duration::from_secs(1),
             controller: ControllerConfig::default(),
+            constraints: Constraints::default(),
+            use_price: true,
         };
         let sample = |t_ms: f64, client, outcome, latency_ms, bytes| Sample {
             t_ms,

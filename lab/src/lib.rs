@@ -25,6 +25,7 @@ pub mod onnx;
 mod ops_profile;
 pub mod plan_sim;
 pub mod profile;
+pub mod recorded;
 mod workload;
 
 pub use loadgen::{LoadConfig, LoadReport, LoadRun, process_cpu_ms, quantile, run};

@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use split_lab::{chat, lab, llm_crowd, llm_placements, onnx, plan_sim, profile};
+use split_lab::{chat, lab, llm_crowd, llm_placements, onnx, plan_sim, profile, recorded};
 
 /// The network's activations are multi-megabyte buffers allocated and freed on every forward;
 /// glibc's allocator hands them back to the OS and page-faults them in again each time
@@ -38,6 +38,9 @@ enum Task {
     /// SmolLM2's placements (edge-only, U-split, plain split, cloud-only) timed against each
     /// other over the lab's emulated links.
     LlmPlacements(llm_placements::Args),
+    /// Turn a recorded cellular trace (Mahimahi's format: a pair of uplink and downlink files)
+    /// into the rates per window the link emulator replays (`lab/traces/<name>.json`).
+    ImportTrace(recorded::ImportArgs),
 }
 
 fn main() -> Result<()> {
@@ -49,5 +52,6 @@ fn main() -> Result<()> {
         Task::Chat(a) => chat::run(a),
         Task::LlmCrowd(a) => llm_crowd::run(a),
         Task::LlmPlacements(a) => llm_placements::run(a),
+        Task::ImportTrace(a) => recorded::import(a),
     }
 }

@@ -124,7 +124,8 @@ pub fn traces() -> Vec<Schedule> {
     ]
 }
 
-/// A profile by name, a trace by name, or `rtt:<ms>`: delay only, no rate limit (for when the
+/// A profile by name, a trace by name (a recorded one too, [`crate::recorded`]), or
+/// `rtt:<ms>`: delay only, no rate limit (for when the
 /// kernel shapes the rate, `tc tbf` in a network namespace, and the proxy adds what tbf cannot).
 ///
 /// # Errors
@@ -143,12 +144,17 @@ pub fn schedule(name: &str) -> Result<Schedule> {
         };
         return Ok(Schedule::constant(link));
     }
+    let recorded = crate::recorded::recorded();
+    if let Some(t) = recorded.iter().find(|t| t.name == name) {
+        return Ok(t.schedule());
+    }
     match traces().into_iter().find(|t| t.name == name) {
         Some(t) => Ok(t),
         None => bail!(
-            "unknown link {name:?}; profiles: {:?}, traces: {:?}",
+            "unknown link {name:?}; profiles: {:?}, traces: {:?}, recorded traces: {:?}",
             PROFILES.map(|p| p.name),
-            traces().iter().map(|t| t.name.clone()).collect::<Vec<_>>()
+            traces().iter().map(|t| t.name.clone()).collect::<Vec<_>>(),
+            recorded.iter().map(|t| t.name.clone()).collect::<Vec<_>>()
         ),
     }
 }

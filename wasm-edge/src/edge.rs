@@ -356,6 +356,7 @@ impl EdgeRunner {
                         queued: 0,
                         workers: 1,
                         recent_us: us,
+                        price_milli: 1_000,
                     },
                 }
             }

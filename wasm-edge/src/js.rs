@@ -58,6 +58,7 @@ fn load_object(load: &ServerLoad) -> Object {
     set(&l, "queued", load.queued);
     set(&l, "workers", load.workers);
     set(&l, "recentMs", f64::from(load.recent_us) / 1e3);
+    set(&l, "price", load.price());
     set(&l, "waitMs", load.expected_wait_ms());
     l
 }

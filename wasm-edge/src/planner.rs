@@ -92,6 +92,13 @@ impl AdaptivePlanner {
         Ok(())
     }
 
+    /// The server's congestion price, from a reply or a pong (`load.price`): what a
+    /// millisecond of its compute costs now; goals that weigh the server's cost use it.
+    #[wasm_bindgen(js_name = observePrice)]
+    pub fn observe_price(&mut self, price: f64) {
+        self.policy.observe_price(price);
+    }
+
     /// Controller tuning (see `ControllerConfig`: `period_ms`, `min_gain`, `min_dwell_ms`,
     /// `jump_factor`, `horizon_ms`).
     #[wasm_bindgen(js_name = setConfig)]

@@ -69,6 +69,8 @@ export class Adaptive {
     }
     planner.observeRequest(performance.now(), r.bytesSent, r.roundTripMs, r.serverMs,
                            r.load ? r.load.waitMs : NaN, r.load ? r.queueMs : NaN);
+    // The server's congestion price prices its compute (goals that weigh the server's cost).
+    if (r.load) planner.observePrice(r.load.price);
     // After this request's own stages: the rest, for the fallback's sake.
     this.client.loadAllInBackground();
     const result = { ...r, auto: true, placement, explain: planner.explain(this.client.timeoutMs) };
@@ -126,6 +128,7 @@ export class Adaptive {
     const p = await this.client.ping(probeBytes, timeoutMs);
     if (p == null) this.planner.observeFailure(performance.now());
     else this.planner.observePing(performance.now(), probeBytes, p.ms, p.load.waitMs, p.skewed);
+    if (p?.load) this.planner.observePrice(p.load.price);
     return p;
   }
 

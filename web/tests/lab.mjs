@@ -15,7 +15,7 @@
 // runs it and writes the report; it writes raw samples as JSON to OUT.
 //
 //   SPLIT_URL=http://127.0.0.1:8080/ OUT=lab.json [LINKS=fast-wifi,4g] [MODES=edge,cloud,block5,auto]
-//     [REQUESTS=10] [REPEATS=3] [THROTTLE=4] [TRACES=degrading,outage] [TRACE_MODES=...]
+//     [REQUESTS=10] [REPEATS=3] [THROTTLE=4] [TRACES=degrading,outage,verizon-lte,…] [TRACE_MODES=...]
 //     [TRACE_SCALE=1] node tests/lab.mjs
 // (server started with --cache-entries 0; `cargo build -p split-lab` builds netem)
 import { writeFileSync } from "node:fs";
@@ -28,7 +28,8 @@ const url = new URL(env.SPLIT_URL ?? "http://127.0.0.1:8080/");
 const list = (v, d) => (v ?? d).split(",").filter(Boolean);
 const LINKS = list(env.LINKS, "fast-wifi,4g,3g,congested-uplink");
 const MODES = list(env.MODES, "edge,cloud,block5,block11,auto");
-const TRACES = list(env.TRACES, "degrading,outage");
+// The synthetic traces, then a minute each of three recorded ones (lab/traces/README.md).
+const TRACES = list(env.TRACES, "degrading,outage,verizon-lte,att-lte-driving,tmobile-umts-driving");
 const TRACE_MODES = list(env.TRACE_MODES, "edge,cloud,block5,block11,auto");
 const REQUESTS = Number(env.REQUESTS ?? 10);
 const REPEATS = Number(env.REPEATS ?? 3);

@@ -212,3 +212,39 @@ async fn a_40_megapixel_png_is_refused_from_its_header() {
         other => panic!("expected bad_image, got {other:?}"),
     }
 }
+
+/// The congestion price: 1 on an idle server (× the schedule's factor for this hour), in
+/// `/api/info` and every pong and result; above 1 while requests wait for the workers.
+#[actix_web::test]
+async fn the_price_is_published_and_rises_with_the_queue() {
+    let price = |reply: Reply| match reply {
+        Reply::Pong { load, .. } | Reply::Result { load, .. } => load.price_milli,
+        other => panic!("expected a pong or a result, got {other:?}"),
+    };
+    let ping = Request::Ping { id: 1, payload: Vec::new() }.to_bytes();
+    let idle = state();
+    assert_eq!(price(answer(&idle, &ping, &mut Session::new(&idle)).await), 1_000);
+    let info = serde_json::to_value(ServerInfo::of(&idle)).unwrap();
+    assert_eq!(info["price"]["now"], 1.0);
+    assert_eq!(info["price"]["smoothing_s"], 10.0);
+    // A schedule over the whole day halves it.
+    let half = state_with(&["--price-schedule", "0-24:0.5"]);
+    assert_eq!(price(answer(&half, &ping, &mut Session::new(&half)).await), 500);
+    let info = serde_json::to_value(ServerInfo::of(&half)).unwrap();
+    assert_eq!(info["price"]["schedule"][0]["factor"], 0.5);
+    // Eight photos for one worker, no smoothing: a ping among them sees the queue's price.
+    let busy = state_with(&["--workers", "1", "--price-smoothing-s", "0", "--cache-entries", "0"]);
+    let image = |id| Request::Image { id, payload: CHELSEA.to_vec() }.to_bytes();
+    let photos = futures_util::future::join_all((10..18).map(|id| {
+        let busy = &busy;
+        async move { price(answer(busy, &image(id), &mut Session::new(busy)).await) }
+    }));
+    let among = async {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        price(answer(&busy, &ping, &mut Session::new(&busy)).await)
+    };
+    let (results, queued) = futures_util::join!(photos, among);
+    assert!(queued > 1_000, "the price with photos waiting: {queued}");
+    assert!(results.iter().all(|&p| p >= 1_000), "{results:?}");
+    assert!(<Config as clap::Parser>::try_parse_from(["s", "--price-schedule", "7-3:1"]).is_err());
+}

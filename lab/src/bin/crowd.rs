@@ -7,7 +7,7 @@ use anyhow::{Context, Result, bail};
 use split_lab::crowd::{self, CrowdConfig, Frames, Mode};
 use split_lab::netem::{Proxy, schedule};
 use split_lab::process_cpu_ms;
-use split_shared::plan::{ControllerConfig, CostTable, Placement};
+use split_shared::plan::{Constraints, ControllerConfig, CostTable, Placement};
 
 const USAGE: &str =
     "usage: crowd [--url ws://HOST:PORT/ws] [--clients N] [--modes edge,cloud,block5:q6,auto]
@@ -15,13 +15,16 @@ const USAGE: &str =
              [--edge-profile browser-wasm-cpu] [--edge-factor LO-HI] [--cost-table FILE]
              [--image FILE] [--server-pid PID[,PID...]] [--start-at UNIX_MS] [--gap-s S] [--json]
              [--queue-price-ms MS] [--load-switch-probability P] [--jump-factor F]
+             [--goal latency|battery|data|balanced] [--radio wifi|lte|3g] [--no-price]
 Browser-like clients (simulated device compute, real frames, each client on its own emulated
 link) against a running server, one mode after another. Start the server with
 --cache-entries 0 --rate-limit 0, or repeats are answered from its cache and refused.
 --start-at: the first mode starts at this Unix time (ms), mode i at start + i x (duration + gap),
 so that browser pages running the same schedule (web/tests/crowd-pages.mjs) join each mode.
 --queue-price-ms, --load-switch-probability, --jump-factor: try another tuning of auto's
-controller (ControllerConfig in shared/src/plan/controller.rs; the browser's default otherwise).";
+controller (ControllerConfig in shared/src/plan/controller.rs; the browser's default otherwise).
+--goal, --radio: what auto's clients minimize (docs/adaptive.md, \"Goals beyond latency\");
+--no-price: they ignore the server's published congestion price.";
 
 struct Args {
     url: String,
@@ -39,6 +42,8 @@ struct Args {
     start_at_ms: Option<u64>,
     gap: Duration,
     controller: ControllerConfig,
+    constraints: Constraints,
+    use_price: bool,
     json: bool,
 }
 
@@ -63,6 +68,8 @@ fn parse() -> Result<Option<Args>> {
         start_at_ms: None,
         gap: Duration::from_secs(2),
         controller: ControllerConfig::default(),
+        constraints: Constraints::default(),
+        use_price: true,
         json: false,
     };
     let mut args = std::env::args().skip(1);
@@ -94,6 +101,15 @@ fn parse() -> Result<Option<Args>> {
                 a.controller.load_switch_probability = value()?.parse()?;
             }
             "--jump-factor" => a.controller.jump_factor = value()?.parse()?,
+            "--goal" => {
+                a.constraints.objective.mode = serde_json::from_value(value()?.into())
+                    .context("--goal: latency, battery, data or balanced")?;
+            }
+            "--radio" => {
+                a.constraints.objective.radio =
+                    serde_json::from_value(value()?.into()).context("--radio: wifi, lte or 3g")?;
+            }
+            "--no-price" => a.use_price = false,
             "--json" => a.json = true,
             "--help" | "-h" => {
                 println!("{USAGE}");
@@ -182,6 +198,8 @@ async fn main() -> Result<()> {
             duration: a.duration,
             timeout: Duration::from_secs(30),
             controller: a.controller,
+            constraints: a.constraints.clone(),
+            use_price: a.use_price,
         };
         let cpu0 = server_cpu_ms(&a.server_pids)?;
         let (report, samples) = crowd::run(&cfg, a.settle).await;

@@ -7,7 +7,8 @@ use split_lab::netem::{Proxy, schedule};
 
 const USAGE: &str = "usage: netem --upstream HOST:PORT --link <profile|trace> [--scale F]
 Runs the link emulator in front of a server until killed (profiles: fast-wifi, 4g, 3g,
-congested-uplink, rtt:<ms>; traces: degrading, outage; F shortens a trace's time).";
+congested-uplink, rtt:<ms>; traces: degrading, outage; recorded traces: verizon-lte,
+att-lte-driving, tmobile-umts-driving; F shortens a trace's time).";
 
 #[actix_web::main]
 async fn main() -> Result<()> {

@@ -280,8 +280,18 @@ fn varying_links(md: &mut String, links: &Links, dir: &Path) -> Result<()> {
     md.push_str("\n## Time-varying links\n\nEach mode runs back to back over the whole trace with a fresh emulator, whose clock starts when the client connects. The oracle picks, in each window of 3 s of trace time, the fixed mode whose requests starting there had the lowest mean latency. Per-request percentiles under-weight a stall: a fixed mode that waits out an outage does so in one long request while a mode that keeps answering logs many; read the tables with the timeline charts.\n");
     for (s, link) in links.trace_summaries.iter().zip(&links.traces) {
         let scale = link.scale.unwrap_or(1.0);
+        let recorded = crate::recorded::recorded().into_iter().find(|t| t.name == link.link);
         let segments = crate::netem::schedule(&link.link)
             .map(|t| {
+                if let Some(r) = &recorded {
+                    return format!(
+                        "recorded: {}; uplink median {:.0} kbit/s, 10th percentile {:.0}; RTT {} ms added",
+                        r.source,
+                        r.up_quantile(0.5),
+                        r.up_quantile(0.1),
+                        r.rtt_ms
+                    );
+                }
                 t.scaled(scale)
                     .segments
                     .iter()

@@ -118,6 +118,8 @@ pub struct NetworkMonitor {
     queue: Series,
     edge_factor: Option<f64>,
     down_since: Option<f64>,
+    /// The server's last published congestion price.
+    price: Option<f64>,
 }
 
 impl NetworkMonitor {
@@ -143,6 +145,14 @@ impl NetworkMonitor {
     /// The server's reported queue wait.
     pub fn observe_queue(&mut self, t: f64, ms: f64) {
         self.queue.observe(t, ms);
+    }
+
+    /// The server's congestion price, as it published it (already smoothed there); a price
+    /// that is not finite and positive is ignored.
+    pub fn observe_price(&mut self, price: f64) {
+        if price.is_finite() && price > 0.0 {
+            self.price = Some(price);
+        }
     }
 
     /// The edge's measured compute relative to the profile (from the browser's warm-up).
@@ -173,6 +183,7 @@ impl NetworkMonitor {
             queue_ms: self.queue.ewma.unwrap_or(0.0),
             edge_factor,
             cloud_factor: 1.0,
+            server_price: self.price.unwrap_or(1.0),
         };
         let predicted = Conditions {
             rtt_ms: self.rtt.forecast(horizon_ms).unwrap_or(now.rtt_ms),

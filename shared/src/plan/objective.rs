@@ -232,8 +232,14 @@ impl Objective {
 
     /// The energy and server terms of a request whose edge computes `edge_ms`; when it leaves
     /// the device, `transfer_ms` of upload at `uplink_bytes_per_ms`, then `wait_ms` for the
-    /// answer, of which `cloud_ms` the server's compute.
-    pub fn terms(&self, edge_ms: f64, remote: Option<(f64, f64, f64, f64)>) -> Terms {
+    /// answer, of which `cloud_ms` the server's compute, at the server's published
+    /// `congestion_price` (1 without one) times [`Self::server_price`].
+    pub fn terms(
+        &self,
+        edge_ms: f64,
+        remote: Option<(f64, f64, f64, f64)>,
+        congestion_price: f64,
+    ) -> Terms {
         let compute_mj = edge_ms * self.device_watts;
         let Some((transfer_ms, uplink_bytes_per_ms, wait_ms, cloud_ms)) = remote else {
             return Terms { compute_mj, radio_mj: 0.0, server_cost: 0.0 };
@@ -252,7 +258,7 @@ impl Objective {
             + r.tail_mw * tail_ms
             + r.promotion_mw * promotion_ms)
             / 1000.0;
-        Terms { compute_mj, radio_mj, server_cost: cloud_ms * self.server_price }
+        Terms { compute_mj, radio_mj, server_cost: cloud_ms * self.server_price * congestion_price }
     }
 
     /// The score of a candidate with these terms, `latency_ms` and `bytes` sent: lower is
@@ -326,7 +332,7 @@ mod tests {
     fn radio_energy_follows_the_power_model() {
         let lte = Objective { radio: Radio::Lte, ..Objective::default() };
         // 20 ms of upload at 1,250 bytes/ms (10 Mbit/s), 80 ms of waiting.
-        let t = lte.terms(50.0, Some((20.0, 1250.0, 80.0, 10.0)));
+        let t = lte.terms(50.0, Some((20.0, 1250.0, 80.0, 10.0)), 1.0);
         assert!((t.compute_mj - 115.0).abs() < 1e-9, "50 ms at 2.3 W");
         let send = (438.39 * 10.0 + 1288.04) * 20.0;
         let want = (send + 1288.04 * 80.0 + 1060.0 * 11_576.0 + 1210.7 * 260.1) / 1000.0;
@@ -334,15 +340,18 @@ mod tests {
         assert_eq!(t.server_cost, 10.0);
         // Requests a second apart share the tail and skip the promotion.
         let stream = Objective { request_interval_ms: Some(1000.0), ..lte.clone() };
-        let s = stream.terms(50.0, Some((20.0, 1250.0, 80.0, 10.0)));
+        let s = stream.terms(50.0, Some((20.0, 1250.0, 80.0, 10.0)), 1.0);
         let want = (send + 1288.04 * 80.0 + 1060.0 * 1000.0) / 1000.0;
         assert!((s.radio_mj - want).abs() < 1e-6);
         // Nothing leaves the device: no radio, no server.
-        let local = lte.terms(150.0, None);
+        let local = lte.terms(150.0, None, 3.0);
         assert_eq!((local.radio_mj, local.server_cost), (0.0, 0.0));
         // Wi-Fi's tail is a fortieth of LTE's energy.
-        let wifi = Objective::default().terms(50.0, Some((20.0, 1250.0, 80.0, 10.0)));
+        let wifi = Objective::default().terms(50.0, Some((20.0, 1250.0, 80.0, 10.0)), 1.0);
         assert!(wifi.radio_mj * 40.0 < t.radio_mj);
+        // A busy server's price scales its cost, and the user's own price on top.
+        let busy = Objective { server_price: 2.0, ..lte.clone() };
+        assert_eq!(busy.terms(50.0, Some((20.0, 1250.0, 80.0, 10.0)), 1.5).server_cost, 30.0);
     }
 
     #[test]

@@ -72,6 +72,14 @@ pub struct Conditions {
     pub edge_factor: f64,
     /// Cloud compute time relative to the profile (load, another device).
     pub cloud_factor: f64,
+    /// The server's congestion price: what a millisecond of its compute costs now, as it
+    /// publishes it (1 when it publishes none); the objective's server cost scales with it.
+    #[serde(default = "one")]
+    pub server_price: f64,
+}
+
+fn one() -> f64 {
+    1.0
 }
 
 impl Default for Conditions {
@@ -82,6 +90,7 @@ impl Default for Conditions {
             queue_ms: 0.0,
             edge_factor: 1.0,
             cloud_factor: 1.0,
+            server_price: 1.0,
         }
     }
 }
@@ -234,7 +243,8 @@ pub fn estimate_for(c: &Candidate, conditions: &Conditions, objective: &Objectiv
     let bytes = if remote { c.bytes } else { 0.0 };
     let wait_ms = rtt_ms + queue_ms + cloud_ms;
     let link = remote.then_some((transfer_ms, conditions.uplink_bytes_per_ms, wait_ms, cloud_ms));
-    let Terms { compute_mj, radio_mj, server_cost } = objective.terms(edge_ms, link);
+    let Terms { compute_mj, radio_mj, server_cost } =
+        objective.terms(edge_ms, link, conditions.server_price);
     let score = objective.score(total_ms, bytes, &Terms { compute_mj, radio_mj, server_cost });
     Estimate {
         placement: c.placement.clone(),

@@ -274,6 +274,11 @@ impl AdaptivePolicy {
         }
     }
 
+    /// The server's congestion price, as a reply or a pong published it.
+    pub fn observe_price(&mut self, price: f64) {
+        self.monitor.observe_price(price);
+    }
+
     /// Conditions, the current choice, the ranking and the deadline, for the page.
     pub fn explain(&self, timeout_ms: f64) -> Explanation {
         let forecast = self.forecast();

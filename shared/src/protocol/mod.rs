@@ -43,7 +43,7 @@ use crate::container::Cursor;
 /// First four bytes of every frame.
 pub const MAGIC: [u8; 4] = *b"SPLT";
 /// Version this build speaks. A peer with another version gets [`ErrorCode::UnsupportedVersion`].
-pub const PROTOCOL_VERSION: u16 = 2;
+pub const PROTOCOL_VERSION: u16 = 3;
 /// Bytes of the common header.
 pub const HEADER_LEN: usize = 16;
 /// EfficientNet-Lite0's model byte, which [`Request::encode`] and [`Reply::to_bytes`] write

@@ -1,9 +1,9 @@
 //! Server -> client frames.
 //!
 //! Result body: `boundary u8 | k u8 | k x (class u16, prob f32) | queue_us u32 | decode_us u32 |
-//! compute_us u32 | flags u8 (bit 0: cache hit) | queued u16 | workers u16 | recent_us u32`.
-//! Error body: `code u16 | len u16 | message utf-8`. Pong body: `received u32 | queued u16 |
-//! workers u16 | recent_us u32`.
+//! compute_us u32 | flags u8 (bit 0: cache hit) | queued u16 | workers u16 | recent_us u32 |
+//! price_milli u32`. Error body: `code u16 | len u16 | message utf-8`. Pong body: `received u32
+//! | queued u16 | workers u16 | recent_us u32 | price_milli u32`.
 
 use super::{
     ErrorCode, MAX_MESSAGE_BYTES, MAX_TOP_K, MODEL_EFFICIENTNET_LITE0, WireError, kind,
@@ -35,12 +35,20 @@ pub struct ServerLoad {
     pub workers: u16,
     /// Recent compute time per request (moving average), microseconds.
     pub recent_us: u32,
+    /// The server's congestion price × 1000: what a millisecond of its compute costs now
+    /// (1000 on an idle server by day; smoothed over time, `cloud-server/src/price.rs`).
+    pub price_milli: u32,
 }
 
 impl ServerLoad {
     /// Expected wait before a new request starts: the queue drained by the workers.
     pub fn expected_wait_ms(&self) -> f64 {
         f64::from(self.queued) * f64::from(self.recent_us) / 1e3 / f64::from(self.workers.max(1))
+    }
+
+    /// The congestion price (1.0 = an idle server's by day).
+    pub fn price(&self) -> f64 {
+        f64::from(self.price_milli) / 1e3
     }
 }
 
@@ -192,10 +200,16 @@ fn write_load(out: &mut Vec<u8>, load: &ServerLoad) {
     out.extend_from_slice(&load.queued.to_le_bytes());
     out.extend_from_slice(&load.workers.to_le_bytes());
     out.extend_from_slice(&load.recent_us.to_le_bytes());
+    out.extend_from_slice(&load.price_milli.to_le_bytes());
 }
 
 fn read_load(c: &mut Cursor<'_>) -> Result<ServerLoad, WireError> {
-    Ok(ServerLoad { queued: c.u16()?, workers: c.u16()?, recent_us: c.u32()? })
+    Ok(ServerLoad {
+        queued: c.u16()?,
+        workers: c.u16()?,
+        recent_us: c.u32()?,
+        price_milli: c.u32()?,
+    })
 }
 
 #[cfg(test)]
@@ -209,13 +223,13 @@ mod tests {
             from: crate::model::Boundary::block(3).unwrap().index(),
             top: vec![Prediction { class: 282, prob: 0.4 }, Prediction { class: 281, prob: 0.2 }],
             timings: ServerTimings { queue_us: 1, decode_us: 2, compute_us: 3, cached: true },
-            load: ServerLoad { queued: 4, workers: 2, recent_us: 31_000 },
+            load: ServerLoad { queued: 4, workers: 2, recent_us: 31_000, price_milli: 1_750 },
         };
         let error = Reply::error(7, ErrorCode::ShapeMismatch, "shape [1, 2] does not match");
         let pong = Reply::Pong {
             id: 8,
             received: 16_384,
-            load: ServerLoad { queued: 1, workers: 1, recent_us: 9 },
+            load: ServerLoad { queued: 1, workers: 1, recent_us: 9, price_milli: 1_000 },
         };
         for r in [result, error, pong] {
             let bytes = r.to_bytes();
