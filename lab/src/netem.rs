@@ -54,12 +54,20 @@ pub struct Schedule {
     pub segments: Vec<(f64, LinkProfile)>,
     /// How long a run over this schedule should last, s (the last segment's start + its length).
     pub duration_s: f64,
+    /// Whether the schedule starts over after `duration_s` (a recording, as Mahimahi replays
+    /// its traces), rather than keeping its last segment.
+    pub looped: bool,
 }
 
 impl Schedule {
     /// A link that never changes.
     pub fn constant(link: LinkProfile) -> Self {
-        Self { name: link.name.to_string(), segments: vec![(0.0, link)], duration_s: f64::INFINITY }
+        Self {
+            name: link.name.to_string(),
+            segments: vec![(0.0, link)],
+            duration_s: f64::INFINITY,
+            looped: false,
+        }
     }
 
     /// The same conditions on a time axis stretched by `factor` (0.1: a 60 s trace in 6 s).
@@ -72,30 +80,63 @@ impl Schedule {
         self
     }
 
+    /// Whether the schedule starts over (looped, with a length to start over after).
+    fn loops(&self) -> bool {
+        self.looped && self.duration_s.is_finite() && self.duration_s > 0.0
+    }
+
+    /// Where `t` seconds falls: the start of its round (a looped schedule's round `k` is its
+    /// segments shifted by `k` durations; else 0) and the index of its segment.
+    fn locate(&self, t: f64) -> (f64, usize) {
+        let round =
+            if self.loops() { (t / self.duration_s).floor() * self.duration_s } else { 0.0 };
+        let i = self.segments.iter().rposition(|(start, _)| round + *start <= t).unwrap_or(0);
+        (round, i)
+    }
+
+    /// When segment `i` of the round starting at `round` ends.
+    fn end_of(&self, round: f64, i: usize) -> f64 {
+        let last = if self.loops() { self.duration_s } else { f64::INFINITY };
+        round + self.segments.get(i + 1).map_or(last, |(s, _)| *s)
+    }
+
     /// The segment in force at `t` seconds, and when it ends.
     fn at(&self, t: f64) -> (LinkProfile, f64) {
-        let i = self.segments.iter().rposition(|(start, _)| *start <= t).unwrap_or(0);
-        let end = self.segments.get(i + 1).map_or(f64::INFINITY, |(s, _)| *s);
-        (self.segments[i].1, end)
+        let (round, i) = self.locate(t);
+        (self.segments[i].1, self.end_of(round, i))
     }
 
     /// When `bits` that start serializing at `t` (s) have left, given the rate of direction `up`
     /// or down in each segment; `None` if the link never carries them (an outage forever).
     pub fn finish(&self, mut t: f64, mut bits: f64, up: bool) -> Option<f64> {
+        let carries = |l: &LinkProfile| (if up { l.up_kbps } else { l.down_kbps }) > 0.0;
+        if self.looped && !self.segments.iter().any(|(_, l)| carries(l)) {
+            return None;
+        }
+        // Segment by segment from where `t` falls (never located again from a time, whose
+        // rounding could find the segment just left and make no progress).
+        let (mut round, mut i) = self.locate(t);
         loop {
-            let (link, end) = self.at(t);
+            let link = self.segments[i].1;
+            let end = self.end_of(round, i);
             let rate = if up { link.up_kbps } else { link.down_kbps } * 1000.0;
             if rate > 0.0 {
                 let done = t + bits / rate;
                 if done <= end {
                     return Some(done);
                 }
-                bits -= rate * (end - t);
+                bits -= rate * (end - t).max(0.0);
             }
             if end.is_infinite() {
                 return None;
             }
             t = end;
+            i += 1;
+            if i == self.segments.len() {
+                // Only a looped schedule's last segment ends.
+                i = 0;
+                round += self.duration_s;
+            }
         }
     }
 
@@ -115,11 +156,13 @@ pub fn traces() -> Vec<Schedule> {
             name: "degrading".into(),
             segments: vec![(0.0, g4), (15.0, congested), (30.0, g3), (45.0, g4)],
             duration_s: 60.0,
+            looped: false,
         },
         Schedule {
             name: "outage".into(),
             segments: vec![(0.0, wifi), (20.0, OUTAGE), (35.0, wifi)],
             duration_s: 60.0,
+            looped: false,
         },
     ]
 }
@@ -298,6 +341,7 @@ mod tests {
             name: "t".into(),
             segments: vec![(0.0, fast), (1.0, OUTAGE), (3.0, slow)],
             duration_s: 10.0,
+            looped: false,
         };
         // 8 kbit/s up: 4000 bits take 0.5 s.
         assert_eq!(s.finish(0.0, 4000.0, true), Some(0.5));
@@ -307,8 +351,23 @@ mod tests {
         assert_eq!(s.finish(0.0, 4000.0, false), Some(0.25));
         assert_eq!(s.one_way_s(0.2), 0.05);
         assert_eq!(s.one_way_s(5.0), 0.15);
-        let dead = Schedule { name: "d".into(), segments: vec![(0.0, OUTAGE)], duration_s: 1.0 };
+        let dead = Schedule {
+            name: "d".into(),
+            segments: vec![(0.0, OUTAGE)],
+            duration_s: 1.0,
+            looped: false,
+        };
         assert_eq!(dead.finish(0.0, 1.0, true), None);
+        // Looped, a schedule whose last segment is an outage comes back to its first.
+        let looped = Schedule {
+            segments: vec![(0.0, fast), (1.0, OUTAGE)],
+            duration_s: 2.0,
+            looped: true,
+            ..dead
+        };
+        // 8 kbit/s: 4,000 bits before 1 s, nothing 1–2 s, the rest from 2 s.
+        assert_eq!(looped.finish(0.5, 8000.0, true), Some(2.5));
+        assert_eq!(looped.one_way_s(2.2), 0.05);
     }
 
     #[test]

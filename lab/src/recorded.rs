@@ -121,7 +121,9 @@ impl RecordedTrace {
                 (i as f64 * self.window_ms / 1000.0, link)
             })
             .collect();
-        Schedule { name: self.name.clone(), segments, duration_s: self.duration_s() }
+        // Replayed in a loop past its end, as Mahimahi does: a window without a packet at the
+        // end must not become an outage forever.
+        Schedule { name: self.name.clone(), segments, duration_s: self.duration_s(), looped: true }
     }
 
     /// `p` (0..=1) of the uplink's windows carry at most this, kbit/s.
@@ -234,7 +236,7 @@ mod tests {
         assert_eq!(s.segments[1].0, 0.1);
         // 360 kbit/s: 36,000 bits leave in 0.1 s; the second window takes 12,000 more a 0.1 s.
         assert!((s.finish(0.0, 48_000.0, true).unwrap() - 0.2).abs() < 1e-9);
-        // The downlink carries nothing in the stretch: an outage to its end.
+        // The downlink carries nothing in the stretch: an outage, and it loops (never carries).
         assert_eq!(s.finish(0.0, 1.0, false), None);
         assert!(
             RecordedTrace::from_mahimahi("t", "s", "l", up, "1\nx\n", (1.0, 0.3), 100.0, 0.0)
@@ -261,6 +263,15 @@ mod tests {
             let median = t.up_quantile(0.5);
             assert!(median > 0.0 && median < 100_000.0, "{}: median uplink {median}", t.name);
             assert!(crate::netem::schedule(&t.name).is_ok(), "the emulator knows {}", t.name);
+            // A 20 kB photo leaves from any moment of two rounds, the trace's outages waited
+            // out and its end looped over (a hundred-millisecond window's end, reached by
+            // adding, is never located back into the window it ends).
+            let s = t.schedule();
+            for k in 0..2400 {
+                let at = f64::from(k) * 0.05;
+                let done = s.finish(at, 160_000.0, true).expect("a recorded link carries");
+                assert!(done > at && done < at + 30.0, "{}: from {at} s, done at {done}", t.name);
+            }
         }
     }
 }

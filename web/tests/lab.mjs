@@ -188,9 +188,13 @@ async function edgeCost() {
 }
 
 const report = { throttle: THROTTLE, requests: REQUESTS, repeats: REPEATS, chromium: null, links: [] };
-for (const link of LINKS) report.links.push(await staticLink(link));
-for (const name of TRACES) report.links.push(await trace(name));
+// What is measured so far is written after each link (`complete: false` until the end): a
+// failure late in a 45-minute run keeps what came before it.
+const save = () => writeFileSync(env.OUT ?? "lab.json", JSON.stringify(report));
+for (const link of LINKS) { report.links.push(await staticLink(link)); save(); }
+for (const name of TRACES) { report.links.push(await trace(name)); save(); }
 report.edge_cost = await edgeCost();
 await withPage([], async (page) => { report.chromium = await page.evaluate(() => navigator.userAgent); });
-writeFileSync(env.OUT ?? "lab.json", JSON.stringify(report));
+report.complete = true;
+save();
 log(`wrote ${env.OUT ?? "lab.json"}`);
