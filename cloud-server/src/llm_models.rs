@@ -128,8 +128,9 @@ pub struct SequenceModels {
     models: Vec<Arc<dyn Served>>,
     /// The KV cache all conversations of every model may reserve.
     pub budget: Arc<KvBudget>,
-    /// Positions one conversation may reserve, before a model's own context.
-    pub max_positions: u32,
+    /// Positions one conversation may reserve, before a model's own context
+    /// ([`Self::max_positions`]).
+    max_positions: u32,
     settings: BatchSettings,
 }
 

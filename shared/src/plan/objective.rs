@@ -193,6 +193,19 @@ impl Default for Objective {
     }
 }
 
+/// A request that leaves the device, as the radio and the server see it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Trip {
+    /// Upload, ms.
+    pub transfer_ms: f64,
+    /// The uplink it goes at, bytes per ms.
+    pub uplink_bytes_per_ms: f64,
+    /// The wait for the answer after it (round trip, queue, the server's compute), ms.
+    pub wait_ms: f64,
+    /// The server's compute, ms.
+    pub cloud_ms: f64,
+}
+
 /// A candidate's terms besides latency, and its score.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Terms {
@@ -230,18 +243,12 @@ impl Objective {
         Ok(())
     }
 
-    /// The energy and server terms of a request whose edge computes `edge_ms`; when it leaves
-    /// the device, `transfer_ms` of upload at `uplink_bytes_per_ms`, then `wait_ms` for the
-    /// answer, of which `cloud_ms` the server's compute, at the server's published
+    /// The energy and server terms of a request whose edge computes `edge_ms` and, unless it
+    /// stays on the device, makes `trip`, the server's time priced at its published
     /// `congestion_price` (1 without one) times [`Self::server_price`].
-    pub fn terms(
-        &self,
-        edge_ms: f64,
-        remote: Option<(f64, f64, f64, f64)>,
-        congestion_price: f64,
-    ) -> Terms {
+    pub fn terms(&self, edge_ms: f64, trip: Option<Trip>, congestion_price: f64) -> Terms {
         let compute_mj = edge_ms * self.device_watts;
-        let Some((transfer_ms, uplink_bytes_per_ms, wait_ms, cloud_ms)) = remote else {
+        let Some(Trip { transfer_ms, uplink_bytes_per_ms, wait_ms, cloud_ms }) = trip else {
             return Terms { compute_mj, radio_mj: 0.0, server_cost: 0.0 };
         };
         let r = self.radio.profile();
@@ -328,11 +335,15 @@ impl RealTime {
 mod tests {
     use super::*;
 
+    /// 20 ms of upload at 1,250 bytes/ms (10 Mbit/s), 80 ms of waiting, 10 of them the
+    /// server's.
+    const TRIP: Trip =
+        Trip { transfer_ms: 20.0, uplink_bytes_per_ms: 1250.0, wait_ms: 80.0, cloud_ms: 10.0 };
+
     #[test]
     fn radio_energy_follows_the_power_model() {
         let lte = Objective { radio: Radio::Lte, ..Objective::default() };
-        // 20 ms of upload at 1,250 bytes/ms (10 Mbit/s), 80 ms of waiting.
-        let t = lte.terms(50.0, Some((20.0, 1250.0, 80.0, 10.0)), 1.0);
+        let t = lte.terms(50.0, Some(TRIP), 1.0);
         assert!((t.compute_mj - 115.0).abs() < 1e-9, "50 ms at 2.3 W");
         let send = (438.39 * 10.0 + 1288.04) * 20.0;
         let want = (send + 1288.04 * 80.0 + 1060.0 * 11_576.0 + 1210.7 * 260.1) / 1000.0;
@@ -340,18 +351,18 @@ mod tests {
         assert_eq!(t.server_cost, 10.0);
         // Requests a second apart share the tail and skip the promotion.
         let stream = Objective { request_interval_ms: Some(1000.0), ..lte.clone() };
-        let s = stream.terms(50.0, Some((20.0, 1250.0, 80.0, 10.0)), 1.0);
+        let s = stream.terms(50.0, Some(TRIP), 1.0);
         let want = (send + 1288.04 * 80.0 + 1060.0 * 1000.0) / 1000.0;
         assert!((s.radio_mj - want).abs() < 1e-6);
         // Nothing leaves the device: no radio, no server.
         let local = lte.terms(150.0, None, 3.0);
         assert_eq!((local.radio_mj, local.server_cost), (0.0, 0.0));
         // Wi-Fi's tail is a fortieth of LTE's energy.
-        let wifi = Objective::default().terms(50.0, Some((20.0, 1250.0, 80.0, 10.0)), 1.0);
+        let wifi = Objective::default().terms(50.0, Some(TRIP), 1.0);
         assert!(wifi.radio_mj * 40.0 < t.radio_mj);
         // A busy server's price scales its cost, and the user's own price on top.
         let busy = Objective { server_price: 2.0, ..lte.clone() };
-        assert_eq!(busy.terms(50.0, Some((20.0, 1250.0, 80.0, 10.0)), 1.5).server_cost, 30.0);
+        assert_eq!(busy.terms(50.0, Some(TRIP), 1.5).server_cost, 30.0);
     }
 
     #[test]

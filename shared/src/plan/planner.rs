@@ -7,7 +7,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use super::objective::{Class, Objective, RealTime, Terms};
+use super::objective::{Class, Objective, RealTime, Terms, Trip};
 use crate::codec::Setting;
 
 /// Where the work runs.
@@ -242,9 +242,10 @@ pub fn estimate_for(c: &Candidate, conditions: &Conditions, objective: &Objectiv
     let total_ms = edge_ms + transfer_ms + rtt_ms + queue_ms + cloud_ms;
     let bytes = if remote { c.bytes } else { 0.0 };
     let wait_ms = rtt_ms + queue_ms + cloud_ms;
-    let link = remote.then_some((transfer_ms, conditions.uplink_bytes_per_ms, wait_ms, cloud_ms));
+    let uplink_bytes_per_ms = conditions.uplink_bytes_per_ms;
+    let trip = remote.then_some(Trip { transfer_ms, uplink_bytes_per_ms, wait_ms, cloud_ms });
     let Terms { compute_mj, radio_mj, server_cost } =
-        objective.terms(edge_ms, link, conditions.server_price);
+        objective.terms(edge_ms, trip, conditions.server_price);
     let score = objective.score(total_ms, bytes, &Terms { compute_mj, radio_mj, server_cost });
     Estimate {
         placement: c.placement.clone(),
