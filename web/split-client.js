@@ -86,6 +86,29 @@ const CONSTRAINTS = ["privacyFloor", "minAgreement", "maxEdgeParamBytes", ...OBJ
 /** A ping's timeout when no planner sets one. */
 const PING_TIMEOUT_MS = 2_000;
 
+/** An edge run with a ping out yields to the event loop at the first stage boundary this
+ * long after its last turn, ms: the pong is seen at most this (plus a stage) late, and a short
+ * stage does not cost a turn of its own. */
+const PAUSE_EVERY_MS = 8;
+let lastTurn = 0;
+
+/** What edge runs await between stages while a ping is out: after `PAUSE_EVERY_MS`, a promise
+ * that resolves once the event loop has run the tasks queued before it (a pong among them) —
+ * a message through a fresh channel, which browsers do not clamp as they clamp nested
+ * timers; before, nothing (the run goes on). */
+function turnOfEventLoop() {
+  if (performance.now() - lastTurn < PAUSE_EVERY_MS) return null;
+  return new Promise((resolve) => {
+    const { port1, port2 } = new MessageChannel();
+    port1.onmessage = () => {
+      port1.close();
+      lastTurn = performance.now();
+      resolve();
+    };
+    port2.postMessage(null);
+  });
+}
+
 /**
  * Once `client` started: tell the offline start's service worker (`offline`, the pending
  * registration) which site version started and what this page and the client's worker
@@ -233,10 +256,15 @@ export class SplitClient {
     this.connection = new Connection(wsUrl, edge, token);
     /** `split: "auto"`, when the server publishes a cost table. */
     this.adaptive = null;
-    /** Edge runs started; the wasm edge computes on this thread, so a reply that arrives
-     * meanwhile is only seen when it ends, and a ping timed across one measures the edge. */
+    /** Edge runs started that held this thread from end to end: the wasm edge computes on
+     * this thread, so a reply that arrives meanwhile is only seen when it ends, and a ping
+     * timed across such a run measures the edge. While a ping is out, runs pause for a turn
+     * of the event loop after every stage instead (`EdgeSession.setPause`): its pong is seen
+     * within a stage of its arrival, and the run is not counted here. */
     this.edgeRuns = 0;
     this.edgeRunning = false;
+    /** Pings out; while any is, edge runs pause between stages. */
+    this.pingsOut = 0;
     this.nextId = 1;
   }
 
@@ -412,14 +440,17 @@ export class SplitClient {
         frame = options.modelInput ? wasm.encodeInputRequest(id, image) : wasm.encodeImageRequest(id, image);
       } else {
         await this.prepareEdge(split, codec);
-        this.edgeRuns++;
-        this.edgeRunning = true;
+        const holds = this.pingsOut === 0;
+        if (holds) {
+          this.edgeRuns++;
+          this.edgeRunning = true;
+        }
         let out;
         try {
           out = await wasmCall(() => this.edge.run(image, split === "edge" ? "logits" : split, id, codec, Boolean(options.stream),
                                                    ...this.noiseArgs(options)));
         } finally {
-          this.edgeRunning = false;
+          if (holds) this.edgeRunning = false;
         }
         edgeMs = performance.now() - started;
         if (out.top) {
@@ -558,12 +589,14 @@ export class SplitClient {
   }
 
   /** Send a ping with `probeBytes` of padding; resolves to { ms, load, skewed } (null when
-   * offline or unanswered within `timeoutMs`); `skewed`: an edge run overlapped it, so `ms` is
-   * not the network's. */
+   * offline or unanswered within `timeoutMs`); `skewed`: an edge run that held the thread
+   * overlapped it, so `ms` is not the network's. Edge runs started while it is out pause
+   * between stages, so they may run meanwhile without skewing it by more than a stage. */
   async ping(probeBytes = 0, timeoutMs = PING_TIMEOUT_MS) {
     const id = this.nextId++;
     const runs = this.edgeRuns;
     const busy = this.edgeRunning;
+    if (this.pingsOut++ === 0) this.edge.setPause(turnOfEventLoop);
     const sent = performance.now();
     try {
       const pong = await this.connection.request(id, wasm.encodePing(id, probeBytes), timeoutMs);
@@ -571,6 +604,8 @@ export class SplitClient {
       return { ms, load: pong.load, skewed: busy || this.edgeRunning || runs !== this.edgeRuns };
     } catch {
       return null;
+    } finally {
+      if (--this.pingsOut === 0) this.edge.setPause(null);
     }
   }
 

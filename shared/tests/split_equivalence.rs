@@ -45,6 +45,33 @@ fn every_split_equals_the_full_forward_pass() {
     }
 }
 
+/// A range taken one stage at a time (what the browser's edge does while it lets its event loop
+/// turn) runs one step a stage and ends where one call does, bit for bit.
+#[test]
+fn stepping_through_the_stages_equals_one_call() {
+    let device = Device::flex();
+    let model = model(&device);
+    let input = to_input_tensor(&fixture_image("chelsea"), &device);
+    let block5 = Boundary::block(5).unwrap();
+    let mut steps = model.steps(input.clone(), Boundary::INPUT, block5).unwrap();
+    let mut stages = 0;
+    while model.step(&mut steps) {
+        stages += 1;
+    }
+    assert!(steps.done() && !model.step(&mut steps), "nothing runs past the end");
+    assert_eq!(stages, usize::from(block5.index()));
+    let once = model.forward_range(input.clone(), Boundary::INPUT, block5).unwrap();
+    assert_eq!(values(steps.finish()), values(once));
+    let none = model.steps(input.clone(), Boundary::INPUT, Boundary::INPUT).unwrap();
+    assert!(none.done());
+    assert_eq!(values(none.finish()), values(input), "an empty range returns its input");
+    let err = model.steps(Tensor::<4>::zeros([1, 24, 56, 56], &device), Boundary::STEM, block5);
+    assert!(
+        matches!(err, Err(ModelError::ShapeMismatch { .. })),
+        "checked as forward_range checks"
+    );
+}
+
 /// A model loaded stage by stage from the per-stage shards (what the browser downloads) runs
 /// exactly like the whole file, refuses a range through a stage it lacks, and completes once
 /// the rest arrives; the shards together are the whole file, and an edge at block5 needs a

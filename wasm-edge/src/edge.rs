@@ -3,6 +3,8 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 
 use burn::tensor::{Device, Tensor};
 use split_shared::cache::{ContentKey, LruCache};
@@ -78,11 +80,19 @@ pub struct LocalAnswer {
     pub from: Boundary,
 }
 
+/// What a run awaits between stages while it is set ([`EdgeRunner::set_pause`]): in the
+/// browser, a turn of the event loop.
+pub type Pause = Box<dyn Fn() -> Pin<Box<dyn Future<Output = ()>>>>;
+
 /// The model on the edge device, with the codec state of one client. Its stages arrive one
 /// weight shard at a time ([`EdgeRunner::load_stage`]), so the model is behind a `RefCell`;
 /// no borrow is held across an `await`.
 pub struct EdgeRunner {
     model: RefCell<EfficientNetLite0>,
+    /// Awaited between stages while set: on the CPU a run holds its thread from the input
+    /// to the split, and anything the thread's event loop has to do (a pong to time) waits for
+    /// it; pausing between stages bounds that wait by one stage.
+    pause: RefCell<Option<Pause>>,
     /// Bit `k` set: the stage ending at boundary `k` holds the light model's weights.
     light: RefCell<u32>,
     device: Device,
@@ -129,10 +139,41 @@ impl EdgeRunner {
         };
         Self {
             model: RefCell::new(EfficientNetLite0::empty()),
+            pause: RefCell::new(None),
             light: RefCell::new(0),
             device,
             state: RefCell::new(state),
         }
+    }
+
+    /// Pause between stages (`Some`) or run from end to end (`None`, the default). The answer
+    /// is the same either way.
+    pub fn set_pause(&self, pause: Option<Pause>) {
+        *self.pause.borrow_mut() = pause;
+    }
+
+    /// The network from `from` to `to`, stage by stage with the pause between them while one
+    /// is set.
+    async fn forward(
+        &self,
+        x: Tensor<4>,
+        from: Boundary,
+        to: Boundary,
+    ) -> Result<Tensor<4>, ModelError> {
+        if self.pause.borrow().is_none() {
+            return self.model.borrow().forward_range(x, from, to);
+        }
+        let mut steps = self.model.borrow().steps(x, from, to)?;
+        while self.model.borrow().step(&mut steps) {
+            if steps.done() {
+                break;
+            }
+            let pause = self.pause.borrow().as_ref().map(|p| p());
+            if let Some(pause) = pause {
+                pause.await;
+            }
+        }
+        Ok(steps.finish())
     }
 
     /// Load the stage ending at `end` from a weights shard (or the whole weights file); it
@@ -287,7 +328,7 @@ impl EdgeRunner {
         id: u64,
     ) -> split_shared::Result<EdgeOutput> {
         let x = split_shared::image::to_input_tensor(img, &self.device);
-        let x = self.model.borrow().forward_range(x, Boundary::INPUT, options.split)?;
+        let x = self.forward(x, Boundary::INPUT, options.split).await?;
         let features = read_features(options.split, x).await?;
         if options.split == Boundary::LOGITS {
             let reduced = self.light_between(Boundary::INPUT, Boundary::LOGITS);
@@ -325,7 +366,7 @@ impl EdgeRunner {
         };
         let from = features.boundary();
         let x = features.to_tensor(&self.device);
-        let x = self.model.borrow().forward_range(x, from, Boundary::LOGITS)?;
+        let x = self.forward(x, from, Boundary::LOGITS).await?;
         let logits = read_features(Boundary::LOGITS, x).await?;
         Ok(LocalAnswer {
             top: top_k(&logits.values()[..NUM_CLASSES], TOP_K),
@@ -425,7 +466,7 @@ impl EdgeRunner {
             return Err(ModelError::BackwardRange { from, to }.into());
         }
         let x = features.to_tensor(&self.device);
-        let x = self.model.borrow().forward_range(x, from, to)?;
+        let x = self.forward(x, from, to).await?;
         let features = read_features(to, x).await?;
         let state = self.state.borrow();
         Ok(FeaturesFrame::encode(
@@ -463,7 +504,7 @@ impl EdgeRunner {
     pub async fn features(&self, image: &[u8], split: Boundary) -> split_shared::Result<Features> {
         let img = split_shared::image::preprocess(image)?;
         let x = split_shared::image::to_input_tensor(&img, &self.device);
-        let x = self.model.borrow().forward_range(x, Boundary::INPUT, split)?;
+        let x = self.forward(x, Boundary::INPUT, split).await?;
         Ok(read_features(split, x).await?)
     }
 

@@ -303,6 +303,26 @@ impl EdgeSession {
         self.runner.set_cache_entries(entries as usize);
     }
 
+    /// Call `pause()` between the stages of every run from now on and await the Promise it
+    /// returns (anything else: no pause that time), or run from end to end again (`null`).
+    /// The client pauses runs for a turn of the event loop while a ping is out, so that its
+    /// pong is timed within a stage or so of its arrival rather than after the whole run.
+    #[wasm_bindgen(js_name = setPause)]
+    pub fn set_pause(&self, pause: Option<js_sys::Function>) {
+        self.runner.set_pause(pause.map(|f| -> edge::Pause {
+            Box::new(move || {
+                // A function that throws or returns no promise pauses for nothing.
+                let promise: Option<js_sys::Promise> =
+                    f.call0(&JsValue::NULL).ok().and_then(|v| v.dyn_into().ok());
+                Box::pin(async move {
+                    if let Some(p) = promise {
+                        let _ = wasm_bindgen_futures::JsFuture::from(p).await;
+                    }
+                })
+            })
+        }));
+    }
+
     /// Time this device's edge compute: the network stage by stage on a blank image, `repeats`
     /// times; resolves to `{ names, ms }` with the median cumulative ms from the input to each
     /// boundary (what `AdaptivePlanner.setEdgeTimes` takes).

@@ -74,14 +74,12 @@ export class Adaptive {
     // After this request's own stages: the rest, for the fallback's sake.
     this.client.loadAllInBackground();
     const result = { ...r, auto: true, placement, explain: planner.explain(this.client.timeoutMs) };
-    // Running locally, back-to-back requests keep this thread busy, and a probe timed across an
-    // edge run measures the edge, not the network: probe here, between runs, when one is due.
-    // With the link down the probe only asks whether it is back (a pong says so, whatever its
-    // timing), so the answer does not wait for it: a silent link would hold it for the ping's
-    // whole timeout.
+    // Running locally, back-to-back requests keep this thread busy and the timer's probes may
+    // never find it idle: start one here when it is due. The answer does not wait for it (a
+    // ping stuck in an outage would hold it for the ping's whole timeout); the next requests'
+    // edge runs pause between stages while it is out, so its pong is timed within a stage.
     if ((split === "edge" || r.fallback) && planner.probeDue(performance.now())) {
-      if (planner.linkUp) await this.probe();
-      else this.probe().catch(() => {});
+      this.probe().catch(() => {});
     }
     return result;
   }

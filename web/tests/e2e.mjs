@@ -93,6 +93,23 @@ async function errorChecks(page, name) {
         return { localInWorker: window.local.inWorker, pageInWorker: client.inWorker };
       })()),
       ...(await (async () => {
+        // A ping out while the edge computes on this thread: the runs pause between stages, so
+        // the pong is seen before they end and counts as the network's (not skewed). Runs that
+        // held the thread end to end showed it only after one, marked skewed.
+        const client = window.local;
+        await client.ping(0, 10_000); // the socket open
+        await client.classify(chelsea, "edge"); // the stages loaded and warm
+        let pong = null;
+        const ping = client.ping(0, 10_000).then((p) => { pong = { at: performance.now(), skewed: p?.skewed ?? "lost" }; });
+        const runs = [];
+        for (let k = 0; k < 3; k++) {
+          const r = await client.classify(chelsea, "edge");
+          runs.push({ end: performance.now(), top1: r.top[0].class });
+        }
+        await ping;
+        return { pausedPing: { skewed: pong.skewed, beforeTheRunsEnded: pong.at < runs[2].end, top1s: runs.map((r) => r.top1) } };
+      })()),
+      ...(await (async () => {
         // A server that cannot be reached: the first request tries and fails, the next fails at
         // once (backoff) instead of trying again.
         const client = window.local;
@@ -132,6 +149,9 @@ async function errorChecks(page, name) {
   }
   assert.ok(CATS.has(out.afterwards), `${name}: the client still classifies after failures`);
   assert.deepEqual([out.pageInWorker, out.localInWorker], [true, false], `${name}: the page's client in a worker, worker: false on the page's thread`);
+  assert.deepEqual([out.pausedPing.skewed, out.pausedPing.beforeTheRunsEnded], [false, true],
+    `${name}: a ping out while the edge runs is timed between its stages: ${JSON.stringify(out.pausedPing)}`);
+  assert.ok(out.pausedPing.top1s.every((c) => CATS.has(c)), `${name}: paused runs answer as usual`);
   assert.ok(CATS.has(out.tokenProtocol.top), `${name}: classified over a token subprotocol`);
   assert.equal(out.tokenProtocol.protocol, "split.v1", `${name}: the server selected split.v1`);
   for (const k of ["unreachable", "backingOff"]) {

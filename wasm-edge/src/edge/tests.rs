@@ -60,6 +60,28 @@ fn edge_only_f32_and_coded_splits_agree_on_a_bundled_photo() {
 }
 
 #[test]
+fn a_paused_run_pauses_between_stages_and_answers_the_same() {
+    use std::cell::Cell;
+    use std::rc::Rc;
+    let runner = runner();
+    runner.set_cache_entries(0);
+    let plain = block_on(runner.run(&photo(), opts("block5", "f32", false), 1)).unwrap();
+    let pauses = Rc::new(Cell::new(0));
+    let counted = Rc::clone(&pauses);
+    runner.set_pause(Some(Box::new(move || {
+        counted.set(counted.get() + 1);
+        Box::pin(async {})
+    })));
+    let paused = block_on(runner.run(&photo(), opts("block5", "f32", false), 1)).unwrap();
+    let block5: Boundary = "block5".parse().unwrap();
+    assert_eq!(pauses.get(), usize::from(block5.index()) - 1, "a pause between stages");
+    assert_eq!(paused, plain, "the same frame, byte for byte");
+    runner.set_pause(None);
+    block_on(runner.run(&photo(), opts("logits", "f32", false), 2)).unwrap();
+    assert_eq!(pauses.get(), usize::from(block5.index()) - 1, "no pause once unset");
+}
+
+#[test]
 fn repeated_content_is_answered_from_the_cache() {
     let runner = runner();
     let o = opts("block11", "q4", false);

@@ -29,7 +29,7 @@ pub use error::{ModelError, Result};
 pub use features::{Features, check_shape};
 pub use light::{DEFAULT_LIGHT, LightPrecision, light_shards};
 #[cfg(feature = "model")]
-pub use network::{Depthwise, EfficientNetLite0, MbConv, Pointwise, Stem};
+pub use network::{Depthwise, EfficientNetLite0, MbConv, Pointwise, Stem, Steps};
 #[cfg(feature = "model")]
 pub use split::{LITE0_NAME, Lite0Split, lite0_spec};
 #[cfg(not(target_family = "wasm"))]

@@ -277,6 +277,20 @@ impl EfficientNetLite0 {
     /// [`ModelError::BackwardRange`] when `to < from`; [`ModelError::ShapeMismatch`] when `x` does not have
     /// `from`'s shape; [`ModelError::StageNotLoaded`] when a stage in between has no weights here.
     pub fn forward_range(&self, x: Tensor<4>, from: Boundary, to: Boundary) -> Result<Tensor<4>> {
+        let mut steps = self.steps(x, from, to)?;
+        while self.step(&mut steps) {}
+        Ok(steps.finish())
+    }
+
+    /// [`Self::forward_range`] one stage at a time: checks the range as it does, then each
+    /// [`Self::step`] runs the next stage, and [`Steps::finish`] gives the activation at `to`
+    /// (the same tensor, bit for bit). Between stages the activations stay in the network's own
+    /// layout, so stepping costs nothing over one call; a caller may do other work between
+    /// steps (the browser's edge lets its event loop turn).
+    ///
+    /// # Errors
+    /// As [`Self::forward_range`].
+    pub fn steps(&self, x: Tensor<4>, from: Boundary, to: Boundary) -> Result<Steps> {
         if to < from {
             return Err(ModelError::BackwardRange { from, to });
         }
@@ -288,17 +302,52 @@ impl EfficientNetLite0 {
         {
             return Err(ModelError::StageNotLoaded { stage: missing, from, to });
         }
-        if from == to {
-            return Ok(x);
-        }
         // The image stays NCHW for the stem; any later boundary becomes NHWC.
-        let x = if from == Boundary::INPUT { x } else { x.permute([0, 2, 3, 1]) };
-        let y = (from.index() + 1..=to.index()).fold(x, |x, k| self.stage(k, x));
-        Ok(y.permute([0, 3, 1, 2])) // NHWC -> NCHW
+        let nhwc = from != to;
+        let x = if from == Boundary::INPUT || !nhwc { x } else { x.permute([0, 2, 3, 1]) };
+        Ok(Steps { x: Some(x), next: from.index() + 1, to: to.index(), nhwc })
+    }
+
+    /// Run the next stage of `steps`; `false` (nothing run) once they reach their end.
+    pub fn step(&self, steps: &mut Steps) -> bool {
+        if steps.next > steps.to {
+            return false;
+        }
+        // Taken, not cloned: a stage may then reuse the activation's buffer.
+        let x = steps.x.take().expect("a step holds its activation between stages");
+        steps.x = Some(self.stage(steps.next, x));
+        steps.next += 1;
+        true
     }
 
     /// The whole network: normalized input `[n, 3, 224, 224]` to logits `[n, 1000, 1, 1]`.
     pub fn forward(&self, x: Tensor<4>) -> Result<Tensor<4>> {
         self.forward_range(x, Boundary::INPUT, Boundary::LOGITS)
+    }
+}
+
+/// A run between two boundaries in progress ([`EfficientNetLite0::steps`]).
+pub struct Steps {
+    /// The activation after the last stage run (NHWC after the stem); `None` only inside
+    /// [`EfficientNetLite0::step`].
+    x: Option<Tensor<4>>,
+    /// The index of the boundary the next stage ends at.
+    next: u8,
+    /// The index of the last boundary.
+    to: u8,
+    /// Whether the activation is in the network's NHWC layout (any run of one stage or more).
+    nhwc: bool,
+}
+
+impl Steps {
+    /// Whether every stage has run.
+    pub fn done(&self) -> bool {
+        self.next > self.to
+    }
+
+    /// The activation at the last boundary reached (NCHW, as [`Boundary::info`] gives it).
+    pub fn finish(self) -> Tensor<4> {
+        let x = self.x.expect("a step holds its activation between stages");
+        if self.nhwc { x.permute([0, 3, 1, 2]) } else { x }
     }
 }
