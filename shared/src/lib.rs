@@ -47,6 +47,7 @@ pub(crate) use serde_by_name;
 pub mod cache;
 pub mod codec;
 pub mod container;
+pub mod encrypted;
 pub mod error;
 pub mod group;
 pub mod image;

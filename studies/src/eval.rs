@@ -98,6 +98,34 @@ fn parse_csv_classes(text: &str) -> Result<HashMap<String, usize>> {
     Ok(out)
 }
 
+/// The class of each labelled photo, by file name (`labels.csv`).
+pub type Labels = HashMap<String, usize>;
+
+/// A folder of labelled photos, as the studies that walk one take it.
+#[derive(clap::Args, Debug)]
+pub struct Photos {
+    /// Folder of JPEG/PNG images (e.g. ../shared/data/imagenet-dev); `labels.csv` there is read.
+    #[arg(long)]
+    pub images: PathBuf,
+    /// Use at most N images (sorted by name).
+    #[arg(long, default_value_t = usize::MAX, hide_default_value = true)]
+    pub limit: usize,
+}
+
+impl Photos {
+    /// The files to use (at least one), and the class of each labelled one by file name.
+    pub fn read(&self) -> Result<(Vec<PathBuf>, Option<Labels>)> {
+        let labels = self.images.join("labels.csv");
+        let labels = labels.exists().then(|| read_csv_classes(&labels)).transpose()?;
+        let mut files = image_files(&self.images)?;
+        files.truncate(self.limit);
+        if files.is_empty() {
+            bail!("no .jpg or .png images in {}", self.images.display());
+        }
+        Ok((files, labels))
+    }
+}
+
 /// The JPEG and PNG files of `dir`, sorted by name.
 pub(crate) fn image_files(dir: &std::path::Path) -> Result<Vec<PathBuf>> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)

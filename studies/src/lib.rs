@@ -8,6 +8,7 @@
 //! (`split-lab`) reuses the edge and server paths of [`eval`] and the charts of [`svg`].
 
 pub mod calibrate;
+pub mod encrypted;
 pub mod eval;
 pub mod fusion;
 pub mod light;

@@ -7,10 +7,9 @@
 //! accuracy against labels, and the time of the light part natively.
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use burn::tensor::{Device, Tensor};
 use split_shared::labels::top_k;
 use split_shared::model::{
@@ -23,12 +22,8 @@ use xtask::setup;
 /// Which light model to ship: agreement, bytes and time of each candidate.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Folder of JPEG/PNG images (e.g. ../shared/data/imagenet-dev); `labels.csv` there is read.
-    #[arg(long)]
-    images: PathBuf,
-    /// Use at most N images (sorted by name).
-    #[arg(long, default_value_t = usize::MAX, hide_default_value = true)]
-    limit: usize,
+    #[command(flatten)]
+    photos: crate::eval::Photos,
     /// Candidate precisions: `int8`, `int4-g<group>`.
     #[arg(long, value_delimiter = ',', default_value = "int8,int4-g32,int4-g128")]
     precisions: Vec<LightPrecision>,
@@ -52,13 +47,7 @@ pub fn run(o: Args) -> Result<()> {
     let weights = read_weights(&setup::ensure_weights()?)?;
     let device = Device::flex();
     let full = EfficientNetLite0::from_weights(&weights, &device)?;
-    let labels = o.images.join("labels.csv");
-    let labels = labels.exists().then(|| crate::eval::read_csv_classes(&labels)).transpose()?;
-    let mut files = crate::eval::image_files(&o.images)?;
-    files.truncate(o.limit);
-    if files.is_empty() {
-        bail!("no .jpg or .png images in {}", o.images.display());
-    }
+    let (files, labels) = o.photos.read()?;
 
     struct Candidate {
         precision: LightPrecision,
@@ -122,7 +111,7 @@ pub fn run(o: Args) -> Result<()> {
     let f32_bytes = |split: Boundary| -> usize {
         f32_sizes.iter().filter(|(b, _)| *b > split).map(|(_, n)| n).sum()
     };
-    println!("images: {n} from {}", o.images.display());
+    println!("images: {n} from {}", o.photos.images.display());
     if labelled > 0 {
         println!(
             "full f32 model: top-1 accuracy {:.1}% ({full_correct}/{labelled}), {:.1} ms a forward",

@@ -2,7 +2,9 @@
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use split_studies::{calibrate, eval, fusion, light, llm_codec, llm_invert, privacy, stream_eval};
+use split_studies::{
+    calibrate, encrypted, eval, fusion, light, llm_codec, llm_invert, privacy, stream_eval,
+};
 
 /// The network's activations are multi-megabyte buffers allocated and freed on every forward;
 /// glibc's allocator hands them back to the OS and page-faults them in again each time
@@ -24,6 +26,8 @@ enum Task {
     Calibrate(calibrate::Args),
     /// Accuracy and agreement of split inference over a folder of images.
     Eval(eval::Args),
+    /// The encrypted classifier over a folder of images: agreement, time and bytes.
+    Encrypted(encrypted::Args),
     /// Two devices' views of each photo, alone and fused (docs/multi-device.md).
     Fusion(fusion::Args),
     /// The light model's candidates: bytes, agreement with the full model, time.
@@ -48,6 +52,7 @@ fn main() -> Result<()> {
     match Cli::parse().task {
         Task::Calibrate(a) => calibrate::run(a),
         Task::Eval(a) => eval::run(a),
+        Task::Encrypted(a) => encrypted::run(a),
         Task::Fusion(a) => fusion::run(a),
         Task::Light(a) => light::run(a),
         Task::StreamEval(a) => stream_eval::run(a),

@@ -28,7 +28,7 @@ use xtask::{ci, cluster, docs, fuzz, server, setup, wasm_build};
     about,
     long_about = None,
     after_help = "The measuring tasks, each with its own --help:\n  \
-                  split-studies: calibrate, eval, fusion, light, stream-eval, invert, adversarial,\n                 llm-invert, llm-codec\n  \
+                  split-studies: calibrate, eval, encrypted, fusion, light, stream-eval, invert, adversarial,\n                 llm-invert, llm-codec\n  \
                   split-lab:     lab, profile, plan-sim, onnx, chat, llm-crowd, llm-placements"
 )]
 struct Cli {
