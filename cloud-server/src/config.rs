@@ -149,6 +149,16 @@ pub struct Config {
     /// closes; the least recently active go first, and only if that makes room). 0: never.
     #[arg(long, env = "SPLIT_LLM_EVICT_AFTER", default_value_t = 10)]
     pub llm_evict_after: u64,
+    /// MiB of memory all `/encrypted` sessions' evaluation keys may hold together (a key of
+    /// the layout's two rotations: 335 kB sent, about 1.3 MB held); a key that does not fit,
+    /// even after taking idle sessions' keys, is refused (`key_budget`).
+    #[arg(long, env = "SPLIT_ENCRYPTED_KEY_MIB", default_value_t = 64)]
+    pub encrypted_key_mib: usize,
+    /// Seconds an `/encrypted` session must have sat idle before a new session's key that
+    /// does not fit the budget may take its key (the idle session is told `evicted` and may
+    /// send its key again). 0: never.
+    #[arg(long, env = "SPLIT_ENCRYPTED_EVICT_AFTER", default_value_t = 30)]
+    pub encrypted_evict_after: u64,
     /// Batch `/llm` conversations' steps together (continuous batching, one batching thread
     /// per core; each answer bit for bit the same) instead of running each conversation's
     /// steps on its own. Off by default: on the 2-core reference machine it answered more

@@ -65,6 +65,8 @@ pub struct ServerInfo {
     /// The congestion price now, what it averages over and its schedule (replies and pongs
     /// carry the price of their moment: `load.price`).
     pub price: PriceInfo,
+    /// The encrypted classifier (`/encrypted`): its parameter set and limits.
+    pub encrypted: EncryptedInfo,
     /// Every stateful model `/llm` serves, by the id its `open` frame carries (SmolLM2 first
     /// when loaded; `llm` says more of it).
     pub sequence_models: Vec<SequenceModelInfo>,
@@ -82,6 +84,23 @@ pub struct PriceInfo {
     pub smoothing_s: f64,
     /// The stretches of the day (UTC) with a factor of their own; other hours cost 1.
     pub schedule: Vec<crate::price::PriceHours>,
+}
+
+/// `/api/info`'s `encrypted`: where and how the classifier runs on ciphertext.
+#[derive(Debug, Serialize)]
+pub struct EncryptedInfo {
+    /// The socket.
+    pub url: &'static str,
+    /// Its frames' version.
+    pub protocol_version: u16,
+    /// The parameter set and layout frames must name.
+    pub parameters: u8,
+    /// Ciphertexts in a classify frame (the layout's baby steps).
+    pub parts: usize,
+    /// Largest evaluation key accepted.
+    pub max_key_bytes: usize,
+    /// Largest ciphertext accepted.
+    pub max_ciphertext_bytes: usize,
 }
 
 /// A stateful model `/llm` serves (`/api/info`'s `sequence_models`).
@@ -318,6 +337,14 @@ impl ServerInfo {
                 now: state.price_now(),
                 smoothing_s: state.pricing.smoothing_s(),
                 schedule: state.pricing.schedule().to_vec(),
+            },
+            encrypted: EncryptedInfo {
+                url: "/encrypted",
+                protocol_version: split_shared::protocol::ENCRYPTED_PROTOCOL_VERSION,
+                parameters: split_shared::protocol::PARAMETERS_ID,
+                parts: split_shared::encrypted::layout::BABY,
+                max_key_bytes: split_shared::protocol::MAX_KEY_BYTES,
+                max_ciphertext_bytes: split_shared::protocol::MAX_CIPHERTEXT_BYTES,
             },
             sequence_models: state
                 .sequences

@@ -18,6 +18,7 @@
 
 mod config;
 mod cors;
+mod encrypted_ws;
 mod engine;
 mod error;
 mod frame_guard;

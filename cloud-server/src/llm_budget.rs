@@ -48,6 +48,15 @@ impl Lease {
     }
 }
 
+/// Until the budget takes `lease` back (at once if it already did); never without one (a
+/// socket holding nothing yet).
+pub async fn evicted(lease: Option<&Lease>) {
+    match lease {
+        Some(lease) => lease.evicted().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// A conversation's reservation: the budget comes back when it is dropped.
 pub struct Reservation {
     budget: Arc<KvBudget>,

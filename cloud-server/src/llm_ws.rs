@@ -35,10 +35,10 @@ use split_shared::protocol::{
 use split_shared::runtime::{SequenceError, check_hidden, check_position};
 
 use crate::llm_batch::{Done, Input, Job, Output};
-use crate::llm_budget::{Lease, Reservation};
+use crate::llm_budget::Reservation;
 use crate::llm_models::{SequenceModels, Served, State};
 use crate::state::AppState;
-use crate::ws::{Upgraded, checked_upgrade, send};
+use crate::ws::{Then, Upgraded, checked_upgrade, other_message, send};
 
 /// A conversation silent this long is closed (its KV cache freed).
 const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
@@ -246,7 +246,7 @@ async fn serve(
         let lease = conversation.as_ref().map(|c| c.reservation.lease().clone());
         let next = tokio::select! {
             next = tokio::time::timeout(IDLE_TIMEOUT, stream.next()) => next,
-            () = evicted(lease.as_deref()) => {
+            () = crate::llm_budget::evicted(lease.as_deref()) => {
                 // Its cache goes now; the client opens again and re-sends what it kept.
                 drop(conversation.take());
                 state.metrics.refused(LlmErrorCode::Evicted.name());
@@ -315,32 +315,18 @@ async fn serve(
                     c.reservation.lease().set_busy(false);
                 }
             }
-            Some(Ok(AggregatedMessage::Text(_))) => {
-                let reply = error(0, LlmErrorCode::BadFrame, "frames are binary");
-                if !send(&mut session, reply.encode(), &state).await {
-                    return;
+            other => {
+                let refusal = || error(0, LlmErrorCode::BadFrame, "frames are binary").encode();
+                match other_message(&mut session, other, refusal, MAX_LLM_FRAME_BYTES, &state).await
+                {
+                    Then::Go => {}
+                    Then::Close(reason) => break reason,
+                    Then::Gone => return,
                 }
             }
-            Some(Ok(AggregatedMessage::Ping(bytes))) => {
-                if session.pong(&bytes).await.is_err() {
-                    return;
-                }
-            }
-            Some(Ok(AggregatedMessage::Pong(_))) => {}
-            Some(Ok(AggregatedMessage::Close(reason))) => break reason,
-            Some(Err(e)) => break Some(crate::ws::framing_close(&e, MAX_LLM_FRAME_BYTES, &state)),
-            None => return,
         }
     };
     let _ = session.close(reason).await;
-}
-
-/// Until the budget takes `lease`'s cache back; never without a conversation.
-async fn evicted(lease: Option<&Lease>) {
-    match lease {
-        Some(lease) => lease.evicted().await,
-        None => std::future::pending().await,
-    }
 }
 
 /// `position` is where the conversation's cache stands and `rows` more fit in it, then

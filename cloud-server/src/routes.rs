@@ -111,6 +111,7 @@ pub fn config_app(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
             .route("/ws", web::get().to(crate::ws::websocket))
             .route("/group", web::get().to(crate::group_ws::group_socket))
             .route("/llm", web::get().to(crate::llm_ws::llm_socket))
+            .route("/encrypted", web::get().to(crate::encrypted_ws::encrypted_socket))
             .route(
                 &format!("{}{{blocks}}", crate::llm_edge::LLM_EDGE_URL),
                 web::get().to(crate::llm_edge::edge_weights),

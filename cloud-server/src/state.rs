@@ -79,6 +79,8 @@ pub struct AppState {
     pub groups: Arc<crate::groups::Groups>,
     /// SmolLM2's GGUF file as loaded (its shares and tokenizer for browsers), when it is.
     pub llm: Option<Arc<crate::llm_ws::LlmHost>>,
+    /// The encrypted classifier's half (`/encrypted`).
+    pub encrypted: Arc<crate::encrypted_ws::EncryptedHost>,
     /// The stateful models `/llm` serves (SmolLM2 first, when loaded) and their KV budget.
     pub(crate) sequences: Arc<crate::llm_models::SequenceModels>,
     /// The site's version ([`crate::site`]): the served files, this build, its data files.
@@ -197,6 +199,16 @@ impl AppState {
             .0
             .map(|p| crate::shards::Parts::of_light(&weights, p))
             .unwrap_or_default();
+        let encrypted = crate::encrypted_ws::EncryptedHost::new(
+            split_shared::encrypted::QuantizedClassifier::new(
+                weights.tensor("fc.weight", &[split_shared::model::NUM_CLASSES, 1280])?,
+                weights.tensor("fc.bias", &[split_shared::model::NUM_CLASSES])?,
+            ),
+            config.encrypted_key_mib.saturating_mul(1 << 20),
+            (config.encrypted_evict_after > 0)
+                .then(|| std::time::Duration::from_secs(config.encrypted_evict_after)),
+            config.queue,
+        );
         drop(weights);
         let weights_file = crate::info::FileIdentity::of(&weights_path)
             .with_context(|| format!("reading {}", weights_path.display()))?;
@@ -284,6 +296,7 @@ impl AppState {
                 config.max_connections_per_ip,
             ),
             llm,
+            encrypted: Arc::new(encrypted),
             sequences: Arc::new(sequences),
             pricing: Arc::new(crate::price::Pricing::new(
                 config.price_schedule.0.clone(),

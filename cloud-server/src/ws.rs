@@ -171,7 +171,53 @@ pub(crate) fn framing_close(
 }
 
 /// What reading the socket gave: a message, a framing error, or the end of the connection.
-type Incoming = Option<Result<AggregatedMessage, actix_ws::ProtocolError>>;
+pub(crate) type Incoming = Option<Result<AggregatedMessage, actix_ws::ProtocolError>>;
+
+/// What a socket's loop does after a message that is not a binary frame.
+pub(crate) enum Then {
+    /// Read the next message.
+    Go,
+    /// Close with this reason (the client's close, or a framing error).
+    Close(Option<CloseReason>),
+    /// The connection is gone: nothing to close.
+    Gone,
+}
+
+/// Every message but a binary frame, as each socket treats it: a text message answered with
+/// `refusal` (the socket's own error frame), pings answered, pongs ignored, a close or a
+/// framing error (over `max_bytes`, or malformed) ending the loop.
+pub(crate) async fn other_message(
+    session: &mut actix_ws::Session,
+    msg: Incoming,
+    refusal: impl FnOnce() -> Vec<u8>,
+    max_bytes: usize,
+    state: &AppState,
+) -> Then {
+    match msg {
+        Some(Ok(AggregatedMessage::Text(_))) => {
+            if send(session, refusal(), state).await {
+                Then::Go
+            } else {
+                Then::Gone
+            }
+        }
+        Some(Ok(AggregatedMessage::Ping(bytes))) => {
+            if session.pong(&bytes).await.is_ok() {
+                Then::Go
+            } else {
+                Then::Gone
+            }
+        }
+        Some(Ok(AggregatedMessage::Pong(_) | AggregatedMessage::Binary(_))) => Then::Go,
+        Some(Ok(AggregatedMessage::Close(reason))) => Then::Close(reason),
+        Some(Err(e)) => {
+            // Oversized or malformed WebSocket framing: the stream cannot be resynchronized.
+            log::debug!("closing session: {e}");
+            Then::Close(Some(framing_close(&e, max_bytes, state)))
+        }
+        None => Then::Gone,
+    }
+}
 
 /// Send a binary message; false when the session is over (closed, or the client stopped
 /// reading for the write timeout: the socket's buffers and the session's outbound queue are
@@ -289,30 +335,18 @@ async fn serve_session(
                     return;
                 }
             }
-            Some(Ok(AggregatedMessage::Text(_))) => {
-                state.metrics.refused("unsupported_message");
-                let reply = Reply::error(
-                    0,
-                    ErrorCode::UnsupportedMessage,
-                    "this endpoint takes binary frames only",
-                );
-                if !send(&mut session, reply.to_bytes(), &state).await {
-                    return;
+            other => {
+                let refusal = || {
+                    state.metrics.refused("unsupported_message");
+                    let message = "this endpoint takes binary frames only";
+                    Reply::error(0, ErrorCode::UnsupportedMessage, message).to_bytes()
+                };
+                match other_message(&mut session, other, refusal, MAX_FRAME_BYTES, &state).await {
+                    Then::Go => {}
+                    Then::Close(reason) => break reason,
+                    Then::Gone => return,
                 }
             }
-            Some(Ok(AggregatedMessage::Ping(bytes))) => {
-                if session.pong(&bytes).await.is_err() {
-                    return;
-                }
-            }
-            Some(Ok(AggregatedMessage::Pong(_))) => {}
-            Some(Ok(AggregatedMessage::Close(reason))) => break reason,
-            Some(Err(e)) => {
-                // Oversized or malformed WebSocket framing: the stream cannot be resynchronized.
-                log::debug!("closing session: {e}");
-                break Some(framing_close(&e, MAX_FRAME_BYTES, &state));
-            }
-            None => return,
         }
     };
     let _ = session.close(close).await;

@@ -1,6 +1,7 @@
 //! Any bytes as a client frame: the request decoder, then the codec with the real calibration
 //! and a stream decoder that lives across inputs (so delta paths with state are reached too);
-//! and as a frame of the chat's socket (`/llm`), its hidden rows in every encoding; and a
+//! and as a frame of the chat's socket (`/llm`), its hidden rows in every encoding; as a frame
+//! of the encrypted classifier's socket (`/encrypted`: its lengths and limits); and a
 //! features frame as any model on the runtime decodes it (f32 and ranged, on a small model's
 //! boundaries, so the ranged codec sees shapes of every rank).
 //! Nothing may panic; every input is either decoded or refused with a typed error.
@@ -10,7 +11,9 @@ use std::sync::{Mutex, OnceLock};
 
 use libfuzzer_sys::fuzz_target;
 use split_shared::codec::{Calibration, DecodeContext, StreamDecoder};
-use split_shared::protocol::{LlmFrame, Request};
+use split_shared::protocol::{
+    EncryptedFrame, LlmFrame, MAX_CIPHERTEXT_BYTES, MAX_KEY_BYTES, MAX_PARTS, Request,
+};
 use split_shared::runtime::{BoundarySpec, ModelSpec, decode_plain};
 
 fn small_model() -> &'static ModelSpec {
@@ -31,6 +34,14 @@ fn calibration() -> &'static Calibration {
 }
 
 fuzz_target!(|data: &[u8]| {
+    match EncryptedFrame::decode(data) {
+        Ok(EncryptedFrame::Key { key, .. }) => assert!(key.len() <= MAX_KEY_BYTES),
+        Ok(EncryptedFrame::Classify { parts, .. }) => {
+            assert!(!parts.is_empty() && parts.len() <= MAX_PARTS);
+            assert!(parts.iter().all(|p| p.len() <= MAX_CIPHERTEXT_BYTES));
+        }
+        _ => {}
+    }
     if let Ok(LlmFrame::Hidden { width, values, .. }) = LlmFrame::decode(data) {
         assert!(values.is_empty() || values.len() % width as usize == 0);
     }

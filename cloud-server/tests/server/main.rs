@@ -20,6 +20,7 @@ mod common;
 mod any_model;
 mod any_sequence;
 mod attacks;
+mod encrypted;
 mod engine;
 mod groups;
 mod health;

@@ -24,7 +24,7 @@ pub use quant::{
     quantize_features,
 };
 #[cfg(feature = "encrypted")]
-pub use scheme::{ANSWER_VALUES, DeviceKeys, EncryptedClassifier, parameters};
+pub use scheme::{ANSWER_VALUES, DeviceKeys, EncryptedClassifier, SessionKey, parameters};
 
 /// The plaintext modulus `t`: a prime `≡ 1 mod 2·4096`, 28 bits.
 pub const PLAINTEXT_MODULUS: u64 = 268_369_921;

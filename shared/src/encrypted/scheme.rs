@@ -120,6 +120,10 @@ impl DeviceKeys {
     }
 }
 
+/// A session's evaluation key as the server holds it: rotations only, nothing that decrypts.
+#[derive(Debug)]
+pub struct SessionKey(EvaluationKey);
+
 /// The server's half: the classifier's diagonals encoded once, then any number of
 /// evaluations on ciphertexts it cannot read.
 pub struct EncryptedClassifier {
@@ -148,13 +152,13 @@ impl EncryptedClassifier {
     /// # Errors
     /// [`EncryptedError::Malformed`] when the bytes are not an evaluation key of these
     /// parameters; [`EncryptedError::MissingRotation`] when it lacks one.
-    pub fn read_key(bytes: &[u8]) -> Result<EvaluationKey, EncryptedError> {
+    pub fn read_key(bytes: &[u8]) -> Result<SessionKey, EncryptedError> {
         let key = EvaluationKey::from_bytes(bytes, &parameters()).map_err(|e| {
             EncryptedError::Malformed { what: "evaluation key", reason: e.to_string() }
         })?;
         match ROTATIONS.into_iter().find(|r| !key.supports_column_rotation_by(*r)) {
             Some(r) => Err(EncryptedError::MissingRotation(r)),
-            None => Ok(key),
+            None => Ok(SessionKey(key)),
         }
     }
 
@@ -167,8 +171,9 @@ impl EncryptedClassifier {
     pub fn evaluate(
         &self,
         features: &[&[u8]],
-        key: &EvaluationKey,
+        key: &SessionKey,
     ) -> Result<Vec<u8>, EncryptedError> {
+        let key = &key.0;
         if features.len() != layout::BABY {
             return Err(EncryptedError::WrongLength {
                 what: "baby steps",

@@ -40,6 +40,7 @@
 //! Every length is checked against [`MAX_HIDDEN_ROWS`], [`MAX_HIDDEN_WIDTH`] and the bytes
 //! present before anything is allocated; unknown flag bits and trailing bytes are refused.
 
+use super::{read_error_body, write_error_body, write_socket_header};
 use crate::codec::{HiddenCodec, HiddenCodecError};
 use crate::container::Cursor;
 
@@ -57,8 +58,6 @@ pub const MAX_HIDDEN_WIDTH: u32 = 8192;
 /// Largest frame: header, hidden header, and the values of the largest allowed frame of the
 /// served model's width (SmolLM2: 1024 × 576 × 4 bytes = 2.4 MB).
 pub const MAX_LLM_FRAME_BYTES: usize = 16 + 12 + (MAX_HIDDEN_ROWS as usize) * 576 * 4;
-/// Longest error message.
-const MAX_MESSAGE_BYTES: usize = 1024;
 /// The open frame's flag: the server runs the head and answers with tokens.
 const FLAG_HEAD: u8 = 1;
 
@@ -344,10 +343,7 @@ impl LlmFrame {
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::new();
         let header = |out: &mut Vec<u8>, kind: u8, encoding: u8, id: u64| {
-            out.extend_from_slice(&LLM_MAGIC);
-            out.extend_from_slice(&LLM_PROTOCOL_VERSION.to_le_bytes());
-            out.extend_from_slice(&[kind, encoding]);
-            out.extend_from_slice(&id.to_le_bytes());
+            write_socket_header(out, LLM_MAGIC, LLM_PROTOCOL_VERSION, kind, encoding, id)
         };
         match self {
             LlmFrame::Open { id, model, first, end, positions, head } => {
@@ -402,13 +398,7 @@ impl LlmFrame {
             }
             LlmFrame::Error { id, code, message } => {
                 header(&mut out, kind::ERROR, 0, *id);
-                let mut end = message.len().min(MAX_MESSAGE_BYTES);
-                while !message.is_char_boundary(end) {
-                    end -= 1;
-                }
-                out.extend_from_slice(&(*code as u16).to_le_bytes());
-                out.extend_from_slice(&(end as u16).to_le_bytes());
-                out.extend_from_slice(&message.as_bytes()[..end]);
+                write_error_body(&mut out, *code as u16, message);
             }
         }
         out
@@ -495,11 +485,8 @@ impl LlmFrame {
                 LlmFrame::Opened { id, first, end, positions, width, head }
             }
             kind::ERROR => {
-                let code = LlmErrorCode::from_u16(c.u16()?).ok_or(LlmWireError::ErrorFrame)?;
-                let len = usize::from(c.u16()?);
-                let message = std::str::from_utf8(c.take(len)?)
-                    .map_err(|_| LlmWireError::ErrorFrame)?
-                    .to_string();
+                let (code, message) = read_error_body(&mut c).ok_or(LlmWireError::ErrorFrame)?;
+                let code = LlmErrorCode::from_u16(code).ok_or(LlmWireError::ErrorFrame)?;
                 LlmFrame::Error { id, code, message }
             }
             other => return Err(LlmWireError::Kind(other)),
@@ -528,6 +515,7 @@ pub fn peek_llm_id(frame: &[u8]) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::MAX_MESSAGE_BYTES;
 
     fn frames() -> Vec<LlmFrame> {
         vec![

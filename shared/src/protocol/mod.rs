@@ -17,10 +17,12 @@
 //! model checks the boundary index and the shape ([`crate::runtime::SplitModel`]).
 //!
 //! followed by the kind's body (see [`Request`] and [`Reply`]). The language model's split
-//! speaks frames of its own on `/llm` ([`LlmFrame`], magic `"SPLM"`). Decoders check every length
+//! speaks frames of its own on `/llm` ([`LlmFrame`], magic `"SPLM"`), the encrypted classifier
+//! on `/encrypted` ([`EncryptedFrame`], magic `"SPLE"`). Decoders check every length
 //! before reading it and reject trailing bytes, so a frame is either fully understood or
 //! answered with a typed [`WireError`].
 
+mod encrypted;
 mod error;
 mod features;
 mod llm;
@@ -28,6 +30,11 @@ mod reply;
 mod request;
 mod samples;
 
+pub use encrypted::{
+    ENCRYPTED_MAGIC, ENCRYPTED_PROTOCOL_VERSION, EncryptedErrorCode, EncryptedFrame,
+    EncryptedWireError, MAX_CIPHERTEXT_BYTES, MAX_ENCRYPTED_FRAME_BYTES, MAX_KEY_BYTES, MAX_PARTS,
+    PARAMETERS_ID, peek_encrypted_id,
+};
 pub use error::{ErrorCode, WireError};
 pub use features::FeaturesFrame;
 pub use llm::{
@@ -124,4 +131,40 @@ pub fn peek_model(frame: &[u8]) -> Option<u8> {
 pub fn peek_request_id(frame: &[u8]) -> Option<u64> {
     (frame.len() >= HEADER_LEN && frame[..4] == MAGIC)
         .then(|| u64::from_le_bytes(frame[8..16].try_into().expect("8 bytes")))
+}
+
+/// The header of the `/llm` and `/encrypted` frames: `magic | version u16 | kind u8 | byte u8 |
+/// id u64` (the byte: the rows' encoding, or the parameter set).
+pub(crate) fn write_socket_header(
+    out: &mut Vec<u8>,
+    magic: [u8; 4],
+    version: u16,
+    kind: u8,
+    byte: u8,
+    id: u64,
+) {
+    out.extend_from_slice(&magic);
+    out.extend_from_slice(&version.to_le_bytes());
+    out.extend_from_slice(&[kind, byte]);
+    out.extend_from_slice(&id.to_le_bytes());
+}
+
+/// The body of the `/llm` and `/encrypted` error frames: `code u16 | length u16 | message`, the
+/// message cut to [`MAX_MESSAGE_BYTES`] at a character boundary.
+pub(crate) fn write_error_body(out: &mut Vec<u8>, code: u16, message: &str) {
+    let mut end = message.len().min(MAX_MESSAGE_BYTES);
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    out.extend_from_slice(&code.to_le_bytes());
+    out.extend_from_slice(&(end as u16).to_le_bytes());
+    out.extend_from_slice(&message.as_bytes()[..end]);
+}
+
+/// An error body's code and message; `None` when the message is cut short or not UTF-8.
+pub(crate) fn read_error_body(c: &mut Cursor<'_>) -> Option<(u16, String)> {
+    let code = c.u16().ok()?;
+    let len = usize::from(c.u16().ok()?);
+    let message = std::str::from_utf8(c.take(len).ok()?).ok()?;
+    Some((code, message.to_string()))
 }
