@@ -155,6 +155,11 @@ function fillSplits() {
   if (client.hasPlanner) add("auto", "auto — adaptive (planner picks split and codec)");
   add("edge", "edge only (everything in the browser)");
   add("cloud", "cloud only (upload the image)");
+  // The encrypted classifier's wasm half is in the relaxed-SIMD builds only (wasm-edge's
+  // `encrypted` feature, wasm_build.rs).
+  if (client.info.encrypted && ["cpu-relaxed", "cpu-threads"].includes(client.wasmBuild)) {
+    add("encrypted", "encrypted classifier — the server computes on ciphertext only");
+  }
   for (const b of client.boundaries()) {
     if (b.name === "logits") continue;
     const kb = (b.bytesF32 / 1024).toFixed(0);
@@ -169,7 +174,7 @@ function drawNetwork() {
   const bounds = client.boundaries();
   const split = $("split").value;
   const placement = split === "auto" ? lastAuto?.placement : null;
-  const cutName = split === "edge" ? "logits" : split === "cloud" ? "input"
+  const cutName = split === "edge" ? "logits" : split === "cloud" ? "input" : split === "encrypted" ? "pool"
     : split === "auto" ? (placement ? { edge_only: "logits", cloud_only: "input" }[placement.mode] ?? placement.boundary : null)
     : split;
   const cut = cutName ? bounds.findIndex((b) => b.name === cutName) : -1;
@@ -191,7 +196,8 @@ function drawNetwork() {
     const b = bounds[cut];
     const here = `this browser: ${mmacs(b.cumulativeMacs)}`;
     const there = `server: ${mmacs(total - b.cumulativeMacs)}`;
-    const sent = cutName === "logits" ? "nothing sent"
+    const sent = split === "encrypted" ? "sends the pooled features encrypted (670 kB; the key, 335 kB, once): the server computes the classifier without reading them or the answer"
+      : cutName === "logits" ? "nothing sent"
       : cutName === "input" ? "sends the photo"
       : `sends [${b.shape.join("×")}] at ${b.name}: ${(b.bytesF32 / 1024).toFixed(0)} KiB as f32, less with the codec`;
     caption = `${split === "auto" ? "auto chose: " : ""}${here} · ${sent} · ${there}`;
@@ -199,7 +205,9 @@ function drawNetwork() {
   $("network-caption").textContent = caption;
   // An illustration: when it cannot be fetched (the server out of reach), it is left out
   // rather than shown as an error over the answer.
-  showSeen($("seen"), image?.name, cut < 0 ? null : bounds[cut].name).catch(() => { $("seen").hidden = true; });
+  // Encrypted features show the server nothing to reconstruct from.
+  const seenAt = split === "encrypted" ? "encrypted" : cut < 0 ? null : bounds[cut].name;
+  showSeen($("seen"), image?.name, seenAt).catch(() => { $("seen").hidden = true; });
   $("network").setAttribute("aria-label", caption);
   $("network-figure").hidden = false;
 }
@@ -207,7 +215,11 @@ function drawNetwork() {
 // One request's time: edge compute (encoding included), the network both ways, the server.
 function drawWaterfall(r) {
   const network = Math.max(0, r.roundTripMs - r.serverMs);
-  const parts = [["edge", r.edgeMs, "edge compute"], ["network", network, "network"], ["server", r.serverMs, "server"]]
+  const parts = (r.mode === "encrypted"
+    // The encrypted answer carries no server time: the round trip is network and server.
+    ? [["edge", r.edgeMs, "edge compute"], ["edge", r.encryptMs, "encryption"],
+       ["network", r.roundTripMs, "network and server on ciphertext"], ["edge", r.decryptMs, "decryption"]]
+    : [["edge", r.edgeMs, "edge compute"], ["network", network, "network"], ["server", r.serverMs, "server"]])
     .filter(([, ms]) => ms > 0.05);
   const total = parts.reduce((t, [, ms]) => t + ms, 0) || 1;
   $("waterfall").replaceChildren(...parts.map(([kind, ms, label]) => {
@@ -331,18 +343,20 @@ async function classify() {
       showTop(r.top);
       showQuality(r);
     }
-    const modes = { split: `split after ${r.split}`, cache: "answered from the browser's cache", edge: "edge only", cloud: "cloud only" };
+    const modes = { split: `split after ${r.split}`, cache: "answered from the browser's cache", edge: "edge only", cloud: "cloud only",
+                    encrypted: "encrypted classifier: the server saw only ciphertext" };
     $("r-mode").textContent = (r.auto ? "auto: " : "") + (modes[r.mode] ?? r.mode) + (r.fallback ? ` (fallback: ${r.fallback})` : "");
     if (r.auto) lastAuto = r;
     drawPlanner().catch(() => {});
     drawNetwork();
     drawWaterfall(r);
-    $("r-codec").textContent = r.mode === "split" ? r.codec : r.mode === "cloud" ? "image upload" : "—";
+    $("r-codec").textContent = r.mode === "split" ? r.codec : r.mode === "cloud" ? "image upload"
+      : r.mode === "encrypted" ? `BFV ciphertexts (${ms(r.encryptMs)} to encrypt, ${ms(r.decryptMs)} to decrypt)` : "—";
     $("r-load").textContent = r.load ? `${r.load.queued} queued, ${r.load.workers} worker(s), ${ms(r.load.recentMs)} recent compute${r.serverCached ? "; served from cache" : ""}` : "—";
     $("r-backend").textContent = r.backend;
     $("r-edge").textContent = ms(r.edgeMs);
     $("r-bytes").textContent = r.bytesSent.toLocaleString();
-    $("r-server").textContent = ms(r.serverMs);
+    $("r-server").textContent = Number.isNaN(r.serverMs) ? "not reported (in the round trip)" : ms(r.serverMs);
     $("r-rtt").textContent = ms(r.roundTripMs);
     $("r-total").textContent = ms(r.totalMs);
     $("result").hidden = false;

@@ -47,6 +47,9 @@ export async function showSeen(figure, photo, cut) {
   }
   if (cut === "logits") return say("What the server sees: nothing, the whole network runs in this browser.");
   if (cut === "input") return say("What the server sees: the photo itself (cloud only).");
+  if (cut === "encrypted") {
+    return say("What the server sees: ciphertext of the pooled features, under a key only this browser holds; it cannot read them, nor the answer it computes.");
+  }
   if (!SAMPLES.has(photo)) {
     return say("What the server could reconstruct is computed offline for the three samples only; pick one to see it.");
   }

@@ -3,7 +3,8 @@
 
 /** Every failure of the client: a stable, machine-readable `code` and a message for developers.
  * Codes: "network", "timeout", "closed", "worker", "wasm_trap" (a panic in the wasm module: the message
- * says where), "unsupported_engine" (no WebAssembly SIMD), "bad_option", "no_cost_table", "privacy_floor", "no_placement", "no_light_model", "webgpu_unavailable",
+ * says where), "unsupported_engine" (no WebAssembly SIMD; or, for "encrypted", a build without
+ * relaxed SIMD), "unsupported_server" (a server without the encrypted classifier), "bad_option", "no_cost_table", "privacy_floor", "no_placement", "no_light_model", "webgpu_unavailable",
  * "bad_weights", "weights_missing", "bad_calibration", "backend", "internal", or an error code the server sent
  * ("malformed", "shape_mismatch", "bad_image", "busy", "rate_limited", "unknown_model", "calibration_mismatch",
  * "keyframe_required", "unsupported_codec", ...). */
@@ -286,8 +287,8 @@ export interface ClassifyResult {
    * its top-1 differs. */
   previousTop?: Prediction[];
   changed?: boolean;
-  /** How it ran. */
-  mode: "edge" | "cloud" | "split" | "cache";
+  /** How it ran ("encrypted": the classifier on the server, on features encrypted here). */
+  mode: "edge" | "cloud" | "split" | "cache" | "encrypted";
   /** The boundary the server started from (or "logits" on the edge). */
   split: string;
   codec: string;
@@ -295,6 +296,7 @@ export interface ClassifyResult {
   top: Prediction[];
   edgeMs: number;
   bytesSent: number;
+  /** NaN where the server does not say (encrypted: its answer carries no timing). */
   serverMs: number;
   /** Of `serverMs`, how long the request waited in the server's queue. */
   queueMs: number;
@@ -308,6 +310,16 @@ export interface ClassifyResult {
   explain?: Explanation;
   /** Why the request was answered on the edge instead of the server (auto, or progressive). */
   fallback?: string;
+  /** Encrypted only: ms to encrypt the features and to decrypt the answer here, the
+   * evaluation key's bytes and the ms to make, send and have it accepted when this request
+   * sent it (`bytesSent` counts them; 0 after), the ms the session's keys took to generate,
+   * the answer's bytes. */
+  encryptMs?: number;
+  decryptMs?: number;
+  keyBytes?: number;
+  keyMs?: number;
+  keygenMs?: number;
+  bytesReceived?: number;
 }
 
 /** What auto mode's planner shows to explain its choice. */
@@ -568,8 +580,11 @@ export class SplitClient {
   readonly switches: Switch[];
   /** The WebSocket's state now (as last reported, for a client in a worker). */
   readonly connectionState: ConnectionState;
-  /** Classify an encoded image (JPEG or PNG bytes): split is "edge", "cloud", "auto" or a
-   * boundary name such as "block5". */
+  /** Classify an encoded image (JPEG or PNG bytes): split is "edge", "cloud", "auto",
+   * "encrypted" (the network here to its pool, the classifier on the server on features
+   * encrypted under a key made here: the server reads neither them nor the answer; in the
+   * relaxed-SIMD builds, `wasmBuild` "cpu-relaxed" or "cpu-threads") or a boundary name such
+   * as "block5". */
   classify(image: Uint8Array, split?: string, options?: ClassifyOptions): Promise<ClassifyResult>;
   /** Open the WebSocket now (it opens on the first request otherwise). */
   connect(): Promise<unknown>;

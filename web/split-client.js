@@ -36,6 +36,7 @@
 
 import { Adaptive } from "./client/adaptive.js";
 import { Connection } from "./client/connection.js";
+import { EncryptedLink } from "./client/encrypted.js";
 import { RemoteSplitClient } from "./client/remote.js";
 import { Resilience, newResultId } from "./client/resilience.js";
 import {
@@ -414,7 +415,8 @@ export class SplitClient {
    * Classify an encoded image (JPEG or PNG bytes).
    * @param {Uint8Array} image
    * @param {string} split  "edge" (all local), "cloud" (upload the image), "auto" (the planner
-   *   picks), or a boundary name
+   *   picks), "encrypted" (the classifier on the server, on features encrypted here), or a
+   *   boundary name
    * @param {object} [options]  codec, stream, deadlineMs, modelInput, id, progressive, label
    *   (see `split-client.d.ts`)
    * @returns {Promise<object>}  { id, version, quality, model, mode, split, codec, backend, top,
@@ -425,6 +427,11 @@ export class SplitClient {
     if (split === "auto") {
       if (!this.adaptive) throw new SplitError("no_cost_table", "the server publishes no cost table; pick a split");
       return this.adaptive.classify(image, options);
+    }
+    if (split === "encrypted") {
+      // The server sees only ciphertext: no privacy floor to check.
+      this.encrypted ??= new EncryptedLink(this);
+      return this.encrypted.classify(image, options.id ?? newResultId());
     }
     const resultId = options.id ?? newResultId();
     const codec = options.codec ?? this.defaultCodec;
@@ -663,6 +670,7 @@ export class SplitClient {
    * client on this origin. */
   close() {
     this.adaptive?.stop();
+    this.encrypted?.close();
     this.resilience?.stop();
     this.connection.shutdown();
   }

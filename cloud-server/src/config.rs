@@ -149,9 +149,9 @@ pub struct Config {
     /// closes; the least recently active go first, and only if that makes room). 0: never.
     #[arg(long, env = "SPLIT_LLM_EVICT_AFTER", default_value_t = 10)]
     pub llm_evict_after: u64,
-    /// MiB of memory all `/encrypted` sessions' evaluation keys may hold together (a key of
-    /// the layout's two rotations: 335 kB sent, about 1.3 MB held); a key that does not fit,
-    /// even after taking idle sessions' keys, is refused (`key_budget`).
+    /// MiB all `/encrypted` sessions' evaluation keys may hold together (a key of the
+    /// layout's two rotations: 335 kB, held as sent); a key that does not fit, even after
+    /// taking idle sessions' keys, is refused (`key_budget`).
     #[arg(long, env = "SPLIT_ENCRYPTED_KEY_MIB", default_value_t = 64)]
     pub encrypted_key_mib: usize,
     /// Seconds an `/encrypted` session must have sat idle before a new session's key that

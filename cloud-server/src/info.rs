@@ -101,6 +101,9 @@ pub struct EncryptedInfo {
     pub max_key_bytes: usize,
     /// Largest ciphertext accepted.
     pub max_ciphertext_bytes: usize,
+    /// One weight level of the integer classifier: the decrypted logits times it and the
+    /// feature step (6/255) are the network's.
+    pub weight_step: f32,
 }
 
 /// A stateful model `/llm` serves (`/api/info`'s `sequence_models`).
@@ -345,6 +348,7 @@ impl ServerInfo {
                 parts: split_shared::encrypted::layout::BABY,
                 max_key_bytes: split_shared::protocol::MAX_KEY_BYTES,
                 max_ciphertext_bytes: split_shared::protocol::MAX_CIPHERTEXT_BYTES,
+                weight_step: state.encrypted.weight_step(),
             },
             sequence_models: state
                 .sequences

@@ -16,6 +16,8 @@
 //! ```
 
 mod edge;
+#[cfg(feature = "encrypted")]
+mod encrypted;
 mod js;
 mod llm;
 mod llm_cloud;
@@ -31,6 +33,8 @@ use split_shared::protocol::{ErrorCode, FeaturesFrame, Reply, Request};
 use wasm_bindgen::prelude::*;
 
 pub use edge::{EdgeOutput, EdgeRunner, RunOptions};
+#[cfg(feature = "encrypted")]
+pub use encrypted::EncryptedClient;
 pub use llm::LlmEdge;
 pub use llm_cloud::LlmCloud;
 pub use planner::AdaptivePlanner;
@@ -332,6 +336,16 @@ impl EdgeSession {
         wasm_bindgen_futures::future_to_promise(async move {
             let ms = runner.profile(repeats.max(1) as usize, js::now_ms).await.map_err(js_error)?;
             Ok(js::edge_profile(&ms))
+        })
+    }
+
+    /// The photo's pooled features (1280 values, the network run to `pool` here): what
+    /// `EncryptedClient.classifyFrame` encrypts.
+    pub fn pooled(&self, image: Vec<u8>) -> js_sys::Promise {
+        let runner = Rc::clone(&self.runner);
+        wasm_bindgen_futures::future_to_promise(async move {
+            let f = runner.features(&image, Boundary::POOL).await.map_err(js_error)?;
+            Ok(js_sys::Float32Array::from(f.values()).into())
         })
     }
 

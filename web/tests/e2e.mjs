@@ -65,6 +65,29 @@ async function codecChecks(page, name) {
   assert.equal(out.stream[2].mode, "cache", `${name}: a repeated stream frame is not recomputed`);
 }
 
+/** The encrypted classifier: the network to its pool here, the classifier on the server on
+ * ciphertext (its own socket, the key sent once), the tiger cat decrypted here. */
+async function encryptedChecks(page, name) {
+  const out = await page.evaluate(async () => {
+    const client = window.splitClient;
+    const chelsea = new Uint8Array(await (await fetch("samples/chelsea.png")).arrayBuffer());
+    const pick = (r) => ({ top1: r.top[0].class, mode: r.mode, keyBytes: r.keyBytes, bytesSent: r.bytesSent,
+                           bytesReceived: r.bytesReceived, keygenMs: Math.round(r.keygenMs), keyMs: Math.round(r.keyMs),
+                           edgeMs: Math.round(r.edgeMs), encryptMs: Math.round(r.encryptMs), decryptMs: Math.round(r.decryptMs),
+                           roundTripMs: Math.round(r.roundTripMs) });
+    const first = pick(await client.classify(chelsea, "encrypted"));
+    const second = pick(await client.classify(chelsea, "encrypted"));
+    return { first, second };
+  });
+  console.log(`e2e: ${name}: encrypted ${JSON.stringify(out)}`);
+  for (const r of [out.first, out.second]) {
+    assert.equal(r.mode, "encrypted", `${name}: encrypted mode`);
+    assert.equal(r.top1, 282, `${name}: the tiger cat, decrypted here: ${JSON.stringify(r)}`);
+  }
+  assert.ok(out.first.keyBytes > 100_000 && out.second.keyBytes === 0, `${name}: the key goes once a session`);
+  assert.ok(out.second.bytesSent > 500_000 && out.second.bytesSent <= 1 << 20, `${name}: the features' ciphertexts under 1 MB`);
+}
+
 /** Failures inside the wasm module reach the caller as the client's `SplitError`, with the
  * code the client documents, and the client keeps working afterwards. */
 async function errorChecks(page, name) {
@@ -662,6 +685,7 @@ async function runPass({ name, args, query = "", expectBackend, expectBuild, cod
     assert.notEqual(defaultCodec, "f32", `${name}: the server offers a calibrated codec`);
     if (codecs) await codecChecks(page, name);
     if (codecs) await errorChecks(page, name);
+    if (codecs) await encryptedChecks(page, name);
     if (codecs) await loadChecks(page, name);
     if (codecs) await goalChecks(page, name);
     if (codecs) await pageChecks(page, name);

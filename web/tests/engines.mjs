@@ -19,7 +19,7 @@ const STEP_TIMEOUT_MS = 300_000;
  * close second Egyptian cat), coffee an espresso (967, the reference's); the camera photo has
  * no reference answer here, so every mode must give edge-only's. */
 const SAMPLES = { chelsea: [281, 282, 283, 284, 285], coffee: [967], camera: null };
-const MODES = ["edge", "cloud", "block5", "block11", "auto"];
+const MODES = ["edge", "cloud", "block5", "block11", "auto", "encrypted"];
 
 /** The build a page should load from what the engine offers: WebGPU first, then threads,
  * each with relaxed SIMD where the engine validates it (client/wasm.js). */
@@ -98,14 +98,26 @@ async function engineChecks(engine) {
       for (const name of samples) {
         const bytes = new Uint8Array(await (await fetch(`samples/${name}.png`)).arrayBuffer());
         for (const mode of modes) {
-          const r = await window.splitClient.classify(bytes, mode, {});
+          let r;
+          try {
+            r = await window.splitClient.classify(bytes, mode, {});
+          } catch (e) {
+            // The encrypted classifier is in the relaxed-SIMD builds only: refused elsewhere.
+            if (mode !== "encrypted") throw e;
+            out.push({ sample: name, mode, refused: e.code, build: window.splitClient.wasmBuild });
+            continue;
+          }
           out.push({ sample: name, mode, top1: r.top[0].class, answered: r.mode, bytesSent: r.bytesSent });
         }
       }
       return out;
     }, { modes: MODES, samples: Object.keys(SAMPLES) });
     console.table(rows);
-    for (const r of rows) {
+    for (const r of rows.filter((r) => r.refused)) {
+      assert.ok(r.refused === "unsupported_engine" && !["cpu-relaxed", "cpu-threads"].includes(r.build),
+        `${engine}/${r.sample}: encrypted refused (${r.refused}) on the ${r.build} build`);
+    }
+    for (const r of rows.filter((r) => !r.refused)) {
       const edge = rows.find((e) => e.sample === r.sample && e.mode === "edge").top1;
       const expected = SAMPLES[r.sample] ?? [edge];
       assert.ok(expected.includes(r.top1), `${engine}/${r.sample}/${r.mode}: top-1 ${r.top1}, expected ${expected}`);

@@ -115,14 +115,14 @@ const VARIANTS: [Variant; 5] = [
     },
     Variant {
         dir: "pkg-cpu-relaxed",
-        features: "relaxed-simd",
+        features: "relaxed-simd,encrypted",
         target_features: None,
         threads: false,
         opt_level: WASM_OPT_CPU,
     },
     Variant {
         dir: "pkg-cpu-threads",
-        features: "threads,relaxed-simd",
+        features: "threads,relaxed-simd,encrypted",
         target_features: Some(("pkg-cpu-threads", THREADS_FEATURES)),
         threads: true,
         opt_level: WASM_OPT_CPU,

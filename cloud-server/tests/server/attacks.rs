@@ -1,6 +1,7 @@
 //! Attacks on the real server binary, its memory as the kernel counts it: many sessions pinning
 //! camera-stream references, and connections announcing gigabyte messages, while a well-behaved
-//! client keeps getting right answers. The bound asserted follows the flags and the flood.
+//! client keeps getting right answers; sessions uploading encrypted-classifier keys past their
+//! budget. The bound asserted follows the flags and the flood.
 
 use crate::common;
 
@@ -111,21 +112,24 @@ async fn the_bound_fails_without_the_budgets() {
     );
 }
 
+/// Every attacker here is on loopback: one address, so the per-address caps that would
+/// otherwise stop a flood before the budgets are reached are lifted (and the result cache off,
+/// so that every request computes).
+const FLOOD_FLAGS: [&str; 8] = [
+    "--max-connections-per-ip",
+    "512",
+    "--max-connections",
+    "512",
+    "--rate-limit",
+    "0",
+    "--cache-entries",
+    "0",
+];
+
 /// Start a server with `flags` (and caps lifted so that one loopback address can flood it),
 /// then flood it while a well-behaved client keeps classifying.
 async fn flood(flags: &[&str], sessions: usize) -> FloodOutcome {
-    let mut args = vec![
-        // Every attacker here is on loopback: one address, so lift the per-address caps that
-        // would otherwise stop the flood before the budgets are reached.
-        "--max-connections-per-ip",
-        "512",
-        "--max-connections",
-        "512",
-        "--rate-limit",
-        "0",
-        "--cache-entries",
-        "0",
-    ];
+    let mut args = FLOOD_FLAGS.to_vec();
     args.extend_from_slice(flags);
     let (server, url) = common::start(&args);
     let ws_url = format!("{}ws", url.replacen("http://", "ws://", 1));
@@ -250,4 +254,78 @@ async fn a_client_that_never_reads_is_dropped() {
         assert!(awc::Client::new().ws(ws_url.as_str()).connect().await.is_ok());
     }
     eprintln!("never-reading client: {sent} pings sent before the server stopped reading");
+}
+
+/// 100 sessions each uploading an evaluation key to `/encrypted` (335 kB, a real one) against a
+/// 16 MiB key budget: the server holds only what the budget allows (50 keys, as sent), refuses
+/// the rest with `key_budget`, its memory grows within the budget, the connections' receive
+/// buffers and the slack, and the well-behaved client on `/ws` keeps being answered.
+#[actix_web::test]
+async fn evaluation_keys_stay_within_their_budget() {
+    use split_shared::encrypted::DeviceKeys;
+    use split_shared::protocol::{
+        EncryptedErrorCode, EncryptedFrame, MAX_ENCRYPTED_FRAME_BYTES, PARAMETERS_ID,
+    };
+    const KEY_BUDGET_MIB: u64 = 16;
+    let budget = KEY_BUDGET_MIB.to_string();
+    let mut args = FLOOD_FLAGS.to_vec();
+    args.extend_from_slice(&["--encrypted-key-mib", &budget]);
+    let (server, url) = common::start(&args);
+    let ws_url = format!("{}ws", url.replacen("http://", "ws://", 1));
+    let key_url = format!("{}encrypted", url.replacen("http://", "ws://", 1));
+    let connect = |u: String, max: usize| async move {
+        let c = awc::Client::new().ws(u.as_str()).max_frame_size(max).connect().await;
+        c.unwrap().1
+    };
+    let mut good = connect(ws_url.clone(), 1 << 20).await;
+    classify_chelsea(&mut good, 1).await;
+    let baseline = server.status_kib("VmHWM");
+    let mut rng = rand::rng();
+    let key = DeviceKeys::generate(&mut rng).evaluation_key(&mut rng).unwrap();
+    let frame = EncryptedFrame::Key { id: 1, parameters: PARAMETERS_ID, key: key.clone() }.encode();
+    let (mut accepted, mut refused) = (0, 0);
+    let mut attackers = Vec::new();
+    let mut latencies = Vec::new();
+    for s in 0..SESSIONS {
+        let mut ws = connect(key_url.clone(), MAX_ENCRYPTED_FRAME_BYTES).await;
+        ws.send(Message::Binary(frame.clone().into())).await.unwrap();
+        let reply = loop {
+            match ws.next().await.expect("open").expect("frame") {
+                Frame::Binary(b) => break EncryptedFrame::decode(&b).unwrap(),
+                Frame::Ping(_) | Frame::Pong(_) => continue,
+                other => panic!("unexpected {other:?}"),
+            }
+        };
+        match reply {
+            EncryptedFrame::KeyAccepted { .. } => accepted += 1,
+            EncryptedFrame::Error { code: EncryptedErrorCode::KeyBudget, .. } => refused += 1,
+            other => panic!("a key is accepted or refused for the budget, got {other:?}"),
+        }
+        attackers.push(keep_alive(ws));
+        if s % 20 == 19 {
+            let (cat, took) = classify_chelsea(&mut good, 2 + s as u64).await;
+            assert!((281..=285).contains(&cat), "the well-behaved client's answer stays right");
+            latencies.push(took);
+        }
+    }
+    let peak = server.status_kib("VmHWM");
+    let grown_mib = peak.saturating_sub(baseline) / 1024;
+    let fits = (KEY_BUDGET_MIB << 20) as usize / key.len();
+    eprintln!(
+        "attacks: {SESSIONS} key uploads of {} B: {accepted} held, {refused} refused; peak RSS \
+         {} MiB, {grown_mib} MiB over the warmed-up {} MiB; well-behaved latencies \
+         {latencies:?}",
+        key.len(),
+        peak / 1024,
+        baseline / 1024
+    );
+    assert_eq!(accepted, fits, "as many keys as the budget holds");
+    assert_eq!(accepted + refused, SESSIONS);
+    let bound = bound_mib(KEY_BUDGET_MIB, SESSIONS, frame.len());
+    assert!(grown_mib <= bound, "peak memory grew {grown_mib} MiB (bound {bound} MiB)");
+    let worst = latencies.iter().max().unwrap();
+    assert!(*worst < Duration::from_secs(10), "a well-behaved request waited {worst:?}");
+    for attacker in attackers {
+        attacker.abort();
+    }
 }

@@ -109,25 +109,33 @@ async fn the_server_classifies_features_it_cannot_read() {
 
 #[actix_web::test]
 async fn keys_past_the_budget_are_refused_or_take_an_idle_sessions_place() {
-    // Room for one key (a key's 335 kB count four times: about 1.3 MB held).
+    // Room for three keys of 335 kB.
     let (srv, _) =
-        common::server_and_state(&["--encrypted-key-mib", "2", "--encrypted-evict-after", "1"]);
+        common::server_and_state(&["--encrypted-key-mib", "1", "--encrypted-evict-after", "1"]);
     let mut rng = rand::rng();
-    let (a_keys, b_keys) = (DeviceKeys::generate(&mut rng), DeviceKeys::generate(&mut rng));
-    let mut a = common::connect(&srv, "/encrypted", MAX_ENCRYPTED_FRAME_BYTES).await;
-    let mut b = common::connect(&srv, "/encrypted", MAX_ENCRYPTED_FRAME_BYTES).await;
-    let a_key = a_keys.evaluation_key(&mut rng).unwrap();
-    let b_key = b_keys.evaluation_key(&mut rng).unwrap();
-    assert_eq!(
-        send(&mut a, key_frame(1, a_key.clone())).await,
-        EncryptedFrame::KeyAccepted { id: 1 }
-    );
-    // A is not idle long enough to lose its key.
-    assert_eq!(code(&send(&mut b, key_frame(2, b_key.clone())).await), Some(Code::KeyBudget));
+    let keys: Vec<DeviceKeys> = (0..4).map(|_| DeviceKeys::generate(&mut rng)).collect();
+    let mut sockets = Vec::new();
+    for _ in 0..4 {
+        sockets.push(common::connect(&srv, "/encrypted", MAX_ENCRYPTED_FRAME_BYTES).await);
+    }
+    let frames: Vec<Vec<u8>> = keys.iter().map(|k| k.evaluation_key(&mut rng).unwrap()).collect();
+    for (i, ws) in sockets.iter_mut().take(3).enumerate() {
+        let id = i as u64 + 1;
+        let reply = send(ws, key_frame(id, frames[i].clone())).await;
+        assert_eq!(reply, EncryptedFrame::KeyAccepted { id });
+    }
+    // The others are not idle long enough to lose their keys.
+    let reply = send(&mut sockets[3], key_frame(4, frames[3].clone())).await;
+    assert_eq!(code(&reply), Some(Code::KeyBudget));
     tokio::time::sleep(Duration::from_millis(1300)).await;
-    assert_eq!(send(&mut b, key_frame(3, b_key)).await, EncryptedFrame::KeyAccepted { id: 3 });
-    // A is told, then asked for its key again.
-    assert_eq!(code(&next(&mut a).await), Some(Code::Evicted));
-    let upload = a_keys.encrypt(&[1; 1280], &mut rng).unwrap();
-    assert_eq!(code(&send(&mut a, classify(4, upload)).await), Some(Code::NoKey));
+    let reply = send(&mut sockets[3], key_frame(5, frames[3].clone())).await;
+    assert_eq!(reply, EncryptedFrame::KeyAccepted { id: 5 });
+    // The least recently active (the first) is told, then asked for its key again.
+    assert_eq!(code(&next(&mut sockets[0]).await), Some(Code::Evicted));
+    let upload = keys[0].encrypt(&[1; 1280], &mut rng).unwrap();
+    assert_eq!(code(&send(&mut sockets[0], classify(6, upload)).await), Some(Code::NoKey));
+    // The second still holds its key: answered.
+    let upload = keys[1].encrypt(&[1; 1280], &mut rng).unwrap();
+    let reply = send(&mut sockets[1], classify(7, upload)).await;
+    assert!(matches!(reply, EncryptedFrame::Answer { id: 7, .. }), "{reply:?}");
 }
