@@ -8,9 +8,9 @@
 #[cfg(feature = "model")]
 use burn::tensor::Device;
 
+use super::Boundary;
 #[cfg(feature = "model")]
 use super::EfficientNetLite0;
-use super::{Boundary, Result};
 use crate::container::TensorFile;
 
 /// First four bytes of a weights file.
@@ -52,7 +52,7 @@ impl EfficientNetLite0 {
     ///
     /// # Errors
     /// [`super::ModelError::BadWeights`] when the file is damaged or a tensor is missing or misshaped.
-    pub fn from_weight_bytes(bytes: &[u8], device: &Device) -> Result<Self> {
+    pub fn from_weight_bytes(bytes: &[u8], device: &Device) -> super::Result<Self> {
         Self::from_weights(&TensorFile::from_bytes(bytes, WEIGHTS_MAGIC)?, device)
     }
 
@@ -61,7 +61,12 @@ impl EfficientNetLite0 {
     ///
     /// # Errors
     /// As [`Self::from_weight_bytes`], and [`Self::load_stage`]'s.
-    pub fn load_stage_bytes(&mut self, end: Boundary, bytes: &[u8], device: &Device) -> Result<()> {
+    pub fn load_stage_bytes(
+        &mut self,
+        end: Boundary,
+        bytes: &[u8],
+        device: &Device,
+    ) -> super::Result<()> {
         self.load_stage(end, &TensorFile::from_bytes(bytes, WEIGHTS_MAGIC)?, device)
     }
 
@@ -71,7 +76,7 @@ impl EfficientNetLite0 {
     /// [`super::ModelError::Unreadable`] when the file cannot be read, else as
     /// [`Self::from_weight_bytes`].
     #[cfg(not(target_family = "wasm"))]
-    pub fn load(path: &std::path::Path, device: &Device) -> Result<Self> {
+    pub fn load(path: &std::path::Path, device: &Device) -> super::Result<Self> {
         Self::from_weights(&read_weights(path)?, device)
     }
 }
@@ -82,7 +87,7 @@ impl EfficientNetLite0 {
 /// [`super::ModelError::Unreadable`] when the file cannot be read,
 /// [`super::ModelError::BadWeights`] when it is damaged.
 #[cfg(not(target_family = "wasm"))]
-pub fn read_weights(path: &std::path::Path) -> Result<TensorFile> {
+pub fn read_weights(path: &std::path::Path) -> super::Result<TensorFile> {
     let bytes = std::fs::read(path).map_err(|e| super::ModelError::Unreadable {
         path: path.display().to_string(),
         reason: e.to_string(),
