@@ -2,7 +2,7 @@
 //! are made and kept here, a photo's pooled features encrypted here, the server's answer
 //! decrypted here. The socket stays in JavaScript, as for the other frames.
 
-use split_shared::encrypted::{DeviceKeys, EncryptedError, feature_step, quantize_features};
+use split_shared::encrypted::{DeviceKeys, EncryptedError, logits_of, quantize_features};
 use split_shared::labels::{TOP_K, top_k};
 use split_shared::protocol::{EncryptedFrame, PARAMETERS_ID};
 use wasm_bindgen::prelude::*;
@@ -66,8 +66,7 @@ impl EncryptedClient {
             EncryptedFrame::KeyAccepted { .. } => js::set(&o, "kind", "accepted"),
             EncryptedFrame::Answer { ciphertext, .. } => {
                 let integer = self.keys.decrypt(&ciphertext).map_err(scheme_error)?;
-                let unit = feature_step() * self.weight_step;
-                let logits: Vec<f32> = integer.iter().map(|v| *v as f32 * unit).collect();
+                let logits = logits_of(&integer, self.weight_step);
                 js::set(&o, "kind", "answer");
                 js::set(&o, "top", js::predictions(&top_k(&logits, TOP_K)));
             }

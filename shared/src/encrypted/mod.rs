@@ -20,11 +20,11 @@ mod quant;
 mod scheme;
 
 pub use quant::{
-    FEATURE_LEVELS, FEATURE_MAX, QuantizedClassifier, WEIGHT_LEVELS, feature_step,
+    FEATURE_LEVELS, FEATURE_MAX, QuantizedClassifier, WEIGHT_LEVELS, feature_step, logits_of,
     quantize_features,
 };
 #[cfg(feature = "encrypted")]
-pub use scheme::{ANSWER_VALUES, DeviceKeys, EncryptedClassifier, SessionKey, parameters};
+pub use scheme::{DeviceKeys, EncryptedClassifier, SessionKey, parameters};
 
 /// The plaintext modulus `t`: a prime `≡ 1 mod 2·4096`, 28 bits.
 pub const PLAINTEXT_MODULUS: u64 = 268_369_921;

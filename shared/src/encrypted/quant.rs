@@ -50,8 +50,7 @@ impl QuantizedClassifier {
 
     /// The logits from the integer ones, in the real classifier's units.
     pub fn logits(&self, integer: &[i64]) -> Vec<f32> {
-        let unit = feature_step() * self.weight_step;
-        integer.iter().map(|v| *v as f32 * unit).collect()
+        logits_of(integer, self.weight_step)
     }
 
     /// The integer logits in the clear: what a decrypted answer must equal.
@@ -63,6 +62,13 @@ impl QuantizedClassifier {
             })
             .collect()
     }
+}
+
+/// The logits from the integer ones, given the classifier's weight step (what a device that
+/// holds only that step, not the weights, decrypts its answer with).
+pub fn logits_of(integer: &[i64], weight_step: f32) -> Vec<f32> {
+    let unit = feature_step() * weight_step;
+    integer.iter().map(|v| *v as f32 * unit).collect()
 }
 
 /// One feature level, in feature units.

@@ -12,7 +12,7 @@ use fhe_traits::{
 };
 use rand::{CryptoRng, RngCore};
 
-use super::layout::{self, IN, OUT, ROTATIONS, SLOTS};
+use super::layout::{self, IN, ROTATIONS, SLOTS};
 use super::quant::QuantizedClassifier;
 use super::{EncryptedError, MODULI, PLAINTEXT_MODULUS};
 
@@ -221,6 +221,3 @@ fn read_fresh(bytes: &[u8], par: &Arc<BfvParameters>) -> Result<Ciphertext, Encr
     }
     Ok(ct)
 }
-
-/// How many logits an answer decrypts to.
-pub const ANSWER_VALUES: usize = OUT;
