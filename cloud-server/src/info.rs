@@ -220,11 +220,11 @@ pub struct CalibrationInfo {
     /// Images it was fitted on.
     pub images: u32,
     /// Boundaries it has tables for.
-    pub boundaries: Vec<&'static str>,
+    pub boundaries: Vec<String>,
     /// Bit depths supported.
     pub bits: [u8; SUPPORTED_BITS.len()],
     /// Per boundary, the largest projection rank calibrated (0: none).
-    pub max_rank: BTreeMap<&'static str, usize>,
+    pub max_rank: BTreeMap<String, usize>,
     /// The same calibration cut per boundary: a client that codes at one boundary downloads
     /// that part (each carries the whole file's id, which frames name).
     pub parts: Vec<crate::shards::PartInfo>,
@@ -260,15 +260,16 @@ impl FileIdentity {
 
 impl CalibrationInfo {
     fn of(c: &Calibration, path: &std::path::Path, parts: &crate::shards::Parts) -> Self {
-        let rank = |b| c.at(b).and_then(|t| t.pca.as_ref()).map_or(0, |p| p.projection.max_rank);
+        let rank =
+            |b: &str| c.at(b).and_then(|t| t.pca.as_ref()).map_or(0, |p| p.projection.max_rank);
         Self {
             url: CALIBRATION_URL,
             id: format!("{:016x}", c.id()),
             bytes: std::fs::metadata(path).map_or(0, |m| m.len()),
             images: c.images(),
-            boundaries: c.boundaries().map(|b| b.name()).collect(),
+            boundaries: c.boundaries().map(str::to_string).collect(),
             bits: SUPPORTED_BITS,
-            max_rank: c.boundaries().map(|b| (b.name(), rank(b))).collect(),
+            max_rank: c.boundaries().map(|b| (b.to_string(), rank(b))).collect(),
             parts: parts.manifest(),
         }
     }

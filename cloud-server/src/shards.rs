@@ -29,7 +29,7 @@ pub const PARTS_URL: &str = "/calibration/parts/";
 pub struct PartInfo {
     /// The boundary it belongs to: for a weight shard, the one its stage ends at (`stem`,
     /// `block0`…`block15`, `head`, `logits`); for a calibration part, the one it codes.
-    pub name: &'static str,
+    pub name: String,
     /// Where to fetch it.
     pub url: String,
     /// Its size in bytes.
@@ -49,14 +49,14 @@ struct Part {
 pub struct Parts(Arc<Vec<Part>>);
 
 impl Parts {
-    fn new(prefix: &str, extension: &str, parts: Vec<(&'static str, Vec<u8>)>) -> Self {
+    fn new(prefix: &str, extension: &str, parts: Vec<(String, Vec<u8>)>) -> Self {
         let parts = parts
             .into_iter()
             .map(|(name, bytes)| {
                 let tail: [u8; 8] = bytes[bytes.len() - 8..].try_into().expect("a checksum");
                 let info = PartInfo {
-                    name,
                     url: format!("{prefix}{name}.{extension}"),
+                    name,
                     bytes: bytes.len() as u64,
                     id: format!("{:016x}", u64::from_le_bytes(tail)),
                 };
@@ -70,7 +70,7 @@ impl Parts {
     pub fn of_weights(weights: &TensorFile) -> Self {
         let shards = weight_shards(weights)
             .into_iter()
-            .map(|(stage, file)| (stage.name(), file.to_bytes(WEIGHTS_MAGIC)))
+            .map(|(stage, file)| (stage.name().to_string(), file.to_bytes(WEIGHTS_MAGIC)))
             .collect();
         Self::new(SHARDS_URL, "splw", shards)
     }
@@ -79,7 +79,7 @@ impl Parts {
     pub fn of_light(weights: &TensorFile, precision: LightPrecision) -> Self {
         let shards = light_shards(weights, precision)
             .into_iter()
-            .map(|(stage, b)| (stage.name(), b))
+            .map(|(stage, b)| (stage.name().to_string(), b))
             .collect();
         Self::new(LIGHT_URL, "splq", shards)
     }
@@ -88,7 +88,7 @@ impl Parts {
     pub fn of_calibration(calibration: &Calibration) -> Self {
         let parts = calibration
             .boundaries()
-            .filter_map(|b| Some((b.name(), calibration.part(b)?)))
+            .filter_map(|b| Some((b.to_string(), calibration.part(b)?)))
             .collect();
         Self::new(PARTS_URL, "splc", parts)
     }

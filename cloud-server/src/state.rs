@@ -223,7 +223,13 @@ impl AppState {
             batch: config.batch.into(),
             batch_delay: std::time::Duration::from_micros(config.batch_delay_us),
         };
-        let lite0 = Lite0Split::new(model, device, calibration.as_ref().map(|(c, _)| c.clone()));
+        let lite0 = Lite0Split::new(model, device, calibration.as_ref().map(|(c, _)| c.clone()))
+            .with_context(|| {
+                format!(
+                    "the calibration {} is not EfficientNet-Lite0's",
+                    config.calibration_path().display()
+                )
+            })?;
         let llm = crate::llm_ws::LlmHost::load(config)?.map(Arc::new);
         let mut sequences = crate::llm_models::SequenceModels::new(
             crate::llm_budget::KvBudget::new(
@@ -320,13 +326,18 @@ impl AppState {
 
     /// Host `model` too, beside EfficientNet-Lite0: frames carrying its id go to workers of its
     /// own, started with this server's `--workers`, `--queue` and `--batch`, and `/api/info`
-    /// lists it. Call before the state is handed to [`crate::config_app`].
+    /// lists it. Its coded frames decode with its own calibration
+    /// ([`SplitModel::calibration`]). Call before the state is handed to [`crate::config_app`].
     ///
     /// # Errors
-    /// [`RuntimeError::Duplicate`] when its id or name is taken.
+    /// [`RuntimeError::Duplicate`] when its id or name is taken, [`RuntimeError::BadSpec`]
+    /// when its calibration has tables at a boundary it does not have, or for other channels.
     pub fn host(&mut self, model: Arc<dyn SplitModel>) -> Result<(), RuntimeError> {
         // Refused before its workers start.
         self.models.registry().check_free(model.spec())?;
+        if let Some(c) = model.calibration() {
+            c.check_spec(model.spec()).map_err(|e| RuntimeError::BadSpec(e.to_string()))?;
+        }
         let engine = self.engine_settings.start(model, self.metrics.clone());
         self.models.add(engine)
     }

@@ -20,7 +20,7 @@ use anyhow::{Context, Result};
 use burn::tensor::{Device, Tensor};
 use split_shared::codec::{Calibration, StreamDecoder};
 use split_shared::labels::{Prediction, top_k};
-use split_shared::model::{Boundary, EfficientNetLite0, Features, Lite0Split};
+use split_shared::model::{Boundary, EfficientNetLite0, Lite0Split};
 use split_shared::protocol::{
     ErrorCode, MODEL_EFFICIENTNET_LITE0, Reply, Request, ServerLoad, ServerTimings, WireError,
     peek_model,
@@ -63,7 +63,9 @@ impl Agent {
             })
             .transpose()?
             .map(Arc::new);
-        Ok(Self { model: Lite0Split::new(model, device, calibration), llm: None })
+        let model = Lite0Split::new(model, device, calibration)
+            .context("the calibration is not EfficientNet-Lite0's")?;
+        Ok(Self { model, llm: None })
     }
 
     /// Also run the language model's middle blocks for split chats.
@@ -136,13 +138,8 @@ impl Agent {
         };
         let x = self.model.decode_features(&frame, &mut StreamDecoder::new())?;
         let y = self.model.forward_range(x, to.index())?;
-        let dims = y.dims().to_vec();
-        let features = Features::new(to, &dims, y.into_values())?;
-        let next = split_shared::protocol::FeaturesFrame::encode(
-            &features,
-            setting,
-            split_shared::codec::EncodeContext::new(self.model.calibration()),
-        )?;
+        let ctx = split_shared::codec::EncodeContext::new(self.model.calibration());
+        let next = split_shared::runtime::encode_frame(self.model.spec(), &y, setting, ctx)?;
         Ok(Request::Features { id, frame: next }.to_bytes())
     }
 

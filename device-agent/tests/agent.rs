@@ -10,9 +10,7 @@ use futures_util::SinkExt;
 use serde_json::json;
 use split_shared::codec::{EncodeContext, Setting};
 use split_shared::model::{Boundary, Features};
-use split_shared::protocol::{
-    ErrorCode, FeaturesFrame, LlmErrorCode, LlmFrame, MODEL_SMOLLM2, Reply, Request,
-};
+use split_shared::protocol::{ErrorCode, LlmErrorCode, LlmFrame, MODEL_SMOLLM2, Reply, Request};
 use split_shared::runtime::SplitModel;
 
 mod common;
@@ -102,8 +100,7 @@ async fn the_agent_joins_and_answers_relayed_frames() {
             .unwrap();
     let calibration = split_shared::codec::Calibration::load(&calibration_path).unwrap();
     let setting: Setting = calibration.default_setting();
-    let frame =
-        FeaturesFrame::encode(&features, setting, EncodeContext::new(Some(&calibration))).unwrap();
+    let frame = features.to_frame(setting, EncodeContext::new(Some(&calibration))).unwrap();
     let reply = ask(&mut phone, peer, &Request::Features { id: 2, frame }.to_bytes()).await;
     assert_eq!(top1(&reply), expected);
     let Reply::Result { from, id, .. } = &reply else { unreachable!() };
@@ -127,7 +124,7 @@ async fn the_agent_joins_and_answers_relayed_frames() {
     // The model's input itself (a 224x224 JPEG, what a client that shrinks photos sends) runs
     // as it is, not cropped again: the top-5 is the server's to the last bit.
     let input = split_shared::image::encode_jpeg(&img, 90).unwrap();
-    let hosted = split_shared::model::Lite0Split::new(model, device, None);
+    let hosted = split_shared::model::Lite0Split::new(model, device, None).unwrap();
     let x = hosted.image_input(&input, true).unwrap();
     let want = split_shared::labels::top_k(hosted.forward_range(x, 20).unwrap().values(), 5);
     let reply = ask(&mut phone, peer, &Request::Input { id: 5, payload: input }.to_bytes()).await;

@@ -10,11 +10,12 @@
 use std::sync::{Mutex, OnceLock};
 
 use libfuzzer_sys::fuzz_target;
-use split_shared::codec::{Calibration, DecodeContext, StreamDecoder};
+use split_shared::codec::{Calibration, StreamDecoder};
+use split_shared::model::lite0_spec;
 use split_shared::protocol::{
     EncryptedFrame, LlmFrame, MAX_CIPHERTEXT_BYTES, MAX_KEY_BYTES, MAX_PARTS, Request,
 };
-use split_shared::runtime::{BoundarySpec, ModelSpec, decode_plain};
+use split_shared::runtime::{BoundarySpec, ModelSpec, decode_frame, decode_plain};
 
 fn small_model() -> &'static ModelSpec {
     static S: OnceLock<ModelSpec> = OnceLock::new();
@@ -23,6 +24,11 @@ fn small_model() -> &'static ModelSpec {
         let boundaries = b.iter().map(|(n, s)| BoundarySpec::new(*n, s)).collect();
         ModelSpec::new(9, "fuzz", boundaries, 4).expect("a valid spec")
     })
+}
+
+fn lite0() -> &'static ModelSpec {
+    static S: OnceLock<ModelSpec> = OnceLock::new();
+    S.get_or_init(lite0_spec)
 }
 
 fn calibration() -> &'static Calibration {
@@ -62,9 +68,8 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(x.values().len(), x.dims().iter().product::<usize>());
         }
         let mut streams = STREAMS.get_or_init(Default::default).lock().unwrap();
-        let ctx = DecodeContext::new(Some(calibration)).with_streams(Some(&mut streams));
-        if let Ok(features) = frame.decode(ctx) {
-            assert_eq!(features.values().len(), features.dims().iter().product::<usize>());
+        if let Ok(x) = decode_frame(lite0(), &frame, Some(calibration), Some(&mut streams)) {
+            assert_eq!(x.values().len(), x.dims().iter().product::<usize>());
         }
     }
 });

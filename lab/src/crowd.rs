@@ -30,7 +30,7 @@ use split_shared::plan::{
     AdaptivePolicy, Candidate, Constraints, ControllerConfig, PingObservation, Placement,
     RequestObservation,
 };
-use split_shared::protocol::{FeaturesFrame, Reply, Request};
+use split_shared::protocol::{Reply, Request};
 
 use crate::loadgen::{Socket, connect, quantile};
 
@@ -119,7 +119,8 @@ impl Frames {
             }
             let features = Features::from_tensor(boundary, x.clone())?;
             let calibration = (codec != Setting::F32).then_some(&calibration);
-            let frame = FeaturesFrame::encode(&features, codec, EncodeContext::new(calibration))
+            let frame = features
+                .to_frame(codec, EncodeContext::new(calibration))
                 .with_context(|| format!("coding {boundary} with {codec}"))?;
             frames.insert(
                 Placement::Split { boundary: boundary.name().into(), codec },

@@ -4,7 +4,7 @@ use anyhow::{Context, Result, bail};
 use burn::tensor::Device;
 use split_shared::codec::{Calibration, EncodeContext, Setting};
 use split_shared::model::{Boundary, EfficientNetLite0, Features};
-use split_shared::protocol::{FeaturesFrame, Request};
+use split_shared::protocol::Request;
 
 /// A request kind.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -79,7 +79,7 @@ impl Workload {
                     ),
                 };
                 let ctx = EncodeContext::new(calibration.as_ref());
-                let frame = FeaturesFrame::encode(&features, *codec, ctx)?;
+                let frame = features.to_frame(*codec, ctx)?;
                 Ok(Request::Features { id: 0, frame }.to_bytes())
             }
         }

@@ -6,7 +6,6 @@
 use burn::tensor::Device;
 use split_shared::codec::{Calibration, DecodeContext, EncodeContext};
 use split_shared::model::{Boundary, EfficientNetLite0, Features};
-use split_shared::protocol::FeaturesFrame;
 use std::time::Instant;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -29,8 +28,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (mut bytes, mut digest) = (0, 0u64);
     for _ in 0..repeats {
         let t = Instant::now();
-        let frame =
-            FeaturesFrame::encode(&features, setting, EncodeContext::new(Some(&calibration)))?;
+        let frame = features.to_frame(setting, EncodeContext::new(Some(&calibration)))?;
         enc.push(t.elapsed().as_secs_f64() * 1e3);
         bytes = frame.payload.len();
         // FNV-1a of the payload: a change to the coder that should not change the bytes shows.
@@ -39,7 +37,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .iter()
             .fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3));
         let t = Instant::now();
-        let back = frame.decode(DecodeContext::new(Some(&calibration)))?;
+        let back = Features::from_frame(&frame, DecodeContext::new(Some(&calibration)))?;
         dec.push(t.elapsed().as_secs_f64() * 1e3);
         assert_eq!(back.values().len(), features.values().len());
     }

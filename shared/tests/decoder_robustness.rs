@@ -2,8 +2,10 @@
 //! every codec path decode or fail with a typed error, never panic, and never come back with a
 //! wrong-sized tensor. (`cargo xtask fuzz` runs the libFuzzer target for longer.)
 
-use split_shared::codec::{Calibration, DecodeContext, StreamDecoder};
+use split_shared::codec::{Calibration, StreamDecoder};
+use split_shared::model::lite0_spec;
 use split_shared::protocol::{Request, sample_frames};
+use split_shared::runtime::decode_frame;
 
 fn calibration() -> Calibration {
     Calibration::load(&split_paths::calibration_file())
@@ -14,12 +16,12 @@ fn decode(frame: &[u8], calibration: &Calibration, streams: &mut StreamDecoder) 
     let Ok(Request::Features { frame, .. }) = Request::decode(frame) else {
         return false;
     };
-    let ctx = DecodeContext::new(Some(calibration)).with_streams(Some(streams));
-    match frame.decode(ctx) {
-        Ok(features) => {
-            let [n, c, h, w] = features.dims();
-            assert_eq!(features.values().len(), n * c * h * w, "decoded size matches shape");
-            assert_eq!(features.boundary().index(), frame.boundary);
+    // The server's path: EfficientNet-Lite0's spec, its calibration, the session's streams.
+    match decode_frame(&lite0_spec(), &frame, Some(calibration), Some(streams)) {
+        Ok(x) => {
+            let size: usize = x.dims().iter().product();
+            assert_eq!(x.values().len(), size, "decoded size matches shape");
+            assert_eq!(x.boundary(), frame.boundary);
             true
         }
         Err(_) => false,
@@ -30,7 +32,7 @@ fn decode(frame: &[u8], calibration: &Calibration, streams: &mut StreamDecoder) 
 fn valid_frames_decode_in_order() {
     let calibration = calibration();
     let mut streams = StreamDecoder::new();
-    let frames = sample_frames(&calibration);
+    let frames = sample_frames(&lite0_spec(), &calibration);
     assert!(frames.len() > 200, "{} sample frames", frames.len());
     for (i, f) in frames.iter().enumerate() {
         assert!(decode(f, &calibration, &mut streams), "sample frame {i} must decode");
@@ -40,7 +42,7 @@ fn valid_frames_decode_in_order() {
 #[test]
 fn mutated_frames_never_panic() {
     let calibration = calibration();
-    let frames = sample_frames(&calibration);
+    let frames = sample_frames(&lite0_spec(), &calibration);
     let mut streams = StreamDecoder::new();
     let mut rng = 0x2545_f491_4f6c_dd1du64;
     let mut next = move || {

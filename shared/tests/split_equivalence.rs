@@ -17,12 +17,12 @@ fn through_a_frame(
     setting: Setting,
     calibration: Option<&Calibration>,
 ) -> Features {
-    let frame = FeaturesFrame::encode(features, setting, EncodeContext::new(calibration)).unwrap();
+    let frame = features.to_frame(setting, EncodeContext::new(calibration)).unwrap();
     let bytes = Request::Features { id: 7, frame }.to_bytes();
     let Request::Features { id: 7, frame } = Request::decode(&bytes).unwrap() else {
         panic!("features frame")
     };
-    frame.decode(DecodeContext::new(calibration)).unwrap()
+    Features::from_frame(&frame, DecodeContext::new(calibration)).unwrap()
 }
 
 #[test]
@@ -136,7 +136,7 @@ fn wrong_shapes_and_backward_ranges_are_errors() {
         shape: vec![1, 2, 1, 2],
         payload: vec![0; 16],
     };
-    let err = frame.decode(DecodeContext::default()).unwrap_err();
+    let err = Features::from_frame(&frame, DecodeContext::default()).unwrap_err();
     assert!(matches!(err, Error::Model(ModelError::ShapeMismatch { .. })), "{err}");
 }
 
@@ -152,6 +152,7 @@ fn calibrated_codecs_keep_the_answer_at_every_boundary() {
         let input = to_input_tensor(&fixture_image(name), &device);
         let full_top1 = top_k(&values(model.forward(input.clone()).unwrap()), 1)[0].class;
         for k in calibration.boundaries() {
+            let k: Boundary = k.parse().unwrap();
             let edge = model.forward_range(input.clone(), Boundary::INPUT, k).unwrap();
             let edge = Features::from_tensor(k, edge).unwrap();
             for setting in ["q8", "q4", "q2-r8", "q6-packed"] {

@@ -531,7 +531,8 @@ fn calibrate(o: &Options) -> Result<PathBuf> {
     }
     let probed = u32::try_from(probed).unwrap_or(u32::MAX);
     let calibration =
-        Calibration::new(images.len() as u32, boundaries).with_sensitivity_images(probed);
+        Calibration::new(images.len() as u32, boundaries.into_iter().map(|(b, t)| (b.name(), t)))
+            .with_sensitivity_images(probed);
     let bytes = calibration.to_bytes();
     setup::write_atomically(&o.out, &bytes)?;
     eprintln!(

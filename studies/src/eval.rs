@@ -18,7 +18,7 @@ use burn::tensor::{Device, Tensor};
 use split_shared::codec::{Calibration, DecodeContext, EncodeContext, Setting, StreamDecoder};
 use split_shared::labels::top_k;
 use split_shared::model::{Boundary, EfficientNetLite0, Features};
-use split_shared::protocol::{FeaturesFrame, Request};
+use split_shared::protocol::Request;
 
 use xtask::setup;
 
@@ -168,7 +168,7 @@ pub(crate) fn setting_at(
     calibration: Option<&Calibration>,
 ) -> Result<Setting> {
     let max_rank = calibration
-        .and_then(|c| c.at(split))
+        .and_then(|c| c.at(split.name()))
         .and_then(|t| t.pca.as_ref())
         .map_or(usize::MAX, |p| p.projection.max_rank);
     let resolved = match name.split_once("-r/") {
@@ -192,7 +192,7 @@ pub fn encode_as_edge(
     stream: Option<&mut split_shared::codec::StreamEncoder>,
 ) -> Result<Vec<u8>> {
     let ctx = EncodeContext::new(calibration).with_stream(stream);
-    let frame = FeaturesFrame::encode(features, setting, ctx)?;
+    let frame = features.to_frame(setting, ctx)?;
     Ok(Request::Features { id, frame }.to_bytes())
 }
 
@@ -207,7 +207,7 @@ pub fn decode_as_server(
         bail!("not a features frame");
     };
     let ctx = DecodeContext::new(calibration).with_streams(streams);
-    Ok((frame.decode(ctx)?, frame.payload.len()))
+    Ok((Features::from_frame(&frame, ctx)?, frame.payload.len()))
 }
 
 /// Bytes of a quality-90 JPEG of the preprocessed input: what a plain app would upload.
@@ -309,7 +309,7 @@ pub fn run(mut o: Args) -> Result<()> {
             let mut features = Features::from_tensor(*split, x.clone())?;
             edge_s += start.elapsed().as_secs_f64();
             if let (Some(noise), Some(c)) = (o.noise, calibration.as_ref()) {
-                features = noise.apply(features, c, i as u64)?;
+                features = features.with_noise(noise, c, i as u64)?;
             }
             at = *split;
             for ((_, codec), t) in rows.iter().zip(&mut tallies).filter(|((s, _), _)| s == split) {

@@ -246,6 +246,7 @@ impl EdgeRunner {
     /// When the bytes are not a valid calibration file.
     pub fn add_calibration(&self, bytes: &[u8]) -> split_shared::Result<u64> {
         let part = Calibration::from_bytes(bytes)?;
+        part.check_spec(&split_shared::model::lite0_spec())?;
         let id = part.id();
         let mut guard = self.state.borrow_mut();
         let state = &mut *guard;
@@ -341,12 +342,12 @@ impl EdgeRunner {
         let EdgeState { calibration, stream, .. } = &mut *state;
         let features = match (options.noise, calibration.as_ref()) {
             (None, _) => features,
-            (Some((noise, seed)), Some(c)) => noise.apply(features, c, seed)?,
+            (Some((noise, seed)), Some(c)) => features.with_noise(noise, c, seed)?,
             (Some(_), None) => return Err(split_shared::codec::CodecError::NoCalibration.into()),
         };
         let ctx =
             EncodeContext::new(calibration.as_ref()).with_stream(options.stream.then_some(stream));
-        let frame = FeaturesFrame::encode(&features, options.setting, ctx)?;
+        let frame = features.to_frame(options.setting, ctx)?;
         let delta = matches!(frame.encoding, Encoding::Coded(p) if p.pos.delta);
         Ok(EdgeOutput::Remote { frame: Request::Features { id, frame }.to_bytes(), delta })
     }
@@ -362,7 +363,7 @@ impl EdgeRunner {
     pub async fn finish_locally(&self, frame: &FeaturesFrame) -> split_shared::Result<LocalAnswer> {
         let features = {
             let state = self.state.borrow();
-            frame.decode(DecodeContext::new(state.calibration.as_ref()))?
+            Features::from_frame(frame, DecodeContext::new(state.calibration.as_ref()))?
         };
         let from = features.boundary();
         let x = features.to_tensor(&self.device);
@@ -459,7 +460,7 @@ impl EdgeRunner {
     ) -> split_shared::Result<FeaturesFrame> {
         let features = {
             let state = self.state.borrow();
-            frame.decode(DecodeContext::new(state.calibration.as_ref()))?
+            Features::from_frame(frame, DecodeContext::new(state.calibration.as_ref()))?
         };
         let from = features.boundary();
         if to <= from {
@@ -469,11 +470,7 @@ impl EdgeRunner {
         let x = self.forward(x, from, to).await?;
         let features = read_features(to, x).await?;
         let state = self.state.borrow();
-        Ok(FeaturesFrame::encode(
-            &features,
-            setting,
-            EncodeContext::new(state.calibration.as_ref()),
-        )?)
+        Ok(features.to_frame(setting, EncodeContext::new(state.calibration.as_ref()))?)
     }
 
     /// Decode a reply frame; a result for a request this runner sent fills the cache, and a

@@ -28,8 +28,8 @@ mod planner;
 use std::rc::Rc;
 
 use burn::tensor::Device;
-use split_shared::model::Boundary;
-use split_shared::protocol::{ErrorCode, FeaturesFrame, Reply, Request};
+use split_shared::model::{Boundary, Features};
+use split_shared::protocol::{ErrorCode, Reply, Request};
 use wasm_bindgen::prelude::*;
 
 pub use edge::{EdgeOutput, EdgeRunner, RunOptions};
@@ -375,9 +375,9 @@ impl EdgeSession {
                 let mut frame = Vec::new();
                 let start = js::now_ms();
                 for i in 0..repeats {
-                    let f =
-                        FeaturesFrame::encode(&features, setting, EncodeContext::new(calibration))
-                            .map_err(js_error)?;
+                    let f = features
+                        .to_frame(setting, EncodeContext::new(calibration))
+                        .map_err(js_error)?;
                     frame = Request::Features { id: u64::from(i), frame: f }.to_bytes();
                 }
                 let encode_ms = (js::now_ms() - start) / f64::from(repeats);
@@ -386,7 +386,7 @@ impl EdgeSession {
                     let Ok(Request::Features { frame: f, .. }) = Request::decode(&frame) else {
                         return Err(js::error("internal", "the encoded frame does not decode"));
                     };
-                    f.decode(DecodeContext::new(calibration)).map_err(js_error)?;
+                    Features::from_frame(&f, DecodeContext::new(calibration)).map_err(js_error)?;
                 }
                 let decode_ms = (js::now_ms() - start) / f64::from(repeats);
                 Ok(js::codec_bench(frame.len(), encode_ms, decode_ms))

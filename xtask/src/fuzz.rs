@@ -33,7 +33,7 @@ pub struct Args {
 fn seed(fuzz_dir: &std::path::Path, calibration: &Calibration) -> Result<()> {
     let frames = fuzz_dir.join("corpus/decode_frame");
     std::fs::create_dir_all(&frames)?;
-    let seeds = sample_frames(calibration);
+    let seeds = sample_frames(&split_shared::model::lite0_spec(), calibration);
     for (i, frame) in seeds.iter().enumerate() {
         std::fs::write(frames.join(format!("seed-{i:04}")), frame)?;
     }

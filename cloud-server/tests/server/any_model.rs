@@ -8,20 +8,26 @@ use std::time::Duration;
 
 use awc::ws::{Frame, Message};
 use futures_util::SinkExt;
-use split_shared::codec::Setting;
+use split_shared::codec::fit::fit_table;
+use split_shared::codec::{
+    AllocTable, BoundaryTables, Calibration, EncodeContext, SUPPORTED_BITS, Setting,
+};
 use split_shared::labels::{Prediction, TOP_K, top_k};
 use split_shared::plan::{Conditions, Constraints, CostTable, Placement, plan};
 use split_shared::protocol::{
     Encoding, ErrorCode, FeaturesFrame, MODEL_EFFICIENTNET_LITE0, Reply, Request, peek_model,
 };
 use split_shared::runtime::{
-    Activations, BoundarySpec, ModelSpec, ProfileSetup, RuntimeError, SplitModel, encode_plain,
+    Activations, BoundarySpec, ModelSpec, ProfileSetup, RuntimeError, SplitModel, encode_frame,
+    encode_plain,
 };
 
 use crate::common::{self, Socket};
 
 /// The tiny model's id on the wire: any byte no other hosted model uses.
 const TINY: u8 = 42;
+/// The id of the same network hosted with a codec calibration of its own.
+const TINY_CODED: u8 = 43;
 
 /// A two-layer perceptron over 6 inputs: `input [6]` → `hidden [4]` (affine, ReLU) →
 /// `scores [3]` (affine). Its weights are a fixed pattern, so both halves hold the same model.
@@ -31,13 +37,18 @@ struct Tiny {
 
 impl Tiny {
     fn new() -> Self {
+        Self::named(TINY, "tiny-mlp")
+    }
+
+    /// The same network under another id and name.
+    fn named(id: u8, name: &str) -> Self {
         // Parameters: 6×4 + 4 floats up to `hidden`, 4×3 + 3 more up to `scores`.
         let boundaries = vec![
             BoundarySpec::new("input", &[6]),
             BoundarySpec::new("hidden", &[4]).with_param_bytes(28 * 4),
             BoundarySpec::new("scores", &[3]).with_param_bytes(43 * 4),
         ];
-        Self { spec: ModelSpec::new(TINY, "tiny-mlp", boundaries, 4).unwrap() }
+        Self { spec: ModelSpec::new(id, name, boundaries, 4).unwrap() }
     }
 
     /// Weight `(o, i)` of the layer ending at boundary `layer`, and its bias for `o`.
@@ -284,4 +295,126 @@ async fn plans_and_runs_the_tiny_model(table: &CostTable, tiny: &Tiny, ws: &mut 
         let (reply, _) = call(ws, Request::Features { id, frame }.to_bytes_for(TINY)).await;
         assert_eq!(top(&reply).1[0].class, expected[0].class, "{codec} at {boundary}");
     }
+}
+
+/// The tiny network with a codec: its calibration's tables at `hidden`, by that name, fitted
+/// here on the hidden activations of 200 inputs (the codec knows no model: any model's
+/// activations code under tables made for its boundaries).
+struct Coded {
+    tiny: Tiny,
+    calibration: Calibration,
+}
+
+impl SplitModel for Coded {
+    fn spec(&self) -> &ModelSpec {
+        &self.tiny.spec
+    }
+
+    fn forward_range(&self, x: Activations, to: u8) -> split_shared::Result<Activations> {
+        self.tiny.forward_range(x, to)
+    }
+
+    fn calibration(&self) -> Option<&Calibration> {
+        Some(&self.calibration)
+    }
+}
+
+/// Tables at the boundary named `at` from the hidden activations of `n` inputs: clip ranges
+/// and symbol counts at every bit depth, and each channel's mean and spread for the `s<level>`
+/// settings (every channel weighing the same).
+fn calibrate(tiny: &Tiny, at: &str, n: u32) -> Calibration {
+    let hidden: Vec<Activations> =
+        (0..n).map(|i| tiny.forward_range(input(tiny, i as f32 * 0.37), 1).unwrap()).collect();
+    let per_channel: Vec<Vec<f32>> =
+        (0..4).map(|c| hidden.iter().map(|h| h.values()[c]).collect()).collect();
+    let mut tables = BoundaryTables::default();
+    for bits in SUPPORTED_BITS {
+        tables.raw.insert(bits, fit_table(bits, &per_channel).unwrap());
+    }
+    let mean = |v: &Vec<f32>| v.iter().sum::<f32>() / v.len() as f32;
+    let center: Vec<f32> = per_channel.iter().map(mean).collect();
+    let spread = per_channel
+        .iter()
+        .zip(&center)
+        .map(|(v, m)| (v.iter().map(|x| (x - m).powi(2)).sum::<f32>() / v.len() as f32).sqrt())
+        .collect();
+    tables.alloc = Some(AllocTable::new(center, spread, vec![1.0; 4]).unwrap());
+    Calibration::new(n, [(at, tables)])
+}
+
+#[actix_web::test]
+async fn a_model_brings_its_own_codec_calibration() {
+    let mut state = common::state(&[]);
+    // Tables at a boundary the model does not have are refused when it is hosted.
+    let wrong = Coded {
+        tiny: Tiny::named(TINY_CODED, "tiny-coded"),
+        calibration: calibrate(&Tiny::new(), "middle", 50),
+    };
+    let refused = state.host(Arc::new(wrong));
+    assert!(
+        matches!(&refused, Err(RuntimeError::BadSpec(why)) if why.contains("middle")),
+        "{refused:?}"
+    );
+    let coded = Coded {
+        tiny: Tiny::named(TINY_CODED, "tiny-coded"),
+        calibration: calibrate(&Tiny::new(), "hidden", 200),
+    };
+    let calibration = coded.calibration.clone();
+    let spec = coded.tiny.spec.clone();
+    state.host(Arc::new(coded)).expect("its calibration fits its spec");
+    state.host(Arc::new(Tiny::new())).expect("the plain one beside it");
+    let srv = common::serve(state.clone());
+    let mut ws = common::connect(&srv, "/ws", 64 * 1024).await;
+
+    let tiny = Tiny::new();
+    for (id, seed) in [(1u64, 0.4f32), (2, 2.2), (3, -3.1)] {
+        let x = input(&tiny, seed);
+        let expected = top_k(tiny.forward_range(x.clone(), 2).unwrap().values(), TOP_K);
+        let hidden = tiny.forward_range(x, 1).unwrap();
+        let hidden = Activations::new(&spec, 1, hidden.dims(), hidden.values().to_vec()).unwrap();
+        for (k, setting) in ["q8", "q4-packed", "s14"].into_iter().enumerate() {
+            let setting: Setting = setting.parse().unwrap();
+            let ctx = EncodeContext::new(Some(&calibration));
+            let frame = encode_frame(&spec, &hidden, setting, ctx).unwrap();
+            assert!(matches!(frame.encoding, Encoding::Coded(_) | Encoding::Allocated(_)));
+            let bytes =
+                Request::Features { id: id * 10 + k as u64, frame }.to_bytes_for(TINY_CODED);
+            let (reply, model) = call(&mut ws, bytes).await;
+            assert_eq!(model, Some(TINY_CODED));
+            let (from, got) = top(&reply);
+            assert_eq!((from, got[0].class), (1, expected[0].class), "{setting} for input {id}");
+        }
+    }
+
+    // A frame coded with other tables names their id and is refused as such; a calibrated
+    // frame to the model without a calibration is a codec it does not have; each time the
+    // socket goes on.
+    let x = tiny.forward_range(input(&tiny, 1.0), 1).unwrap();
+    let x = Activations::new(&spec, 1, x.dims(), x.values().to_vec()).unwrap();
+    let other = calibrate(&tiny, "hidden", 199);
+    assert_ne!(other.id(), calibration.id());
+    let stale =
+        encode_frame(&spec, &x, "q8".parse().unwrap(), EncodeContext::new(Some(&other))).unwrap();
+    let (reply, _) =
+        call(&mut ws, Request::Features { id: 50, frame: stale.clone() }.to_bytes_for(TINY_CODED))
+            .await;
+    assert_eq!(error_code(&reply), ErrorCode::CalibrationMismatch);
+    let (reply, _) =
+        call(&mut ws, Request::Features { id: 51, frame: stale }.to_bytes_for(TINY)).await;
+    assert_eq!(error_code(&reply), ErrorCode::UnsupportedCodec);
+    let fine =
+        encode_frame(&spec, &x, "q8".parse().unwrap(), EncodeContext::new(Some(&calibration)))
+            .unwrap();
+    let (reply, _) =
+        call(&mut ws, Request::Features { id: 52, frame: fine }.to_bytes_for(TINY_CODED)).await;
+    assert_eq!(top(&reply).0, 1);
+
+    // `/api/info` offers its calibration's default setting; the plain model's stays f32.
+    let mut info = srv.get("/api/info").send().await.unwrap();
+    let info: serde_json::Value = info.json().limit(1 << 20).await.unwrap();
+    let codec = |name: &str| {
+        let models = info["models"].as_array().unwrap();
+        models.iter().find(|m| m["name"] == name).unwrap()["default_codec"].clone()
+    };
+    assert_eq!((codec("tiny-coded"), codec("tiny-mlp")), ("s14".into(), "f32".into()));
 }

@@ -12,7 +12,8 @@ use awc::ws::{Codec, Frame, Message};
 use futures_util::{SinkExt, StreamExt};
 use split_shared::codec::{Calibration, EncodeContext, StreamEncoder};
 use split_shared::model::Boundary;
-use split_shared::protocol::{FeaturesFrame, Reply, Request, synthetic_activations};
+use split_shared::protocol::{Reply, Request, synthetic_activations};
+use split_shared::runtime::encode_frame;
 
 type Socket = actix_codec::Framed<BoxedSocket, Codec>;
 
@@ -145,7 +146,7 @@ async fn flood(flags: &[&str], sessions: usize) -> FloodOutcome {
 
     // Sessions that each open several stem streams and keep them: 392 KiB per reference, 314
     // MiB in all without budgets (the issue measured 474 MiB for 150 sessions × 8).
-    let stem = Boundary::STEM;
+    let (spec, stem) = (split_shared::model::lite0_spec(), Boundary::STEM.index());
     let setting = "q4".parse().unwrap();
     let mut attackers = Vec::new();
     let mut latencies = Vec::new();
@@ -155,9 +156,9 @@ async fn flood(flags: &[&str], sessions: usize) -> FloodOutcome {
         for k in 0..STREAMS {
             let id = (s as u32) * STREAMS + k;
             let mut enc = StreamEncoder::new(id + 1, 1000, 0);
-            let features = synthetic_activations(stem, id);
+            let features = synthetic_activations(&spec, stem, id);
             let ctx = EncodeContext::new(Some(&calibration)).with_stream(Some(&mut enc));
-            let frame = FeaturesFrame::encode(&features, setting, ctx).unwrap();
+            let frame = encode_frame(&spec, &features, setting, ctx).unwrap();
             let bytes = Request::Features { id: u64::from(id), frame }.to_bytes();
             largest_frame = largest_frame.max(bytes.len());
             ws.send(Message::Binary(bytes.into())).await.unwrap();

@@ -9,7 +9,7 @@ use split_shared::runtime::SplitModel;
 
 /// The network as the server hosts it.
 fn hosted(model: EfficientNetLite0, device: Device) -> Arc<dyn SplitModel> {
-    Arc::new(Lite0Split::new(model, device, None))
+    Arc::new(Lite0Split::new(model, device, None).expect("no calibration to check"))
 }
 
 const CHELSEA: &[u8] = include_bytes!("../../../web/samples/chelsea.png");

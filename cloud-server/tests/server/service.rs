@@ -157,9 +157,12 @@ async fn stream_references_stay_within_the_servers_budget() {
     let state = state_with(&["--stream-bytes-total", &total]);
     let calibration = Calibration::load(&Config::for_tests().calibration_path()).unwrap();
     let frame = |enc: &mut StreamEncoder, seed: u32, id: u64| {
-        let features = synthetic_activations(b, seed);
+        let spec = split_shared::model::lite0_spec();
+        let features = synthetic_activations(&spec, b.index(), seed);
         let ctx = EncodeContext::new(Some(&calibration)).with_stream(Some(enc));
-        let frame = FeaturesFrame::encode(&features, "q4".parse().unwrap(), ctx).unwrap();
+        let frame =
+            split_shared::runtime::encode_frame(&spec, &features, "q4".parse().unwrap(), ctx)
+                .unwrap();
         Request::Features { id, frame }.to_bytes()
     };
     let (mut first, mut second) = (Session::new(&state), Session::new(&state));

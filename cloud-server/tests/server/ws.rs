@@ -93,7 +93,7 @@ fn coded_frame(
 ) -> Vec<u8> {
     let setting: Setting = setting.parse().unwrap();
     let ctx = EncodeContext::new(Some(calibration())).with_stream(stream);
-    let frame = FeaturesFrame::encode(&activations(photo, split), setting, ctx).unwrap();
+    let frame = activations(photo, split).to_frame(setting, ctx).unwrap();
     Request::Features { id, frame }.to_bytes()
 }
 
@@ -363,12 +363,12 @@ async fn calibration_parts_load_as_the_whole_at_their_boundary() {
         let part = Calibration::from_bytes(&body).unwrap();
         assert_eq!(part.id(), whole.id(), "{url}: the whole file's id");
         let name = p["name"].as_str().unwrap();
-        assert_eq!(part.boundaries().map(|b| b.name()).collect::<Vec<_>>(), [name]);
+        assert_eq!(part.boundaries().collect::<Vec<_>>(), [name]);
         sum += body.len();
         if name == "block5" {
             let b = Boundary::block(5).unwrap();
             let ctx = EncodeContext::new(Some(&part));
-            let frame = FeaturesFrame::encode(&activations(CHELSEA, b), "q6".parse().unwrap(), ctx);
+            let frame = activations(CHELSEA, b).to_frame("q6".parse().unwrap(), ctx);
             let frame = Request::Features { id: 3, frame: frame.unwrap() }.to_bytes();
             assert!(CATS.contains(&top1(&roundtrip(&mut ws, frame).await)), "coded with the part");
         }

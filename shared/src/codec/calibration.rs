@@ -21,6 +21,10 @@
 //! part_of               [4]         a part only: the whole file's id, 16 bits per value
 //! ```
 //!
+//! `<b>` is a boundary's name in the model's spec ([`ModelSpec`]): the tables know no model, and
+//! [`Calibration::check_spec`] holds them to the one that hosts them (each boundary one of its
+//! own, with its channels).
+//!
 //! A browser that codes features at one boundary needs that boundary's tables only (block5's
 //! are 3% of the file): [`Calibration::part`] cuts them out with the whole file's id, so frames
 //! coded with a part name the calibration the server holds, and [`Calibration::merge`] adds
@@ -34,7 +38,7 @@ use super::entropy::{self, Model, PRECISION};
 use super::quant::{ClipRange, Projection};
 use super::setting::{AllocSetting, QuantSetting, SUPPORTED_BITS};
 use crate::container::TensorFile;
-use crate::model::Boundary;
+use crate::runtime::ModelSpec;
 
 /// First four bytes of a calibration file.
 pub const CALIBRATION_MAGIC: [u8; 4] = *b"SPLC";
@@ -128,13 +132,29 @@ pub struct BoundaryTables {
     pub alloc: Option<AllocTable>,
 }
 
+impl BoundaryTables {
+    /// The channels each table covers, when they agree (`None` without tables, or when two
+    /// tables disagree: a file that does is refused at load).
+    pub fn channels(&self) -> Option<usize> {
+        let mut counts = self
+            .raw
+            .values()
+            .map(|t| t.ranges.len())
+            .chain(self.pca.as_ref().map(|p| p.projection.channels()))
+            .chain(self.alloc.as_ref().map(AllocTable::channels));
+        let first = counts.next()?;
+        counts.all(|c| c == first).then_some(first)
+    }
+}
+
 /// A loaded calibration file.
 #[derive(Clone, Debug)]
 pub struct Calibration {
     id: u64,
     images: u32,
     sensitivity_images: u32,
-    boundaries: BTreeMap<Boundary, BoundaryTables>,
+    /// By boundary name, in the order written (a model's forward order when calibrated).
+    boundaries: Vec<(String, BoundaryTables)>,
 }
 
 fn clip_ranges(lo: &[f32], hi: &[f32]) -> Vec<ClipRange> {
@@ -142,11 +162,51 @@ fn clip_ranges(lo: &[f32], hi: &[f32]) -> Vec<ClipRange> {
 }
 
 impl Calibration {
-    /// Assemble a calibration (what `xtask calibrate` does before writing it).
-    pub fn new(images: u32, boundaries: BTreeMap<Boundary, BoundaryTables>) -> Self {
-        let mut c = Self { id: 0, images, sensitivity_images: 0, boundaries };
+    /// Assemble a calibration (what `./run.sh calibrate` does before writing it) from tables
+    /// by boundary name, in the order given; a name given twice keeps its last tables.
+    pub fn new(
+        images: u32,
+        boundaries: impl IntoIterator<Item = (impl Into<String>, BoundaryTables)>,
+    ) -> Self {
+        let mut c = Self { id: 0, images, sensitivity_images: 0, boundaries: Vec::new() };
+        for (name, tables) in boundaries {
+            c.insert(name.into(), tables);
+        }
         c.id = Self::checksum(&c.to_bytes());
         c
+    }
+
+    fn insert(&mut self, name: String, tables: BoundaryTables) {
+        match self.boundaries.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, t)) => *t = tables,
+            None => self.boundaries.push((name, tables)),
+        }
+    }
+
+    /// Check that these tables are for the model `spec` describes: each boundary they cover is
+    /// one of its boundaries, and has there the channels (the first dimension of an item)
+    /// the tables cover.
+    ///
+    /// # Errors
+    /// [`CodecError::BadCalibration`] naming the first boundary that is not.
+    pub fn check_spec(&self, spec: &ModelSpec) -> Result<(), CodecError> {
+        for (name, tables) in &self.boundaries {
+            let b = spec.index_of(name).and_then(|i| spec.boundary(i)).map_err(|_| {
+                CodecError::BadCalibration(format!(
+                    "it has tables at {name}, which {} does not have",
+                    spec.name
+                ))
+            })?;
+            let channels = b.shape.first().copied().unwrap_or(1);
+            if tables.channels() != Some(channels) {
+                return Err(CodecError::BadCalibration(format!(
+                    "its tables at {name} cover {:?} channels; {} has {channels} there",
+                    tables.channels(),
+                    spec.name
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// The same tables, recording that the channel sensitivities were measured on `n` images
@@ -178,14 +238,14 @@ impl Calibration {
         self.sensitivity_images
     }
 
-    /// Boundaries with tables.
-    pub fn boundaries(&self) -> impl Iterator<Item = Boundary> + '_ {
-        self.boundaries.keys().copied()
+    /// The names of the boundaries with tables, in the file's order.
+    pub fn boundaries(&self) -> impl Iterator<Item = &str> + '_ {
+        self.boundaries.iter().map(|(n, _)| n.as_str())
     }
 
-    /// The tables at `boundary`.
-    pub fn at(&self, boundary: Boundary) -> Option<&BoundaryTables> {
-        self.boundaries.get(&boundary)
+    /// The tables at the boundary named `boundary`.
+    pub fn at(&self, boundary: &str) -> Option<&BoundaryTables> {
+        self.boundaries.iter().find(|(n, _)| n == boundary).map(|(_, t)| t)
     }
 
     /// The table and projection a setting uses at `boundary`.
@@ -194,21 +254,21 @@ impl Calibration {
     /// [`CodecError::NotCalibrated`] or [`CodecError::RankTooLarge`].
     pub fn lookup(
         &self,
-        boundary: Boundary,
+        boundary: &str,
         setting: QuantSetting,
     ) -> Result<(&QuantTable, Option<&Projection>), CodecError> {
         let missing = || CodecError::NotCalibrated {
-            boundary,
+            boundary: boundary.to_string(),
             setting: super::Setting::Quant(setting).to_string(),
         };
-        let b = self.boundaries.get(&boundary).ok_or_else(missing)?;
+        let b = self.at(boundary).ok_or_else(missing)?;
         if setting.rank == 0 {
             return Ok((b.raw.get(&setting.bits).ok_or_else(missing)?, None));
         }
         let pca = b.pca.as_ref().ok_or_else(missing)?;
         if usize::from(setting.rank) > pca.projection.max_rank {
             return Err(CodecError::RankTooLarge {
-                boundary,
+                boundary: boundary.to_string(),
                 rank: setting.rank,
                 max: pca.projection.max_rank,
             });
@@ -222,14 +282,12 @@ impl Calibration {
     /// [`CodecError::NotCalibrated`] when the calibration measured no sensitivities there.
     pub fn lookup_alloc(
         &self,
-        boundary: Boundary,
+        boundary: &str,
         setting: AllocSetting,
     ) -> Result<&AllocTable, CodecError> {
-        self.boundaries.get(&boundary).and_then(|b| b.alloc.as_ref()).ok_or_else(|| {
-            CodecError::NotCalibrated {
-                boundary,
-                setting: super::Setting::Alloc(setting).to_string(),
-            }
+        self.at(boundary).and_then(|b| b.alloc.as_ref()).ok_or_else(|| CodecError::NotCalibrated {
+            boundary: boundary.to_string(),
+            setting: super::Setting::Alloc(setting).to_string(),
         })
     }
 
@@ -240,10 +298,8 @@ impl Calibration {
 
     /// The tables at `boundary` alone, as a file that loads as this calibration (same id)
     /// restricted to that boundary; `None` when the boundary has no tables.
-    pub fn part(&self, boundary: Boundary) -> Option<Vec<u8>> {
-        self.boundaries
-            .contains_key(&boundary)
-            .then(|| self.write(|b| b == boundary, Some(self.id)))
+    pub fn part(&self, boundary: &str) -> Option<Vec<u8>> {
+        self.at(boundary).map(|_| self.write(|b| b == boundary, Some(self.id)))
     }
 
     /// Add the boundaries of `other`, a part of the same calibration.
@@ -257,11 +313,13 @@ impl Calibration {
                 other.id, self.id
             )));
         }
-        self.boundaries.extend(other.boundaries);
+        for (name, tables) in other.boundaries {
+            self.insert(name, tables);
+        }
         Ok(())
     }
 
-    fn write(&self, keep: impl Fn(Boundary) -> bool, part_of: Option<u64>) -> Vec<u8> {
+    fn write(&self, keep: impl Fn(&str) -> bool, part_of: Option<u64>) -> Vec<u8> {
         let mut f = TensorFile::new();
         f.insert(
             "meta",
@@ -285,7 +343,7 @@ impl Calibration {
             let pieces = (0..4).map(|i| ((id >> (16 * i)) & 0xffff) as f32).collect();
             f.insert("part_of", vec![4], pieces);
         }
-        for (boundary, b) in self.boundaries.iter().filter(|(b, _)| keep(**b)) {
+        for (boundary, b) in self.boundaries.iter().filter(|(b, _)| keep(b)) {
             for (bits, t) in &b.raw {
                 put_table(&mut f, &format!("{boundary}.raw.q{bits}"), t);
             }
@@ -333,19 +391,27 @@ impl Calibration {
             Err(crate::container::ContainerError::Missing(_)) => Self::checksum(bytes),
             Err(e) => return Err(bad(e.to_string())),
         };
-        let mut boundaries: BTreeMap<Boundary, BoundaryTables> = BTreeMap::new();
-        for (name, _, _) in f.iter() {
+        let sensitivity_images = match f.tensor("sensitivity_images", &[1]) {
+            Ok(n) if n[0].fract() == 0.0 && n[0] >= 0.0 => n[0] as u32,
+            Ok(_) => return Err(bad("sensitivity_images is not a count".into())),
+            Err(crate::container::ContainerError::Missing(_)) => 0,
+            Err(e) => return Err(bad(e.to_string())),
+        };
+        let mut c = Self { id, images: meta[1] as u32, sensitivity_images, boundaries: vec![] };
+        // The channels at a boundary are what its tables were written with; `check_spec`
+        // holds them to the model's.
+        let dims_of = |name: &str| f.iter().find(|(n, _, _)| *n == name).map(|(_, d, _)| d);
+        for (name, dims, _) in f.iter() {
             if let Some(b) = name.strip_suffix(".alloc.weight") {
-                let boundary: Boundary =
-                    b.parse().map_err(|_| bad(format!("unknown boundary in {name}")))?;
-                let c = [boundary.info().shape[0]];
+                check_boundary_name(b, name)?;
+                let channels = [dims.first().copied().unwrap_or(0)];
                 let get = |what: &str| {
-                    f.tensor(&format!("{b}.alloc.{what}"), &c)
+                    f.tensor(&format!("{b}.alloc.{what}"), &channels)
                         .map(<[f32]>::to_vec)
                         .map_err(|e| bad(e.to_string()))
                 };
                 let table = AllocTable::new(get("center")?, get("spread")?, get("weight")?)?;
-                boundaries.entry(boundary).or_default().alloc = Some(table);
+                c.entry(b).alloc = Some(table);
                 continue;
             }
             let Some(prefix) = name.strip_suffix(".prob") else { continue };
@@ -355,21 +421,17 @@ impl Calibration {
             else {
                 return Err(bad(format!("unexpected tensor {name}")));
             };
-            let boundary: Boundary =
-                b.parse().map_err(|_| bad(format!("unknown boundary in {name}")))?;
+            check_boundary_name(b, name)?;
             let bits: u8 = q
                 .strip_prefix('q')
                 .and_then(|q| q.parse().ok())
                 .filter(|b| SUPPORTED_BITS.contains(b))
                 .ok_or_else(|| bad(format!("unsupported bit depth in {name}")))?;
-            let channels = boundary.info().shape[0];
-            let count = match kind {
-                "raw" => channels,
-                "pca" => f
-                    .iter()
-                    .find(|(n, _, _)| *n == format!("{b}.pca.basis"))
-                    .map(|(_, d, _)| d.get(1).copied().unwrap_or(0))
-                    .ok_or_else(|| bad(format!("{name} without {b}.pca.basis")))?,
+            let count = match (kind, dims) {
+                (_, [count, levels]) if *levels == 1 << bits => *count,
+                ("raw" | "pca", _) => {
+                    return Err(bad(format!("{name} is not [count, {}]", 1 << bits)));
+                }
                 _ => return Err(bad(format!("unexpected tensor {name}"))),
             };
             let get = |suffix: &str, dims: &[usize]| {
@@ -382,32 +444,51 @@ impl Calibration {
                 return Err(bad(format!("{name} holds non-integer probabilities")));
             }
             let table = QuantTable::new(bits, ranges, probs.iter().map(|p| *p as u32).collect())?;
-            let entry = boundaries.entry(boundary).or_default();
             if kind == "raw" {
-                entry.raw.insert(bits, table);
-            } else {
-                if entry.pca.is_none() {
-                    let mean = get_pca(&f, b, "mean", &[channels])?;
-                    let basis = get_pca(&f, b, "basis", &[channels, count])?;
-                    entry.pca = Some(PcaTables {
-                        projection: Projection { mean, basis, max_rank: count },
-                        tables: BTreeMap::new(),
-                    });
-                }
-                entry.pca.as_mut().expect("just set").tables.insert(bits, table);
+                c.entry(b).raw.insert(bits, table);
+                continue;
             }
+            let basis_name = format!("{b}.pca.basis");
+            let channels = match dims_of(&basis_name) {
+                Some([channels, rank]) if *rank == count => *channels,
+                Some(_) => return Err(bad(format!("{basis_name} is not [channels, {count}]"))),
+                None => return Err(bad(format!("{name} without {basis_name}"))),
+            };
+            let entry = c.entry(b);
+            if entry.pca.is_none() {
+                let mean = get_pca(&f, b, "mean", &[channels])?;
+                let basis = get_pca(&f, b, "basis", &[channels, count])?;
+                entry.pca = Some(PcaTables {
+                    projection: Projection { mean, basis, max_rank: count },
+                    tables: BTreeMap::new(),
+                });
+            }
+            entry.pca.as_mut().expect("just set").tables.insert(bits, table);
         }
-        if boundaries.is_empty() {
+        if c.boundaries.is_empty() {
             return Err(bad("no boundary has tables".into()));
         }
-        let sensitivity_images = match f.tensor("sensitivity_images", &[1]) {
-            Ok(n) if n[0].fract() == 0.0 && n[0] >= 0.0 => n[0] as u32,
-            Ok(_) => return Err(bad("sensitivity_images is not a count".into())),
-            Err(crate::container::ContainerError::Missing(_)) => 0,
-            Err(e) => return Err(bad(e.to_string())),
-        };
-        Ok(Self { id, images: meta[1] as u32, sensitivity_images, boundaries })
+        if let Some((name, _)) = c.boundaries.iter().find(|(_, t)| t.channels().is_none()) {
+            return Err(bad(format!("the tables at {name} cover different channel counts")));
+        }
+        Ok(c)
     }
+
+    /// The tables at `name`, made empty when it has none yet.
+    fn entry(&mut self, name: &str) -> &mut BoundaryTables {
+        if self.at(name).is_none() {
+            self.boundaries.push((name.to_string(), BoundaryTables::default()));
+        }
+        self.boundaries.iter_mut().find(|(n, _)| n == name).map(|(_, t)| t).expect("just added")
+    }
+}
+
+/// A boundary name as tensor names hold it: not empty, no dot (the names' separator).
+fn check_boundary_name(b: &str, tensor: &str) -> Result<(), CodecError> {
+    if b.is_empty() || b.contains('.') {
+        return Err(CodecError::BadCalibration(format!("no boundary name in {tensor}")));
+    }
+    Ok(())
 }
 
 fn get_pca(f: &TensorFile, b: &str, what: &str, dims: &[usize]) -> Result<Vec<f32>, CodecError> {

@@ -1,7 +1,5 @@
 //! What can go wrong encoding or decoding features.
 
-use crate::model::Boundary;
-
 /// A codec failure; [`crate::protocol::ErrorCode::of_codec`] is what the server answers with.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -26,16 +24,16 @@ pub enum CodecError {
     /// The calibration has no tables for this boundary and setting.
     #[error("no calibration for {setting} at {boundary}")]
     NotCalibrated {
-        /// Boundary asked for.
-        boundary: Boundary,
+        /// Boundary asked for, by name.
+        boundary: String,
         /// Setting asked for, as its name.
         setting: String,
     },
     /// A projection rank above what was calibrated.
     #[error("rank {rank} exceeds the {max} components calibrated at {boundary}")]
     RankTooLarge {
-        /// Boundary asked for.
-        boundary: Boundary,
+        /// Boundary asked for, by name.
+        boundary: String,
         /// Rank asked for.
         rank: u16,
         /// Largest calibrated rank.
@@ -48,6 +46,17 @@ pub enum CodecError {
         expected: u64,
         /// Id in the frame.
         got: u64,
+    },
+    /// Activations whose channels are not those the calibration was made for at their
+    /// boundary (a calibration of another model, or of another version of it).
+    #[error("{got} channels at {boundary}; the calibration has {calibrated} there")]
+    ChannelMismatch {
+        /// Boundary, by name.
+        boundary: String,
+        /// Channels the calibration's tables cover.
+        calibrated: usize,
+        /// Channels the activations have.
+        got: usize,
     },
     /// Coded features must be one image.
     #[error("coded features carry one image; got a batch of {0}")]

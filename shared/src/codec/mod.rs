@@ -12,6 +12,11 @@
 //! effect on the answer, and context-modelled binary range coding. Every table comes
 //! from the calibration artefact ([`Calibration`]); none is compiled in. The browser encodes
 //! and the server decodes with this same code.
+//!
+//! The codec knows no model: it codes one item's activations at a boundary named as in the
+//! model's spec, shaped `[1, channels, …]` (a channel's values are the positions after it:
+//! a feature map's `H × W`, a sequence's length, or one value), and the calibration's tables
+//! at that name. The model checks the shape against its spec first.
 
 pub mod alloc;
 mod bypass;
@@ -39,8 +44,6 @@ pub use quant::{ClipRange, Projection};
 pub use ranged::{RangedParams, decode_ranged, encode_ranged};
 pub use setting::{AllocSetting, QuantSetting, SUPPORTED_BITS, Setting};
 pub use stream::{DEFAULT_KEYFRAME_INTERVAL, MAX_STREAMS, StreamDecoder, StreamEncoder, StreamPos};
-
-use crate::model::{Boundary, Features};
 
 /// The setting clients use unless told otherwise: with the shipped calibration, the lowest
 /// level at ≥ 99.5% top-1 agreement (or within one photo of it in 500) at block5, block11,
@@ -141,30 +144,62 @@ fn same_calibration(calibration: &Calibration, got: u64) -> Result<(), CodecErro
     Ok(())
 }
 
-fn check_dims(boundary: Boundary, dims: &[usize]) -> Result<usize, CodecError> {
-    crate::model::check_shape(boundary, dims)
-        .map_err(|_| CodecError::BadPayload("shape does not match the boundary"))?;
+/// One item's channels and the plane each spans: `[1, C, H, W]` as `(C, H, W)`, `[1, C, L]` as
+/// `(C, 1, L)`, `[1, C]` as `(C, 1, 1)`.
+fn plane(dims: &[usize]) -> Result<(usize, usize, usize), CodecError> {
+    let (channels, h, w) = match *dims {
+        [_, c] => (c, 1, 1),
+        [_, c, l] => (c, 1, l),
+        [_, c, h, w] => (c, h, w),
+        _ => return Err(CodecError::BadPayload("coded features have 2 to 4 dimensions")),
+    };
     if dims[0] != 1 {
         return Err(CodecError::BatchNotOne(dims[0]));
     }
-    Ok(dims[2] * dims[3])
+    if channels == 0 || h == 0 || w == 0 {
+        return Err(CodecError::BadPayload("coded features have an empty dimension"));
+    }
+    Ok((channels, h, w))
 }
 
-/// Encode one image's activations (`[1, C, H, W]`) under `setting`.
+/// The tables at `boundary` must cover the item's `channels`.
+fn same_channels(boundary: &str, calibrated: usize, got: usize) -> Result<(), CodecError> {
+    if calibrated != got {
+        return Err(CodecError::ChannelMismatch {
+            boundary: boundary.to_string(),
+            calibrated,
+            got,
+        });
+    }
+    Ok(())
+}
+
+/// The channels the tables a setting uses at `boundary` were calibrated on.
+fn calibrated_channels(table: &QuantTable, projection: Option<&Projection>) -> usize {
+    projection.map_or(table.ranges().len(), Projection::channels)
+}
+
+/// Encode one item's activations (`dims` `[1, C, …]`, `values` in that order) at the boundary
+/// named `boundary` under `setting`.
 ///
 /// # Errors
-/// [`CodecError::NoCalibration`] without one, an uncalibrated setting, or a batch of more than
-/// one image.
+/// [`CodecError::NoCalibration`] without one, an uncalibrated setting, channels the tables do
+/// not cover, or a batch of more than one item.
 pub fn encode(
-    features: &Features,
+    boundary: &str,
+    dims: &[usize],
+    values: &[f32],
     setting: QuantSetting,
     ctx: EncodeContext<'_>,
 ) -> Result<(CodedParams, Vec<u8>), CodecError> {
     let calibration = ctx.calibration.ok_or(CodecError::NoCalibration)?;
     let setting = setting.check()?;
-    let (boundary, dims, values) = (features.boundary(), features.dims(), features.values());
-    check_dims(boundary, &dims)?;
+    let (channels, h, w) = plane(dims)?;
+    if values.len() != channels * h * w {
+        return Err(CodecError::BadPayload("values do not fill the shape"));
+    }
     let (table, projection) = calibration.lookup(boundary, setting)?;
+    same_channels(boundary, calibrated_channels(table, projection), channels)?;
     let projected;
     let values = match projection {
         Some(p) => {
@@ -173,7 +208,7 @@ pub fn encode(
         }
         None => values,
     };
-    let used = if setting.rank > 0 { usize::from(setting.rank) } else { dims[1] };
+    let used = if setting.rank > 0 { usize::from(setting.rank) } else { channels };
     let mut symbols = Vec::new();
     quant::quantize(values, &table.ranges()[..used], setting.levels(), &mut symbols);
     let pos = match ctx.stream {
@@ -198,14 +233,15 @@ pub fn encode(
     Ok((CodedParams { setting, calibration: calibration.id(), pos }, payload))
 }
 
-/// Decode a coded payload back to the f32 values of `[1, C, H, W]` activations at `boundary`.
+/// Decode a coded payload back to the f32 values of one item's activations (`dims` `[1, C, …]`)
+/// at the boundary named `boundary`.
 ///
 /// # Errors
 /// A [`CodecError`] for a missing or foreign calibration, an uncalibrated setting, a damaged
 /// payload, or a delta the context's streams cannot apply (then the client must send a
 /// keyframe).
 pub fn decode(
-    boundary: Boundary,
+    boundary: &str,
     dims: &[usize],
     params: &CodedParams,
     payload: &[u8],
@@ -214,9 +250,11 @@ pub fn decode(
     let calibration = ctx.calibration.ok_or(CodecError::NoCalibration)?;
     same_calibration(calibration, params.calibration)?;
     let setting = params.setting.check()?;
-    let positions = check_dims(boundary, dims)?;
+    let (channels, h, w) = plane(dims)?;
+    let positions = h * w;
     let (table, projection) = calibration.lookup(boundary, setting)?;
-    let used = if setting.rank > 0 { usize::from(setting.rank) } else { dims[1] };
+    same_channels(boundary, calibrated_channels(table, projection), channels)?;
+    let used = if setting.rank > 0 { usize::from(setting.rank) } else { channels };
     let count = used * positions;
     let mut symbols = Vec::with_capacity(count);
     match (setting.entropy, params.pos.delta) {
@@ -265,36 +303,43 @@ pub fn decode(
     })
 }
 
-/// Encode one image's activations under an `s<level>` setting. Frames are always standalone:
+/// Encode one item's activations (`dims` `[1, C, …]`) at the boundary named `boundary` under
+/// an `s<level>` setting. Frames are always standalone:
 /// the context model already takes what a residual would from a still scene's neighbours,
 /// and a frame never depends on an earlier one.
 ///
 /// # Errors
 /// [`CodecError::NoCalibration`], [`CodecError::NotCalibrated`] when the calibration has no
-/// allocation at this boundary, or a batch of more than one image.
+/// allocation at this boundary, channels it does not cover, or a batch of more than one item.
 pub fn encode_alloc(
-    features: &Features,
+    boundary: &str,
+    dims: &[usize],
+    values: &[f32],
     setting: AllocSetting,
     calibration: Option<&Calibration>,
 ) -> Result<(AllocParams, Vec<u8>), CodecError> {
     let calibration = calibration.ok_or(CodecError::NoCalibration)?;
     let setting = setting.check()?;
-    let (boundary, dims) = (features.boundary(), features.dims());
-    check_dims(boundary, &dims)?;
+    let (channels, h, w) = plane(dims)?;
+    if values.len() != channels * h * w {
+        return Err(CodecError::BadPayload("values do not fill the shape"));
+    }
     let table = calibration.lookup_alloc(boundary, setting)?;
-    let payload = alloc::encode(features.values(), dims[2], dims[3], table, setting.level);
+    same_channels(boundary, table.channels(), channels)?;
+    let payload = alloc::encode(values, h, w, table, setting.level);
     let params =
         AllocParams { setting, model: alloc::CONTEXT_MODEL, calibration: calibration.id() };
     Ok((params, payload))
 }
 
-/// Decode an `s<level>` payload back to the f32 values of `[1, C, H, W]` activations.
+/// Decode an `s<level>` payload back to the f32 values of one item's activations (`dims`
+/// `[1, C, …]`) at the boundary named `boundary`.
 ///
 /// # Errors
 /// A [`CodecError`] for a missing or foreign calibration, another context model, a level out
 /// of range, or a damaged payload.
 pub fn decode_alloc(
-    boundary: Boundary,
+    boundary: &str,
     dims: &[usize],
     params: &AllocParams,
     payload: &[u8],
@@ -306,9 +351,10 @@ pub fn decode_alloc(
     }
     same_calibration(calibration, params.calibration)?;
     let setting = params.setting.check()?;
-    check_dims(boundary, dims)?;
+    let (channels, h, w) = plane(dims)?;
     let table = calibration.lookup_alloc(boundary, setting)?;
-    alloc::decode(payload, dims[2], dims[3], table, setting.level)
+    same_channels(boundary, table.channels(), channels)?;
+    alloc::decode(payload, h, w, table, setting.level)
 }
 
 #[cfg(test)]

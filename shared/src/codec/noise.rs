@@ -13,7 +13,6 @@ use std::fmt;
 use std::str::FromStr;
 
 use super::{Calibration, CodecError};
-use crate::model::Features;
 
 /// The noise's distribution.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,40 +96,48 @@ impl NoiseKind {
 }
 
 impl Noise {
-    /// `features` with this noise added: channel `c` gets `scale · (hi_c − lo_c)` of it, from
-    /// the calibration's 8-bit table at the features' boundary; `seed` picks the draw.
+    /// Add this noise to `values`, a batch of activations shaped `dims` (`[n, C, …]`) at the
+    /// boundary named `boundary`: channel `c` gets `scale · (hi_c − lo_c)` of it, from the
+    /// calibration's 8-bit table there; `seed` picks the draw.
     ///
     /// # Errors
-    /// [`CodecError::NotCalibrated`] when the calibration has no 8-bit table at the features'
-    /// boundary (its ranges scale the noise).
+    /// [`CodecError::NotCalibrated`] when the calibration has no 8-bit table at the boundary
+    /// (its ranges scale the noise), [`CodecError::ChannelMismatch`] when its channels are not
+    /// the activations', [`CodecError::BadPayload`] when `values` does not fill `dims`.
     pub fn apply(
         self,
-        features: Features,
+        boundary: &str,
+        dims: &[usize],
+        values: &mut [f32],
         calibration: &Calibration,
         seed: u64,
-    ) -> Result<Features, CodecError> {
-        let boundary = features.boundary();
+    ) -> Result<(), CodecError> {
         let table = calibration.at(boundary).and_then(|t| t.raw.get(&8)).ok_or_else(|| {
-            CodecError::NotCalibrated { boundary, setting: format!("noise {self}") }
+            CodecError::NotCalibrated {
+                boundary: boundary.to_string(),
+                setting: format!("noise {self}"),
+            }
         })?;
-        let [_, channels, h, w] = features.dims();
-        let plane = h * w;
+        let channels = dims.get(1).copied().unwrap_or(0);
+        let plane: usize = dims.iter().skip(2).product();
+        if dims.len() < 2 || values.len() != dims.iter().product::<usize>() {
+            return Err(CodecError::BadPayload("values do not fill the shape"));
+        }
         let widths: Vec<f64> =
             table.ranges().iter().map(|r| f64::from(self.scale) * f64::from(r.hi - r.lo)).collect();
         if widths.len() != channels {
-            return Err(CodecError::BadCalibration(format!(
-                "{} ranges at {boundary} for {channels} channels",
-                widths.len()
-            )));
+            return Err(CodecError::ChannelMismatch {
+                boundary: boundary.to_string(),
+                calibrated: widths.len(),
+                got: channels,
+            });
         }
-        let dims = features.dims();
         let mut rng = Pcg(seed ^ 0x9e37_79b9_7f4a_7c15);
-        let mut values = features.into_values();
         for (i, v) in values.iter_mut().enumerate() {
             let width = widths[(i / plane) % channels];
             *v += (width * self.kind.draw(&mut rng)) as f32;
         }
-        Ok(Features::new(boundary, &dims, values).expect("same shape as before"))
+        Ok(())
     }
 }
 

@@ -10,7 +10,6 @@
 use std::collections::VecDeque;
 
 use super::{CodecError, QuantSetting};
-use crate::model::Boundary;
 
 /// Frames between keyframes unless one is forced.
 pub const DEFAULT_KEYFRAME_INTERVAL: u32 = 30;
@@ -18,9 +17,10 @@ pub const DEFAULT_KEYFRAME_INTERVAL: u32 = 30;
 pub const MAX_STREAMS: usize = 8;
 
 /// What a reference was coded with; a delta must match it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 struct Context {
-    boundary: Boundary,
+    /// The boundary's name.
+    boundary: String,
     setting: QuantSetting,
     calibration: u64,
 }
@@ -71,12 +71,12 @@ impl StreamEncoder {
     /// keyframe) and advance the stream.
     pub(crate) fn code(
         &mut self,
-        boundary: Boundary,
+        boundary: &str,
         setting: QuantSetting,
         calibration: u64,
         symbols: &mut [u8],
     ) -> StreamPos {
-        let ctx = Context { boundary, setting, calibration };
+        let ctx = Context { boundary: boundary.to_string(), setting, calibration };
         let seq = self.next_seq;
         self.next_seq = self.next_seq.wrapping_add(1);
         let levels = setting.levels() as i16;
@@ -165,12 +165,12 @@ impl StreamDecoder {
     pub(crate) fn apply(
         &mut self,
         pos: StreamPos,
-        boundary: Boundary,
+        boundary: &str,
         setting: QuantSetting,
         calibration: u64,
         symbols: &mut [u8],
     ) -> Result<(), CodecError> {
-        let ctx = Context { boundary, setting, calibration };
+        let ctx = Context { boundary: boundary.to_string(), setting, calibration };
         let found = self.streams.iter().position(|s| s.0 == pos.stream);
         let entry = found.and_then(|i| self.streams.remove(i));
         if !pos.delta {

@@ -7,28 +7,26 @@ use super::*;
 
 const B5: [usize; 4] = [1, 80, 14, 14];
 
-fn boundary() -> Boundary {
-    Boundary::block(5).unwrap()
+fn boundary() -> &'static str {
+    "block5"
 }
 
 /// [`encode`] with the arguments spelled out, as the tests vary each one.
 fn encode_with(
     cal: &Calibration,
-    boundary: Boundary,
+    boundary: &str,
     dims: &[usize],
     x: &[f32],
     setting: QuantSetting,
     stream: Option<&mut StreamEncoder>,
 ) -> Result<(CodedParams, Vec<u8>), CodecError> {
-    let features = Features::new(boundary, dims, x.to_vec())
-        .map_err(|_| CodecError::BadPayload("not activations at the boundary"))?;
-    encode(&features, setting, EncodeContext::new(Some(cal)).with_stream(stream))
+    encode(boundary, dims, x, setting, EncodeContext::new(Some(cal)).with_stream(stream))
 }
 
 /// [`decode`] likewise.
 fn decode_with(
     cal: &Calibration,
-    boundary: Boundary,
+    boundary: &str,
     dims: &[usize],
     params: &CodedParams,
     payload: &[u8],
@@ -109,10 +107,6 @@ fn alloc_table(per_channel: &[Vec<f32>]) -> AllocTable {
     AllocTable::new(center, spread, weight).unwrap()
 }
 
-fn features(x: &[f32]) -> Features {
-    Features::new(boundary(), &B5, x.to_vec()).unwrap()
-}
-
 #[test]
 fn allocated_settings_round_trip_through_the_stored_calibration() {
     let cal = calibration();
@@ -122,14 +116,14 @@ fn allocated_settings_round_trip_through_the_stored_calibration() {
     let mut last_len = usize::MAX;
     for level in [12u8, 8, 4, 0] {
         let s = AllocSetting { level };
-        let (params, payload) = encode_alloc(&features(&x), s, Some(&cal)).unwrap();
+        let (params, payload) = encode_alloc(boundary(), &B5, &x, s, Some(&cal)).unwrap();
         assert_eq!(params.model, alloc::CONTEXT_MODEL);
         assert!(payload.len() < last_len, "coarser levels cost fewer bytes");
         last_len = payload.len();
         // The stored file and a one-boundary part code bit-identically.
         for other in [&stored, &part] {
             assert_eq!(
-                encode_alloc(&features(&x), s, Some(other)).unwrap(),
+                encode_alloc(boundary(), &B5, &x, s, Some(other)).unwrap(),
                 (params, payload.clone())
             );
         }
@@ -149,7 +143,7 @@ fn allocated_frames_refuse_foreign_models_calibrations_and_levels() {
     let cal = calibration();
     let x = activations(7);
     let (params, payload) =
-        encode_alloc(&features(&x), AllocSetting { level: 10 }, Some(&cal)).unwrap();
+        encode_alloc(boundary(), &B5, &x, AllocSetting { level: 10 }, Some(&cal)).unwrap();
     let decode = |p: AllocParams| decode_alloc(boundary(), &B5, &p, &payload, Some(&cal));
     // Frames of the first context model (binarised, before the multi-symbol one) and of a
     // later one are refused by name, not misread.
@@ -176,10 +170,11 @@ fn allocated_frames_refuse_foreign_models_calibrations_and_levels() {
     let bare = Calibration::new(1, BTreeMap::from([(boundary(), bare)]));
     assert_eq!(bare.default_setting(), DEFAULT_QUANT_SETTING, "the default falls back to q");
     assert_eq!(cal.default_setting(), DEFAULT_SETTING);
-    let err = encode_alloc(&features(&x), AllocSetting { level: 10 }, Some(&bare)).unwrap_err();
+    let err =
+        encode_alloc(boundary(), &B5, &x, AllocSetting { level: 10 }, Some(&bare)).unwrap_err();
     assert_eq!(err.to_string(), "no calibration for s10 at block5");
     assert_eq!(
-        encode_alloc(&features(&x), AllocSetting { level: 10 }, None).unwrap_err(),
+        encode_alloc(boundary(), &B5, &x, AllocSetting { level: 10 }, None).unwrap_err(),
         CodecError::NoCalibration
     );
 }
@@ -245,7 +240,7 @@ fn entropy_coding_and_packing_reconstruct_identically_and_entropy_is_smaller() {
 #[test]
 fn a_calibration_part_codes_like_the_whole_and_merges() {
     let one = calibration();
-    let block6 = Boundary::block(6).unwrap(); // 80 channels at 14x14, like block5
+    let block6 = "block6"; // 80 channels at 14x14, like block5
     let tables = one.at(boundary()).unwrap().clone();
     let both = BTreeMap::from([(boundary(), tables.clone()), (block6, tables)]);
     let whole = Calibration::new(4, both);
@@ -263,7 +258,7 @@ fn a_calibration_part_codes_like_the_whole_and_merges() {
     assert!(loaded.lookup(block6, s).is_err(), "not loaded yet");
     loaded.merge(Calibration::from_bytes(&whole.part(block6).unwrap()).unwrap()).unwrap();
     assert!(loaded.lookup(block6, s).is_ok());
-    assert!(whole.part(Boundary::block(9).unwrap()).is_none());
+    assert!(whole.part("block9").is_none());
     let other = Calibration::from_bytes(&one.part(boundary()).unwrap()).unwrap();
     assert_ne!(other.id(), whole.id());
     assert!(matches!(loaded.merge(other), Err(CodecError::BadCalibration(_))));
@@ -317,8 +312,7 @@ fn foreign_calibration_uncalibrated_settings_and_bad_shapes_are_typed_errors() {
         decode_with(&cal, boundary(), &B5, &params, &payload, None),
         Err(CodecError::CalibrationMismatch { .. })
     ));
-    let err =
-        encode_with(&cal, Boundary::STEM, &[1, 32, 112, 112], &vec![0.0; 32 * 112 * 112], s, None);
+    let err = encode_with(&cal, "stem", &[1, 32, 112, 112], &vec![0.0; 32 * 112 * 112], s, None);
     assert!(matches!(err, Err(CodecError::NotCalibrated { .. })));
     let err = encode_with(&cal, boundary(), &B5, &x, QuantSetting { rank: 81, ..s }, None);
     assert!(matches!(err, Err(CodecError::RankTooLarge { max: 80, .. })));
@@ -327,7 +321,81 @@ fn foreign_calibration_uncalibrated_settings_and_bad_shapes_are_typed_errors() {
     let err =
         encode_with(&cal, boundary(), &[2, 80, 14, 14], &[x.clone(), x.clone()].concat(), s, None);
     assert_eq!(err.unwrap_err(), CodecError::BatchNotOne(2));
-    assert!(encode_with(&cal, boundary(), &[1, 80, 7, 14], &x[..x.len() / 2], s, None).is_err());
+    // The codec holds the item to its tables: the channels they cover, values that fill the
+    // shape, a shape of 2 to 4 dimensions.
+    let err = encode_with(&cal, boundary(), &[1, 40, 14, 28], &x, s, None);
+    assert!(matches!(err, Err(CodecError::ChannelMismatch { calibrated: 80, got: 40, .. })));
+    params.calibration ^= 1;
+    let err = decode_with(&cal, boundary(), &[1, 40, 14, 28], &params, &payload, None);
+    assert!(matches!(err, Err(CodecError::ChannelMismatch { .. })));
+    let err = encode_with(&cal, boundary(), &B5, &x[..x.len() / 2], s, None);
+    assert!(matches!(err, Err(CodecError::BadPayload(_))));
+    let err = encode_with(&cal, boundary(), &[1, 80, 14, 7, 2], &x, s, None);
+    assert!(matches!(err, Err(CodecError::BadPayload(_))));
+    let alloc = AllocSetting { level: 8 };
+    let err = encode_alloc(boundary(), &[1, 40, 14, 28], &x, alloc, Some(&cal));
+    assert!(matches!(err, Err(CodecError::ChannelMismatch { .. })));
+}
+
+/// Items of any rank the runtime allows code under the same tables: a vector (`[1, C]`: one
+/// value a channel) and a sequence (`[1, C, L]`), at a boundary of a model that is not
+/// EfficientNet-Lite0, named by its own spec, which `check_spec` holds the tables to.
+#[test]
+fn vectors_and_sequences_code_at_a_named_boundary_of_any_model() {
+    use crate::runtime::{BoundarySpec, ModelSpec};
+    let (channels, length) = (6usize, 5usize);
+    let mut rng = 7u32;
+    let mut draw = move || {
+        rng = rng.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+        (rng >> 8) as f32 / (1 << 24) as f32
+    };
+    let samples: Vec<Vec<f32>> =
+        (0..channels).map(|c| (0..400).map(|_| c as f32 + 2.0 * draw()).collect()).collect();
+    let mut tables = BoundaryTables::default();
+    for bits in SUPPORTED_BITS {
+        tables.raw.insert(bits, fit_table(bits, &samples).unwrap());
+    }
+    tables.alloc = Some(alloc_table(&samples));
+    let cal = Calibration::new(400, [("hidden", tables.clone()), ("steps", tables)]);
+    let spec = |hidden: usize| {
+        let b = [
+            BoundarySpec::new("input", &[3]),
+            BoundarySpec::new("hidden", &[hidden]),
+            BoundarySpec::new("steps", &[channels, length]),
+            BoundarySpec::new("scores", &[2]),
+        ];
+        ModelSpec::new(40, "toy", b.to_vec(), 1).unwrap()
+    };
+    cal.check_spec(&spec(channels)).unwrap();
+    let err = cal.check_spec(&spec(channels + 1)).unwrap_err();
+    assert!(err.to_string().contains("hidden"), "{err}");
+    let other = ModelSpec::new(
+        41,
+        "other",
+        vec![BoundarySpec::new("input", &[3]), BoundarySpec::new("out", &[2])],
+        1,
+    )
+    .unwrap();
+    let err = cal.check_spec(&other).unwrap_err();
+    assert!(err.to_string().contains("which other does not have"), "{err}");
+    for (name, dims) in [("hidden", vec![1, channels]), ("steps", vec![1, channels, length])] {
+        let per_channel: usize = dims[2..].iter().product();
+        let x: Vec<f32> =
+            (0..channels * per_channel).map(|i| (i / per_channel) as f32 + 1.0).collect();
+        for s in [QuantSetting::bits(8), QuantSetting { bits: 4, rank: 0, entropy: false }] {
+            let (params, payload) = encode_with(&cal, name, &dims, &x, s, None).unwrap();
+            let back = decode_with(&cal, name, &dims, &params, &payload, None).unwrap();
+            let worst = x.iter().zip(&back).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+            assert!(worst < if s.bits == 8 { 0.02 } else { 0.2 }, "{name} {s:?}: {worst}");
+        }
+        let a = AllocSetting { level: 16 };
+        let (params, payload) = encode_alloc(name, &dims, &x, a, Some(&cal)).unwrap();
+        let back = decode_alloc(name, &dims, &params, &payload, Some(&cal)).unwrap();
+        assert_eq!(back.len(), x.len());
+        // A stored calibration reads back with the same channels at each name.
+        let stored = Calibration::from_bytes(&cal.to_bytes()).unwrap();
+        assert_eq!(stored.at(name).unwrap().channels(), Some(channels));
+    }
 }
 
 #[test]

@@ -259,7 +259,7 @@ impl ErrorCode {
             | CodecError::UnsupportedModel(..)
             | CodecError::NotCalibrated { .. }
             | CodecError::RankTooLarge { .. } => Self::UnsupportedCodec,
-            CodecError::BatchNotOne(_) => Self::ShapeMismatch,
+            CodecError::BatchNotOne(_) | CodecError::ChannelMismatch { .. } => Self::ShapeMismatch,
             CodecError::BadSetting(_)
             | CodecError::BadNoise(_)
             | CodecError::BadCalibration(_)

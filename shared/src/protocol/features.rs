@@ -1,94 +1,108 @@
-//! The one step both sides take between activations and a frame: the edge encodes
-//! [`Features`] into a [`FeaturesFrame`], the cloud decodes the frame back into [`Features`].
+//! The one step both sides take between activations and a frame: the edge encodes a
+//! [`FeatureView`] into a [`FeaturesFrame`], the cloud decodes the frame's values back. No
+//! model is named here: the boundary travels as its index in the model's spec, the codec finds
+//! its tables by the boundary's name, and the model checks the shape (see
+//! [`crate::runtime::decode_frame`] and [`crate::runtime::encode_frame`]).
 
 use crate::codec::{self, CodecError, DecodeContext, EncodeContext, Setting};
-use crate::model::{Boundary, Features};
 
 use super::Encoding;
 
 /// The body of a features request: activations at a boundary, as they travel.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FeaturesFrame {
-    /// Where the client stopped: an index into the model's boundaries (for EfficientNet-Lite0,
-    /// [`Boundary::index`]), checked by the model that decodes the frame.
+    /// Where the client stopped: an index into the model's boundaries, checked by the model
+    /// that decodes the frame.
     pub boundary: u8,
     /// How `payload` is encoded.
     pub encoding: Encoding,
-    /// Tensor shape, `[n, C, H, W]`, as sent (checked against the boundary on decoding).
+    /// Tensor shape, `[n, …]` (one item's shape after the batch), as sent.
     pub shape: Vec<u32>,
     /// The encoded tensor.
     pub payload: Vec<u8>,
 }
 
+/// Activations at one boundary of a model, as [`FeaturesFrame::encode`] takes them.
+#[derive(Clone, Copy, Debug)]
+pub struct FeatureView<'a> {
+    /// The boundary's index in the model's spec (what the frame carries).
+    pub index: u8,
+    /// The boundary's name (what a calibration's tables are found by).
+    pub name: &'a str,
+    /// Shape, `[n, …]`: a batch of `n` items (a calibrated setting codes one).
+    pub dims: &'a [usize],
+    /// The values, in C order.
+    pub values: &'a [f32],
+}
+
 impl FeaturesFrame {
-    /// Encode `features` under `setting`: what the edge sends.
+    /// Encode `x` under `setting`: what the edge sends.
     ///
     /// # Errors
     /// [`CodecError::NoCalibration`] for a quantized setting without a calibration in `ctx`, or
-    /// what [`codec::encode`] reports.
+    /// what [`codec::encode`], [`codec::encode_alloc`] or [`codec::encode_ranged`] report.
     pub fn encode(
-        features: &Features,
+        x: FeatureView<'_>,
         setting: Setting,
         ctx: EncodeContext<'_>,
     ) -> Result<Self, CodecError> {
         let (encoding, payload) = match setting {
             Setting::F32 => {
-                let mut payload = Vec::with_capacity(features.values().len() * 4);
-                for v in features.values() {
-                    payload.extend_from_slice(&v.to_le_bytes());
-                }
-                (Encoding::F32, payload)
+                (Encoding::F32, x.values.iter().flat_map(|v| v.to_le_bytes()).collect())
             }
             Setting::Quant(q) => {
-                let (params, payload) = codec::encode(features, q, ctx)?;
+                let (params, payload) = codec::encode(x.name, x.dims, x.values, q, ctx)?;
                 (Encoding::Coded(params), payload)
             }
             Setting::Alloc(a) => {
-                let (params, payload) = codec::encode_alloc(features, a, ctx.calibration)?;
+                let (params, payload) =
+                    codec::encode_alloc(x.name, x.dims, x.values, a, ctx.calibration)?;
                 (Encoding::Allocated(params), payload)
             }
             Setting::Ranged(bits) => {
-                let (params, payload) =
-                    codec::encode_ranged(&features.dims(), features.values(), bits)?;
+                let (params, payload) = codec::encode_ranged(x.dims, x.values, bits)?;
                 (Encoding::Ranged(params), payload)
             }
         };
-        Ok(Self {
-            boundary: features.boundary().index(),
-            encoding,
-            shape: features.dims().iter().map(|d| *d as u32).collect(),
-            payload,
-        })
+        let shape = x.dims.iter().map(|d| *d as u32).collect();
+        Ok(Self { boundary: x.index, encoding, shape, payload })
     }
 
-    /// The activations the frame carries: what the cloud computes on. The shape is checked
-    /// against the boundary here, once.
+    /// The frame's shape as sizes.
+    pub fn dims(&self) -> Vec<usize> {
+        self.shape.iter().map(|d| *d as usize).collect()
+    }
+
+    /// The values the frame carries, decoded as the boundary named `name` (the caller checked
+    /// the frame's shape against it: a calibrated payload's length follows from the shape).
+    /// An f32 payload comes back as it is (its length is the caller's to check against the
+    /// shape).
     ///
     /// # Errors
-    /// [`crate::model::ModelError::ShapeMismatch`] for a shape that does not fit the boundary,
-    /// [`CodecError::BadPayload`] for NaN or infinite f32 values, or any [`CodecError`] of
-    /// [`codec::decode`].
-    pub fn decode(&self, ctx: DecodeContext<'_>) -> crate::Result<Features> {
-        let boundary = Boundary::from_index(self.boundary)?;
-        let dims: Vec<usize> = self.shape.iter().map(|d| *d as usize).collect();
-        crate::model::check_shape(boundary, &dims)?;
-        let values = match &self.encoding {
+    /// [`CodecError::BadPayload`] for NaN or infinite f32 values, or what [`codec::decode`],
+    /// [`codec::decode_alloc`] or [`codec::decode_ranged`] report.
+    pub fn decode_values(
+        &self,
+        name: &str,
+        ctx: DecodeContext<'_>,
+    ) -> Result<Vec<f32>, CodecError> {
+        let dims = self.dims();
+        match &self.encoding {
             Encoding::F32 => {
                 let values = self.f32_values();
                 // NaN or infinite activations would come back as NaN probabilities (and be
                 // cached): no network produces them, so the frame is malformed.
                 if values.iter().any(|v| !v.is_finite()) {
-                    return Err(CodecError::BadPayload("non-finite value in f32 features").into());
+                    return Err(CodecError::BadPayload("non-finite value in f32 features"));
                 }
-                values
+                Ok(values)
             }
-            Encoding::Coded(params) => codec::decode(boundary, &dims, params, &self.payload, ctx)?,
+            Encoding::Coded(params) => codec::decode(name, &dims, params, &self.payload, ctx),
             Encoding::Allocated(params) => {
-                codec::decode_alloc(boundary, &dims, params, &self.payload, ctx.calibration)?
+                codec::decode_alloc(name, &dims, params, &self.payload, ctx.calibration)
             }
-            Encoding::Ranged(params) => codec::decode_ranged(&dims, *params, &self.payload)?,
-        };
-        Ok(Features::new(boundary, &dims, values)?)
+            Encoding::Ranged(params) => codec::decode_ranged(&dims, *params, &self.payload),
+        }
     }
 
     /// An f32 payload's values, little-endian, in order (a trailing partial value is dropped:

@@ -36,7 +36,7 @@ pub use encrypted::{
     PARAMETERS_ID, peek_encrypted_id,
 };
 pub use error::{ErrorCode, WireError};
-pub use features::FeaturesFrame;
+pub use features::{FeatureView, FeaturesFrame};
 pub use llm::{
     Finish, HeadSampling, LLM_MAGIC, LLM_PROTOCOL_VERSION, LlmErrorCode, LlmFrame, LlmWireError,
     MAX_HIDDEN_ROWS, MAX_HIDDEN_WIDTH, MAX_LLM_FRAME_BYTES, MODEL_SMOLLM2, peek_llm_id,

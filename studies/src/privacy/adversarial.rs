@@ -36,7 +36,7 @@ impl Pipeline {
     fn noise_values(&self, noise: Noise, seed: u64) -> Result<Vec<f32>> {
         let dims = one_image(self.split);
         let zero = Features::new(self.split, &dims, vec![0.0; dims.iter().product()])?;
-        Ok(noise.apply(zero, &self.calibration, seed)?.into_values())
+        Ok(zero.with_noise(noise, &self.calibration, seed)?.into_values())
     }
 
     /// Of `trials` fresh draws of `noise`, how many answer `pixels` other than `class`.

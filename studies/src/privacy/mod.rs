@@ -207,7 +207,7 @@ fn received(
     let x = split_shared::image::to_input_tensor(&pixels_to_image(pixels), &device);
     let f = Features::from_tensor(boundary, model.forward_range(x, Boundary::INPUT, boundary)?)?;
     let f = match noise {
-        Some(n) => n.apply(f, calibration, seed)?,
+        Some(n) => f.with_noise(n, calibration, seed)?,
         None => f,
     };
     let setting = crate::eval::setting_at(codec, boundary, Some(calibration))?;

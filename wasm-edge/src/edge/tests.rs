@@ -34,7 +34,8 @@ fn cloud(runner: &EdgeRunner, frame: &[u8]) -> Vec<Prediction> {
     let Request::Features { frame, .. } = Request::decode(frame).unwrap() else {
         panic!("a features frame")
     };
-    let features = runner.with_calibration(|c| frame.decode(DecodeContext::new(c))).unwrap();
+    let features =
+        runner.with_calibration(|c| Features::from_frame(&frame, DecodeContext::new(c))).unwrap();
     let from = features.boundary();
     let x = features.to_tensor(&runner.device);
     let logits = runner.model.borrow().forward_range(x, from, Boundary::LOGITS).unwrap();
@@ -183,7 +184,7 @@ fn calibration_parts_accumulate() {
     let bytes = std::fs::read(split_paths::weights_file()).unwrap();
     let whole = Calibration::load(&split_paths::calibration_file()).unwrap();
     let edge = EdgeRunner::new(&bytes, Device::flex()).unwrap();
-    let (b5, b11) = ("block5".parse().unwrap(), "block11".parse().unwrap());
+    let (b5, b11) = ("block5", "block11");
     assert_eq!(edge.add_calibration(&whole.part(b5).unwrap()).unwrap(), whole.id());
     let EdgeOutput::Remote { frame, .. } =
         block_on(edge.run(&photo(), opts("block5", "q6", false), 1)).unwrap()
@@ -191,7 +192,8 @@ fn calibration_parts_accumulate() {
         panic!("a frame")
     };
     let Request::Features { frame, .. } = Request::decode(&frame).unwrap() else { panic!() };
-    frame.decode(DecodeContext::new(Some(&whole))).expect("the server's calibration decodes it");
+    Features::from_frame(&frame, DecodeContext::new(Some(&whole)))
+        .expect("the server's calibration decodes it");
     assert!(block_on(edge.run(&photo(), opts("block11", "q6", false), 2)).is_err());
     edge.add_calibration(&whole.part(b11).unwrap()).unwrap();
     assert!(block_on(edge.run(&photo(), opts("block11", "q6", false), 3)).is_ok());

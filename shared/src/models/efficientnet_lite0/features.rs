@@ -6,6 +6,8 @@ use burn::tensor::{Device, Tensor, TensorData};
 
 use super::{Boundary, MAX_BATCH, ModelError, Result};
 use crate::cache::ContentKey;
+use crate::codec::{Calibration, CodecError, DecodeContext, EncodeContext, Noise, Setting};
+use crate::protocol::{FeatureView, FeaturesFrame};
 
 /// A batch of activations at `boundary`, NCHW `[n, C, H, W]`, values in C order.
 #[derive(Clone, Debug, PartialEq)]
@@ -97,6 +99,54 @@ impl Features {
     /// values, hashed in place (no byte copy of the values).
     pub fn content_key(&self) -> ContentKey {
         ContentKey::of_tensor(b"features", &[self.boundary.index()], &self.dims, &self.values)
+    }
+
+    /// The frame that carries these activations coded under `setting` (the codec's tables found
+    /// at the boundary's name).
+    ///
+    /// # Errors
+    /// What [`FeaturesFrame::encode`] reports.
+    pub fn to_frame(
+        &self,
+        setting: Setting,
+        ctx: EncodeContext<'_>,
+    ) -> std::result::Result<FeaturesFrame, CodecError> {
+        let view = FeatureView {
+            index: self.boundary.index(),
+            name: self.boundary.name(),
+            dims: &self.dims,
+            values: &self.values,
+        };
+        FeaturesFrame::encode(view, setting, ctx)
+    }
+
+    /// These activations with `noise` added ([`Noise::apply`], scaled by the calibration's
+    /// ranges at the boundary), drawn from `seed`.
+    ///
+    /// # Errors
+    /// What [`Noise::apply`] reports.
+    pub fn with_noise(
+        mut self,
+        noise: Noise,
+        calibration: &Calibration,
+        seed: u64,
+    ) -> std::result::Result<Self, CodecError> {
+        noise.apply(self.boundary.name(), &self.dims, &mut self.values, calibration, seed)?;
+        Ok(self)
+    }
+
+    /// The activations `frame` carries: its boundary one of this network's, its shape checked
+    /// against it, then its payload decoded.
+    ///
+    /// # Errors
+    /// [`ModelError::UnknownBoundary`] or [`ModelError::ShapeMismatch`], what
+    /// [`FeaturesFrame::decode_values`] reports, or [`ModelError::LengthMismatch`].
+    pub fn from_frame(frame: &FeaturesFrame, ctx: DecodeContext<'_>) -> crate::Result<Self> {
+        let boundary = Boundary::from_index(frame.boundary)?;
+        let dims = frame.dims();
+        check_shape(boundary, &dims)?;
+        let values = frame.decode_values(boundary.name(), ctx)?;
+        Ok(Self::new(boundary, &dims, values)?)
     }
 
     #[cfg(feature = "model")]

@@ -16,6 +16,7 @@ pub mod fused;
 mod light;
 #[cfg(feature = "model")]
 mod network;
+mod spec;
 #[cfg(feature = "model")]
 mod split;
 mod weights;
@@ -30,8 +31,9 @@ pub use features::{Features, check_shape};
 pub use light::{DEFAULT_LIGHT, LightPrecision, light_shards};
 #[cfg(feature = "model")]
 pub use network::{Depthwise, EfficientNetLite0, MbConv, Pointwise, Stem, Steps};
+pub use spec::{LITE0_NAME, lite0_spec};
 #[cfg(feature = "model")]
-pub use split::{LITE0_NAME, Lite0Split, lite0_spec};
+pub use split::Lite0Split;
 #[cfg(not(target_family = "wasm"))]
 pub use weights::read_weights;
 pub use weights::{WEIGHTS_MAGIC, stage_prefix, weight_shard, weight_shards};

@@ -1,18 +1,14 @@
-//! EfficientNet-Lite0 on the split runtime: its 21 boundaries as a [`ModelSpec`], its codec as
-//! the frames' decoder, its preprocessing as the image input. The network and its answers are
+//! EfficientNet-Lite0 on the split runtime: its 21 boundaries as a [`ModelSpec`], its codec
+//! calibration as the frames' tables, its preprocessing as the image input. The network and its answers are
 //! those of [`EfficientNetLite0::forward_range`]; this is the adapter the server hosts.
 
 use std::sync::Arc;
 
 use burn::tensor::{Device, Tensor, TensorData};
 
-use super::{Boundary, EfficientNetLite0, MAX_BATCH, ModelError, boundary_table};
-use crate::codec::{Calibration, DecodeContext, Setting, StreamDecoder};
-use crate::protocol::{FeaturesFrame, MODEL_EFFICIENTNET_LITE0};
-use crate::runtime::{Activations, BoundarySpec, ModelSpec, SplitModel};
-
-/// The name clients ask for and `/api/info` lists.
-pub const LITE0_NAME: &str = "efficientnet-lite0";
+use super::{Boundary, EfficientNetLite0, ModelError, lite0_spec};
+use crate::codec::{Calibration, CodecError};
+use crate::runtime::{Activations, ModelSpec, SplitModel};
 
 /// EfficientNet-Lite0 as a [`SplitModel`]: the network on its device, and the calibration its
 /// coded frames need (without one only f32 features decode).
@@ -24,25 +20,22 @@ pub struct Lite0Split {
     spec: ModelSpec,
 }
 
-/// The network's description: id 1, the boundaries of [`boundary_table`], batches up to
-/// [`MAX_BATCH`].
-pub fn lite0_spec() -> ModelSpec {
-    let boundaries = boundary_table()
-        .iter()
-        .map(|b| BoundarySpec::new(b.name, &b.shape).with_param_bytes(b.cumulative_param_bytes))
-        .collect();
-    ModelSpec::new(MODEL_EFFICIENTNET_LITE0, LITE0_NAME, boundaries, MAX_BATCH)
-        .expect("the architecture table is a valid spec")
-}
-
 impl Lite0Split {
     /// Host `model` (its weights on `device`), decoding coded frames with `calibration`.
+    ///
+    /// # Errors
+    /// [`CodecError::BadCalibration`] when the calibration's tables are not this network's
+    /// ([`Calibration::check_spec`]).
     pub fn new(
         model: EfficientNetLite0,
         device: Device,
         calibration: Option<Arc<Calibration>>,
-    ) -> Self {
-        Self { model, device, calibration, spec: lite0_spec() }
+    ) -> Result<Self, CodecError> {
+        let spec = lite0_spec();
+        if let Some(c) = &calibration {
+            c.check_spec(&spec)?;
+        }
+        Ok(Self { model, device, calibration, spec })
     }
 
     /// The network.
@@ -53,11 +46,6 @@ impl Lite0Split {
     /// The device it runs on.
     pub fn device(&self) -> &Device {
         &self.device
-    }
-
-    /// The calibration its coded frames use, if it has one.
-    pub fn calibration(&self) -> Option<&Calibration> {
-        self.calibration.as_deref()
     }
 }
 
@@ -77,19 +65,8 @@ impl SplitModel for Lite0Split {
         Ok(Activations::new(&self.spec, to, &dims, values)?)
     }
 
-    fn decode_features(
-        &self,
-        frame: &FeaturesFrame,
-        streams: &mut StreamDecoder,
-    ) -> crate::Result<Activations> {
-        let ctx = DecodeContext::new(self.calibration.as_deref()).with_streams(Some(streams));
-        let features = frame.decode(ctx)?;
-        let (boundary, dims) = (features.boundary().index(), features.dims());
-        Ok(Activations::new(&self.spec, boundary, &dims, features.into_values())?)
-    }
-
-    fn default_codec(&self) -> Setting {
-        self.calibration.as_ref().map_or(Setting::F32, |c| c.default_setting())
+    fn calibration(&self) -> Option<&Calibration> {
+        self.calibration.as_deref()
     }
 
     fn image_input(&self, bytes: &[u8], exact: bool) -> crate::Result<Activations> {
