@@ -209,7 +209,10 @@ impl EncryptedClassifier {
 }
 
 /// A ciphertext as the device encrypts it: two parts on all the moduli.
-fn read_fresh(bytes: &[u8], par: &Arc<BfvParameters>) -> Result<Ciphertext, EncryptedError> {
+pub(super) fn read_fresh(
+    bytes: &[u8],
+    par: &Arc<BfvParameters>,
+) -> Result<Ciphertext, EncryptedError> {
     let ct = Ciphertext::from_bytes(bytes, par)
         .map_err(|e| EncryptedError::Malformed { what: "ciphertext", reason: e.to_string() })?;
     let level = ct.first().map(|p| par.level_of_context(p.ctx()));

@@ -89,3 +89,70 @@ fn what_is_not_a_ciphertext_or_a_key_is_refused() {
     let err = EncryptedClassifier::read_key(&partial).unwrap_err();
     assert_eq!(err, EncryptedError::MissingRotation(layout::BABY));
 }
+
+/// Bytes an attacker sends as a key or a ciphertext go through fhe.rs's readers on the server;
+/// damaged copies of real ones (bytes flipped, cut, grown) must come back as a typed error or
+/// a value, never as a panic (the server would lose the evaluation thread's work and log a
+/// crash for one bad upload).
+#[test]
+fn damaged_keys_and_ciphertexts_are_errors_not_panics() {
+    let mut rng = rand::rng();
+    let keys = DeviceKeys::generate(&mut rng);
+    let key = keys.evaluation_key(&mut rng).unwrap();
+    let upload = keys.encrypt(&[1; IN], &mut rng).unwrap();
+    let server = EncryptedClassifier::new(&classifier()).unwrap();
+    let session = EncryptedClassifier::read_key(&key).unwrap();
+    let parts: Vec<&[u8]> = upload.iter().map(Vec::as_slice).collect();
+    let answer = server.evaluate(&parts, &session).unwrap();
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move |below: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % below.max(1) as u64) as usize
+    };
+    let mut damage = |bytes: &[u8]| -> Vec<u8> {
+        let mut b = bytes.to_vec();
+        match next(4) {
+            0 => {
+                for _ in 0..=next(4) {
+                    let at = next(b.len());
+                    b[at] ^= 1 << next(8);
+                }
+            }
+            1 => b.truncate(next(b.len())),
+            2 => {
+                let at = next(b.len());
+                let grown: Vec<u8> = (0..=next(16)).map(|_| next(256) as u8).collect();
+                b.splice(at..at, grown);
+            }
+            _ => {
+                // A length or tag early in the message: where a reader decides what to allocate.
+                let at = next(b.len().min(64));
+                b[at] = [0x00, 0x7f, 0x80, 0xff][next(4)];
+            }
+        }
+        b
+    };
+    let mut panicked = Vec::new();
+    for i in 0..200 {
+        let bad = damage(&key);
+        let run = std::panic::catch_unwind(|| drop(EncryptedClassifier::read_key(&bad)));
+        if run.is_err() {
+            panicked.push(format!("key {i}: {} bytes", bad.len()));
+        }
+    }
+    for i in 0..1000 {
+        let bad = damage(&upload[i % upload.len()]);
+        let run = std::panic::catch_unwind(|| drop(scheme::read_fresh(&bad, &parameters())));
+        if run.is_err() {
+            panicked.push(format!("upload {i}: {} bytes", bad.len()));
+        }
+        let bad = damage(&answer);
+        let run = std::panic::catch_unwind(|| drop(keys.decrypt(&bad)));
+        if run.is_err() {
+            panicked.push(format!("answer {i}: {} bytes", bad.len()));
+        }
+    }
+    assert!(panicked.is_empty(), "{} readers panicked: {panicked:?}", panicked.len());
+}
