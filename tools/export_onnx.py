@@ -88,20 +88,21 @@ class Graph:
         return y
 
 
-def build(weights, arch, start):
+def build(weights, arch, start, batch=1):
     """The network from `start` (0 = the image, k = after block k-1... as boundary index - 2 for
-    blocks) to the logits. `start` is a block index: -1 means the input image."""
+    blocks) to the logits, for `batch` images a run. `start` is a block index: -1 means the input
+    image."""
     g = Graph(weights)
     blocks = arch["blocks"]
     if start < 0:
-        shape, size = [1, 3, 224, 224], 224
+        shape, size = [batch, 3, 224, 224], 224
         x, size = g.conv("input", "stem", size, 2, 1)
         x = g.relu6(x)
         first = 0
     else:
         spec = blocks[start]
         size = arch["sizes"][start]
-        shape = [1, spec["c_out"], size, size]
+        shape = [batch, spec["c_out"], size, size]
         x, first = "input", start + 1
     for i in range(first, len(blocks)):
         spec = blocks[i]
@@ -125,7 +126,7 @@ def build(weights, arch, start):
     g.nodes.append(helper.make_node("Gemm", [flat, "fc.weight", "fc.bias"], ["logits"], transB=1, name="fc"))
     graph = helper.make_graph(
         g.nodes, "efficientnet-lite0", [helper.make_tensor_value_info("input", TensorProto.FLOAT, shape)],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 1000])], g.inits)
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, 1000])], g.inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="splitinfer")
     # IR 8 is what opset 17 came with; newer runtimes read it, and so do older ones (ORT Web 1.30).
     model.ir_version = 8
@@ -208,6 +209,7 @@ def main():
     ap.add_argument("--fixture", required=True, help="path prefix: <p>_224.rgb and <p>_logits.f32")
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--profile-ops", action="store_true", help="add ORT's per-op profile (1 thread)")
+    ap.add_argument("--batch", type=int, default=1, help="images a run in the timed models (ms are per run)")
     a = ap.parse_args()
     import onnxruntime as ort
 
@@ -222,9 +224,9 @@ def main():
     report["max_abs_logit_diff"] = float(np.abs(got - want).max())
     report["top1"] = [int(got.argmax()), int(want.argmax())]
     for name, start in [("full", -1)] + [(b, i) for b, i in arch["tails"]]:
-        if start >= 0:
-            model, shape = build(weights, arch, start)
-            path = f"{a.out}/tail-{name}.onnx"
+        if start >= 0 or a.batch != 1:
+            model, shape = build(weights, arch, start, a.batch)
+            path = f"{a.out}/{'tail-' + name if start >= 0 else 'full'}-b{a.batch}.onnx"
             onnx.save(model, path)
         else:
             path, shape = f"{a.out}/efficientnet-lite0.onnx", [1, 3, 224, 224]

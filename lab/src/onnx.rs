@@ -1,7 +1,9 @@
 //! `./run.sh onnx [--repeats N]`: export the model to ONNX from the project's weights
 //! (`tools/export_onnx.py`), check its logits against the golden fixture, and time ONNX Runtime
 //! (CPU, from PyPI) against burn `flex` on the same machine: the whole network and the cloud
-//! tier's tails from block5 and block11, with 1 and 2 threads.
+//! tier's tails from block5 and block11, with 1 and 2 threads, one image a run or a batch
+//! (`--batch N`: both engines run N images at once, what the server does under load; the times
+//! are per image).
 //!
 //! Python packages (`numpy`, `onnx`, `onnxruntime`) go into a virtual environment in the cache.
 
@@ -34,7 +36,8 @@ fn python() -> Result<PathBuf> {
     Ok(py)
 }
 
-/// One part of the network timed on both engines, ms per image.
+/// One part of the network timed on both engines, ms per image (a run of [`OnnxReport::batch`]
+/// images divided by it).
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct PartTiming {
     /// `full`, `tail-block5`, `tail-block11`.
@@ -71,6 +74,13 @@ pub struct OnnxReport {
     pub ops: Vec<(String, f64, f64, f64)>,
     /// Path of the exported whole-network model.
     pub model: PathBuf,
+    /// Images a timed run (1 in reports from before it).
+    #[serde(default = "one")]
+    pub batch: usize,
+}
+
+fn one() -> usize {
+    1
 }
 
 /// Export, check against the golden logits, and time both engines; with `ops`, the per-op
@@ -78,7 +88,8 @@ pub struct OnnxReport {
 ///
 /// # Errors
 /// Missing weights, a failing Python step, or an export that does not reproduce the logits.
-pub fn measure(repeats: usize, ops: bool) -> Result<OnnxReport> {
+pub fn measure(repeats: usize, ops: bool, batch: usize) -> Result<OnnxReport> {
+    anyhow::ensure!(batch >= 1, "a batch of at least one image");
     let weights_path = setup::ensure_weights()?;
     let out = paths::cache_dir().join("onnx");
     std::fs::create_dir_all(&out)?;
@@ -103,7 +114,8 @@ pub fn measure(repeats: usize, ops: bool) -> Result<OnnxReport> {
         .arg(&out)
         .arg("--fixture")
         .arg(&fixture)
-        .args(["--repeats", &repeats.to_string()]);
+        .args(["--repeats", &repeats.to_string()])
+        .args(["--batch", &batch.to_string()]);
     if ops {
         cmd.arg("--profile-ops");
     }
@@ -124,7 +136,7 @@ pub fn measure(repeats: usize, ops: bool) -> Result<OnnxReport> {
     let model = &model;
     let run_from = |from: Boundary| {
         let [c, h, w] = from.info().shape;
-        let x = Tensor::<4>::zeros([1, c, h, w], &device);
+        let x = Tensor::<4>::zeros([batch, c, h, w], &device);
         move || {
             drop(
                 model
@@ -141,17 +153,18 @@ pub fn measure(repeats: usize, ops: bool) -> Result<OnnxReport> {
         ("tail-block11", Boundary::block(11)?),
     ] {
         let ort = &report["models"][name.trim_start_matches("tail-")];
+        let per_image = batch as f64;
         split_kernels::set_max_threads(1);
-        let burn_ms = crate::measure::median_ms(run_from(from), repeats);
+        let burn_ms = crate::measure::median_ms(run_from(from), repeats) / per_image;
         split_kernels::set_max_threads(2);
-        let burn_2_ms = crate::measure::median_ms(run_from(from), repeats);
+        let burn_2_ms = crate::measure::median_ms(run_from(from), repeats) / per_image;
         split_kernels::set_max_threads(0);
         parts.push(PartTiming {
             part: name.into(),
             burn_ms,
             burn_2_ms,
-            ort_1_ms: ort["1"].as_f64().unwrap_or(f64::NAN),
-            ort_2_ms: ort["2"].as_f64().unwrap_or(f64::NAN),
+            ort_1_ms: ort["1"].as_f64().unwrap_or(f64::NAN) / per_image,
+            ort_2_ms: ort["2"].as_f64().unwrap_or(f64::NAN) / per_image,
         });
     }
     split_kernels::set_max_threads(2);
@@ -194,6 +207,7 @@ pub fn measure(repeats: usize, ops: bool) -> Result<OnnxReport> {
         burn_cpu_per_wall,
         ops: op_rows,
         model: out.join("efficientnet-lite0.onnx"),
+        batch,
     })
 }
 
@@ -206,17 +220,22 @@ pub struct Args {
     /// Also time every operation alone, burn and ORT side by side.
     #[arg(long)]
     ops: bool,
+    /// Images a timed run, on both engines (the server batches up to 4 under load); the
+    /// tables give ms per image.
+    #[arg(long, default_value_t = 1)]
+    batch: usize,
 }
 
 /// Print the comparison as markdown.
 pub fn run(a: Args) -> Result<()> {
-    let r = measure(a.repeats, a.ops)?;
+    let r = measure(a.repeats, a.ops, a.batch)?;
     println!(
-        "ONNX export: {} (onnxruntime {}), max |logit - golden| {:.2e}; burn CPU/wall {:.2}",
+        "ONNX export: {} (onnxruntime {}), max |logit - golden| {:.2e}; burn CPU/wall {:.2}; {} image(s) a run, ms per image",
         r.model.display(),
         r.onnxruntime,
         r.max_abs_logit_diff,
-        r.burn_cpu_per_wall
+        r.burn_cpu_per_wall,
+        r.batch
     );
     println!("{}", tables(&r));
     Ok(())

@@ -416,7 +416,7 @@ pub fn lab(opts: &Options, command: &str) -> Result<Results> {
     let (mut onnx_report, mut ort_web, mut cold_start) = (None, None, None);
     if !opts.quick {
         eprintln!("lab: ONNX Runtime CPU against burn flex, per-op profiles");
-        let r = onnx::measure(30, true)?;
+        let r = onnx::measure(30, true, 1)?;
         std::fs::copy(&r.model, paths::repo_root().join("web/pkg/efficientnet-lite0.onnx"))?;
         onnx_report = Some(r);
         eprintln!("lab: ONNX Runtime Web against burn wasm");
