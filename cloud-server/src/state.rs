@@ -212,7 +212,11 @@ impl AppState {
         drop(weights);
         let weights_file = crate::info::FileIdentity::of(&weights_path)
             .with_context(|| format!("reading {}", weights_path.display()))?;
-        log::info!("model loaded from {} on {device_name}", weights_path.display());
+        log::info!(
+            "model loaded from {} on {device_name} (CPU kernels: {:?})",
+            weights_path.display(),
+            split_kernels::Isa::detect()
+        );
         let calibration = load_calibration(config.calibration_path())?;
         let cost_table = load_cost_table(config.cost_table_path())?;
         let metrics = Arc::new(Metrics::new());

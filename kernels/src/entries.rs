@@ -80,28 +80,34 @@ entry_set!(mod wasm_set, Wasm128, "relaxed-simd", pw: (4, 3), dw: (4, 2), stem: 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86 {
     use super::*;
-    use crate::simd::Avx2;
+    use crate::simd::{Avx2, Avx512};
     entry_set!(mod v3, Avx2, "avx2,fma", pw: (6, 2), dw: (4, 2), stem: (2, 4));
     entry_set!(mod v4, Avx2, "avx2,fma,avx512f,avx512vl", pw: (6, 4), dw: (4, 4), stem: (4, 4));
+    // The same tiles in channels as `v4` (32 a tile), in zmm registers.
+    entry_set!(mod v4z, Avx512, "avx2,fma,avx512f,avx512vl", pw: (6, 2), dw: (4, 2), stem: (4, 2));
 
     /// Per kernel, the x86 entries.
     pub(crate) mod pointwise_entry {
         pub(crate) use super::v3::pointwise_entry as avx2;
         pub(crate) use super::v4::pointwise_entry as avx512;
+        pub(crate) use super::v4z::pointwise_entry as avx512_zmm;
     }
     /// Per kernel, the x86 entries.
     pub(crate) mod depthwise_entry {
         pub(crate) use super::v3::depthwise_entry as avx2;
         pub(crate) use super::v4::depthwise_entry as avx512;
+        pub(crate) use super::v4z::depthwise_entry as avx512_zmm;
     }
     /// Per kernel, the x86 entries.
     pub(crate) mod stem_entry {
         pub(crate) use super::v3::stem_entry as avx2;
         pub(crate) use super::v4::stem_entry as avx512;
+        pub(crate) use super::v4z::stem_entry as avx512_zmm;
     }
     /// Per kernel, the x86 entries.
     pub(crate) mod mbconv_entry {
         pub(crate) use super::v3::mbconv_entry as avx2;
         pub(crate) use super::v4::mbconv_entry as avx512;
+        pub(crate) use super::v4z::mbconv_entry as avx512_zmm;
     }
 }

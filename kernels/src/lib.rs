@@ -69,6 +69,9 @@ pub enum Isa {
     Avx2,
     /// x86-64-v4: AVX-512F/VL; the 8-lane kernels with 32 registers and larger tiles.
     Avx512,
+    /// x86-64-v4 with 16-lane (512-bit) vectors; a call whose channels are not multiples of
+    /// 16 runs [`Isa::Avx512`]'s kernels instead ([`Isa::fitting`]).
+    Avx512Zmm,
     /// WebAssembly 128-bit SIMD (the module is built with `+simd128`).
     Simd128,
 }
@@ -81,7 +84,11 @@ impl Isa {
             static BEST: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
             *BEST.get_or_init(|| {
                 if std::env::var_os("SPLIT_KERNELS_NO_AVX512").is_none() && x86_has_avx512() {
-                    Isa::Avx512
+                    match std::env::var("SPLIT_KERNELS_ZMM").as_deref() {
+                        Ok("1") => Isa::Avx512Zmm,
+                        Ok("0") => Isa::Avx512,
+                        _ => faster_avx512(),
+                    }
                 } else if x86_has_avx2() {
                     Isa::Avx2
                 } else {
@@ -111,7 +118,7 @@ impl Isa {
                 out.push(Isa::Avx2);
             }
             if x86_has_avx512() {
-                out.push(Isa::Avx512);
+                out.extend([Isa::Avx512, Isa::Avx512Zmm]);
             }
         }
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
@@ -125,8 +132,46 @@ impl Isa {
             Isa::Reference => 1,
             Isa::Portable | Isa::Simd128 => 4,
             Isa::Avx2 | Isa::Avx512 => 8,
+            Isa::Avx512Zmm => 16,
         }
     }
+
+    /// The instruction set a call with these channel counts (each must be a multiple of the
+    /// lanes) runs: this one, or for [`Isa::Avx512Zmm`] where one is not a multiple of 16,
+    /// [`Isa::Avx512`]'s 8-lane kernels.
+    pub fn fitting(self, channels: &[usize]) -> Isa {
+        match self {
+            Isa::Avx512Zmm if !channels.iter().all(|c| c.is_multiple_of(16)) => Isa::Avx512,
+            isa => isa,
+        }
+    }
+}
+
+/// The faster of the 8- and 16-lane AVX-512 kernels on this machine: a core whose 512-bit
+/// units are full width (AMD Zen 5, Intel's server cores) runs 16 lanes in the time of 8,
+/// one that runs them as two halves (Zen 4) does not, and CPUID does not say which. Each
+/// runs a 1×1 layer of the network's (14×14 pixels, 80 → 480 channels, 7.5 M multiply-adds)
+/// on one thread, alternating, five times; the 16 lanes win only when at least 5% faster.
+/// About 10 ms, once per process (`SPLIT_KERNELS_ZMM=1` or `0` decides instead).
+#[cfg(target_arch = "x86_64")]
+fn faster_avx512() -> Isa {
+    let s = PointwiseShape { pixels: 196, c_in: 80, c_out: 480 };
+    let x = vec![0.5f32; s.input_len()];
+    let w = vec![0.01f32; s.weight_len()];
+    let b = vec![0.0f32; s.c_out];
+    let mut out = vec![0.0f32; s.output_len()];
+    let mut best = [f64::INFINITY; 2];
+    let before = threads::thread_max_threads();
+    set_thread_max_threads(1);
+    for _ in 0..5 {
+        for (i, isa) in [Isa::Avx512, Isa::Avx512Zmm].into_iter().enumerate() {
+            let start = std::time::Instant::now();
+            pointwise(isa, s, &x, &w, &b, Activation::Relu6, None, &mut out);
+            best[i] = best[i].min(start.elapsed().as_secs_f64());
+        }
+    }
+    set_thread_max_threads(before);
+    if best[1] < 0.95 * best[0] { Isa::Avx512Zmm } else { Isa::Avx512 }
 }
 
 /// Every feature the AVX2 entries are compiled with (`entries::x86::v3`).
@@ -186,6 +231,7 @@ pub(crate) fn pointwise_uninit(
     if let Some(r) = residual {
         assert_eq!(r.len(), out.len(), "pointwise: residual length");
     }
+    let isa = isa.fitting(&[s.panel_width()]);
     if !s.panel_width().is_multiple_of(isa.lanes()) || isa == Isa::Reference {
         return reference::pointwise(s, x, weight, bias, act, residual, zeroed(out));
     }
@@ -280,6 +326,7 @@ pub(crate) fn depthwise_uninit(
     assert_eq!(weight.len(), weight_len, "depthwise: weight length");
     assert_eq!(bias.len(), s.c_in, "depthwise: bias length");
     assert_eq!(out.len(), s.output_len(), "depthwise: output length");
+    let isa = isa.fitting(&[s.c_in]);
     if !s.c_in.is_multiple_of(isa.lanes()) || isa == Isa::Reference {
         return reference::depthwise(s, x, weight, bias, act, zeroed(out));
     }
@@ -346,6 +393,7 @@ pub(crate) fn conv_nchw_to_nhwc_uninit(
     assert_eq!(weight.len(), weight_len, "stem: weight length");
     assert_eq!(bias.len(), s.c_out, "stem: bias length");
     assert_eq!(out.len(), s.output_len(), "stem: output length");
+    let isa = isa.fitting(&[s.c_out]);
     if !s.c_out.is_multiple_of(isa.lanes()) || isa == Isa::Reference {
         return reference::conv_nchw_to_nhwc(s, x, weight, bias, act, zeroed(out));
     }
@@ -399,6 +447,8 @@ macro_rules! dispatch {
         match $isa {
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512 => $crate::entries::x86::$entry::avx512($args),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512Zmm => $crate::entries::x86::$entry::avx512_zmm($args),
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 => $crate::entries::x86::$entry::avx2($args),
             #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]

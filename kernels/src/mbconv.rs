@@ -159,6 +159,7 @@ pub(crate) fn mbconv_uninit(
         !residual || (s.stride == 1 && s.c_in == s.c_out),
         "mbconv: a residual needs stride 1 and c_in == c_out"
     );
+    let isa = isa.fitting(&[c_mid, s.project(1).panel_width(), s.expand(1).panel_width()]);
     let lanes = isa.lanes();
     let simd = isa != Isa::Reference
         && c_mid.is_multiple_of(lanes)

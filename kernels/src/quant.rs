@@ -178,9 +178,12 @@ pub(crate) fn parts_for(w: &QuantMatrix, tokens: usize) -> usize {
 /// # Panics
 /// When `isa` asks for AVX2 on a machine without AVX2 and FMA.
 pub(crate) fn assert_runs_here(isa: crate::Isa) {
-    if matches!(isa, crate::Isa::Avx2 | crate::Isa::Avx512) {
+    if matches!(isa, crate::Isa::Avx2 | crate::Isa::Avx512 | crate::Isa::Avx512Zmm) {
         assert!(
-            matches!(crate::Isa::detect(), crate::Isa::Avx2 | crate::Isa::Avx512),
+            matches!(
+                crate::Isa::detect(),
+                crate::Isa::Avx2 | crate::Isa::Avx512 | crate::Isa::Avx512Zmm
+            ),
             "{isa:?} kernels asked for on a machine without AVX2 and FMA"
         );
     }
@@ -299,7 +302,7 @@ fn row_dots(
 ) {
     match isa {
         #[cfg(target_arch = "x86_64")]
-        crate::Isa::Avx2 | crate::Isa::Avx512 => {
+        crate::Isa::Avx2 | crate::Isa::Avx512 | crate::Isa::Avx512Zmm => {
             // SAFETY: as in `row_dot`: `quant_matmul_groups` asserted AVX2 and FMA.
             unsafe { row_dots_fma(w, blocks, x, dots) }
         }
@@ -380,7 +383,10 @@ fn row_dot_each(
     let bpr = w.blocks_per_row();
     let vector = |t: usize| &x[t * w.cols..(t + 1) * w.cols];
     let block_sums = |t: usize| &sums[t * bpr..(t + 1) * bpr];
-    let shared = matches!(isa, crate::Isa::Portable | crate::Isa::Avx2 | crate::Isa::Avx512);
+    let shared = matches!(
+        isa,
+        crate::Isa::Portable | crate::Isa::Avx2 | crate::Isa::Avx512 | crate::Isa::Avx512Zmm
+    );
     let mut chunks = tokens.chunks_exact(EACH);
     if shared {
         for chunk in &mut chunks {
@@ -389,7 +395,7 @@ fn row_dot_each(
             let got = match isa {
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: as in `row_dot`: `quant_matmul_groups` asserted AVX2 and FMA.
-                crate::Isa::Avx2 | crate::Isa::Avx512 => unsafe {
+                crate::Isa::Avx2 | crate::Isa::Avx512 | crate::Isa::Avx512Zmm => unsafe {
                     row_dot_each_fma(w, blocks.clone(), xs, ss)
                 },
                 _ => row_dot_each_generic::<false>(w, blocks.clone(), xs, ss),
@@ -491,7 +497,7 @@ fn row_dot(
 ) -> f32 {
     match isa {
         #[cfg(target_arch = "x86_64")]
-        crate::Isa::Avx2 | crate::Isa::Avx512 => {
+        crate::Isa::Avx2 | crate::Isa::Avx512 | crate::Isa::Avx512Zmm => {
             // SAFETY: `quant_matmul` asserted that this machine has AVX2 and FMA, the
             // features `row_dot_fma` is compiled with.
             unsafe { row_dot_fma(w, blocks, x, sums) }

@@ -78,7 +78,7 @@ pub fn quant_matmul_q8(
     }
     assert_runs_here(isa);
     #[cfg(target_arch = "x86_64")]
-    let vnni = isa == crate::Isa::Avx512 && avx2::has_vnni();
+    let vnni = matches!(isa, crate::Isa::Avx512 | crate::Isa::Avx512Zmm) && avx2::has_vnni();
     let bpr = w.cols / QBLOCK;
     // One vector at a time: the rows split as for a product of one.
     let parts = parts_for(w, 1);
@@ -93,7 +93,7 @@ pub fn quant_matmul_q8(
                 *o = match isa {
                     #[cfg(target_arch = "x86_64")]
                     // SAFETY: AVX2 and FMA were asserted above, VNNI detected.
-                    crate::Isa::Avx2 | crate::Isa::Avx512 => unsafe {
+                    crate::Isa::Avx2 | crate::Isa::Avx512 | crate::Isa::Avx512Zmm => unsafe {
                         if vnni {
                             avx2::row_dot_vnni(w, blocks, &v)
                         } else {

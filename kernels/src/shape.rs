@@ -18,8 +18,17 @@ pub enum Activation {
     Relu6,
 }
 
-/// Output channels per weight panel of a 1x1 convolution (when `c_out` is a multiple of it).
+/// Output channels per weight panel of a 1x1 convolution (when `c_out` is a multiple of it;
+/// else [`NARROW_PANEL`]). 16 on x86-64, where the 16-lane kernels read a panel a vector; 8
+/// elsewhere.
+#[cfg(target_arch = "x86_64")]
+pub const PANEL: usize = 16;
+/// Output channels per weight panel of a 1x1 convolution (when `c_out` is a multiple of it;
+/// else [`NARROW_PANEL`]).
+#[cfg(not(target_arch = "x86_64"))]
 pub const PANEL: usize = 8;
+/// The panel width where [`PANEL`] does not divide `c_out` but this does.
+pub const NARROW_PANEL: usize = 8;
 
 /// A 1x1 convolution over NHWC activations: `[pixels, c_in] x [c_in, c_out]`.
 ///
@@ -58,10 +67,14 @@ pub struct ConvShape {
 }
 
 impl PointwiseShape {
-    /// Output channels per weight panel: [`PANEL`], or all of them when `PANEL` does not divide
-    /// `c_out` (one panel: the plain `[c_in, c_out]` layout).
+    /// Output channels per weight panel: [`PANEL`], else [`NARROW_PANEL`], whichever divides
+    /// `c_out` first, or all of them when neither does (one panel: the plain `[c_in, c_out]`
+    /// layout).
     pub fn panel_width(&self) -> usize {
-        if self.c_out.is_multiple_of(PANEL) { PANEL } else { self.c_out }
+        [PANEL, NARROW_PANEL]
+            .into_iter()
+            .find(|p| self.c_out.is_multiple_of(*p))
+            .unwrap_or(self.c_out)
     }
 
     /// Where weight `(i, o)` (input channel, output channel) lives in the panel layout.
@@ -148,7 +161,8 @@ mod tests {
 
     #[test]
     fn panels_hold_eight_output_channels_contiguous_per_input_channel() {
-        let s = PointwiseShape { pixels: 1, c_in: 3, c_out: 16 };
+        // 24 channels: three narrow panels on every target.
+        let s = PointwiseShape { pixels: 1, c_in: 3, c_out: 24 };
         assert_eq!(s.panel_width(), 8);
         assert_eq!(s.weight_index(0, 7), 7);
         assert_eq!(s.weight_index(1, 0), 8);
@@ -157,9 +171,13 @@ mod tests {
         assert_eq!(odd.panel_width(), 12);
         let w: Vec<f32> = (0..36).map(|v| v as f32).collect();
         assert_eq!(odd.pack_weight(&w), w, "one panel is the row-major layout");
-        let w: Vec<f32> = (0..48).map(|v| v as f32).collect();
+        let w: Vec<f32> = (0..72).map(|v| v as f32).collect();
         let packed = s.pack_weight(&w);
-        assert_eq!(&packed[..10], &[0., 1., 2., 3., 4., 5., 6., 7., 16., 17.]);
+        assert_eq!(&packed[..10], &[0., 1., 2., 3., 4., 5., 6., 7., 24., 25.]);
+        // A multiple of the wide panel takes it.
+        let wide = PointwiseShape { pixels: 1, c_in: 3, c_out: 2 * PANEL };
+        assert_eq!(wide.panel_width(), PANEL);
+        assert_eq!(wide.weight_index(1, 0), PANEL);
     }
 
     #[test]

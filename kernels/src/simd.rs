@@ -66,7 +66,7 @@ impl Simd for Portable {
 }
 
 #[cfg(target_arch = "x86_64")]
-pub(crate) use x86::Avx2;
+pub(crate) use x86::{Avx2, Avx512};
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
@@ -111,6 +111,53 @@ mod x86 {
         unsafe fn clamp(v: __m256, lo: __m256, hi: __m256) -> __m256 {
             // SAFETY: as above.
             unsafe { _mm256_min_ps(_mm256_max_ps(v, lo), hi) }
+        }
+        #[inline(always)]
+        unsafe fn prefetch(p: *const f32) {
+            // SAFETY: a prefetch is a hint; it does not fault on any address.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast()) }
+        }
+    }
+
+    /// 16 lanes in a zmm register (x86-64-v4): half the instructions of [`Avx2`] for the same
+    /// work, which a core whose AVX-512 units are a full 512 bits wide (AMD Zen 5, Intel's
+    /// server cores) runs in the time of 8 lanes.
+    #[derive(Clone, Copy)]
+    pub(crate) struct Avx512;
+
+    impl Simd for Avx512 {
+        const LANES: usize = 16;
+        type V = __m512;
+        #[inline(always)]
+        unsafe fn splat(x: f32) -> __m512 {
+            // SAFETY: only instantiated inside functions compiled with avx512f, called after
+            // run-time detection.
+            unsafe { _mm512_set1_ps(x) }
+        }
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> __m512 {
+            // SAFETY: as above; the caller guarantees 16 readable floats.
+            unsafe { _mm512_loadu_ps(p) }
+        }
+        #[inline(always)]
+        unsafe fn store(p: *mut f32, v: __m512) {
+            // SAFETY: as above; the caller guarantees 16 writable floats.
+            unsafe { _mm512_storeu_ps(p, v) }
+        }
+        #[inline(always)]
+        unsafe fn mul_add(a: __m512, b: __m512, c: __m512) -> __m512 {
+            // SAFETY: as above.
+            unsafe { _mm512_fmadd_ps(a, b, c) }
+        }
+        #[inline(always)]
+        unsafe fn add(a: __m512, b: __m512) -> __m512 {
+            // SAFETY: as above.
+            unsafe { _mm512_add_ps(a, b) }
+        }
+        #[inline(always)]
+        unsafe fn clamp(v: __m512, lo: __m512, hi: __m512) -> __m512 {
+            // SAFETY: as above.
+            unsafe { _mm512_min_ps(_mm512_max_ps(v, lo), hi) }
         }
         #[inline(always)]
         unsafe fn prefetch(p: *const f32) {

@@ -33,6 +33,12 @@ pub fn set_thread_max_threads(n: usize) {
     THREAD_MAX.with(|m| m.set(n));
 }
 
+/// The calling thread's own limit ([`set_thread_max_threads`]; 0: none).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(crate) fn thread_max_threads() -> usize {
+    THREAD_MAX.with(std::cell::Cell::get)
+}
+
 /// The helper threads beside the caller. Natively threads of the crate's own, one fewer than
 /// the machine's (the calling thread computes part 0 itself rather than sleeping while the
 /// helpers work), that spin a while for the next call before they sleep: a language model's

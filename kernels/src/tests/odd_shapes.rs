@@ -22,6 +22,8 @@ fn pointwise_tails_equal_reference() {
         (5, 8, 20),
         (33, 24, 36),
         (100, 96, 72),
+        // 16-lane kernels: three vectors of 16 (a partial column block of one).
+        (7, 16, 48),
         // Large enough to be split across threads (with the `threads` feature): by pixel rows,
         // and by output channels (more channels than pixels) in 32- and 16-wide units.
         (1001, 96, 104),
