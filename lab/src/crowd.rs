@@ -28,7 +28,7 @@ use split_shared::codec::{Calibration, EncodeContext, Setting};
 use split_shared::model::{Boundary, EfficientNetLite0, Features};
 use split_shared::plan::{
     AdaptivePolicy, Candidate, Constraints, ControllerConfig, PingObservation, Placement,
-    RequestObservation,
+    RequestObservation, Trip,
 };
 use split_shared::protocol::{Reply, Request};
 
@@ -164,6 +164,9 @@ pub struct CrowdConfig {
     /// Whether the clients price the server's time with its published congestion price
     /// (`load.price` of replies and pongs), as the browser client does.
     pub use_price: bool,
+    /// The emulated link's uplink, kbit/s (its profile's; `None` without one): what the report's
+    /// radio energy prices an upload's time at.
+    pub uplink_kbps: Option<f64>,
 }
 
 /// How a request was answered.
@@ -241,6 +244,12 @@ pub struct CrowdReport {
     /// Bytes sent per request.
     #[serde(deserialize_with = "crate::measure::null_as_nan")]
     pub bytes_per_request: f64,
+    /// Device energy per request, mJ: each request's measured device compute, upload and wait
+    /// priced by the planner's energy model (`Objective::terms`: `deviceWatts`, the radio's
+    /// power model; docs/adaptive.md) — a model of measured times, not a measured energy. NaN
+    /// where a request crossed a link of unknown speed.
+    #[serde(default = "crate::measure::nan", deserialize_with = "crate::measure::null_as_nan")]
+    pub energy_mj_per_request: f64,
     /// Parameter bytes each device needs for its placements (the most any client needed).
     pub edge_param_bytes: u64,
     /// Requests per placement, most used first.
@@ -570,6 +579,7 @@ pub fn summarize(cfg: &CrowdConfig, samples: &[Sample], from_ms: f64) -> CrowdRe
         answers_per_s: latencies.len() as f64 / window_s,
         edge_ms_per_request: window.iter().map(|s| s.edge_ms).sum::<f64>() / n,
         bytes_per_request: window.iter().map(|s| s.bytes as f64).sum::<f64>() / n,
+        energy_mj_per_request: window.iter().map(|s| energy_mj(cfg, s)).sum::<f64>() / n,
         edge_param_bytes,
         placements,
         switches: 0,
@@ -580,6 +590,25 @@ pub fn summarize(cfg: &CrowdConfig, samples: &[Sample], from_ms: f64) -> CrowdRe
         top1: window.iter().filter_map(|s| s.top1).collect(),
         by_speed: by_speed(&cfg.edge_factors, &window),
     }
+}
+
+/// A request's device energy under the clients' objective: its compute, and for one that
+/// crossed the link its upload (bytes at the link's uplink), then the wait for the answer, then
+/// the radio's tail (shared with the next request when they come closer than it).
+fn energy_mj(cfg: &CrowdConfig, s: &Sample) -> f64 {
+    let objective = &cfg.constraints.objective;
+    let trip = match (s.bytes, cfg.uplink_kbps) {
+        (0, _) => None,
+        (_, None) => return f64::NAN,
+        (bytes, Some(kbps)) => {
+            let uplink_bytes_per_ms = kbps / 8.0;
+            let transfer_ms = bytes as f64 / uplink_bytes_per_ms;
+            let wait_ms = (s.latency_ms - s.edge_ms - transfer_ms).max(0.0);
+            Some(Trip { transfer_ms, uplink_bytes_per_ms, wait_ms, cloud_ms: 0.0 })
+        }
+    };
+    let terms = objective.terms(s.edge_ms, trip, 1.0);
+    terms.compute_mj + terms.radio_mj
 }
 
 /// `n` device slowdowns spread evenly over `lo..=hi` (a crowd of phones and laptops).
@@ -620,6 +649,7 @@ mod tests {
             controller: ControllerConfig::default(),
             constraints: Constraints::default(),
             use_price: true,
+            uplink_kbps: Some(8_000.0),
         };
         let sample = |t_ms: f64, client, outcome, latency_ms, bytes| Sample {
             t_ms,
@@ -648,5 +678,12 @@ mod tests {
         assert_eq!(r.by_speed.len(), 2);
         assert_eq!(r.by_speed[0].remote_share, 1.0, "client 0 sent all three");
         assert_eq!(r.by_speed[1].remote_share, 0.5, "client 1 ran one locally, sent one");
+        // Energy: a local answer is its compute alone (10 ms at the default 2.3 W); one that
+        // crossed the link adds the radio's; without the link's speed there is no figure.
+        let local = summarize(&cfg, &samples[2..3], 2_000.0);
+        assert!((local.energy_mj_per_request - 23.0).abs() < 1e-9, "{local:?}");
+        assert!(r.energy_mj_per_request > 23.0, "{r:?}");
+        let unknown = CrowdConfig { uplink_kbps: None, ..cfg };
+        assert!(summarize(&unknown, &samples, 2_000.0).energy_mj_per_request.is_nan());
     }
 }

@@ -23,7 +23,9 @@ link) against a running server, one mode after another. Start the server with
 so that browser pages running the same schedule (web/tests/crowd-pages.mjs) join each mode.
 --queue-price-ms, --load-switch-probability, --jump-factor: try another tuning of auto's
 controller (ControllerConfig in shared/src/plan/controller.rs; the browser's default otherwise).
---goal, --radio: what auto's clients minimize (docs/adaptive.md, \"Goals beyond latency\");
+--goal, --radio: what auto's clients minimize (docs/adaptive.md, \"Goals beyond latency\"; their
+requestIntervalMs is --interval-ms), and what the device mJ/req column prices (a model of the
+measured compute, upload and wait times, not a measured energy);
 --no-price: they ignore the server's published congestion price.";
 
 struct Args {
@@ -121,6 +123,9 @@ fn parse() -> Result<Option<Args>> {
     if a.clients == 0 || a.settle >= a.duration {
         bail!("need at least one client and a settling time shorter than the run\n{USAGE}");
     }
+    // A client sends a frame every interval: the radio's tail after one request lasts only
+    // until the next (the objective's `requestIntervalMs`, as a camera stream's page sets it).
+    a.constraints.objective.request_interval_ms = Some(a.interval.as_secs_f64() * 1e3);
     Ok(Some(a))
 }
 
@@ -174,9 +179,9 @@ async fn main() -> Result<()> {
             a.settle.as_secs_f64()
         );
         println!(
-            "| mode | answers/s | server req/s | p50 ms | p95 ms | p99 ms | fallback | failed | device ms/req | bytes/req | server CPU ms/req | placements |"
+            "| mode | answers/s | server req/s | p50 ms | p95 ms | p99 ms | fallback | failed | device ms/req | bytes/req | device mJ/req (model) | server CPU ms/req | placements |"
         );
-        println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     }
     let unix_ms = || {
         std::time::SystemTime::now()
@@ -200,6 +205,11 @@ async fn main() -> Result<()> {
             controller: a.controller,
             constraints: a.constraints.clone(),
             use_price: a.use_price,
+            uplink_kbps: a
+                .link
+                .as_deref()
+                .and_then(|l| split_lab::netem::profile(l).ok())
+                .map(|p| p.up_kbps),
         };
         let cpu0 = server_cpu_ms(&a.server_pids)?;
         let (report, samples) = crowd::run(&cfg, a.settle).await;
@@ -217,7 +227,7 @@ async fn main() -> Result<()> {
         let top: Vec<String> =
             report.placements.iter().take(3).map(|(p, n)| format!("{p} {n}")).collect();
         println!(
-            "| {} | {:.1} | {:.1} | {:.0} | {:.0} | {:.0} | {} | {} | {:.0} | {:.0} | {} | {} |",
+            "| {} | {:.1} | {:.1} | {:.0} | {:.0} | {:.0} | {} | {} | {:.0} | {:.0} | {:.0} | {} | {} |",
             report.mode,
             report.answers_per_s,
             report.server_rps,
@@ -228,6 +238,7 @@ async fn main() -> Result<()> {
             report.failed,
             report.edge_ms_per_request,
             report.bytes_per_request,
+            report.energy_mj_per_request,
             cpu.map_or_else(|| "–".into(), |c| format!("{c:.1}")),
             top.join(", ")
         );

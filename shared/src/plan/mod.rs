@@ -22,7 +22,7 @@ pub use llm::{
     LlmSideCosts, LlmWorkload, estimate_llm, llm_candidates, llm_refusal, plan_llm,
 };
 pub use monitor::{Forecast, Measured, NetworkMonitor};
-pub use objective::{Class, Mode, Objective, Radio, RealTime, Weights};
+pub use objective::{Class, Mode, Objective, Radio, RealTime, Trip, Weights};
 pub use planner::{
     Candidate, Conditions, Constraints, DEFAULT_MIN_AGREEMENT, Estimate, Placement, PlanError,
     estimate, estimate_for, plan, plan_candidates,
