@@ -542,11 +542,17 @@ async function start() {
     $("split").addEventListener("change", drawNetwork);
     setupDevices(client, () => image?.bytes ?? null, showError);
     if (client.hasPlanner) {
-      // The goal and the radio it is priced for: the next re-plan uses them.
-      const goal = () => client.setObjective({ mode: $("p-mode").value, radio: $("p-radio").value })
+      // The goal, the radio it is priced for and the real-time class with its deadline (the
+      // class's own when the field is empty): the next re-plan uses them.
+      const realtime = () => {
+        const cls = $("p-realtime").value;
+        const ms = Number($("p-deadline").value);
+        if (cls === "none") return null;
+        return ms > 0 ? { class: cls, deadlineMs: ms } : { class: cls };
+      };
+      const goal = () => client.setObjective({ mode: $("p-mode").value, radio: $("p-radio").value, realtime: realtime() })
         .then(() => drawPlanner()).catch(showError);
-      $("p-mode").addEventListener("change", goal);
-      $("p-radio").addEventListener("change", goal);
+      for (const id of ["p-mode", "p-radio", "p-realtime", "p-deadline"]) $(id).addEventListener("change", goal);
       // One refresh at a time: a worker busy with an edge run answers late.
       let drawing = false;
       setInterval(() => {

@@ -340,6 +340,22 @@ async function goalChecks(page, name) {
     const r = (await window.splitClient.explain()).ranked;
     return r.every((e, i) => i === 0 || e.totalMs >= r[i - 1].totalMs) && r[0].score === r[0].totalMs;
   }, null, { timeout: 30_000 });
+  // The deadline menu: a hard deadline of 1 ms no placement meets refuses the plan, and the
+  // page says why; no deadline plans again.
+  await page.fill("#p-deadline", "1");
+  await page.selectOption("#p-realtime", "hard");
+  await page.waitForFunction(() => !document.getElementById("p-refused").hidden, null, { timeout: 30_000 })
+    .catch(() => assert.fail(`${name}: a hard 1 ms deadline is refused on the page`));
+  const why = await page.evaluate(async () => ({
+    text: document.getElementById("p-refused").textContent,
+    explained: (await window.splitClient.explain()).refused,
+  }));
+  assert.ok(why.text.length > 0 && why.text === why.explained, `${name}: the planner's refusal is shown: ${JSON.stringify(why)}`);
+  assert.match(why.text, /1 ms/, `${name}: the refusal names the page's deadline`);
+  await page.selectOption("#p-realtime", "none");
+  await page.fill("#p-deadline", "");
+  await page.waitForFunction(() => document.getElementById("p-refused").hidden, null, { timeout: 30_000 })
+    .catch(() => assert.fail(`${name}: without a deadline the plan is not refused`));
 }
 
 /** The page as people use it: stale answers cleared, refused files not left selected, the
