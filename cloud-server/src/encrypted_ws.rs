@@ -236,21 +236,31 @@ async fn evaluate(
     parts: Vec<Vec<u8>>,
     id: u64,
 ) -> EncryptedFrame {
+    let waited = std::time::Instant::now();
     let Ok(_turn) = host.one_at_a_time.acquire().await else {
         return error(id, Code::Internal, "the evaluator is gone");
     };
+    let queue_us = micros(waited.elapsed());
     let host = Arc::clone(host);
     let result = web::block(move || {
+        let started = std::time::Instant::now();
         let encoded = host.encoded.get_or_init(|| EncryptedClassifier::new(&host.classifier));
         let encoded = encoded.as_ref().map_err(Clone::clone)?;
         let key = EncryptedClassifier::read_key(&key)?;
         let slices: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
-        encoded.evaluate(&slices, &key)
+        encoded.evaluate(&slices, &key).map(|c| (c, micros(started.elapsed())))
     })
     .await;
     match result {
-        Ok(Ok(ciphertext)) => EncryptedFrame::Answer { id, ciphertext },
+        Ok(Ok((ciphertext, server_us))) => {
+            EncryptedFrame::Answer { id, queue_us, server_us, ciphertext }
+        }
         Ok(Err(e)) => refusal(id, &e),
         Err(_) => error(id, Code::Internal, "the evaluation failed"),
     }
+}
+
+/// A duration in whole microseconds, at most `u32::MAX` (71 minutes).
+fn micros(d: std::time::Duration) -> u32 {
+    u32::try_from(d.as_micros()).unwrap_or(u32::MAX)
 }

@@ -55,7 +55,7 @@ impl EncryptedClient {
     }
 
     /// A reply of the socket: `{ kind: "accepted", id }` for the key, `{ kind: "answer", id,
-    /// top }` (decrypted here) for a photo; a refusal throws a `SplitError` with its code
+    /// top, queueMs, serverMs }` (decrypted here; the server's wait and evaluation) for a photo; a refusal throws a `SplitError` with its code
     /// (`no_key`, `evicted`, `key_budget`, `busy`, …).
     #[wasm_bindgen(js_name = readReply)]
     pub fn read_reply(&self, frame: &[u8]) -> Result<JsValue, JsValue> {
@@ -64,11 +64,13 @@ impl EncryptedClient {
         js::set(&o, "id", frame.id() as f64);
         match frame {
             EncryptedFrame::KeyAccepted { .. } => js::set(&o, "kind", "accepted"),
-            EncryptedFrame::Answer { ciphertext, .. } => {
+            EncryptedFrame::Answer { ciphertext, queue_us, server_us, .. } => {
                 let integer = self.keys.decrypt(&ciphertext).map_err(scheme_error)?;
                 let logits = logits_of(&integer, self.weight_step);
                 js::set(&o, "kind", "answer");
                 js::set(&o, "top", js::predictions(&top_k(&logits, TOP_K)));
+                js::set(&o, "queueMs", f64::from(queue_us) / 1e3);
+                js::set(&o, "serverMs", f64::from(server_us) / 1e3);
             }
             EncryptedFrame::Error { code, message, .. } => {
                 return Err(js::error(code.name(), message));

@@ -69,7 +69,7 @@ export class EncryptedLink {
         const answer = await wasmCall(() => this.keys.readReply(reply));
         return { id: resultId, version: 1, quality: "full", model: "full", mode: "encrypted", split: "pool", codec: "encrypted",
                  backend: client.backend, top: answer.top, edgeMs, encryptMs, decryptMs: performance.now() - d,
-                 bytesSent: frame.length + keyBytes, bytesReceived: reply.length, keyBytes, keyMs, keygenMs: this.keygenMs, serverMs: NaN, queueMs: 0,
+                 bytesSent: frame.length + keyBytes, bytesReceived: reply.length, keyBytes, keyMs, keygenMs: this.keygenMs, serverMs: answer.serverMs, queueMs: answer.queueMs,
                  serverCached: false, roundTripMs, totalMs: performance.now() - started, load: null };
       } catch (e) {
         // The server lost the key (taken for another session while this one sat idle): send it

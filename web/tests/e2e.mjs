@@ -74,7 +74,8 @@ async function encryptedChecks(page, name) {
     const pick = (r) => ({ top1: r.top[0].class, mode: r.mode, keyBytes: r.keyBytes, bytesSent: r.bytesSent,
                            bytesReceived: r.bytesReceived, keygenMs: Math.round(r.keygenMs), keyMs: Math.round(r.keyMs),
                            edgeMs: Math.round(r.edgeMs), encryptMs: Math.round(r.encryptMs), decryptMs: Math.round(r.decryptMs),
-                           roundTripMs: Math.round(r.roundTripMs) });
+                           roundTripMs: Math.round(r.roundTripMs), serverMs: Math.round(r.serverMs * 10) / 10,
+                           queueMs: r.queueMs });
     const first = pick(await client.classify(chelsea, "encrypted"));
     const second = pick(await client.classify(chelsea, "encrypted"));
     return { first, second };
@@ -86,6 +87,10 @@ async function encryptedChecks(page, name) {
   }
   assert.ok(out.first.keyBytes > 100_000 && out.second.keyBytes === 0, `${name}: the key goes once a session`);
   assert.ok(out.second.bytesSent > 500_000 && out.second.bytesSent <= 1 << 20, `${name}: the features' ciphertexts under 1 MB`);
+  // The server says how long its evaluation took (inside the round trip) and its wait.
+  for (const r of [out.first, out.second]) {
+    assert.ok(r.serverMs > 0 && r.serverMs < r.roundTripMs && r.queueMs >= 0, `${name}: the server's time is reported: ${JSON.stringify(r)}`);
+  }
 }
 
 /** Failures inside the wasm module reach the caller as the client's `SplitError`, with the

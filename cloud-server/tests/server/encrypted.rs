@@ -81,11 +81,15 @@ async fn the_server_classifies_features_it_cannot_read() {
 
     let key = keys.evaluation_key(&mut rng).unwrap();
     assert_eq!(send(&mut ws, key_frame(4, key)).await, EncryptedFrame::KeyAccepted { id: 4 });
-    let EncryptedFrame::Answer { id: 5, ciphertext } =
+    let EncryptedFrame::Answer { id: 5, queue_us, server_us, ciphertext } =
         send(&mut ws, classify(5, upload.clone())).await
     else {
         panic!("an answer")
     };
+    // The server's evaluation takes milliseconds (32 in release), and it says so; nothing else
+    // was waiting.
+    assert!(server_us > 1_000 && server_us < 60_000_000, "{server_us} µs");
+    assert!(queue_us < 1_000_000, "{queue_us} µs waiting with no other session");
     let integer = keys.decrypt(&ciphertext).unwrap();
     assert_eq!(integer, classifier().evaluate(&features), "the clear integer logits, exactly");
     let top = top_k(&classifier().logits(&integer), 5);

@@ -12,7 +12,9 @@
 //! 2    classify  parts u8 (the layout's baby steps), 3 zero bytes, then per part: length
 //!                u32, one ciphertext
 //! 0x81 key accepted  (no body)
-//! 0x82 answer        length u32, one ciphertext: the 1000 logits, under the client's key
+//! 0x82 answer        queue µs u32 (the wait for the evaluator), server µs u32 (the
+//!                    evaluation, the key's reading included), length u32, one ciphertext: the
+//!                    1000 logits, under the client's key
 //! 0x83 error         code u16, message length u16, message (UTF-8)
 //! ```
 //!
@@ -25,8 +27,8 @@ use crate::container::{Cursor, Truncated};
 
 /// First four bytes of every frame of the `/encrypted` socket.
 pub const ENCRYPTED_MAGIC: [u8; 4] = *b"SPLE";
-/// Version this build speaks.
-pub const ENCRYPTED_PROTOCOL_VERSION: u16 = 1;
+/// Version this build speaks (2: the answer says how long it waited and took).
+pub const ENCRYPTED_PROTOCOL_VERSION: u16 = 2;
 /// The parameter set and layout of [`crate::encrypted`] (degree 4096, the three moduli, the
 /// plaintext modulus, three lanes, 12 baby steps).
 pub const PARAMETERS_ID: u8 = 1;
@@ -172,6 +174,10 @@ pub enum EncryptedFrame {
     Answer {
         /// The classify frame's id.
         id: u64,
+        /// How long the frame waited for the evaluator (one evaluation at a time), µs.
+        queue_us: u32,
+        /// How long the evaluation took, reading the session's key included, µs.
+        server_us: u32,
         /// One ciphertext.
         ciphertext: Vec<u8>,
     },
@@ -230,8 +236,10 @@ impl EncryptedFrame {
             EncryptedFrame::KeyAccepted { id } => {
                 header(&mut out, kind::KEY_ACCEPTED, PARAMETERS_ID, *id)
             }
-            EncryptedFrame::Answer { id, ciphertext } => {
+            EncryptedFrame::Answer { id, queue_us, server_us, ciphertext } => {
                 header(&mut out, kind::ANSWER, PARAMETERS_ID, *id);
+                out.extend_from_slice(&queue_us.to_le_bytes());
+                out.extend_from_slice(&server_us.to_le_bytes());
                 bytes(&mut out, ciphertext);
             }
             EncryptedFrame::Error { id, code, message } => {
@@ -275,6 +283,8 @@ impl EncryptedFrame {
             kind::KEY_ACCEPTED => EncryptedFrame::KeyAccepted { id },
             kind::ANSWER => EncryptedFrame::Answer {
                 id,
+                queue_us: c.u32()?,
+                server_us: c.u32()?,
                 ciphertext: read_bytes(&mut c, "ciphertext", MAX_CIPHERTEXT_BYTES)?,
             },
             kind::ERROR => {
@@ -325,7 +335,12 @@ mod tests {
                 parts: vec![vec![1; 10], vec![], vec![3; 5]],
             },
             EncryptedFrame::KeyAccepted { id: 3 },
-            EncryptedFrame::Answer { id: 4, ciphertext: vec![9; 64] },
+            EncryptedFrame::Answer {
+                id: 4,
+                queue_us: 17,
+                server_us: 32_000,
+                ciphertext: vec![9; 64],
+            },
             EncryptedFrame::Error {
                 id: 5,
                 code: EncryptedErrorCode::Evicted,
@@ -375,7 +390,7 @@ mod tests {
         let mut other = EncryptedFrame::KeyAccepted { id: 1 }.encode();
         other[4] = 9;
         assert_eq!(EncryptedFrame::decode(&other), Err(EncryptedWireError::Version(9)));
-        other[4] = 1;
+        other[4] = ENCRYPTED_PROTOCOL_VERSION as u8;
         other[6] = 0x44;
         assert_eq!(EncryptedFrame::decode(&other), Err(EncryptedWireError::Kind(0x44)));
         assert_eq!(EncryptedFrame::decode(b"SPLT0000000000000"), Err(EncryptedWireError::BadMagic));
