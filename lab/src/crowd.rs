@@ -339,10 +339,18 @@ struct Link<'a> {
 impl Link<'_> {
     /// Send `frame` and wait up to `wait` for the reply to `id`. A request that runs out of time
     /// keeps the connection; a failed connection is dropped and opened again next time.
-    async fn exchange(&mut self, frame: &[u8], id: u64, wait: Duration) -> Result<Reply> {
+    /// Open the socket if it is not open: before a frame is timed, so that a round trip
+    /// measures the frame's, not the connection's handshake besides (the browser client opens
+    /// its socket before its first probe too).
+    async fn connected(&mut self) -> Result<()> {
         if self.ws.is_none() {
             self.ws = Some(connect(self.url).await?);
         }
+        Ok(())
+    }
+
+    async fn exchange(&mut self, frame: &[u8], id: u64, wait: Duration) -> Result<Reply> {
+        self.connected().await?;
         let ws = self.ws.as_mut().expect("connected");
         let reply = match ws.send(Message::Binary(frame.to_vec().into())).await {
             Ok(()) => await_reply(ws, id, wait).await,
@@ -426,6 +434,8 @@ async fn client(cfg: &CrowdConfig, index: usize, start: Instant) -> (Vec<Sample>
                 Mode::Fixed(_) => ms(cfg.timeout),
             };
             sample.bytes = frame.len();
+            // A failed connection is the exchange's to report, below.
+            let _ = link.connected().await;
             let sent = Instant::now();
             match link.exchange(&with_id(frame, id), id, Duration::from_secs_f64(wait / 1e3)).await
             {
@@ -490,6 +500,10 @@ async fn probe(
         *next_id += 1;
         let frame = Request::Ping { id, payload: vec![0; probe_bytes as usize] }.to_bytes();
         let wait = policy.ping_timeout_ms(probe_bytes, ms(timeout));
+        if link.connected().await.is_err() {
+            policy.observe_failure(now_ms());
+            return;
+        }
         let sent = Instant::now();
         match link.exchange(&frame, id, Duration::from_secs_f64(wait / 1e3)).await {
             Ok(Reply::Pong { load, .. }) => {
