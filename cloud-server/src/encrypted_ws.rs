@@ -128,10 +128,7 @@ async fn serve(
                     lease.set_busy(true);
                 }
                 let reply = if !state.rate.allow(admitted.ip, started) {
-                    let message = format!(
-                        "over {} frames per second from this address; retry later",
-                        state.rate.rate()
-                    );
+                    let message = state.rate.refusal("frames");
                     error(peek_encrypted_id(&bytes).unwrap_or(0), Code::RateLimited, message)
                 } else {
                     answer(&state, &mut held, &bytes).await

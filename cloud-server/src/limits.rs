@@ -116,6 +116,12 @@ impl RateLimiter {
     pub fn rate(&self) -> f64 {
         self.rate
     }
+
+    /// What a refused client is told, its messages named `what` (requests, frames): the same
+    /// words on every socket.
+    pub fn refusal(&self, what: &str) -> String {
+        format!("over {} {what} per second from this address; retry later", self.rate)
+    }
 }
 
 #[cfg(test)]

@@ -278,10 +278,7 @@ async fn serve(
                 }
                 // The same per-address bucket as `/ws`: frames per second, a second's worth at once.
                 let reply = if !state.rate.allow(admitted.ip, started) {
-                    let message = format!(
-                        "over {} frames per second from this address; retry later",
-                        state.rate.rate()
-                    );
+                    let message = state.rate.refusal("frames");
                     error(peek_llm_id(&bytes).unwrap_or(0), LlmErrorCode::RateLimited, message)
                 } else {
                     match answer(&state, &mut conversation, &bytes).await {

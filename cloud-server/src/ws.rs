@@ -296,10 +296,7 @@ async fn serve_session(
                 state.metrics.received(frame.len());
                 state.metrics.refused("rate_limited");
                 let id = split_shared::protocol::peek_request_id(&frame).unwrap_or(0);
-                let message = format!(
-                    "over {} requests per second from this address; retry later",
-                    state.rate.rate()
-                );
+                let message = state.rate.refusal("requests");
                 if !rate_warned {
                     // Once per session: the log must not become the flood.
                     log::warn!("rate-limiting requests from {:?}", admitted.ip);
