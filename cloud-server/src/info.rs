@@ -42,6 +42,9 @@ pub struct ServerInfo {
     pub models: Vec<ModelInfo>,
     /// The device the cloud half runs on.
     pub device: &'static str,
+    /// The CPU kernels' instruction set on this machine (`Avx512Zmm`, `Avx512`, `Avx2`,
+    /// `Portable`): which `split_kernels::Isa::detect` chose at start.
+    pub kernels: String,
     /// Where the weights are.
     pub weights_url: &'static str,
     /// The weights file's size: clients show download progress with it (the response may be
@@ -308,6 +311,7 @@ impl ServerInfo {
                 })
                 .collect(),
             device: state.device_name,
+            kernels: format!("{:?}", split_kernels::Isa::detect()),
             weights_url: WEIGHTS_URL,
             weights_bytes: state.weights_file.bytes,
             weights_id: state.weights_file.id.clone(),

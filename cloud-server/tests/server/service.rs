@@ -76,6 +76,9 @@ async fn info_names_what_the_client_reads() {
     assert_eq!(info["weights_id"].as_str(), Some(format!("{tail:016x}").as_str()));
     assert!(info["calibration"]["bytes"].as_u64().is_some_and(|n| n > 0));
     assert_eq!(info["boundaries"].as_array().map(Vec::len), Some(21));
+    // The kernels' instruction set, as the server chose it at start.
+    let isa = format!("{:?}", split_kernels::Isa::detect());
+    assert_eq!(info["kernels"].as_str(), Some(isa.as_str()));
     let shards = info["weights_shards"].as_array().unwrap();
     let sum: u64 = shards.iter().map(|s| s["bytes"].as_u64().unwrap()).sum();
     let whole = info["weights_bytes"].as_u64().unwrap();
