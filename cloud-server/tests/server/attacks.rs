@@ -7,15 +7,14 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use awc::BoxedSocket;
-use awc::ws::{Codec, Frame, Message};
+use awc::ws::{Frame, Message};
 use futures_util::{SinkExt, StreamExt};
 use split_shared::codec::{Calibration, EncodeContext, StreamEncoder};
 use split_shared::model::Boundary;
 use split_shared::protocol::{Reply, Request, synthetic_activations};
 use split_shared::runtime::encode_frame;
 
-type Socket = actix_codec::Framed<BoxedSocket, Codec>;
+use common::Socket;
 
 const CHELSEA: &[u8] = include_bytes!("../../../web/samples/chelsea.png");
 /// Sessions pinning stream references, and streams each one opens.
@@ -39,17 +38,10 @@ fn bound_mib(budget_mib: u64, sessions: usize, largest_frame: usize) -> u64 {
 }
 
 async fn reply(ws: &mut Socket) -> Reply {
-    tokio::time::timeout(Duration::from_secs(60), async {
-        loop {
-            match ws.next().await.expect("open").expect("frame") {
-                Frame::Binary(b) => return Reply::decode(&b).unwrap(),
-                Frame::Ping(_) | Frame::Pong(_) => continue,
-                other => panic!("unexpected {other:?}"),
-            }
-        }
-    })
-    .await
-    .expect("a reply within 60 s")
+    match common::next_message(ws, Duration::from_secs(60)).await {
+        Frame::Binary(b) => Reply::decode(&b).unwrap(),
+        other => panic!("unexpected {other:?}"),
+    }
 }
 
 async fn classify_chelsea(ws: &mut Socket, id: u64) -> (u16, Duration) {
@@ -290,12 +282,9 @@ async fn evaluation_keys_stay_within_their_budget() {
     for s in 0..SESSIONS {
         let mut ws = connect(key_url.clone(), MAX_ENCRYPTED_FRAME_BYTES).await;
         ws.send(Message::Binary(frame.clone().into())).await.unwrap();
-        let reply = loop {
-            match ws.next().await.expect("open").expect("frame") {
-                Frame::Binary(b) => break EncryptedFrame::decode(&b).unwrap(),
-                Frame::Ping(_) | Frame::Pong(_) => continue,
-                other => panic!("unexpected {other:?}"),
-            }
+        let reply = match common::next_message(&mut ws, Duration::from_secs(60)).await {
+            Frame::Binary(b) => EncryptedFrame::decode(&b).unwrap(),
+            other => panic!("unexpected {other:?}"),
         };
         match reply {
             EncryptedFrame::KeyAccepted { .. } => accepted += 1,

@@ -177,10 +177,7 @@ impl Calibration {
     }
 
     fn insert(&mut self, name: String, tables: BoundaryTables) {
-        match self.boundaries.iter_mut().find(|(n, _)| *n == name) {
-            Some((_, t)) => *t = tables,
-            None => self.boundaries.push((name, tables)),
-        }
+        *self.entry(&name) = tables;
     }
 
     /// Check that these tables are for the model `spec` describes: each boundary they cover is
@@ -476,10 +473,14 @@ impl Calibration {
 
     /// The tables at `name`, made empty when it has none yet.
     fn entry(&mut self, name: &str) -> &mut BoundaryTables {
-        if self.at(name).is_none() {
-            self.boundaries.push((name.to_string(), BoundaryTables::default()));
-        }
-        self.boundaries.iter_mut().find(|(n, _)| n == name).map(|(_, t)| t).expect("just added")
+        let i = match self.boundaries.iter().position(|(n, _)| n == name) {
+            Some(i) => i,
+            None => {
+                self.boundaries.push((name.to_string(), BoundaryTables::default()));
+                self.boundaries.len() - 1
+            }
+        };
+        &mut self.boundaries[i].1
     }
 }
 

@@ -162,6 +162,15 @@ fn plane(dims: &[usize]) -> Result<(usize, usize, usize), CodecError> {
     Ok((channels, h, w))
 }
 
+/// [`plane`] of an item to encode, whose `values` must fill it.
+fn plane_of(dims: &[usize], values: &[f32]) -> Result<(usize, usize, usize), CodecError> {
+    let (channels, h, w) = plane(dims)?;
+    if values.len() != channels * h * w {
+        return Err(CodecError::BadPayload("values do not fill the shape"));
+    }
+    Ok((channels, h, w))
+}
+
 /// The tables at `boundary` must cover the item's `channels`.
 fn same_channels(boundary: &str, calibrated: usize, got: usize) -> Result<(), CodecError> {
     if calibrated != got {
@@ -194,10 +203,7 @@ pub fn encode(
 ) -> Result<(CodedParams, Vec<u8>), CodecError> {
     let calibration = ctx.calibration.ok_or(CodecError::NoCalibration)?;
     let setting = setting.check()?;
-    let (channels, h, w) = plane(dims)?;
-    if values.len() != channels * h * w {
-        return Err(CodecError::BadPayload("values do not fill the shape"));
-    }
+    let (channels, _, _) = plane_of(dims, values)?;
     let (table, projection) = calibration.lookup(boundary, setting)?;
     same_channels(boundary, calibrated_channels(table, projection), channels)?;
     let projected;
@@ -320,10 +326,7 @@ pub fn encode_alloc(
 ) -> Result<(AllocParams, Vec<u8>), CodecError> {
     let calibration = calibration.ok_or(CodecError::NoCalibration)?;
     let setting = setting.check()?;
-    let (channels, h, w) = plane(dims)?;
-    if values.len() != channels * h * w {
-        return Err(CodecError::BadPayload("values do not fill the shape"));
-    }
+    let (channels, h, w) = plane_of(dims, values)?;
     let table = calibration.lookup_alloc(boundary, setting)?;
     same_channels(boundary, table.channels(), channels)?;
     let payload = alloc::encode(values, h, w, table, setting.level);
