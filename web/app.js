@@ -149,15 +149,19 @@ async function loadFile(file) {
   setImage(new Uint8Array(await file.arrayBuffer()), file.name);
 }
 
+/** Whether the server offers the encrypted classifier and this build has its wasm half
+ * (the relaxed-SIMD builds only: wasm-edge's `encrypted` feature, wasm_build.rs). */
+function encryptedHere() {
+  return Boolean(client.info.encrypted) && ["cpu-relaxed", "cpu-threads"].includes(client.wasmBuild);
+}
+
 function fillSplits() {
   const select = $("split");
   const add = (value, label) => select.add(new Option(label, value));
   if (client.hasPlanner) add("auto", "auto — adaptive (planner picks split and codec)");
   add("edge", "edge only (everything in the browser)");
   add("cloud", "cloud only (upload the image)");
-  // The encrypted classifier's wasm half is in the relaxed-SIMD builds only (wasm-edge's
-  // `encrypted` feature, wasm_build.rs).
-  if (client.info.encrypted && ["cpu-relaxed", "cpu-threads"].includes(client.wasmBuild)) {
+  if (encryptedHere()) {
     add("encrypted", "encrypted classifier — the server computes on ciphertext only");
   }
   for (const b of client.boundaries()) {
@@ -174,6 +178,7 @@ function drawNetwork() {
   const bounds = client.boundaries();
   const split = $("split").value;
   const placement = split === "auto" ? lastAuto?.placement : null;
+  const encrypted = split === "encrypted" || placement?.mode === "encrypted";
   const cutName = split === "edge" ? "logits" : split === "cloud" ? "input" : split === "encrypted" ? "pool"
     : split === "auto" ? (placement ? { edge_only: "logits", cloud_only: "input" }[placement.mode] ?? placement.boundary : null)
     : split;
@@ -196,7 +201,7 @@ function drawNetwork() {
     const b = bounds[cut];
     const here = `this browser: ${mmacs(b.cumulativeMacs)}`;
     const there = `server: ${mmacs(total - b.cumulativeMacs)}`;
-    const sent = split === "encrypted" ? "sends the pooled features encrypted (670 kB; the key, 335 kB, once): the server computes the classifier without reading them or the answer"
+    const sent = encrypted ? "sends the pooled features encrypted (670 kB; the key, 335 kB, once): the server computes the classifier without reading them or the answer"
       : cutName === "logits" ? "nothing sent"
       : cutName === "input" ? "sends the photo"
       : `sends [${b.shape.join("×")}] at ${b.name}: ${(b.bytesF32 / 1024).toFixed(0)} KiB as f32, less with the codec`;
@@ -206,7 +211,7 @@ function drawNetwork() {
   // An illustration: when it cannot be fetched (the server out of reach), it is left out
   // rather than shown as an error over the answer.
   // Encrypted features show the server nothing to reconstruct from.
-  const seenAt = split === "encrypted" ? "encrypted" : cut < 0 ? null : bounds[cut].name;
+  const seenAt = encrypted ? "encrypted" : cut < 0 ? null : bounds[cut].name;
   showSeen($("seen"), image?.name, seenAt).catch(() => { $("seen").hidden = true; });
   $("network").setAttribute("aria-label", caption);
   $("network-figure").hidden = false;
@@ -242,7 +247,8 @@ async function drawPlanner() {
   const x = await client.explain();
   const f = x.forecast;
   $("planner").hidden = false;
-  const name = (p) => !p ? "—" : p.mode === "split" ? `split after ${p.boundary}, ${p.codec}` : p.mode.replace("_", " ");
+  const name = (p) => !p ? "—" : p.mode === "split" ? `split after ${p.boundary}, ${p.codec}`
+    : p.mode === "encrypted" ? `encrypted after ${p.boundary}` : p.mode.replace("_", " ");
   // A value that is not a finite number (the server down, nothing measured) shows as a dash, and
   // a default the planner starts from is not presented as a measurement.
   const num = (v, digits = 0) => Number.isFinite(v) ? v.toFixed(digits) : "—";
@@ -553,6 +559,10 @@ async function start() {
       const goal = () => client.setObjective({ mode: $("p-mode").value, radio: $("p-radio").value, realtime: realtime() })
         .then(() => drawPlanner()).catch(showError);
       for (const id of ["p-mode", "p-radio", "p-realtime", "p-deadline"]) $(id).addEventListener("change", goal);
+      // Encrypted only: auto then weighs the encrypted classifier against running it all here.
+      $("p-encrypted-label").hidden = !encryptedHere();
+      $("p-encrypted").addEventListener("change", () => client.setEncrypted($("p-encrypted").checked)
+        .then(() => drawPlanner()).catch((e) => { $("p-encrypted").checked = false; showError(e); }));
       // One refresh at a time: a worker busy with an edge run answers late.
       let drawing = false;
       setInterval(() => {

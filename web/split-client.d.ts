@@ -14,11 +14,13 @@ export class SplitError extends Error {
   readonly code: string;
 }
 
-/** Where a request runs: everything on the device, everything on the server, or a split. */
+/** Where a request runs: everything on the device, everything on the server, a split, or a
+ * split whose features go encrypted (only with `Constraints.encrypted`). */
 export type Placement =
   | { mode: "edge_only" }
   | { mode: "cloud_only" }
-  | { mode: "split"; boundary: string; codec: string };
+  | { mode: "split"; boundary: string; codec: string }
+  | { mode: "encrypted"; boundary: string };
 
 /** One of the top predictions. */
 export interface Prediction {
@@ -65,6 +67,11 @@ export interface Constraints {
   minAgreement?: number;
   /** Never hold more edge parameters than this many bytes. */
   maxEdgeParamBytes?: number | null;
+  /** Only placements the server reads nothing of: the encrypted classifier (features
+   * encrypted here, the classifier computed on the ciphertext) or edge-only. Without it auto
+   * never encrypts. Refused where the server or this engine has no encrypted classifier
+   * (`unsupported_server`, `unsupported_engine`). */
+  encrypted?: boolean;
   /** What auto minimizes (docs/adaptive.md, "Goals beyond latency"): "latency" (the default), "battery" (the
    * device's energy: compute and radio), "data" (bytes sent) or "balanced" (all of them and
    * the server's cost). */
@@ -566,6 +573,9 @@ export class SplitClient {
    * for an unknown mode, radio or class, or a value out of range; without a planner,
    * `no_planner`. The next re-plan uses it. */
   setObjective(objective: Objective): Promise<void>;
+  /** Auto chooses only placements the server reads nothing of (true) or never encrypts
+   * (false): `Constraints.encrypted`, changed live. */
+  setEncrypted(on: boolean): Promise<void>;
   /** Results remembered by content (0 turns the cache off). */
   setCacheEntries(entries: number): Promise<void>;
   /** The edge's weights: the deepest boundary its loaded stages reach ("input": none,

@@ -36,7 +36,7 @@
 
 import { Adaptive } from "./client/adaptive.js";
 import { Connection } from "./client/connection.js";
-import { EncryptedLink } from "./client/encrypted.js";
+import { EncryptedLink, checkEncryptedAvailable } from "./client/encrypted.js";
 import { RemoteSplitClient } from "./client/remote.js";
 import { Resilience, newResultId } from "./client/resilience.js";
 import {
@@ -83,7 +83,7 @@ function checkModel(model, info) {
 const OBJECTIVE = ["mode", "weights", "deviceWatts", "radio", "requestIntervalMs", "serverPrice", "realtime"];
 /** The keys `options.constraints` may have; any other is refused rather than ignored (a
  * misspelt privacy floor must not silently mean none). */
-const CONSTRAINTS = ["privacyFloor", "minAgreement", "maxEdgeParamBytes", ...OBJECTIVE];
+const CONSTRAINTS = ["privacyFloor", "minAgreement", "maxEdgeParamBytes", "encrypted", ...OBJECTIVE];
 /** A ping's timeout when no planner sets one. */
 const PING_TIMEOUT_MS = 2_000;
 
@@ -186,6 +186,7 @@ export class SplitClient {
     /** The first boundary whose features may leave this device (0: any, the photo included). */
     client.privacyFloor = constraints.privacyFloor;
     client.constraints = constraints;
+    if (constraints.encrypted) checkEncryptedAvailable(client);
     /** Noise on every request's features unless a request says otherwise ("gauss:0.02"). */
     client.noise = options.noise ?? null;
     client.resilience = await Resilience.create(client, options.onUpdate ?? (() => {}));
@@ -371,6 +372,16 @@ export class SplitClient {
     const unknown = Object.keys(objective).filter((k) => !OBJECTIVE.includes(k));
     if (unknown.length) throw new SplitError("bad_option", `unknown objective field ${unknown.join(", ")}; use ${OBJECTIVE.join(", ")}`);
     const constraints = { ...this.constraints, ...objective };
+    await wasmCall(() => this.adaptive.planner.setConstraints(constraints));
+    this.constraints = constraints;
+  }
+
+  /** Whether auto may choose only placements the server reads nothing of: the encrypted
+   * classifier (the server computes on ciphertext) or edge-only. Off, auto never encrypts. */
+  async setEncrypted(on) {
+    if (!this.adaptive) throw new SplitError("no_planner", "this server publishes no cost table: there is no auto mode to constrain");
+    if (on) checkEncryptedAvailable(this);
+    const constraints = { ...this.constraints, encrypted: Boolean(on) };
     await wasmCall(() => this.adaptive.planner.setConstraints(constraints));
     this.constraints = constraints;
   }

@@ -73,6 +73,7 @@ impl std::fmt::Display for Mode {
             Self::Fixed(Placement::EdgeOnly) => f.write_str("edge"),
             Self::Fixed(Placement::CloudOnly) => f.write_str("cloud"),
             Self::Fixed(Placement::Split { boundary, codec }) => write!(f, "{boundary}:{codec}"),
+            Self::Fixed(p @ Placement::Encrypted { .. }) => write!(f, "{p}"),
         }
     }
 }
@@ -100,6 +101,10 @@ impl Frames {
                     frames.insert(p.clone(), Request::Input { id: 0, payload: jpeg }.to_bytes());
                 }
                 Placement::Split { boundary, codec } => splits.push((boundary.parse()?, *codec)),
+                // Its socket is `/encrypted`, with a key per session: not the crowd's.
+                Placement::Encrypted { .. } => {
+                    bail!("the crowd does not run the encrypted placement")
+                }
             }
         }
         if splits.is_empty() {

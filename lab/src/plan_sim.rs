@@ -27,6 +27,14 @@ pub struct Args {
     /// Lowest acceptable top-1 agreement with the uncompressed model.
     #[arg(long)]
     min_agreement: Option<f64>,
+    /// Only placements the server reads nothing of: the table's encrypted placement, or
+    /// edge-only.
+    #[arg(long)]
+    encrypted: bool,
+    /// Most parameter bytes the edge may hold (EfficientNet-Lite0: 13,400,000 to `pool`,
+    /// 18,524,000 for all of it).
+    #[arg(long)]
+    max_edge_param_bytes: Option<u64>,
 }
 
 /// Run the simulation.
@@ -40,6 +48,8 @@ pub fn run(a: Args) -> Result<()> {
     if let Some(m) = a.min_agreement {
         constraints.min_agreement = m;
     }
+    constraints.encrypted = a.encrypted;
+    constraints.max_edge_param_bytes = a.max_edge_param_bytes;
     let text = std::fs::read_to_string(&table_path)
         .with_context(|| format!("reading {}", table_path.display()))?;
     let table = CostTable::from_json(&text).map_err(anyhow::Error::msg)?;

@@ -225,7 +225,13 @@ pub fn run(a: Args) -> Result<()> {
         cloud_only_ms,
         image_bytes: jpeg.iter().sum::<f64>() / jpeg.len().max(1) as f64,
         codecs: codec_rows,
+        encrypted: None,
     };
+    // The encrypted placement is measured by its own command (`./run.sh encrypted
+    // --cost-table`): a table this one replaces keeps that part.
+    let old = std::fs::read_to_string(&out).ok().and_then(|t| CostTable::from_json(&t).ok());
+    table.encrypted =
+        old.and_then(|o| o.encrypted).filter(|e| table.boundaries.contains(&e.boundary));
     if let Some(path) = browser {
         let text = std::fs::read_to_string(&path)
             .with_context(|| format!("reading {}", path.display()))?;

@@ -4,8 +4,11 @@
 //! Each photo runs to `pool` natively; its pooled features are quantized, encrypted under one
 //! session's key, evaluated by the server's half (`EncryptedClassifier`) and decrypted, as the
 //! browser and the server would (no network between them here). The float network's top-1 is
-//! the reference.
+//! the reference. With `--cost-table`, the figures become that table's `encrypted` part, which
+//! the planner prices the encrypted placement by (the rest of the table is left as it is).
 
+use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
@@ -15,7 +18,8 @@ use split_shared::encrypted::{
 };
 use split_shared::labels::top_k;
 use split_shared::model::{Boundary, EfficientNetLite0, NUM_CLASSES, read_weights};
-use split_shared::plan::wilson_lower;
+use split_shared::plan::{CostTable, EncryptedCost, NATIVE_PROFILE, wilson_lower};
+use split_shared::protocol::{EncryptedFrame, PARAMETERS_ID};
 use xtask::setup;
 
 /// The pooled features' width.
@@ -26,6 +30,10 @@ const HEAD: usize = 1280;
 pub struct Args {
     #[command(flatten)]
     photos: crate::eval::Photos,
+    /// Write the figures into this cost table's `encrypted` part (e.g.
+    /// profiles/cost-table.json), the device's time as its `native-flex` profile's.
+    #[arg(long)]
+    cost_table: Option<PathBuf>,
 }
 
 fn values(t: Tensor<4>) -> Vec<f32> {
@@ -61,8 +69,12 @@ pub fn run(o: Args) -> Result<()> {
     let server = EncryptedClassifier::new(&classifier)?;
     let setup_ms = ms(start);
     let start = Instant::now();
-    let key = EncryptedClassifier::read_key(&key_bytes)?;
+    EncryptedClassifier::read_key(&key_bytes)?;
     let read_key_ms = ms(start);
+    let key_frame =
+        EncryptedFrame::Key { id: 1, parameters: PARAMETERS_ID, key: key_bytes.clone() }
+            .encode()
+            .len();
 
     let (mut agree, mut agree5, mut correct, mut correct_float, mut labelled) = (0, 0, 0, 0, 0);
     let (mut encrypt, mut evaluate, mut decrypt) = (Vec::new(), Vec::new(), Vec::new());
@@ -80,12 +92,22 @@ pub fn run(o: Args) -> Result<()> {
         let t = Instant::now();
         let parts = keys.encrypt(&features, &mut rng)?;
         encrypt.push(ms(t));
-        upload = parts.iter().map(Vec::len).sum();
+        // What crosses the wire: the frames around the ciphertexts.
+        upload =
+            EncryptedFrame::Classify { id: 1, parameters: PARAMETERS_ID, parts: parts.clone() }
+                .encode()
+                .len();
         let slices: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+        // The server reads the session's key again for each evaluation (held as sent: read, a
+        // key takes 5.7 MiB), so that is its time too.
         let t = Instant::now();
+        let key = EncryptedClassifier::read_key(&key_bytes)?;
         let answer = server.evaluate(&slices, &key)?;
         evaluate.push(ms(t));
-        answer_bytes = answer.len();
+        answer_bytes =
+            EncryptedFrame::Answer { id: 1, queue_us: 0, server_us: 0, ciphertext: answer.clone() }
+                .encode()
+                .len();
         let t = Instant::now();
         let integer = keys.decrypt(&answer)?;
         decrypt.push(ms(t));
@@ -124,13 +146,45 @@ pub fn run(o: Args) -> Result<()> {
         );
     }
     println!("| device: keys (once a session) | {keygen_ms:.0} ms |");
-    println!("| device: encrypt a photo's features (median) | {:.1} ms |", median(encrypt));
-    println!("| device: decrypt an answer (median) | {:.1} ms |", median(decrypt));
+    let (encrypt, decrypt, evaluate) = (median(encrypt), median(decrypt), median(evaluate));
+    println!("| device: encrypt a photo's features (median) | {encrypt:.1} ms |");
+    println!("| device: decrypt an answer (median) | {decrypt:.1} ms |");
     println!("| server: encode the classifier (once) | {setup_ms:.0} ms |");
     println!("| server: read a session's key | {read_key_ms:.1} ms |");
-    println!("| server: evaluate (median, one thread) | {:.1} ms |", median(evaluate));
-    println!("| evaluation key | {} bytes |", key_bytes.len());
-    println!("| upload a photo | {upload} bytes |");
-    println!("| answer | {answer_bytes} bytes |");
+    println!("| server: read the key and evaluate (median, one thread) | {evaluate:.1} ms |");
+    println!("| evaluation key frame | {key_frame} bytes |");
+    println!("| upload a photo (frame) | {upload} bytes |");
+    println!("| answer (frame) | {answer_bytes} bytes |");
+    if let Some(path) = o.cost_table {
+        let cost = EncryptedCost {
+            command: format!(
+                "./run.sh encrypted {}",
+                std::env::args().skip(2).collect::<Vec<_>>().join(" ")
+            ),
+            boundary: "pool".into(),
+            device_ms: BTreeMap::from([(NATIVE_PROFILE.to_string(), encrypt + decrypt)]),
+            upload_bytes: upload as f64,
+            answer_bytes: answer_bytes as f64,
+            key_bytes: key_frame as f64,
+            cloud_ms: evaluate,
+            agreement: f64::from(agree) / f64::from(n),
+            images: n,
+            agreement_low: wilson_lower(agree, n),
+        };
+        write_cost(&path, cost)?;
+    }
+    Ok(())
+}
+
+/// Replace the `encrypted` part of the cost table at `path`, the rest kept.
+fn write_cost(path: &std::path::Path, cost: EncryptedCost) -> Result<()> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut table = CostTable::from_json(&text).map_err(anyhow::Error::msg)?;
+    table.encrypted = Some(cost);
+    let json = serde_json::to_string_pretty(&table)?;
+    CostTable::from_json(&json).map_err(anyhow::Error::msg)?;
+    std::fs::write(path, json + "\n")?;
+    eprintln!("encrypted: wrote the encrypted placement into {}", path.display());
     Ok(())
 }

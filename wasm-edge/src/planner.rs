@@ -18,6 +18,8 @@ pub struct AdaptivePlanner {
     table: CostTable,
     profile: String,
     policy: AdaptivePolicy,
+    /// This device's edge time relative to the profile's ([`Self::set_edge_times`]).
+    edge_factor: f64,
 }
 
 #[wasm_bindgen]
@@ -35,7 +37,7 @@ impl AdaptivePlanner {
         let mut policy = AdaptivePolicy::new(candidates);
         // Every page needs its own coin: clients of one busy server must not switch in step.
         policy.set_seed((js_sys::Math::random() * 9_007_199_254_740_992.0) as u64);
-        Ok(Self { table, profile: profile.into(), policy })
+        Ok(Self { table, profile: profile.into(), policy, edge_factor: 1.0 })
     }
 
     /// The edge profile in use.
@@ -67,6 +69,7 @@ impl AdaptivePlanner {
         ratios.sort_by(f64::total_cmp);
         let factor = ratios.get(ratios.len() / 2).copied().unwrap_or(1.0);
         self.policy.set_edge_factor(factor);
+        self.edge_factor = factor;
         factor
     }
 
@@ -82,14 +85,43 @@ impl AdaptivePlanner {
     }
 
     /// Constraints: `{ privacyFloor: 7, minAgreement: 0.98, maxEdgeParamBytes: null, mode:
-    /// "battery", radio: "lte", realtime: { class: "soft", deadlineMs: 200 } }` (the goal's
-    /// fields are optional).
+    /// "battery", radio: "lte", realtime: { class: "soft", deadlineMs: 200 }, encrypted: false }`
+    /// (the goal's fields are optional). `encrypted: true` asks for placements the server reads
+    /// nothing of, and is refused (`bad_option`) by a table that prices no encrypted placement.
     #[wasm_bindgen(js_name = setConstraints)]
     pub fn set_constraints(&mut self, constraints: JsValue) -> Result<(), JsValue> {
         let k: Constraints = from_object(&constraints, "bad_option")?;
         k.check().map_err(|why| crate::js::error("bad_option", why))?;
+        if k.encrypted && self.encrypted_candidate().is_none() {
+            return Err(crate::js::error(
+                "bad_option",
+                "encrypted: the server's cost table prices no encrypted placement",
+            ));
+        }
         self.policy.set_constraints(k);
         Ok(())
+    }
+
+    /// The device's cryptography for one encrypted request as measured here (encrypting and
+    /// decrypting, ms): it replaces the table's estimate in the encrypted placement's edge time.
+    #[wasm_bindgen(js_name = observeEncryptedMs)]
+    pub fn observe_encrypted_ms(&mut self, ms: f64) {
+        let Some(e) = &self.table.encrypted else { return };
+        let at = self.table.boundaries.iter().position(|b| *b == e.boundary);
+        let edge = at.and_then(|i| self.table.edge[&self.profile].ms[i]);
+        let (Some(edge), true) = (edge, ms.is_finite() && ms >= 0.0) else { return };
+        // Candidates are in the profile's time; the policy scales them by the edge factor.
+        let factor = self.edge_factor;
+        if let Some(c) = self.encrypted_candidate() {
+            c.edge_ms = edge + ms / factor;
+        }
+    }
+
+    fn encrypted_candidate(&mut self) -> Option<&mut split_shared::plan::Candidate> {
+        self.policy
+            .candidates_mut()
+            .iter_mut()
+            .find(|c| matches!(c.placement, Placement::Encrypted { .. }))
     }
 
     /// The server's congestion price, from a reply or a pong (`load.price`): what a
@@ -114,7 +146,8 @@ impl AdaptivePlanner {
     }
 
     /// The placement in force: `{ mode: "split", boundary: "block5", codec: "q4" }`,
-    /// `{ mode: "edge_only" }` or `{ mode: "cloud_only" }`.
+    /// `{ mode: "edge_only" }`, `{ mode: "cloud_only" }` or `{ mode: "encrypted", boundary:
+    /// "pool" }`.
     pub fn current(&self) -> JsValue {
         to_object(&self.policy.current())
     }

@@ -41,7 +41,7 @@ export class Adaptive {
       this.onSwitch(decision);
     }
     const placement = planner.current();
-    const split = placement.mode === "edge_only" ? "edge" : placement.mode === "cloud_only" ? "cloud" : placement.boundary;
+    const split = { edge_only: "edge", cloud_only: "cloud", encrypted: "encrypted" }[placement.mode] ?? placement.boundary;
     const codec = placement.codec ?? this.client.defaultCodec;
     const started = performance.now();
     let r;
@@ -64,13 +64,16 @@ export class Adaptive {
       // undecodable image, an unknown option) would fail there too.
       if (!(e instanceof SplitError) || CALLER_ERRORS.has(e.code)) throw e;
       planner.observeFailure(performance.now());
-      r = await resilience.answer(image, split, codec, options.id, options, e.message);
+      // An encrypted request's features go nowhere else: the fallback runs the whole network.
+      r = await resilience.answer(image, split === "encrypted" ? "edge" : split, codec, options.id, options, e.message);
       r.totalMs = performance.now() - started; // the wait for the server counts too
     }
     planner.observeRequest(performance.now(), r.bytesSent, r.roundTripMs, r.serverMs,
                            r.load ? r.load.waitMs : NaN, r.load ? r.queueMs : NaN);
     // The server's congestion price prices its compute (goals that weigh the server's cost).
     if (r.load) planner.observePrice(r.load.price);
+    // This device's own cryptography replaces the table's estimate of it.
+    if (r.mode === "encrypted") planner.observeEncryptedMs(r.encryptMs + r.decryptMs);
     // After this request's own stages: the rest, for the fallback's sake.
     this.client.loadAllInBackground();
     const result = { ...r, auto: true, placement, explain: planner.explain(this.client.timeoutMs) };

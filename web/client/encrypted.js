@@ -9,6 +9,18 @@ import { SplitError, fromWasm, wasm, wasmCall } from "./wasm.js";
 /** How long a reply of the encrypted socket may take, ms (a key is 335 kB, a photo 670 kB). */
 const REPLY_TIMEOUT_MS = 60_000;
 
+/** Whether this server and this engine can run the encrypted classifier: the server's
+ * classifier scale, or a `SplitError` (`unsupported_server`, `unsupported_engine`). */
+export function checkEncryptedAvailable(client) {
+  const step = client.info.encrypted?.weight_step;
+  if (!step) throw new SplitError("unsupported_server", "this server does not offer the encrypted classifier");
+  if (!wasm.EncryptedClient) {
+    throw new SplitError("unsupported_engine", `the encrypted classifier is in the relaxed-SIMD builds only, and this engine loaded ${client.wasmBuild} ` +
+      "(fhe.rs's arithmetic brings relaxed SIMD instructions, which engines without relaxed SIMD refuse to load)");
+  }
+  return step;
+}
+
 export class EncryptedLink {
   /** @param {import("../split-client.js").SplitClient} client */
   constructor(client) {
@@ -39,12 +51,7 @@ export class EncryptedLink {
     const pooled = await wasmCall(() => client.edge.pooled(image));
     const edgeMs = performance.now() - started;
     if (!this.keys) {
-      const step = client.info.encrypted?.weight_step;
-      if (!step) throw new SplitError("unsupported_server", "this server does not offer the encrypted classifier");
-      if (!wasm.EncryptedClient) {
-        throw new SplitError("unsupported_engine", `the encrypted classifier is in the relaxed-SIMD builds only, and this engine loaded ${client.wasmBuild} ` +
-          "(fhe.rs's arithmetic brings relaxed SIMD instructions, which engines without relaxed SIMD refuse to load)");
-      }
+      const step = checkEncryptedAvailable(client);
       const k = performance.now();
       this.keys = await wasmCall(() => new wasm.EncryptedClient(step));
       this.keygenMs = performance.now() - k;

@@ -293,6 +293,10 @@ export class RemoteSplitClient {
     return this.call("setObjective", objective);
   }
 
+  setEncrypted(on) {
+    return this.call("setEncrypted", on);
+  }
+
   weightsState() {
     return this.call("weightsState");
   }

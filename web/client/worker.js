@@ -53,6 +53,7 @@ const methods = {
   profileEdge: (repeats) => client.profileEdge(repeats),
   explain: () => client.explain(),
   setObjective: (objective) => client.setObjective(objective),
+  setEncrypted: (on) => client.setEncrypted(on),
   weightsState: () => client.weightsState(),
   backlogState: () => client.backlogState(),
   setCacheEntries: (n) => client.setCacheEntries(n),

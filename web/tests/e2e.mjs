@@ -78,7 +78,20 @@ async function encryptedChecks(page, name) {
                            queueMs: r.queueMs });
     const first = pick(await client.classify(chelsea, "encrypted"));
     const second = pick(await client.classify(chelsea, "encrypted"));
-    return { first, second };
+    // Auto, asked for encryption, on a device that may hold the stages to pool but not the
+    // classifier (edge-only out of its budget): the encrypted classifier, every time; asked
+    // no more, a plain placement at the next request.
+    const { SplitClient } = await import("/split-client.js");
+    const sealed = await SplitClient.create({ backend: "cpu", worker: false, cacheEntries: 0,
+                                              constraints: { encrypted: true, maxEdgeParamBytes: 14_000_000 } });
+    const auto = await sealed.classify(chelsea, "auto");
+    const ranked = (await sealed.explain()).ranked.map((e) => e.placement.mode);
+    await sealed.setEncrypted(false);
+    const plain = await sealed.classify(chelsea, "auto");
+    const plainRanked = (await sealed.explain()).ranked.map((e) => e.placement.mode);
+    sealed.close();
+    return { first, second, auto: { ...pick(auto), placement: auto.placement }, ranked,
+             plain: { mode: plain.mode, top1: plain.top[0].class, placement: plain.placement }, plainRanked };
   });
   console.log(`e2e: ${name}: encrypted ${JSON.stringify(out)}`);
   for (const r of [out.first, out.second]) {
@@ -87,6 +100,13 @@ async function encryptedChecks(page, name) {
   }
   assert.ok(out.first.keyBytes > 100_000 && out.second.keyBytes === 0, `${name}: the key goes once a session`);
   assert.ok(out.second.bytesSent > 500_000 && out.second.bytesSent <= 1 << 20, `${name}: the features' ciphertexts under 1 MB`);
+  assert.deepEqual(out.auto.placement, { mode: "encrypted", boundary: "pool" }, `${name}: auto asked to encrypt: ${JSON.stringify(out.auto)}`);
+  assert.equal(out.auto.mode, "encrypted");
+  assert.equal(out.auto.top1, 282, `${name}: the tiger cat through auto's encrypted placement`);
+  assert.deepEqual([...new Set(out.ranked)], ["encrypted"], `${name}: only the encrypted placement is offered: ${out.ranked}`);
+  assert.notEqual(out.plain.placement.mode, "encrypted", `${name}: encryption no longer asked: ${JSON.stringify(out.plain)}`);
+  assert.equal(out.plain.top1, 282);
+  assert.ok(!out.plainRanked.includes("encrypted"), `${name}: never encrypted unless asked: ${out.plainRanked}`);
   // The server says how long its evaluation took (inside the round trip) and its wait.
   for (const r of [out.first, out.second]) {
     assert.ok(r.serverMs > 0 && r.serverMs < r.roundTripMs && r.queueMs >= 0, `${name}: the server's time is reported: ${JSON.stringify(r)}`);

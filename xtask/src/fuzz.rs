@@ -1,7 +1,8 @@
 //! `cargo xtask fuzz [seconds]`: run the libFuzzer targets: `decode_frame` (the frame and codec
-//! decoders), `decode_image` (the image decoders and preprocessing an upload goes through) and
+//! decoders), `decode_image` (the image decoders and preprocessing an upload goes through),
 //! `decode_weights` (the weights, light-model and calibration containers a browser downloads,
-//! and the language model's GGUF file with the readers of its metadata).
+//! and the language model's GGUF file with the readers of its metadata) and `decode_encrypted`
+//! (the encrypted classifier's readers of ciphertexts and keys, fhe.rs's).
 //!
 //! Seeds the corpora with valid frames of every codec path ([`sample_frames`]) and the sample
 //! photos (whole, as JPEG, and cut short), installs the pinned `cargo-fuzz` into the cache and
@@ -23,10 +24,14 @@ pub struct Args {
     /// How long to fuzz each target, seconds.
     #[arg(default_value_t = 60)]
     seconds: u64,
-    /// Which target: `decode_frame`, `decode_image`, `decode_weights`, or `all`.
-    #[arg(long, default_value = "all", value_parser = ["all", "decode_frame", "decode_image", "decode_weights"])]
+    /// Which target: `decode_frame`, `decode_image`, `decode_weights`, `decode_encrypted`, or
+    /// `all`.
+    #[arg(long, default_value = "all", value_parser = ["all", "decode_frame", "decode_image", "decode_weights", "decode_encrypted"])]
     target: String,
 }
+
+/// Every target, in the order `all` runs them.
+const TARGETS: [&str; 4] = ["decode_frame", "decode_image", "decode_weights", "decode_encrypted"];
 
 /// Write the seed corpora: valid frames of every codec path, and the sample photos as PNG, as
 /// JPEG and cut short.
@@ -71,11 +76,50 @@ fn seed(fuzz_dir: &std::path::Path, calibration: &Calibration) -> Result<()> {
     let mut seed = vec![3u8];
     seed.extend_from_slice(&llm[..GGUF_SEED_BYTES]);
     std::fs::write(weights.join("smollm2-head"), seed)?;
+    seed_encrypted(fuzz_dir, &file)?;
     eprintln!(
-        "fuzz: {} seed frames, 9 seed images, 4 seed model files in {}",
+        "fuzz: {} seed frames, 9 seed images, 4 seed model files, 3 seeds of the encrypted \
+         classifier in {}",
         seeds.len(),
         fuzz_dir.display()
     );
+    Ok(())
+}
+
+/// The encrypted classifier's seeds, as `decode_encrypted` takes them (a kind byte, then the
+/// bytes): one uploaded ciphertext, an evaluation key, an answer, made by the scheme with the
+/// real classifier on a photo's pooled features.
+fn seed_encrypted(
+    fuzz_dir: &std::path::Path,
+    file: &split_shared::container::TensorFile,
+) -> Result<()> {
+    use split_shared::encrypted::{
+        DeviceKeys, EncryptedClassifier, QuantizedClassifier, quantize_features,
+    };
+    use split_shared::model::NUM_CLASSES;
+    let dir = fuzz_dir.join("corpus/decode_encrypted");
+    std::fs::create_dir_all(&dir)?;
+    let mut rng = rand::rng();
+    let keys = DeviceKeys::generate(&mut rng);
+    let key = keys.evaluation_key(&mut rng)?;
+    let head = split_shared::encrypted::layout::IN;
+    let classifier = QuantizedClassifier::new(
+        file.tensor("fc.weight", &[NUM_CLASSES, head])?,
+        file.tensor("fc.bias", &[NUM_CLASSES])?,
+    );
+    // Pooled features of a made-up photo: the readers care for the bytes, not the picture.
+    let pooled: Vec<f32> = (0..head).map(|i| (i % 7) as f32 * 0.5).collect();
+    let parts = keys.encrypt(&quantize_features(&pooled), &mut rng)?;
+    let slices: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+    let server = EncryptedClassifier::new(&classifier)?;
+    let answer = server.evaluate(&slices, &EncryptedClassifier::read_key(&key)?)?;
+    for (name, kind, bytes) in
+        [("upload", 0u8, &parts[0]), ("key", 1, &key), ("answer", 2, &answer)]
+    {
+        let mut seed = vec![kind];
+        seed.extend_from_slice(bytes);
+        std::fs::write(dir.join(name), seed)?;
+    }
     Ok(())
 }
 
@@ -141,13 +185,15 @@ pub fn run(a: Args) -> Result<()> {
     seed(&fuzz_dir, &calibration)?;
     let bin = ensure_cargo_fuzz()?;
     let targets: &[&str] = match a.target.as_str() {
-        "all" => &["decode_frame", "decode_image", "decode_weights"],
+        "all" => &TARGETS,
         one => &[one][..],
     };
     for target in targets {
         eprintln!("fuzz: {target} for {} s", a.seconds);
+        // An evaluation key is 335 kB: its seed whole, and room to grow.
+        let max_len = if *target == "decode_encrypted" { 1 << 19 } else { 262_144 };
         let status = cargo_fuzz(&bin, "run", Some(target))
-            .args(["--", &format!("-max_total_time={}", a.seconds), "-max_len=262144"])
+            .args(["--", &format!("-max_total_time={}", a.seconds), &format!("-max_len={max_len}")])
             .env("SPLIT_CALIBRATION", &calibration_path)
             .status()
             .context("running cargo-fuzz")?;

@@ -165,6 +165,11 @@ impl Controller {
         &self.log
     }
 
+    /// Re-plan at the next tick, whatever the period (the constraints changed).
+    pub fn replan(&mut self) {
+        self.last_plan_ms = f64::NEG_INFINITY;
+    }
+
     /// Force a placement (the user's manual override); the controller resumes from it.
     pub fn set(&mut self, now_ms: f64, placement: Placement) {
         self.current = Some(placement);
@@ -194,6 +199,17 @@ impl Controller {
         self.last_plan_ms = now_ms;
         self.planned_for = Some(forecast.now);
         let Ok(ranked) = plan_candidates(candidates, &conditions, constraints) else {
+            // Nothing can be chosen, and a placement the constraints now forbid is not kept
+            // (no features leave below a privacy floor just raised, none unencrypted once
+            // encryption is asked for): none is in force, which runs locally.
+            let allowed = |p: &Placement| {
+                candidates
+                    .iter()
+                    .any(|c| c.placement == *p && super::planner::allowed(c, constraints))
+            };
+            if self.current.as_ref().is_some_and(|p| !allowed(p)) {
+                self.current = None;
+            }
             return Decision::Keep;
         };
         let best = ranked[0].clone();

@@ -28,4 +28,7 @@ pub use planner::{
     estimate, estimate_for, plan, plan_candidates,
 };
 pub use policy::{AdaptivePolicy, Explanation, PingObservation, ProbeConfig, RequestObservation};
-pub use table::{COST_TABLE_VERSION, CodecCost, CostTable, EdgeProfile, wilson_lower};
+pub use table::{
+    COST_TABLE_VERSION, CodecCost, CostTable, EdgeProfile, EncryptedCost, NATIVE_PROFILE,
+    wilson_lower,
+};

@@ -25,6 +25,22 @@ pub enum Placement {
         /// How the features are coded (JSON: its name, `"q6"`).
         codec: Setting,
     },
+    /// The edge runs to `boundary` and uploads what it computed there encrypted; the server
+    /// computes the rest on the ciphertext and answers encrypted, so it reads neither the
+    /// features nor the answer (`crate::encrypted`: EfficientNet-Lite0's classifier after
+    /// `pool`). Chosen only when the constraints ask for it ([`Constraints::encrypted`]).
+    Encrypted {
+        /// Where the edge stops (`"pool"`).
+        boundary: String,
+    },
+}
+
+impl Placement {
+    /// Whether the server can read nothing of the request: edge-only sends nothing, the
+    /// encrypted placement only ciphertext.
+    pub fn server_reads_nothing(&self) -> bool {
+        matches!(self, Self::EdgeOnly | Self::Encrypted { .. })
+    }
 }
 
 impl fmt::Display for Placement {
@@ -33,6 +49,7 @@ impl fmt::Display for Placement {
             Self::EdgeOnly => f.write_str("edge only"),
             Self::CloudOnly => f.write_str("cloud only"),
             Self::Split { boundary, codec } => write!(f, "{boundary}/{codec}"),
+            Self::Encrypted { boundary } => write!(f, "{boundary}/encrypted"),
         }
     }
 }
@@ -122,6 +139,12 @@ pub struct Constraints {
     /// The real-time class and its deadline; `None`: no deadline.
     #[serde(default)]
     pub realtime: Option<RealTime>,
+    /// Only placements the server can read nothing of: the encrypted placement where the cost
+    /// table prices one, or edge-only ([`Placement::server_reads_nothing`]). Without it the
+    /// encrypted placement is never chosen: it costs more bytes and time than any split, and
+    /// only the user may decide that is worth it.
+    #[serde(default)]
+    pub encrypted: bool,
 }
 
 impl Default for Constraints {
@@ -132,6 +155,7 @@ impl Default for Constraints {
             max_edge_param_bytes: None,
             objective: Objective::default(),
             realtime: None,
+            encrypted: false,
         }
     }
 }
@@ -269,9 +293,18 @@ pub fn estimate_for(c: &Candidate, conditions: &Conditions, objective: &Objectiv
 pub(crate) fn allowed(c: &Candidate, k: &Constraints) -> bool {
     let private = match c.placement {
         Placement::CloudOnly => k.privacy_floor == 0,
+        // Ciphertext shows the server nothing to invert, whatever the floor.
+        Placement::Encrypted { .. } => true,
         _ => c.depth >= k.privacy_floor,
     };
+    // Encrypted when asked, and only then (edge-only sends nothing, so it is always allowed).
+    let sealed = match c.placement {
+        Placement::EdgeOnly => true,
+        Placement::Encrypted { .. } => k.encrypted,
+        _ => !k.encrypted,
+    };
     private
+        && sealed
         && c.agreement + 1e-12 >= k.min_agreement
         && k.max_edge_param_bytes.is_none_or(|max| c.edge_param_bytes <= max)
 }
@@ -530,5 +563,42 @@ mod tests {
         assert_eq!(p[0].placement, Placement::EdgeOnly);
         assert_eq!(p[0].total_ms, 80.0);
         assert!(p[1].total_ms.is_infinite());
+    }
+
+    /// The encrypted placement is never chosen unless asked for, however cheap; asked for, it
+    /// is chosen over every split and cloud-only, whatever the privacy floor, and edge-only
+    /// takes its place when the link is down.
+    #[test]
+    fn the_encrypted_placement_is_chosen_only_when_asked() {
+        let mut c = three_tiers();
+        c.push(Candidate {
+            placement: Placement::Encrypted { boundary: "pool".into() },
+            depth: 19,
+            edge_ms: 40.0,
+            bytes: 1_000.0,
+            cloud_ms: 1.0,
+            agreement: 0.99,
+            edge_param_bytes: 19,
+        });
+        let link = Conditions { rtt_ms: 10.0, uplink_bytes_per_ms: 1000.0, ..Default::default() };
+        let plain = plan_candidates(&c, &link, &Constraints::default()).unwrap();
+        assert!(plain.iter().all(|e| !matches!(e.placement, Placement::Encrypted { .. })));
+        let asked = Constraints { encrypted: true, privacy_floor: 20, ..Default::default() };
+        let p = plan_candidates(&c, &link, &asked).unwrap();
+        assert_eq!(p.len(), 2, "{p:?}");
+        assert_eq!(p[0].placement, Placement::Encrypted { boundary: "pool".into() });
+        assert_eq!(p[1].placement, Placement::EdgeOnly);
+        assert!(p.iter().all(|e| e.placement.server_reads_nothing()));
+        assert_eq!(
+            plan_candidates(&c, &at(0.0), &asked).unwrap()[0].placement,
+            Placement::EdgeOnly
+        );
+        // It is held to the accuracy floor like any other.
+        let strict = Constraints { min_agreement: 0.995, ..asked };
+        assert_eq!(plan_candidates(&c, &link, &strict).unwrap().len(), 1);
+        // Without edge-only or an encrypted candidate, asking for it leaves nothing.
+        c.retain(|c| !c.placement.server_reads_nothing());
+        let asked = Constraints { encrypted: true, ..Default::default() };
+        assert_eq!(plan_candidates(&c, &link, &asked), Err(PlanError::NoFeasible));
     }
 }

@@ -156,9 +156,11 @@ impl AdaptivePolicy {
         self.probe
     }
 
-    /// Limit the candidates the controller may pick.
+    /// Limit the candidates the controller may pick; the next tick re-plans under them (a
+    /// placement they forbid is not used for another request).
     pub fn set_constraints(&mut self, constraints: Constraints) {
         self.constraints = constraints;
+        self.controller.replan();
     }
 
     /// The candidates, for adjusting their nominal costs (e.g. the size of this image).
@@ -408,5 +410,31 @@ mod tests {
         assert_eq!(p.deadline_ms(100.0), 100.0, "never beyond the request timeout");
         p.set_placement(0.0, Placement::EdgeOnly);
         assert_eq!(p.deadline_ms(120_000.0), cfg.min_deadline_ms);
+    }
+
+    /// Encryption asked for between two ticks takes effect at the next, the period not
+    /// awaited: the split in force is not used for another request; and when nothing is
+    /// allowed, the forbidden placement is dropped (local) rather than kept.
+    #[test]
+    fn new_constraints_take_effect_at_the_next_tick() {
+        let mut c = candidates();
+        let sealed = Placement::Encrypted { boundary: "pool".into() };
+        c.push(Candidate { placement: sealed.clone(), bytes: 600_000.0, ..c[1].clone() });
+        let mut p = AdaptivePolicy::new(c);
+        let _ = p.tick(0.0);
+        assert!(matches!(p.current(), Placement::Split { .. }), "{}", p.current());
+        p.set_constraints(Constraints { encrypted: true, ..Default::default() });
+        assert!(matches!(p.tick(10.0), Decision::Switch(_)));
+        assert!(p.current().server_reads_nothing(), "{}", p.current());
+        // Back to plain: edge-only is still allowed, so the split returns as any switch does,
+        // once the placement has dwelt.
+        p.set_constraints(Constraints::default());
+        let later = 10.0 + 2.0 * ControllerConfig::default().min_dwell_ms;
+        let _ = p.tick(later);
+        assert!(matches!(p.current(), Placement::Split { .. }), "{}", p.current());
+        // A floor no candidate meets: nothing chosen, and the split is not kept.
+        p.set_constraints(Constraints { privacy_floor: 99, ..Default::default() });
+        assert_eq!(p.tick(later + 1.0), Decision::Keep);
+        assert_eq!(p.current(), Placement::EdgeOnly);
     }
 }

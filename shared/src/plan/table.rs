@@ -101,7 +101,56 @@ pub struct CostTable {
     pub image_bytes: f64,
     /// Codec options per boundary (empty where none were measured).
     pub codecs: Vec<Vec<CodecCost>>,
+    /// The encrypted placement's costs, where the model has one and it was measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encrypted: Option<EncryptedCost>,
 }
+
+/// What the encrypted placement ([`Placement::Encrypted`]) costs: measured by the command it
+/// names (EfficientNet-Lite0: `./run.sh encrypted --cost-table …`), which writes this part of
+/// the table alone.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EncryptedCost {
+    /// The command that measured it.
+    pub command: String,
+    /// Where the edge stops and encrypts (`pool`).
+    pub boundary: String,
+    /// The device's own cryptography per request (encrypting the upload and decrypting the
+    /// answer), ms, by edge profile; a profile not measured is priced by `native-flex`'s figure
+    /// scaled as its edge column is to `native-flex`'s at `boundary`.
+    pub device_ms: BTreeMap<String, f64>,
+    /// Bytes uploaded per request (the ciphertexts and the frame around them).
+    pub upload_bytes: f64,
+    /// Bytes of the encrypted answer.
+    pub answer_bytes: f64,
+    /// Bytes of the evaluation key, sent once a session (not priced per request).
+    pub key_bytes: f64,
+    /// The server's time per request, ms: reading the session's key and evaluating.
+    pub cloud_ms: f64,
+    /// Top-1 agreement with the float network (integer rounding is its only loss).
+    pub agreement: f64,
+    /// How many photos `agreement` was measured on.
+    pub images: u32,
+    /// The lower end of its 95% Wilson interval: what the planner holds against the floor.
+    pub agreement_low: f64,
+}
+
+impl EncryptedCost {
+    /// The device's cryptography on `profile`, ms (see [`Self::device_ms`]); `None` where
+    /// neither it nor the scaling is known.
+    fn device_ms_on(&self, table: &CostTable, profile: &str, at: usize) -> Option<f64> {
+        if let Some(ms) = self.device_ms.get(profile) {
+            return Some(*ms);
+        }
+        let native = *self.device_ms.get(NATIVE_PROFILE)?;
+        let edge = |p: &str| table.edge.get(p)?.ms.get(at).copied().flatten();
+        let (here, there) = (edge(profile)?, edge(NATIVE_PROFILE)?);
+        (there > 0.0).then(|| native * here / there)
+    }
+}
+
+/// The edge profile measured natively by the profiler (the fallback of the others).
+pub const NATIVE_PROFILE: &str = "native-flex";
 
 impl CostTable {
     /// Parse and check the version and the column lengths.
@@ -131,6 +180,11 @@ impl CostTable {
             || t.edge.values().any(|e| e.ms.len() != n)
         {
             return Err(format!("cost table columns do not all have {n} rows"));
+        }
+        if let Some(e) = &t.encrypted
+            && !t.boundaries.contains(&e.boundary)
+        {
+            return Err(format!("cost table: encrypted at {:?}, not a boundary", e.boundary));
         }
         Ok(t)
     }
@@ -195,7 +249,27 @@ impl CostTable {
             agreement: 1.0,
             edge_param_bytes: 0,
         });
+        if let Some(c) = self.encrypted_candidate(edge_profile) {
+            out.push(c);
+        }
         Some(out)
+    }
+
+    /// The encrypted placement as a candidate for `edge_profile`: the edge's compute to its
+    /// boundary plus the cryptography; `None` where the table has none or cannot price it.
+    fn encrypted_candidate(&self, edge_profile: &str) -> Option<Candidate> {
+        let e = self.encrypted.as_ref()?;
+        let at = self.boundaries.iter().position(|b| *b == e.boundary)?;
+        let edge_ms = self.edge.get(edge_profile)?.ms.get(at).copied().flatten()?;
+        Some(Candidate {
+            placement: Placement::Encrypted { boundary: e.boundary.clone() },
+            depth: at,
+            edge_ms: edge_ms + e.device_ms_on(self, edge_profile, at)?,
+            bytes: e.upload_bytes,
+            cloud_ms: e.cloud_ms,
+            agreement: e.agreement_low,
+            edge_param_bytes: self.param_bytes[at],
+        })
     }
 
     /// A copy with the edge profile `name` replaced by `ms` (the page's own measurements).
@@ -277,5 +351,39 @@ mod tests {
         json["param_bytes"] = serde_json::json!([0, 1]);
         let err = CostTable::from_json(&json.to_string()).unwrap_err();
         assert!(err.contains("do not all have 21 rows"), "{err}");
+    }
+
+    /// The shipped table prices the encrypted placement: at `pool`, on every edge profile (a
+    /// profile whose own cryptography was not measured scaled from the native one), as the
+    /// study measured it; a table naming a boundary it lacks is refused.
+    #[test]
+    fn the_encrypted_placement_is_priced_on_every_profile() {
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../profiles/cost-table.json"
+        ))
+        .unwrap();
+        let t = CostTable::from_json(&text).unwrap();
+        let e = t.encrypted.as_ref().expect("profiles/cost-table.json has an encrypted part");
+        assert_eq!(e.boundary, "pool");
+        let pool = t.boundaries.iter().position(|b| b == "pool").unwrap();
+        let crypto = e.device_ms[NATIVE_PROFILE];
+        for (name, profile) in &t.edge {
+            let c = t.candidates(name).unwrap();
+            let enc = c
+                .iter()
+                .find(|c| matches!(c.placement, Placement::Encrypted { .. }))
+                .unwrap_or_else(|| panic!("{name}: no encrypted candidate"));
+            let edge = profile.ms[pool].unwrap();
+            let native = t.edge[NATIVE_PROFILE].ms[pool].unwrap();
+            let want = edge + e.device_ms.get(name).copied().unwrap_or(crypto * edge / native);
+            assert!((enc.edge_ms - want).abs() < 1e-9, "{name}: {} vs {want}", enc.edge_ms);
+            assert_eq!((enc.bytes, enc.cloud_ms, enc.depth), (e.upload_bytes, e.cloud_ms, pool));
+            assert_eq!(enc.agreement, e.agreement_low);
+        }
+        let mut json: serde_json::Value = serde_json::from_str(&text).unwrap();
+        json["encrypted"]["boundary"] = "nowhere".into();
+        let err = CostTable::from_json(&json.to_string()).unwrap_err();
+        assert!(err.contains("\"nowhere\", not a boundary"), "{err}");
     }
 }

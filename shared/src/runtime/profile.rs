@@ -126,6 +126,7 @@ impl ProfileSetup {
             cloud_only_ms: median(whole_ms),
             image_bytes: input_bytes,
             codecs,
+            encrypted: None,
         })
     }
 
