@@ -28,7 +28,7 @@ fi
 # (accuracy, calibration, privacy) and split-lab (performance), so that the demo compiles no
 # tool it does not run.
 case "${1:-}" in
-  calibrate | eval | encrypted | fusion | light | stream-eval | invert | adversarial | llm-invert | llm-codec)
+  calibrate | eval | encrypted | fusion | light | stream-eval | invert | adversarial | llm-invert | llm-codec | train)
     exec cargo run --package split-studies -- "$@" ;;
   lab | profile | plan-sim | onnx | chat | llm-crowd | llm-placements)
     exec cargo run --package split-lab --bin split-lab -- "$@" ;;

@@ -7,6 +7,7 @@
 //! The `split-studies` binary runs them (`./run.sh eval --help`, ...); the performance lab
 //! (`split-lab`) reuses the edge and server paths of [`eval`] and the charts of [`svg`].
 
+pub mod adam;
 pub mod calibrate;
 pub mod encrypted;
 pub mod eval;
@@ -18,3 +19,4 @@ pub mod llm_invert;
 pub mod privacy;
 pub mod stream_eval;
 pub mod svg;
+pub mod train;

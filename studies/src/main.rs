@@ -3,7 +3,7 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 use split_studies::{
-    calibrate, encrypted, eval, fusion, light, llm_codec, llm_invert, privacy, stream_eval,
+    calibrate, encrypted, eval, fusion, light, llm_codec, llm_invert, privacy, stream_eval, train,
 };
 
 /// The network's activations are multi-megabyte buffers allocated and freed on every forward;
@@ -46,6 +46,9 @@ enum Task {
     /// The chat split's answers with its hidden states coded each way (f32, f16, bf16, q8, q8o),
     /// against the unsplit model's, per boundary.
     LlmCodec(llm_codec::Args),
+    /// Train by distillation from the whole network: `exits` (early-exit heads). Builds with
+    /// burn's autodiff.
+    Train(train::Args),
 }
 
 fn main() -> Result<()> {
@@ -57,6 +60,7 @@ fn main() -> Result<()> {
         Task::Light(a) => light::run(a),
         Task::StreamEval(a) => stream_eval::run(a),
         Task::Invert(a) => privacy::invert(a),
+        Task::Train(a) => train::run(a),
         Task::Adversarial(a) => privacy::adversarial(a),
         Task::LlmInvert(a) => llm_invert::run(a),
         Task::LlmCodec(a) => llm_codec::run(a),

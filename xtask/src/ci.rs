@@ -139,6 +139,9 @@ fn native_side(prefetch: Prefetch) -> Result<(PathBuf, PathBuf)> {
         .args(["test", "--workspace", "--exclude", "split-kernels"])
         .env("SPLIT_WEIGHTS", &weights)
         .env("SPLIT_CALIBRATION", &calibration))?;
+    // The training code on burn's autodiff (a feature of its own: the other binaries do not
+    // link it): a gradient against finite differences, a loss that goes down.
+    run(cargo().args(["test", "-p", "split-studies", "--features", "train", "--lib", "train::"]))?;
     // The kernels' own tests with overflow checks and debug assertions on (its own profile, so
     // that nothing else links checked kernels).
     run(cargo().args(["test", "-p", "split-kernels", "--profile", "kernels-checked"]))?;

@@ -145,6 +145,9 @@ async fn main() -> Result<()> {
     let mut candidates = table
         .candidates(&a.edge_profile)
         .with_context(|| format!("no edge profile {:?} in {}", a.edge_profile, a.cost_table))?;
+    // The encrypted placement has its own socket and a key per session, and auto chooses it
+    // only when asked: the crowd's clients never do.
+    candidates.retain(|c| !matches!(c.placement, Placement::Encrypted { .. }));
     let image = std::fs::read(&a.image).with_context(|| format!("reading {}", a.image))?;
     let placements: Vec<Placement> = candidates.iter().map(|c| c.placement.clone()).collect();
     let frames = Frames::build(&image, &placements)?;

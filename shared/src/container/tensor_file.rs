@@ -112,6 +112,11 @@ pub struct TensorFile {
     index: HashMap<String, usize>,
 }
 
+/// A value of a text tensor as its byte: a whole number in `0..=255`.
+fn byte(v: f32) -> Option<u8> {
+    (v.fract() == 0.0 && (0.0..=255.0).contains(&v)).then_some(v as u8)
+}
+
 /// 64-bit FNV-1a: tiny, dependency-free, and enough to catch truncation and bit rot.
 pub fn fnv1a64(bytes: &[u8]) -> u64 {
     bytes
@@ -172,6 +177,26 @@ impl TensorFile {
             });
         }
         Ok(data)
+    }
+
+    /// Add a text (UTF-8 bytes, one per 16-bit value): how a file records the command that
+    /// made it.
+    pub fn insert_text(&mut self, name: impl Into<String>, text: &str) {
+        let bytes: Vec<u16> = text.bytes().map(u16::from).collect();
+        self.insert_u16(name, vec![bytes.len()], &bytes);
+    }
+
+    /// A text added with [`Self::insert_text`].
+    ///
+    /// # Errors
+    /// [`ContainerError::Missing`] without it; [`ContainerError::Malformed`] when its values
+    /// are not UTF-8 bytes.
+    pub fn text(&self, name: &str) -> Result<String, ContainerError> {
+        let &i = self.index.get(name).ok_or_else(|| ContainerError::Missing(name.into()))?;
+        let bytes: Option<Vec<u8>> = self.tensors[i].2.iter().map(|v| byte(*v)).collect();
+        bytes
+            .and_then(|b| String::from_utf8(b).ok())
+            .ok_or_else(|| ContainerError::Malformed(format!("{name} is not a text")))
     }
 
     /// Every tensor as `(name, dims, data)`, in file order.
@@ -353,6 +378,17 @@ mod tests {
         assert_eq!(back.tensor("a.bias", &[2]).unwrap(), &[0.5, -0.5]);
         assert!(matches!(back.tensor("a.bias", &[3]), Err(ContainerError::Shape { .. })));
         assert_eq!(back.tensor("missing", &[2]), Err(ContainerError::Missing("missing".into())));
+    }
+
+    /// A text goes into the file and comes back; a tensor of other values is not one.
+    #[test]
+    fn texts_round_trip() {
+        let mut w = sample();
+        w.insert_text("meta.command", "./run.sh train exits --seed 7 — ünïcode");
+        let back = TensorFile::from_bytes(&w.to_bytes(MAGIC), MAGIC).unwrap();
+        assert_eq!(back.text("meta.command").unwrap(), "./run.sh train exits --seed 7 — ünïcode");
+        assert!(matches!(back.text("a.weight"), Err(ContainerError::Malformed(_))));
+        assert_eq!(back.text("meta.none"), Err(ContainerError::Missing("meta.none".into())));
     }
 
     #[test]

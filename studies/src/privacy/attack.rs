@@ -12,6 +12,8 @@ use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, Tensor, TensorData};
 use split_shared::model::{Boundary, EfficientNetLite0, INPUT_SIZE};
 
+use crate::adam::Adam;
+
 /// The pixels of one image as the attacks see them: `[3, 224, 224]`, values in `[0, 1]`.
 pub type Pixels = Vec<f32>;
 
@@ -46,32 +48,6 @@ pub struct Inversion {
     pub pixels: Pixels,
     /// `‖f_k(x̂) − z‖² / ‖z‖²` at the last step.
     pub feature_error: f64,
-}
-
-/// Adam on a flat vector of pixels, kept in `[0, 1]`.
-struct Adam {
-    m: Vec<f32>,
-    v: Vec<f32>,
-    t: i32,
-}
-
-impl Adam {
-    fn new(n: usize) -> Self {
-        Self { m: vec![0.0; n], v: vec![0.0; n], t: 0 }
-    }
-
-    fn step(&mut self, x: &mut [f32], g: &[f32], lr: f64) {
-        const B1: f32 = 0.9;
-        const B2: f32 = 0.999;
-        self.t += 1;
-        let (c1, c2) = (1.0 - B1.powi(self.t), 1.0 - B2.powi(self.t));
-        for i in 0..x.len() {
-            self.m[i] = B1 * self.m[i] + (1.0 - B1) * g[i];
-            self.v[i] = B2 * self.v[i] + (1.0 - B2) * g[i] * g[i];
-            let update = (self.m[i] / c1) / ((self.v[i] / c2).sqrt() + 1e-8);
-            x[i] = (x[i] - lr as f32 * update).clamp(0.0, 1.0);
-        }
-    }
 }
 
 impl WhiteBox {
@@ -133,7 +109,9 @@ impl WhiteBox {
             feature_error = f64::from(fit.into_scalar::<f32>());
             let lr =
                 o.lr * 0.5 * (1.0 + (std::f64::consts::PI * step as f64 / o.steps as f64).cos());
-            adam.step(&mut pixels, &g, lr);
+            adam.step(&mut pixels, &g, lr as f32);
+            // The pixels stay in `[0, 1]`.
+            pixels.iter_mut().for_each(|p| *p = p.clamp(0.0, 1.0));
             progress(step, feature_error);
         }
         Ok(Inversion { pixels, feature_error })

@@ -1,0 +1,58 @@
+//! `./run.sh train <what>`: training in burn, by distillation from the whole network on the dev
+//! photos not held back ([`data`]). What it trains so far: early-exit heads (`exits`).
+//!
+//! Training runs on burn's autodiff (`flex` wrapped in it, the plain-op path), which this
+//! crate builds only with its `train` feature: without it the command runs itself again from a
+//! `split-studies` built with it, as the attacks do.
+
+pub mod data;
+#[cfg(feature = "train")]
+pub mod exits;
+#[cfg(feature = "train")]
+pub mod head;
+
+use anyhow::Result;
+
+/// What to train.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(subcommand)]
+    what: What,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum What {
+    /// Early-exit heads at chosen boundaries, with the confidence threshold of each.
+    Exits(ExitsArgs),
+}
+
+#[cfg(feature = "train")]
+type ExitsArgs = exits::Args;
+
+/// Without the `train` feature the arguments are passed on as they are.
+#[cfg(not(feature = "train"))]
+#[derive(clap::Args, Debug)]
+struct ExitsArgs {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    rest: Vec<String>,
+}
+
+/// `./run.sh train`.
+pub fn run(a: Args) -> Result<()> {
+    #[cfg(feature = "train")]
+    return match a.what {
+        What::Exits(e) => exits::run(e),
+    };
+    #[cfg(not(feature = "train"))]
+    {
+        let _ = a;
+        eprintln!(
+            "split-studies: training needs burn's autodiff; running split-studies built with \
+             --features train"
+        );
+        let mut cargo = xtask::cmd::cargo();
+        cargo.args(["run", "--package", "split-studies", "--features", "train", "--"]);
+        cargo.args(std::env::args_os().skip(1));
+        xtask::cmd::run(&mut cargo)
+    }
+}
