@@ -1,10 +1,13 @@
 //! `./run.sh train <what>`: training in burn, by distillation from the whole network on the dev
-//! photos not held back ([`data`]). What it trains so far: early-exit heads (`exits`).
+//! photos not held back ([`data`]). What it trains so far: early-exit heads (`exits`) and a
+//! linear bottleneck at a boundary (`bottleneck`).
 //!
 //! Training runs on burn's autodiff (`flex` wrapped in it, the plain-op path), which this
 //! crate builds only with its `train` feature: without it the command runs itself again from a
 //! `split-studies` built with it, as the attacks do.
 
+#[cfg(feature = "train")]
+pub mod bottleneck;
 pub mod data;
 #[cfg(feature = "train")]
 pub mod exits;
@@ -24,24 +27,33 @@ pub struct Args {
 enum What {
     /// Early-exit heads at chosen boundaries, with the confidence threshold of each.
     Exits(ExitsArgs),
+    /// A learned linear bottleneck at a boundary: agreement per width and bit depth.
+    Bottleneck(BottleneckArgs),
 }
 
 #[cfg(feature = "train")]
 type ExitsArgs = exits::Args;
+#[cfg(feature = "train")]
+type BottleneckArgs = bottleneck::Args;
 
 /// Without the `train` feature the arguments are passed on as they are.
 #[cfg(not(feature = "train"))]
 #[derive(clap::Args, Debug)]
-struct ExitsArgs {
+struct Passed {
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     rest: Vec<String>,
 }
+#[cfg(not(feature = "train"))]
+type ExitsArgs = Passed;
+#[cfg(not(feature = "train"))]
+type BottleneckArgs = Passed;
 
 /// `./run.sh train`.
 pub fn run(a: Args) -> Result<()> {
     #[cfg(feature = "train")]
     return match a.what {
         What::Exits(e) => exits::run(e),
+        What::Bottleneck(b) => bottleneck::run(b),
     };
     #[cfg(not(feature = "train"))]
     {

@@ -1,0 +1,248 @@
+//! `./run.sh train bottleneck`: a learned linear bottleneck at a boundary, the first step
+//! towards the learned codec. At every position of the boundary's map an encoder
+//! `c → c′` (a 1×1 convolution) keeps `c′` numbers, each quantized uniformly to `b` bits
+//! between its training range's 0.1st and 99.9th percentiles; a decoder `c′ → c` (another) puts
+//! the map back before the rest of the network, which is the teacher's, untouched. Trained on
+//! burn's autodiff to rebuild the maps of the training views (relative squared error); no
+//! labels, no gradient through the rest of the network yet. Measured: top-1 agreement with the
+//! whole network on every held-back photo (centre crops), and the bits per original value
+//! (`c′ · b / c`, before any entropy coding).
+
+use anyhow::{Result, bail};
+use burn::tensor::{Device, Tensor, TensorData};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use split_shared::model::{Boundary, EfficientNetLite0, read_weights};
+use split_shared::plan::wilson_lower;
+
+use super::data::{augment, split};
+use crate::adam::Adam;
+
+/// A learned bottleneck, measured at several widths and bit depths.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(flatten)]
+    photos: crate::eval::Photos,
+    /// Where the bottleneck sits.
+    #[arg(long, default_value = "block5")]
+    at: Boundary,
+    /// Numbers kept per position (`c′`).
+    #[arg(long, value_delimiter = ',', default_value = "8,16,24,32")]
+    widths: Vec<usize>,
+    /// Bits per kept number.
+    #[arg(long, value_delimiter = ',', default_value = "2,3,4,6")]
+    bits: Vec<u32>,
+    /// Random views per training photo.
+    #[arg(long, default_value_t = 4)]
+    views: usize,
+    /// Adam steps per width.
+    #[arg(long, default_value_t = 800)]
+    steps: usize,
+    /// Positions per step.
+    #[arg(long, default_value_t = 4096)]
+    batch: usize,
+    /// The seed of every random choice.
+    #[arg(long, default_value_t = 36)]
+    seed: u64,
+}
+
+/// `[1, C, H, W]` as position-major rows `[H·W, C]`.
+fn rows_of(t: Tensor<4>) -> (Vec<f32>, usize) {
+    let [_, c, h, w] = t.dims();
+    let v = t.into_data().try_to_vec::<f32>().expect("f32 activations");
+    let p = h * w;
+    let mut out = vec![0f32; p * c];
+    for k in 0..c {
+        for i in 0..p {
+            out[i * c + k] = v[k * p + i];
+        }
+    }
+    (out, c)
+}
+
+fn tensor2(values: &[f32], dims: [usize; 2], device: &Device) -> Tensor<2> {
+    Tensor::from_data(TensorData::new(values.to_vec(), dims), device)
+}
+
+fn vec2(t: Tensor<2>) -> Vec<f32> {
+    t.into_data().try_to_vec::<f32>().expect("f32 values")
+}
+
+/// The encoder `[c, c′]` and decoder `[c′, c]` with their biases.
+struct Coder {
+    enc: Vec<f32>,
+    enc_b: Vec<f32>,
+    dec: Vec<f32>,
+    dec_b: Vec<f32>,
+    c: usize,
+    k: usize,
+}
+
+impl Coder {
+    fn encode(&self, x: &[f32], device: &Device) -> Vec<f32> {
+        let n = x.len() / self.c;
+        vec2(
+            tensor2(x, [n, self.c], device).matmul(tensor2(&self.enc, [self.c, self.k], device))
+                + tensor2(&self.enc_b, [1, self.k], device),
+        )
+    }
+
+    fn decode(&self, z: &[f32], device: &Device) -> Vec<f32> {
+        let n = z.len() / self.k;
+        vec2(
+            tensor2(z, [n, self.k], device).matmul(tensor2(&self.dec, [self.k, self.c], device))
+                + tensor2(&self.dec_b, [1, self.c], device),
+        )
+    }
+}
+
+/// Train the linear autoencoder on `rows` (`[n, c]`).
+fn train(rows: &[f32], c: usize, k: usize, a: &Args, rng: &mut StdRng) -> Coder {
+    let n = rows.len() / c;
+    let mean: Vec<f32> =
+        (0..c).map(|j| rows.iter().skip(j).step_by(c).sum::<f32>() / n as f32).collect();
+    let var = rows.iter().enumerate().map(|(i, v)| (v - mean[i % c]).powi(2)).sum::<f32>()
+        / rows.len() as f32;
+    let init = |len: usize, rng: &mut StdRng| {
+        (0..len).map(|_| rng.random_range(-0.1..0.1)).collect::<Vec<f32>>()
+    };
+    let mut coder = Coder {
+        enc: init(c * k, rng),
+        enc_b: vec![0.0; k],
+        dec: init(k * c, rng),
+        dec_b: mean,
+        c,
+        k,
+    };
+    let mut adams = [Adam::new(c * k), Adam::new(k), Adam::new(k * c), Adam::new(c)];
+    let device = Device::flex().autodiff();
+    for step in 0..a.steps {
+        let idx: Vec<usize> = (0..a.batch.min(n)).map(|_| rng.random_range(0..n)).collect();
+        let x: Vec<f32> =
+            idx.iter().flat_map(|&i| rows[i * c..(i + 1) * c].iter().copied()).collect();
+        let b = idx.len();
+        let leaves = [
+            tensor2(&coder.enc, [c, k], &device).require_grad(),
+            tensor2(&coder.enc_b, [1, k], &device).require_grad(),
+            tensor2(&coder.dec, [k, c], &device).require_grad(),
+            tensor2(&coder.dec_b, [1, c], &device).require_grad(),
+        ];
+        let x = tensor2(&x, [b, c], &device);
+        let z = x.clone().matmul(leaves[0].clone()) + leaves[1].clone();
+        let y = z.matmul(leaves[2].clone()) + leaves[3].clone();
+        let loss = (y - x).square().mean() / var.max(1e-12);
+        let value = loss.clone().into_data().try_to_vec::<f32>().expect("f32 loss")[0];
+        let grads = loss.backward();
+        let lr = 1e-2 * 0.5 * (1.0 + (std::f32::consts::PI * step as f32 / a.steps as f32).cos());
+        let params = [&mut coder.enc, &mut coder.enc_b, &mut coder.dec, &mut coder.dec_b];
+        for ((leaf, adam), p) in leaves.iter().zip(&mut adams).zip(params) {
+            let g = vec2(leaf.grad(&grads).expect("a tracked leaf"));
+            adam.step(p, &g, lr);
+        }
+        if step % 200 == 0 || step + 1 == a.steps {
+            eprintln!("train: c′ {k}: step {step}: relative error {value:.4}");
+        }
+    }
+    coder
+}
+
+/// Each code's quantization range: its 0.1st and 99.9th percentiles over `codes`.
+fn ranges(codes: &[f32], k: usize) -> Vec<(f32, f32)> {
+    (0..k)
+        .map(|j| {
+            let mut v: Vec<f32> = codes.iter().skip(j).step_by(k).copied().collect();
+            v.sort_by(f32::total_cmp);
+            let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+            (at(0.001), at(0.999))
+        })
+        .collect()
+}
+
+fn quantize(z: &mut [f32], ranges: &[(f32, f32)], bits: u32) {
+    let levels = ((1u32 << bits) - 1) as f32;
+    for (i, v) in z.iter_mut().enumerate() {
+        let (lo, hi) = ranges[i % ranges.len()];
+        let step = ((hi - lo) / levels).max(1e-12);
+        *v = lo + ((*v - lo) / step).round().clamp(0.0, levels) * step;
+    }
+}
+
+fn argmax(v: &[f32]) -> usize {
+    v.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map_or(0, |p| p.0)
+}
+
+/// Train at every width, measure at every bit depth, print a table.
+pub fn run(a: Args) -> Result<()> {
+    if a.at <= Boundary::INPUT || a.at >= Boundary::POOL {
+        bail!("--at: a boundary between stem and head");
+    }
+    let weights = read_weights(&xtask::setup::ensure_weights()?)?;
+    let device = Device::flex();
+    let model = EfficientNetLite0::from_weights(&weights, &device)?;
+    let (files, _) = a.photos.read()?;
+    let (train_files, held) = split(&files);
+    let [c, h, w] = a.at.info().shape;
+    let mut rng = StdRng::seed_from_u64(a.seed);
+    let mut rows = Vec::new();
+    for path in &train_files {
+        let img = split_shared::image::decode(&std::fs::read(path)?)?;
+        for _ in 0..a.views {
+            let x = split_shared::image::to_input_tensor(&augment(&img, &mut rng), &device);
+            rows.extend(rows_of(model.forward_range(x, Boundary::INPUT, a.at)?).0);
+        }
+    }
+    // Every held-back photo's map at the boundary and the whole network's answer.
+    let mut held_maps = Vec::new();
+    for path in &held {
+        let img = split_shared::image::preprocess(&std::fs::read(path)?)?;
+        let x = split_shared::image::to_input_tensor(&img, &device);
+        let map = model.forward_range(x, Boundary::INPUT, a.at)?;
+        let logits = model.forward_range(map.clone(), a.at, Boundary::LOGITS)?;
+        let top = argmax(&logits.into_data().try_to_vec::<f32>().expect("f32 logits"));
+        held_maps.push((rows_of(map).0, top));
+    }
+    eprintln!(
+        "train: {} photos × {} views trained on ({} positions), {} held back",
+        train_files.len(),
+        a.views,
+        rows.len() / c,
+        held.len()
+    );
+    println!(
+        "| c′ | bits | bits per original value | bytes per photo (before entropy coding) | top-1 agreement (held-back photos) |"
+    );
+    println!("|---|---|---|---|---|");
+    for &k in &a.widths {
+        let coder = train(&rows, c, k, &a, &mut rng);
+        let range = ranges(&coder.encode(&rows, &device), k);
+        for &bits in &a.bits {
+            let mut agree = 0u32;
+            for (map, top) in &held_maps {
+                let mut z = coder.encode(map, &device);
+                quantize(&mut z, &range, bits);
+                let back = coder.decode(&z, &device);
+                // Back to `[1, C, H, W]` for the rest of the network.
+                let mut chw = vec![0f32; c * h * w];
+                for i in 0..h * w {
+                    for j in 0..c {
+                        chw[j * h * w + i] = back[i * c + j];
+                    }
+                }
+                let x = Tensor::<4>::from_data(TensorData::new(chw, [1, c, h, w]), &device);
+                let logits = model.forward_range(x, a.at, Boundary::LOGITS)?;
+                agree += u32::from(
+                    argmax(&logits.into_data().try_to_vec::<f32>().expect("f32 logits")) == *top,
+                );
+            }
+            let n = held_maps.len() as u32;
+            println!(
+                "| {k} | {bits} | {:.2} | {:.0} | {:.1}% ({agree}/{n}), ≥ {:.1}% |",
+                (k as f64 * f64::from(bits)) / c as f64,
+                (k * h * w) as f64 * f64::from(bits) / 8.0,
+                100.0 * f64::from(agree) / f64::from(n),
+                100.0 * wilson_lower(agree, n)
+            );
+        }
+    }
+    Ok(())
+}
