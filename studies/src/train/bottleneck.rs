@@ -3,10 +3,12 @@
 //! `c → c′` (a 1×1 convolution) keeps `c′` numbers, each quantized uniformly to `b` bits
 //! between its training range's 0.1st and 99.9th percentiles; a decoder `c′ → c` (another) puts
 //! the map back before the rest of the network, which is the teacher's, untouched. Trained on
-//! burn's autodiff to rebuild the maps of the training views (relative squared error); no
-//! labels, no gradient through the rest of the network yet. Measured: top-1 agreement with the
-//! whole network on every held-back photo (centre crops), and the bits per original value
-//! (`c′ · b / c`, before any entropy coding).
+//! burn's autodiff to rebuild the maps of the training views (relative squared error), then,
+//! for the widths of `--distill-widths`, through the rest of the network: the cross-entropy
+//! against the teacher's softened answer on the same view (the rest of the network frozen, on
+//! the plain-op path), uniform noise of one quantization step standing in for the rounding.
+//! No labels. Measured: top-1 agreement with the whole network on every held-back photo
+//! (centre crops), and the bits per original value (`c′ · b / c`, before any entropy coding).
 
 use anyhow::{Result, bail};
 use burn::tensor::{Device, Tensor, TensorData};
@@ -44,6 +46,26 @@ pub struct Args {
     /// The seed of every random choice.
     #[arg(long, default_value_t = 36)]
     seed: u64,
+    /// Widths trained further through the rest of the network.
+    #[arg(long, value_delimiter = ',', default_value = "24,32")]
+    distill_widths: Vec<usize>,
+    /// Adam steps of that training.
+    #[arg(long, default_value_t = 150)]
+    distill_steps: usize,
+    /// Views per step of it (at most the network's batch limit, 4).
+    #[arg(long, default_value_t = 4)]
+    distill_batch: usize,
+    /// The bit depth it trains for.
+    #[arg(long, default_value_t = 3)]
+    distill_bits: u32,
+}
+
+/// The training views: their maps (position-major rows, one view after another) and the
+/// teacher's logits.
+struct Training {
+    rows: Vec<f32>,
+    logits: Vec<f32>,
+    positions: usize,
 }
 
 /// `[1, C, H, W]` as position-major rows `[H·W, C]`.
@@ -69,6 +91,7 @@ fn vec2(t: Tensor<2>) -> Vec<f32> {
 }
 
 /// The encoder `[c, c′]` and decoder `[c′, c]` with their biases.
+#[derive(Clone)]
 struct Coder {
     enc: Vec<f32>,
     enc_b: Vec<f32>,
@@ -167,6 +190,80 @@ fn quantize(z: &mut [f32], ranges: &[(f32, f32)], bits: u32) {
     }
 }
 
+/// Train `coder` further through the rest of the network (frozen, on autodiff's plain-op
+/// path): `T² · CE(softmax(z_t / T), softmax(z / T)) + 0.1 · relative squared error`, T = 2,
+/// with uniform noise of one step at `a.distill_bits` on the codes.
+fn distill(
+    coder: &mut Coder,
+    range: &[(f32, f32)],
+    data: &Training,
+    tail: &EfficientNetLite0,
+    a: &Args,
+    rng: &mut StdRng,
+) -> Result<()> {
+    use burn::tensor::activation::{log_softmax, softmax};
+    const T: f32 = 2.0;
+    let (c, k, p) = (coder.c, coder.k, data.positions);
+    let [_, h, w] = a.at.info().shape;
+    let views = data.rows.len() / (p * c);
+    let classes = data.logits.len() / views;
+    let n = data.rows.len() as f32;
+    let mean = data.rows.iter().sum::<f32>() / n;
+    let var = data.rows.iter().map(|v| (v - mean).powi(2)).sum::<f32>() / n;
+    let levels = ((1u32 << a.distill_bits) - 1) as f32;
+    let device = Device::flex().autodiff();
+    let mut adams = [Adam::new(c * k), Adam::new(k), Adam::new(k * c), Adam::new(c)];
+    for step in 0..a.distill_steps {
+        let pick: Vec<usize> = (0..a.distill_batch).map(|_| rng.random_range(0..views)).collect();
+        let b = pick.len();
+        let x: Vec<f32> = pick
+            .iter()
+            .flat_map(|&v| data.rows[v * p * c..(v + 1) * p * c].iter().copied())
+            .collect();
+        let teacher: Vec<f32> = pick
+            .iter()
+            .flat_map(|&v| data.logits[v * classes..(v + 1) * classes].iter().copied())
+            .collect();
+        let noise: Vec<f32> = (0..b * p * k)
+            .map(|i| {
+                let (lo, hi) = range[i % k];
+                (hi - lo) / levels * rng.random_range(-0.5..0.5)
+            })
+            .collect();
+        let leaves = [
+            tensor2(&coder.enc, [c, k], &device).require_grad(),
+            tensor2(&coder.enc_b, [1, k], &device).require_grad(),
+            tensor2(&coder.dec, [k, c], &device).require_grad(),
+            tensor2(&coder.dec_b, [1, c], &device).require_grad(),
+        ];
+        let xs = tensor2(&x, [b * p, c], &device);
+        let z = xs.clone().matmul(leaves[0].clone())
+            + leaves[1].clone()
+            + tensor2(&noise, [b * p, k], &device);
+        let y = z.matmul(leaves[2].clone()) + leaves[3].clone();
+        let rebuilt = (y.clone() - xs).square().mean() / var.max(1e-12);
+        let map = y.reshape([b, p, c]).swap_dims(1, 2).reshape([b, c, h, w]);
+        let logits = tail.forward_range(map, a.at, Boundary::LOGITS)?.reshape([b, classes]);
+        let soft = softmax(tensor2(&teacher, [b, classes], &device) / T, 1);
+        let cross = -(soft * log_softmax(logits / T, 1)).sum_dim(1).mean() * (T * T);
+        let loss = cross + rebuilt * 0.1;
+        let value = loss.clone().into_data().try_to_vec::<f32>().expect("f32 loss")[0];
+        let grads = loss.backward();
+        let lr = 1e-3
+            * 0.5
+            * (1.0 + (std::f32::consts::PI * step as f32 / a.distill_steps as f32).cos());
+        let params = [&mut coder.enc, &mut coder.enc_b, &mut coder.dec, &mut coder.dec_b];
+        for ((leaf, adam), param) in leaves.iter().zip(&mut adams).zip(params) {
+            let g = vec2(leaf.grad(&grads).expect("a tracked leaf"));
+            adam.step(param, &g, lr);
+        }
+        if step % 25 == 0 || step + 1 == a.distill_steps {
+            eprintln!("train: c′ {k}: distillation step {step}: loss {value:.4}");
+        }
+    }
+    Ok(())
+}
+
 fn argmax(v: &[f32]) -> usize {
     v.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map_or(0, |p| p.0)
 }
@@ -184,11 +281,15 @@ pub fn run(a: Args) -> Result<()> {
     let [c, h, w] = a.at.info().shape;
     let mut rng = StdRng::seed_from_u64(a.seed);
     let mut rows = Vec::new();
+    let mut train_logits = Vec::new();
     for path in &train_files {
         let img = split_shared::image::decode(&std::fs::read(path)?)?;
         for _ in 0..a.views {
             let x = split_shared::image::to_input_tensor(&augment(&img, &mut rng), &device);
-            rows.extend(rows_of(model.forward_range(x, Boundary::INPUT, a.at)?).0);
+            let map = model.forward_range(x, Boundary::INPUT, a.at)?;
+            let logits = model.forward_range(map.clone(), a.at, Boundary::LOGITS)?;
+            train_logits.extend(logits.into_data().try_to_vec::<f32>().expect("f32 logits"));
+            rows.extend(rows_of(map).0);
         }
     }
     // Every held-back photo's map at the boundary and the whole network's answer.
@@ -208,18 +309,39 @@ pub fn run(a: Args) -> Result<()> {
         rows.len() / c,
         held.len()
     );
+    let data = Training { rows, logits: train_logits, positions: h * w };
+    let tail = (!a.distill_widths.is_empty())
+        .then(|| {
+            use burn::module::Module;
+            EfficientNetLite0::from_weights(&weights, &Device::flex().autodiff())
+                .map(Module::no_grad)
+        })
+        .transpose()?;
     println!(
-        "| c′ | bits | bits per original value | bytes per photo (before entropy coding) | top-1 agreement (held-back photos) |"
+        "| c′ | trained | bits | bits per original value | bytes per photo (before entropy coding) | top-1 agreement (held-back photos) |"
     );
-    println!("|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|");
+    let mut runs = Vec::new();
     for &k in &a.widths {
-        let coder = train(&rows, c, k, &a, &mut rng);
-        let range = ranges(&coder.encode(&rows, &device), k);
+        let coder = train(&data.rows, c, k, &a, &mut rng);
+        let range = ranges(&coder.encode(&data.rows, &device), k);
+        if let Some(tail) = tail.as_ref().filter(|_| a.distill_widths.contains(&k)) {
+            let mut distilled = coder.clone();
+            distill(&mut distilled, &range, &data, tail, &a, &mut rng)?;
+            let after = ranges(&distilled.encode(&data.rows, &device), k);
+            runs.push((coder, range, "rebuild"));
+            runs.push((distilled, after, "+ distilled"));
+        } else {
+            runs.push((coder, range, "rebuild"));
+        }
+    }
+    for (coder, range, how) in &runs {
+        let k = coder.k;
         for &bits in &a.bits {
             let mut agree = 0u32;
             for (map, top) in &held_maps {
                 let mut z = coder.encode(map, &device);
-                quantize(&mut z, &range, bits);
+                quantize(&mut z, range, bits);
                 let back = coder.decode(&z, &device);
                 // Back to `[1, C, H, W]` for the rest of the network.
                 let mut chw = vec![0f32; c * h * w];
@@ -236,7 +358,7 @@ pub fn run(a: Args) -> Result<()> {
             }
             let n = held_maps.len() as u32;
             println!(
-                "| {k} | {bits} | {:.2} | {:.0} | {:.1}% ({agree}/{n}), ≥ {:.1}% |",
+                "| {k} | {how} | {bits} | {:.2} | {:.0} | {:.1}% ({agree}/{n}), ≥ {:.1}% |",
                 (k as f64 * f64::from(bits)) / c as f64,
                 (k * h * w) as f64 * f64::from(bits) / 8.0,
                 100.0 * f64::from(agree) / f64::from(n),
