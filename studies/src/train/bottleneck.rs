@@ -102,6 +102,33 @@ struct Coder {
 }
 
 impl Coder {
+    /// The parameters as tracked leaves on an autodiff `device`: encoder, its bias, decoder,
+    /// its bias.
+    fn leaves(&self, device: &Device) -> [Tensor<2>; 4] {
+        let (c, k) = (self.c, self.k);
+        [
+            tensor2(&self.enc, [c, k], device).require_grad(),
+            tensor2(&self.enc_b, [1, k], device).require_grad(),
+            tensor2(&self.dec, [k, c], device).require_grad(),
+            tensor2(&self.dec_b, [1, c], device).require_grad(),
+        ]
+    }
+
+    /// One Adam step of every parameter along its gradient in `grads`.
+    fn step(
+        &mut self,
+        leaves: &[Tensor<2>; 4],
+        grads: &burn::tensor::Gradients,
+        adams: &mut [Adam; 4],
+        lr: f32,
+    ) {
+        let params = [&mut self.enc, &mut self.enc_b, &mut self.dec, &mut self.dec_b];
+        for ((leaf, adam), param) in leaves.iter().zip(adams).zip(params) {
+            let g = vec2(leaf.grad(grads).expect("a tracked leaf"));
+            adam.step(param, &g, lr);
+        }
+    }
+
     fn encode(&self, x: &[f32], device: &Device) -> Vec<f32> {
         let n = x.len() / self.c;
         vec2(
@@ -144,12 +171,7 @@ fn train(rows: &[f32], c: usize, k: usize, a: &Args, rng: &mut StdRng) -> Coder 
         let x: Vec<f32> =
             idx.iter().flat_map(|&i| rows[i * c..(i + 1) * c].iter().copied()).collect();
         let b = idx.len();
-        let leaves = [
-            tensor2(&coder.enc, [c, k], &device).require_grad(),
-            tensor2(&coder.enc_b, [1, k], &device).require_grad(),
-            tensor2(&coder.dec, [k, c], &device).require_grad(),
-            tensor2(&coder.dec_b, [1, c], &device).require_grad(),
-        ];
+        let leaves = coder.leaves(&device);
         let x = tensor2(&x, [b, c], &device);
         let z = x.clone().matmul(leaves[0].clone()) + leaves[1].clone();
         let y = z.matmul(leaves[2].clone()) + leaves[3].clone();
@@ -157,11 +179,7 @@ fn train(rows: &[f32], c: usize, k: usize, a: &Args, rng: &mut StdRng) -> Coder 
         let value = loss.clone().into_data().try_to_vec::<f32>().expect("f32 loss")[0];
         let grads = loss.backward();
         let lr = 1e-2 * 0.5 * (1.0 + (std::f32::consts::PI * step as f32 / a.steps as f32).cos());
-        let params = [&mut coder.enc, &mut coder.enc_b, &mut coder.dec, &mut coder.dec_b];
-        for ((leaf, adam), p) in leaves.iter().zip(&mut adams).zip(params) {
-            let g = vec2(leaf.grad(&grads).expect("a tracked leaf"));
-            adam.step(p, &g, lr);
-        }
+        coder.step(&leaves, &grads, &mut adams, lr);
         if step % 200 == 0 || step + 1 == a.steps {
             eprintln!("train: c′ {k}: step {step}: relative error {value:.4}");
         }
@@ -230,12 +248,7 @@ fn distill(
                 (hi - lo) / levels * rng.random_range(-0.5..0.5)
             })
             .collect();
-        let leaves = [
-            tensor2(&coder.enc, [c, k], &device).require_grad(),
-            tensor2(&coder.enc_b, [1, k], &device).require_grad(),
-            tensor2(&coder.dec, [k, c], &device).require_grad(),
-            tensor2(&coder.dec_b, [1, c], &device).require_grad(),
-        ];
+        let leaves = coder.leaves(&device);
         let xs = tensor2(&x, [b * p, c], &device);
         let z = xs.clone().matmul(leaves[0].clone())
             + leaves[1].clone()
@@ -252,11 +265,7 @@ fn distill(
         let lr = 1e-3
             * 0.5
             * (1.0 + (std::f32::consts::PI * step as f32 / a.distill_steps as f32).cos());
-        let params = [&mut coder.enc, &mut coder.enc_b, &mut coder.dec, &mut coder.dec_b];
-        for ((leaf, adam), param) in leaves.iter().zip(&mut adams).zip(params) {
-            let g = vec2(leaf.grad(&grads).expect("a tracked leaf"));
-            adam.step(param, &g, lr);
-        }
+        coder.step(&leaves, &grads, &mut adams, lr);
         if step % 25 == 0 || step + 1 == a.distill_steps {
             eprintln!("train: c′ {k}: distillation step {step}: loss {value:.4}");
         }
