@@ -46,8 +46,8 @@ enum Task {
     /// The chat split's answers with its hidden states coded each way (f32, f16, bf16, q8, q8o),
     /// against the unsplit model's, per boundary.
     LlmCodec(llm_codec::Args),
-    /// Train by distillation from the whole network: `exits` (early-exit heads). Builds with
-    /// burn's autodiff.
+    /// Train from the whole network: `exits` (early-exit heads), `bottleneck` (a learned
+    /// bottleneck at a boundary). Builds with burn's autodiff.
     Train(train::Args),
 }
 
