@@ -18,6 +18,7 @@ use split_shared::model::{Boundary, EfficientNetLite0, read_weights};
 use split_shared::plan::wilson_lower;
 
 use super::data::{augment, split};
+use super::head::{argmax, tensor2, values};
 use crate::adam::Adam;
 
 /// A learned bottleneck, measured at several widths and bit depths.
@@ -82,14 +83,6 @@ fn rows_of(t: Tensor<4>) -> (Vec<f32>, usize) {
     (out, c)
 }
 
-fn tensor2(values: &[f32], dims: [usize; 2], device: &Device) -> Tensor<2> {
-    Tensor::from_data(TensorData::new(values.to_vec(), dims), device)
-}
-
-fn vec2(t: Tensor<2>) -> Vec<f32> {
-    t.into_data().try_to_vec::<f32>().expect("f32 values")
-}
-
 /// The encoder `[c, c′]` and decoder `[c′, c]` with their biases.
 #[derive(Clone)]
 struct Coder {
@@ -124,14 +117,14 @@ impl Coder {
     ) {
         let params = [&mut self.enc, &mut self.enc_b, &mut self.dec, &mut self.dec_b];
         for ((leaf, adam), param) in leaves.iter().zip(adams).zip(params) {
-            let g = vec2(leaf.grad(grads).expect("a tracked leaf"));
+            let g = values(leaf.grad(grads).expect("a tracked leaf"));
             adam.step(param, &g, lr);
         }
     }
 
     fn encode(&self, x: &[f32], device: &Device) -> Vec<f32> {
         let n = x.len() / self.c;
-        vec2(
+        values(
             tensor2(x, [n, self.c], device).matmul(tensor2(&self.enc, [self.c, self.k], device))
                 + tensor2(&self.enc_b, [1, self.k], device),
         )
@@ -139,7 +132,7 @@ impl Coder {
 
     fn decode(&self, z: &[f32], device: &Device) -> Vec<f32> {
         let n = z.len() / self.k;
-        vec2(
+        values(
             tensor2(z, [n, self.k], device).matmul(tensor2(&self.dec, [self.k, self.c], device))
                 + tensor2(&self.dec_b, [1, self.c], device),
         )
@@ -271,10 +264,6 @@ fn distill(
         }
     }
     Ok(())
-}
-
-fn argmax(v: &[f32]) -> usize {
-    v.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map_or(0, |p| p.0)
 }
 
 /// Train at every width, measure at every bit depth, print a table.

@@ -20,7 +20,7 @@ use split_shared::model::{Boundary, EfficientNetLite0, NUM_CLASSES, read_weights
 use split_shared::plan::wilson_lower;
 
 use super::data::{augment, chooses, split};
-use super::head::{Batch, Classifier, LinearHead, Loss};
+use super::head::{Batch, Classifier, LinearHead, Loss, argmax};
 use crate::adam::Adam;
 
 /// The pooled head features' width.
@@ -101,10 +101,6 @@ fn mean_hw(t: Tensor<4>) -> Vec<f32> {
     (0..c).map(|k| v[k * h * w..(k + 1) * h * w].iter().sum::<f32>() / (h * w) as f32).collect()
 }
 
-fn argmax(row: &[f32]) -> usize {
-    row.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map_or(0, |p| p.0)
-}
-
 /// Largest softmax probability and its class.
 fn confidence(row: &[f32]) -> (f32, usize) {
     let k = argmax(row);
@@ -177,10 +173,7 @@ fn cached_views(
     if let Ok(bytes) = std::fs::read(&path)
         && let Ok(file) = TensorFile::from_bytes(&bytes, *b"SPLT")
     {
-        let n = file
-            .tensor("logits", &[file.tensor("n", &[1])?[0] as usize, NUM_CLASSES])
-            .map(<[f32]>::len)?
-            / NUM_CLASSES;
+        let n = file.tensor("n", &[1])?[0] as usize;
         let maps = at
             .iter()
             .map(|b| file.tensor(b.name(), &[n, width(b)]).map(<[f32]>::to_vec))

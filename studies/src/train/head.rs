@@ -81,12 +81,19 @@ pub struct LinearHead {
     pub features: usize,
 }
 
-fn tensor2(values: &[f32], dims: [usize; 2], device: &Device) -> Tensor<2> {
+/// A `[rows, columns]` tensor of `values` on `device`.
+pub(crate) fn tensor2(values: &[f32], dims: [usize; 2], device: &Device) -> Tensor<2> {
     Tensor::from_data(TensorData::new(values.to_vec(), dims), device)
 }
 
-fn values(t: Tensor<2>) -> Vec<f32> {
+/// A tensor's values, row-major.
+pub(crate) fn values(t: Tensor<2>) -> Vec<f32> {
     t.into_data().try_to_vec::<f32>().expect("f32 values")
+}
+
+/// The index of the largest value (the top class of logits).
+pub(crate) fn argmax(v: &[f32]) -> usize {
+    v.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map_or(0, |p| p.0)
 }
 
 impl LinearHead {
