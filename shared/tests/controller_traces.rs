@@ -4,7 +4,7 @@
 
 use split_shared::model::Boundary;
 use split_shared::plan::sim::{SimResult, Trace, simulate, standard_traces};
-use split_shared::plan::{Candidate, Constraints, ControllerConfig, Placement};
+use split_shared::plan::{Candidate, Conditions, Constraints, ControllerConfig, Placement};
 
 /// A browser-like profile: wasm-CPU edge times, a CPU server, q4 feature sizes.
 fn candidates() -> Vec<Candidate> {
@@ -85,6 +85,30 @@ fn converges_within_three_periods_after_a_step() {
         converged(&r, 30_000.0, 3.0 * period);
         assert!(r.switches <= 2, "{name}: {} switches", r.switches);
     }
+}
+
+/// The device is 1.6x slower than the profile says (the policy starts at the profile's speed,
+/// as a browser whose warm-up timed the bare stages does): its own edge runs teach it, and it
+/// moves to cloud-only, the best placement at that speed, within three periods.
+#[test]
+fn a_device_slower_than_its_profile_is_found_out_by_its_requests() {
+    let link = Conditions {
+        rtt_ms: 100.0,
+        uplink_bytes_per_ms: 400.0,
+        edge_factor: 1.6,
+        ..Conditions::default()
+    };
+    let trace = Trace { name: "slow-device", duration_ms: 30_000.0, at: Box::new(move |_| link) };
+    let r = simulate(
+        &trace,
+        &candidates(),
+        &Constraints::default(),
+        ControllerConfig::default(),
+        500.0,
+    );
+    assert_eq!(r.requests[0].1, Placement::EdgeOnly, "the profile's speed: 210 ms against 218");
+    converged(&r, 0.0, 3.0 * ControllerConfig::default().period_ms);
+    assert_eq!(r.requests.last().unwrap().1, Placement::CloudOnly);
 }
 
 #[test]

@@ -18,8 +18,6 @@ pub struct AdaptivePlanner {
     table: CostTable,
     profile: String,
     policy: AdaptivePolicy,
-    /// This device's edge time relative to the profile's ([`Self::set_edge_times`]).
-    edge_factor: f64,
 }
 
 #[wasm_bindgen]
@@ -37,7 +35,7 @@ impl AdaptivePlanner {
         let mut policy = AdaptivePolicy::new(candidates);
         // Every page needs its own coin: clients of one busy server must not switch in step.
         policy.set_seed((js_sys::Math::random() * 9_007_199_254_740_992.0) as u64);
-        Ok(Self { table, profile: profile.into(), policy, edge_factor: 1.0 })
+        Ok(Self { table, profile: profile.into(), policy })
     }
 
     /// The edge profile in use.
@@ -69,8 +67,18 @@ impl AdaptivePlanner {
         ratios.sort_by(f64::total_cmp);
         let factor = ratios.get(ratios.len() / 2).copied().unwrap_or(1.0);
         self.policy.set_edge_factor(factor);
-        self.edge_factor = factor;
         factor
+    }
+
+    /// A request's edge part ran here to `boundary` (`"logits"`: the whole network) in `ms`,
+    /// everything on the device included: the edge factor follows what requests cost, the
+    /// warm-up timing only the bare stages. Only the full model's runs count (not the light
+    /// model's, not a cache hit).
+    #[wasm_bindgen(js_name = observeEdge)]
+    pub fn observe_edge(&mut self, boundary: &str, ms: f64) {
+        if let Some(depth) = self.table.boundaries.iter().position(|b| b == boundary) {
+            self.policy.observe_edge(depth, ms);
+        }
     }
 
     /// The size of the image a cloud-only request would upload now (the table assumes a typical
@@ -111,7 +119,7 @@ impl AdaptivePlanner {
         let edge = at.and_then(|i| self.table.edge[&self.profile].ms[i]);
         let (Some(edge), true) = (edge, ms.is_finite() && ms >= 0.0) else { return };
         // Candidates are in the profile's time; the policy scales them by the edge factor.
-        let factor = self.edge_factor;
+        let factor = self.policy.forecast().now.edge_factor;
         if let Some(c) = self.encrypted_candidate() {
             c.edge_ms = edge + ms / factor;
         }

@@ -70,6 +70,12 @@ export class Adaptive {
     }
     planner.observeRequest(performance.now(), r.bytesSent, r.roundTripMs, r.serverMs,
                            r.load ? r.load.waitMs : NaN, r.load ? r.queueMs : NaN);
+    // What the edge's part cost here, the photo's decoding and the features' coding included:
+    // the planner's edge factor follows it (the warm-up timed only the bare stages). The light
+    // model's runs, a fallback's and a cache hit's say nothing about the full model's speed.
+    if (r.quality === "full" && !r.fallback && (r.mode === "edge" || r.mode === "split")) {
+      planner.observeEdge(r.mode === "edge" ? "logits" : r.split, r.edgeMs);
+    }
     // The server's congestion price prices its compute (goals that weigh the server's cost).
     if (r.load) planner.observePrice(r.load.price);
     // This device's own cryptography replaces the table's estimate of it.

@@ -16,6 +16,9 @@ const MAX_TREND_FACTOR: f64 = 4.0;
 /// Two samples in a row this far from the average are a new level: the average restarts there,
 /// so a step is followed within two samples instead of fading in. A single one is ignored.
 pub const LEVEL_SHIFT_FACTOR: f64 = 3.0;
+/// How many of the latest edge-speed samples the edge factor is the median of: one slow run
+/// (a download it waited for, a shader compiled) moves nothing, three in a row do.
+pub const EDGE_WINDOW: usize = 5;
 
 #[derive(Clone, Debug, Default)]
 struct Series {
@@ -116,7 +119,8 @@ pub struct NetworkMonitor {
     rtt: Series,
     uplink: Series,
     queue: Series,
-    edge_factor: Option<f64>,
+    /// The latest edge-speed samples, oldest first: the warm-up's factor, then each request's.
+    edge_samples: VecDeque<f64>,
     down_since: Option<f64>,
     /// The server's last published congestion price.
     price: Option<f64>,
@@ -155,11 +159,31 @@ impl NetworkMonitor {
         }
     }
 
-    /// The edge's measured compute relative to the profile (from the browser's warm-up).
+    /// The edge's measured compute relative to the profile (from the browser's warm-up): the
+    /// samples start again from it.
     pub fn set_edge_factor(&mut self, factor: f64) {
         if factor.is_finite() && factor > 0.0 {
-            self.edge_factor = Some(factor);
+            self.edge_samples.clear();
+            self.edge_samples.push_back(factor);
         }
+    }
+
+    /// One request's edge time over the profile's for the same stages: the edge factor is the
+    /// median of the last [`EDGE_WINDOW`] samples (the lower of the middle two when their
+    /// number is even, so that one sample after the warm-up cannot double it).
+    pub fn observe_edge_ratio(&mut self, ratio: f64) {
+        if ratio.is_finite() && ratio > 0.0 {
+            if self.edge_samples.len() == EDGE_WINDOW {
+                self.edge_samples.pop_front();
+            }
+            self.edge_samples.push_back(ratio);
+        }
+    }
+
+    fn edge_factor(&self) -> Option<f64> {
+        let mut sorted: Vec<f64> = self.edge_samples.iter().copied().collect();
+        sorted.sort_by(f64::total_cmp);
+        sorted.get(sorted.len().saturating_sub(1) / 2).copied()
     }
 
     /// Something came back from the server (a pong whose timing is not the network's): the link
@@ -176,7 +200,7 @@ impl NetworkMonitor {
     /// Conditions now and `horizon_ms` ahead.
     pub fn forecast(&self, horizon_ms: f64) -> Forecast {
         let d = Conditions::default();
-        let edge_factor = self.edge_factor.unwrap_or(1.0);
+        let edge_factor = self.edge_factor().unwrap_or(1.0);
         let now = Conditions {
             rtt_ms: self.rtt.ewma.unwrap_or(d.rtt_ms),
             uplink_bytes_per_ms: self.uplink.ewma.unwrap_or(d.uplink_bytes_per_ms),
@@ -201,7 +225,7 @@ impl NetworkMonitor {
             rtt: self.rtt.ewma.is_some(),
             uplink: self.uplink.ewma.is_some(),
             queue: self.queue.ewma.is_some(),
-            edge_factor: self.edge_factor.is_some(),
+            edge_factor: !self.edge_samples.is_empty(),
         };
         Forecast { now: down(now), predicted: down(predicted), link_up, measured }
     }
@@ -258,5 +282,26 @@ mod tests {
         }
         let f = m.forecast(1e9);
         assert!(f.predicted.rtt_ms <= f.now.rtt_ms * MAX_TREND_FACTOR + 1e-9);
+    }
+
+    #[test]
+    fn the_edge_factor_follows_requests_not_one_slow_run() {
+        let mut m = NetworkMonitor::new();
+        assert!(!m.forecast(0.0).measured.edge_factor);
+        m.set_edge_factor(2.5);
+        m.observe_edge_ratio(80.0); // the first run compiled shaders
+        assert_eq!(m.forecast(0.0).now.edge_factor, 2.5, "one slow run alone moves nothing");
+        m.observe_edge_ratio(3.2);
+        m.observe_edge_ratio(3.3);
+        assert_eq!(m.forecast(0.0).now.edge_factor, 3.2, "requests outvote the warm-up");
+        for _ in 0..EDGE_WINDOW {
+            m.observe_edge_ratio(6.0); // the device slowed down (heat, another tab)
+        }
+        assert_eq!(m.forecast(0.0).now.edge_factor, 6.0);
+        m.set_edge_factor(2.0);
+        assert_eq!(m.forecast(0.0).now.edge_factor, 2.0, "a new warm-up starts again");
+        m.observe_edge_ratio(f64::NAN);
+        m.observe_edge_ratio(-1.0);
+        assert_eq!(m.forecast(0.0).now.edge_factor, 2.0);
     }
 }

@@ -29,6 +29,10 @@ pub struct ProbeConfig {
     /// Weight of a new round trip in the smoothed base RTT that upload times are measured
     /// against.
     pub rtt_smoothing: f64,
+    /// An upload timed shorter than this fraction of the base round trip (or 1 ms) is within a
+    /// round trip's jitter: it counts as taking that long, so it teaches "at least this fast"
+    /// rather than a rate without bound (a 16 kB upload timed at 0.05 ms is 320 MB/s).
+    pub upload_resolution: f64,
 }
 
 impl Default for ProbeConfig {
@@ -41,6 +45,7 @@ impl Default for ProbeConfig {
             min_deadline_ms: 1_500.0,
             deadline_factor: 3.0,
             rtt_smoothing: 0.3,
+            upload_resolution: 0.25,
         }
     }
 }
@@ -173,6 +178,27 @@ impl AdaptivePolicy {
         self.monitor.set_edge_factor(factor);
     }
 
+    /// An edge run to the boundary at `depth` (in the model's forward order) took `ms` on this
+    /// device, all of it: decoding the photo, the stages, coding the features, pauses for a
+    /// ping. The edge factor follows these rather than the warm-up alone, which times the bare
+    /// stages on a blank image: in the browser lab a request cost 1.3-1.45x what the warm-up
+    /// predicted (docs/adaptive.md), and a device slows down (heat, another tab). Runs shorter
+    /// than a quarter of the whole network's nominal time teach nothing: fixed costs (the
+    /// photo's decoding) would dominate their ratio.
+    pub fn observe_edge(&mut self, depth: usize, ms: f64) {
+        let local =
+            |c: &&Candidate| matches!(c.placement, Placement::EdgeOnly | Placement::Split { .. });
+        let whole = self.candidates.iter().filter(local).map(|c| c.edge_ms).fold(0.0, f64::max);
+        let Some(nominal) =
+            self.candidates.iter().filter(local).find(|c| c.depth == depth).map(|c| c.edge_ms)
+        else {
+            return;
+        };
+        if nominal > 0.0 && nominal >= whole / 4.0 {
+            self.monitor.observe_edge_ratio(ms / nominal);
+        }
+    }
+
     /// Conditions now and forecast over the controller's horizon.
     pub fn forecast(&self) -> Forecast {
         self.monitor.forecast(self.config.horizon_ms)
@@ -213,11 +239,19 @@ impl AdaptivePolicy {
 
     /// A request came back (or ran locally).
     pub fn observe_request(&mut self, now: f64, r: RequestObservation) {
+        // A cloud-only request says what this client's inputs weigh (the table's figure is a
+        // typical photo's JPEG): the next is priced at it.
+        if r.bytes_sent > 0.0 && self.current() == Placement::CloudOnly {
+            for c in self.candidates.iter_mut().filter(|c| c.placement == Placement::CloudOnly) {
+                c.bytes = r.bytes_sent;
+            }
+        }
         if r.bytes_sent > 0.0 {
             self.last_sent_ms = now;
             let network = r.round_trip_ms - r.server_ms;
             let base = self.base_rtt_ms.unwrap_or(network);
-            self.monitor.observe_upload(now, r.bytes_sent, (network - base).max(0.05));
+            let upload = self.resolved_upload_ms(network - base);
+            self.monitor.observe_upload(now, r.bytes_sent, upload);
         }
         // The wait a new request would see: the larger of what the server forecasts and what
         // this request just waited.
@@ -272,8 +306,16 @@ impl AdaptivePolicy {
             self.last_bare_ping_ms = Some(p.ms);
             self.monitor.observe_rtt(now, p.ms);
         } else if let Some(rtt) = self.last_bare_ping_ms {
-            self.monitor.observe_upload(now, f64::from(p.probe_bytes), (p.ms - rtt).max(0.05));
+            let upload = self.resolved_upload_ms(p.ms - rtt);
+            self.monitor.observe_upload(now, f64::from(p.probe_bytes), upload);
         }
+    }
+
+    /// The time an upload measured as `ms` beyond the round trip counts as: at least the
+    /// resolution ([`ProbeConfig::upload_resolution`]).
+    fn resolved_upload_ms(&self, ms: f64) -> f64 {
+        let floor = self.base_rtt_ms.map_or(0.0, |b| b * self.probe.upload_resolution);
+        ms.max(floor).max(1.0)
     }
 
     /// The server's congestion price, as a reply or a pong published it.
@@ -436,5 +478,96 @@ mod tests {
         p.set_constraints(Constraints { privacy_floor: 99, ..Default::default() });
         assert_eq!(p.tick(later + 1.0), Decision::Keep);
         assert_eq!(p.current(), Placement::EdgeOnly);
+    }
+
+    /// The warm-up said this device was twice the profile's speed; its requests say it is
+    /// not: after three of them the planner prices the edge as they cost and moves the work.
+    #[test]
+    fn the_edge_factor_follows_what_requests_cost_here() {
+        let mut p = AdaptivePolicy::new(candidates());
+        p.set_edge_factor(0.5);
+        let _ = p.tick(0.0);
+        assert_eq!(p.current(), Placement::EdgeOnly, "100 ms here against 113 for the split");
+        let logits = usize::from(Boundary::LOGITS.index());
+        for i in 1..=3 {
+            p.observe_edge(logits, 200.0);
+            let _ = p.tick(f64::from(i) * 10.0);
+        }
+        assert!((p.forecast().now.edge_factor - 1.0).abs() < 1e-9, "{:?}", p.forecast());
+        let later = 2.0 * ControllerConfig::default().min_dwell_ms;
+        let _ = p.tick(later);
+        assert!(matches!(p.current(), Placement::Split { .. }), "{}", p.current());
+        // A run too short to time the device (fixed costs dominate) teaches nothing; nor
+        // does a depth no candidate has.
+        let mut p = AdaptivePolicy::new(candidates());
+        let shallow = Boundary::block(1).unwrap();
+        p.candidates_mut()[1].depth = usize::from(shallow.index());
+        p.candidates_mut()[1].edge_ms = 20.0;
+        p.observe_edge(usize::from(shallow.index()), 1_000.0);
+        p.observe_edge(3, 1_000.0);
+        assert!(!p.forecast().measured.edge_factor);
+    }
+
+    /// On a fast link a small upload takes less time than the round trip's jitter: measured
+    /// against the base RTT it can come out at nothing, which must not read as an unbounded
+    /// uplink (in the browser lab on fast Wi-Fi that made a 194 kB stem split look free, and
+    /// auto alternated between it, at 164 ms, and cloud-only, at 48).
+    #[test]
+    fn an_upload_within_the_round_trips_jitter_does_not_read_as_an_unbounded_uplink() {
+        let mut p = AdaptivePolicy::new(candidates());
+        let bare = PingObservation { probe_bytes: 0, ms: 10.0, queue_wait_ms: 0.0, skewed: false };
+        p.observe_ping(0.0, bare);
+        let sent = |round_trip_ms| RequestObservation {
+            bytes_sent: 16_000.0,
+            round_trip_ms,
+            server_ms: 20.0,
+            queue_wait_ms: Some(0.0),
+            waited_ms: Some(0.0),
+        };
+        // Twice in a row (a new level for the monitor): 9.8 ms of network against a 10 ms base.
+        p.observe_request(100.0, sent(29.8));
+        p.observe_request(200.0, sent(29.8));
+        let up = p.forecast().now.uplink_bytes_per_ms;
+        assert!(up <= 16_000.0 / 2.5 + 1e-9, "at most 16 kB per quarter of the RTT: {up}");
+        // The padded probe likewise.
+        let mut p = AdaptivePolicy::new(candidates());
+        p.observe_ping(0.0, bare);
+        p.observe_ping(0.0, PingObservation { probe_bytes: 16_384, ms: 10.1, ..bare });
+        let up = p.forecast().now.uplink_bytes_per_ms;
+        assert!(up <= 16_384.0 / 2.5 + 1e-9, "{up}");
+    }
+
+    /// The table prices cloud-only at a typical photo's JPEG; this client's own uploads
+    /// replace it once it has sent one.
+    #[test]
+    fn a_cloud_only_upload_prices_the_next() {
+        let mut c = candidates();
+        c.push(Candidate {
+            placement: Placement::CloudOnly,
+            depth: 0,
+            edge_ms: 0.0,
+            bytes: 20_000.0,
+            cloud_ms: 20.0,
+            agreement: 1.0,
+            edge_param_bytes: 0,
+        });
+        let mut p = AdaptivePolicy::new(c);
+        p.set_placement(0.0, Placement::CloudOnly);
+        let sent = RequestObservation {
+            bytes_sent: 64_000.0,
+            round_trip_ms: 150.0,
+            server_ms: 20.0,
+            queue_wait_ms: Some(0.0),
+            waited_ms: Some(0.0),
+        };
+        p.observe_request(10.0, sent);
+        let cloud = |p: &AdaptivePolicy| {
+            p.candidates.iter().find(|c| c.placement == Placement::CloudOnly).unwrap().bytes
+        };
+        assert_eq!(cloud(&p), 64_000.0);
+        // A split's upload says nothing about the photo's JPEG.
+        p.set_placement(20.0, candidates()[1].placement.clone());
+        p.observe_request(30.0, RequestObservation { bytes_sent: 9_000.0, ..sent });
+        assert_eq!(cloud(&p), 64_000.0);
     }
 }

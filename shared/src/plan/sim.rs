@@ -99,7 +99,12 @@ pub fn simulate(
             *sum += latency(c, &truth, local, TIMEOUT_MS);
         }
         requests.push((t, chosen.clone(), lat, best));
-        // What the client observes from this request.
+        // What the client observes from this request: its edge part's time, as the browser
+        // reports it (the truth's edge factor, which the policy starts without)...
+        if matches!(chosen, Placement::EdgeOnly | Placement::Split { .. }) {
+            policy.observe_edge(c.depth, c.edge_ms * truth.edge_factor);
+        }
+        // ...and what the server's side took.
         if chosen != Placement::EdgeOnly {
             if up {
                 let server_ms = truth.queue_ms + c.cloud_ms;
@@ -310,6 +315,7 @@ pub fn simulate_shared(
             let chosen = policy.current();
             let c = candidates.iter().find(|c| c.placement == chosen).expect("a candidate");
             let edge_ms = c.edge_ms * client.edge_factor;
+            policy.observe_edge(c.depth, edge_ms);
             if chosen == Placement::EdgeOnly {
                 result.latencies.push((t, edge_ms));
                 continue;

@@ -189,6 +189,20 @@ impl CostTable {
         Ok(t)
     }
 
+    /// Scale the cloud column and cloud-only's time by `factor` (a server timing itself
+    /// against the table's figures, which another machine may have measured), saying so in
+    /// `cloud_device`. A factor that is not finite and positive changes nothing.
+    pub fn scale_cloud(&mut self, factor: f64, why: &str) {
+        if !(factor.is_finite() && factor > 0.0) {
+            return;
+        }
+        for ms in self.cloud_ms.iter_mut().flatten() {
+            *ms *= factor;
+        }
+        self.cloud_only_ms *= factor;
+        self.cloud_device = format!("{} × {factor:.2} ({why})", self.cloud_device);
+    }
+
     /// Whether the table describes the model `spec` describes: its name and its boundaries'
     /// names, in order.
     ///
