@@ -36,6 +36,11 @@ pub struct Config {
     /// Cost table served to clients for split planning (made by `./run.sh profile`).
     #[arg(long, env = "SPLIT_COST_TABLE")]
     pub cost_table: Option<PathBuf>,
+    /// Serve the cost table's cloud figures as written. By default the server times the
+    /// network's tail from a few boundaries at start (about a tenth of a second) and scales the
+    /// table's cloud column by the ratio: the table may come from another machine.
+    #[arg(long, env = "SPLIT_KEEP_COST_TABLE")]
+    pub keep_cost_table: bool,
     /// Results kept in the content-keyed cache (0 disables it).
     #[arg(long, env = "SPLIT_CACHE_ENTRIES", default_value_t = 4096)]
     pub cache_entries: usize,

@@ -36,6 +36,7 @@ mod llm_models;
 mod llm_ws;
 mod metrics;
 pub mod price;
+mod retime;
 mod routes;
 mod service;
 mod shards;

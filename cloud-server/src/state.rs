@@ -116,7 +116,15 @@ impl EngineSettings {
 /// Rough bytes one cached result holds (key, boundary, five predictions, bookkeeping).
 pub const CACHE_ENTRY_COST: usize = 160;
 
-fn load_cost_table(path: PathBuf) -> Result<Option<Arc<String>>> {
+/// The cost table as served (its cloud figures scaled to this server unless `keep`,
+/// [`crate::retime`]) and the file's checksum (the site's version follows the file, not a
+/// start-up timing).
+fn load_cost_table(
+    path: PathBuf,
+    model: &EfficientNetLite0,
+    device: &Device,
+    keep: bool,
+) -> Result<Option<(Arc<String>, u64)>> {
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -125,11 +133,26 @@ fn load_cost_table(path: PathBuf) -> Result<Option<Arc<String>>> {
         }
         Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
     };
-    split_shared::plan::CostTable::from_json(&text)
-        .and_then(|t| t.check_spec(&split_shared::model::lite0_spec()))
+    let checksum = split_shared::container::fnv1a64(text.as_bytes());
+    let mut table = split_shared::plan::CostTable::from_json(&text)
+        .and_then(|t| t.check_spec(&split_shared::model::lite0_spec()).map(|()| t))
         .map_err(anyhow::Error::msg)
         .with_context(|| format!("loading the cost table {}", path.display()))?;
-    Ok(Some(Arc::new(text)))
+    if keep {
+        return Ok(Some((Arc::new(text), checksum)));
+    }
+    let Some(factor) = crate::retime::cloud_factor(model, device, &table) else {
+        log::warn!("could not time this server against the cost table: serving it as it is");
+        return Ok(Some((Arc::new(text), checksum)));
+    };
+    log::info!(
+        "cost table: this server runs the network's tails in {factor:.2}× the table's time \
+         ({}); its cloud figures are served scaled (--keep-cost-table: as written)",
+        table.cloud_device
+    );
+    table.scale_cloud(factor, "timed by this server at start");
+    let served = serde_json::to_string_pretty(&table).context("writing the cost table")?;
+    Ok(Some((Arc::new(served), checksum)))
 }
 
 fn load_calibration(path: PathBuf) -> Result<Option<(Arc<Calibration>, Arc<PathBuf>)>> {
@@ -218,7 +241,10 @@ impl AppState {
             split_kernels::Isa::detect()
         );
         let calibration = load_calibration(config.calibration_path())?;
-        let cost_table = load_cost_table(config.cost_table_path())?;
+        let cost_table =
+            load_cost_table(config.cost_table_path(), &model, &device, config.keep_cost_table)?;
+        let cost_table_checksum = cost_table.as_ref().map_or(0, |(_, sum)| *sum);
+        let cost_table = cost_table.map(|(text, _)| text);
         let metrics = Arc::new(Metrics::new());
         let queue = config.queue;
         let engine_settings = EngineSettings {
@@ -256,10 +282,7 @@ impl AppState {
             &[
                 &weights_file.id,
                 &calibration.as_ref().map_or(0, |(c, _)| c.id()).to_string(),
-                &cost_table
-                    .as_ref()
-                    .map_or(0, |t| split_shared::container::fnv1a64(t.as_bytes()))
-                    .to_string(),
+                &cost_table_checksum.to_string(),
                 llm.as_ref().map_or("", |l| l.file_id.as_str()),
             ],
         );

@@ -418,3 +418,26 @@ async fn a_model_brings_its_own_codec_calibration() {
     };
     assert_eq!((codec("tiny-coded"), codec("tiny-mlp")), ("s14".into(), "f32".into()));
 }
+
+/// The cost table may come from another machine: the server times its own tails at start and
+/// serves the table's cloud figures scaled by one factor, saying so; `--keep-cost-table`
+/// serves the file as written.
+#[actix_web::test]
+async fn the_cost_table_is_served_at_this_servers_speed_unless_kept() {
+    let file = include_str!("../../../profiles/cost-table.json");
+    let written = CostTable::from_json(file).unwrap();
+    let srv = common::serve(common::state(&[]));
+    let served = CostTable::from_json(&body(&srv, "/api/cost-table").await).unwrap();
+    assert!(served.cloud_device.contains("timed by this server"), "{}", served.cloud_device);
+    let factor = served.cloud_only_ms / written.cloud_only_ms;
+    assert!(factor.is_finite() && factor > 0.0, "{factor}");
+    for (s, w) in served.cloud_ms.iter().zip(&written.cloud_ms) {
+        match (s, w) {
+            (Some(s), Some(w)) if *w > 0.0 => assert!((s / w - factor).abs() < 1e-9),
+            (s, w) => assert_eq!(s.is_some(), w.is_some()),
+        }
+    }
+    assert_eq!((&served.edge, &served.codecs), (&written.edge, &written.codecs));
+    let srv = common::serve(common::state(&["--keep-cost-table"]));
+    assert_eq!(body(&srv, "/api/cost-table").await, file);
+}
