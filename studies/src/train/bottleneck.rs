@@ -1,14 +1,15 @@
-//! `./run.sh train bottleneck`: a learned linear bottleneck at a boundary, the first step
-//! towards the learned codec. At every position of the boundary's map an encoder
-//! `c → c′` (a 1×1 convolution) keeps `c′` numbers, each quantized uniformly to `b` bits
-//! between its training range's 0.1st and 99.9th percentiles; a decoder `c′ → c` (another) puts
-//! the map back before the rest of the network, which is the teacher's, untouched. Trained on
-//! burn's autodiff to rebuild the maps of the training views (relative squared error), then,
-//! for the widths of `--distill-widths`, through the rest of the network: the cross-entropy
-//! against the teacher's softened answer on the same view (the rest of the network frozen, on
-//! the plain-op path), uniform noise of one quantization step standing in for the rounding.
-//! No labels. Measured: top-1 agreement with the whole network on every held-back photo
-//! (centre crops), and the bits per original value (`c′ · b / c`, before any entropy coding).
+//! `./run.sh train bottleneck`: a learned bottleneck at a boundary, towards the learned
+//! codec. At every position of the boundary's map an encoder `c → c′` (a 1×1 convolution, or
+//! two with ReLU between them: `--hidden`) keeps `c′` numbers, each quantized uniformly to `b`
+//! bits between its training range's 0.1st and 99.9th percentiles; a decoder `c′ → c` (the
+//! mirror) puts the map back before the rest of the network, which is the teacher's, untouched.
+//! Trained on burn's autodiff to rebuild the maps of the training views (relative squared
+//! error), then, for the widths of `--distill-widths`, through the rest of the network: the
+//! cross-entropy against the teacher's softened answer on the same view (the rest of the
+//! network frozen, on the plain-op path), uniform noise of one quantization step standing in
+//! for the rounding. No labels. Measured: top-1 agreement with the whole network on every
+//! held-back photo (centre crops), and the bits per original value, at `c′ · b / c` and entropy
+//! coded (a static model of each code's levels fitted on the training views, `coder::LevelModel`).
 
 use anyhow::{Result, bail};
 use burn::tensor::{Device, Tensor, TensorData};
@@ -17,9 +18,9 @@ use rand::{Rng, SeedableRng};
 use split_shared::model::{Boundary, EfficientNetLite0, read_weights};
 use split_shared::plan::wilson_lower;
 
+use super::coder::{Coder, LevelModel, quantize, ranges, rate_bits};
 use super::data::{augment, split};
-use super::head::{argmax, tensor2, values};
-use crate::adam::Adam;
+use super::head::{argmax, tensor2};
 
 /// A learned bottleneck, measured at several widths and bit depths.
 #[derive(clap::Args, Debug)]
@@ -41,6 +42,12 @@ pub struct Args {
     /// Adam steps per width.
     #[arg(long, default_value_t = 800)]
     steps: usize,
+    /// The rebuilding's learning rate (cosine schedule to 0).
+    #[arg(long, default_value_t = 1e-2)]
+    lr: f32,
+    /// Width of a hidden layer (ReLU) in the encoder and in the decoder; 0: both linear.
+    #[arg(long, default_value_t = 0)]
+    hidden: usize,
     /// Positions per step.
     #[arg(long, default_value_t = 4096)]
     batch: usize,
@@ -59,6 +66,11 @@ pub struct Args {
     /// The bit depth it trains for.
     #[arg(long, default_value_t = 3)]
     distill_bits: u32,
+    /// Weight of the rate (bits per original value, `coder::rate_bits`) in that training's
+    /// loss; above 0 the distilled codes keep the steps they were trained with (fixed steps,
+    /// not a fixed number of levels), so that what the rate saves is measured.
+    #[arg(long, default_value_t = 0.0)]
+    rate: f32,
 }
 
 /// The training views: their maps (position-major rows, one view after another) and the
@@ -83,81 +95,15 @@ fn rows_of(t: Tensor<4>) -> (Vec<f32>, usize) {
     (out, c)
 }
 
-/// The encoder `[c, c′]` and decoder `[c′, c]` with their biases.
-#[derive(Clone)]
-struct Coder {
-    enc: Vec<f32>,
-    enc_b: Vec<f32>,
-    dec: Vec<f32>,
-    dec_b: Vec<f32>,
-    c: usize,
-    k: usize,
-}
-
-impl Coder {
-    /// The parameters as tracked leaves on an autodiff `device`: encoder, its bias, decoder,
-    /// its bias.
-    fn leaves(&self, device: &Device) -> [Tensor<2>; 4] {
-        let (c, k) = (self.c, self.k);
-        [
-            tensor2(&self.enc, [c, k], device).require_grad(),
-            tensor2(&self.enc_b, [1, k], device).require_grad(),
-            tensor2(&self.dec, [k, c], device).require_grad(),
-            tensor2(&self.dec_b, [1, c], device).require_grad(),
-        ]
-    }
-
-    /// One Adam step of every parameter along its gradient in `grads`.
-    fn step(
-        &mut self,
-        leaves: &[Tensor<2>; 4],
-        grads: &burn::tensor::Gradients,
-        adams: &mut [Adam; 4],
-        lr: f32,
-    ) {
-        let params = [&mut self.enc, &mut self.enc_b, &mut self.dec, &mut self.dec_b];
-        for ((leaf, adam), param) in leaves.iter().zip(adams).zip(params) {
-            let g = values(leaf.grad(grads).expect("a tracked leaf"));
-            adam.step(param, &g, lr);
-        }
-    }
-
-    fn encode(&self, x: &[f32], device: &Device) -> Vec<f32> {
-        let n = x.len() / self.c;
-        values(
-            tensor2(x, [n, self.c], device).matmul(tensor2(&self.enc, [self.c, self.k], device))
-                + tensor2(&self.enc_b, [1, self.k], device),
-        )
-    }
-
-    fn decode(&self, z: &[f32], device: &Device) -> Vec<f32> {
-        let n = z.len() / self.k;
-        values(
-            tensor2(z, [n, self.k], device).matmul(tensor2(&self.dec, [self.k, self.c], device))
-                + tensor2(&self.dec_b, [1, self.c], device),
-        )
-    }
-}
-
-/// Train the linear autoencoder on `rows` (`[n, c]`).
+/// Train the coder on `rows` (`[n, c]`) to rebuild them.
 fn train(rows: &[f32], c: usize, k: usize, a: &Args, rng: &mut StdRng) -> Coder {
     let n = rows.len() / c;
     let mean: Vec<f32> =
         (0..c).map(|j| rows.iter().skip(j).step_by(c).sum::<f32>() / n as f32).collect();
     let var = rows.iter().enumerate().map(|(i, v)| (v - mean[i % c]).powi(2)).sum::<f32>()
         / rows.len() as f32;
-    let init = |len: usize, rng: &mut StdRng| {
-        (0..len).map(|_| rng.random_range(-0.1..0.1)).collect::<Vec<f32>>()
-    };
-    let mut coder = Coder {
-        enc: init(c * k, rng),
-        enc_b: vec![0.0; k],
-        dec: init(k * c, rng),
-        dec_b: mean,
-        c,
-        k,
-    };
-    let mut adams = [Adam::new(c * k), Adam::new(k), Adam::new(k * c), Adam::new(c)];
+    let mut coder = Coder::new(c, k, a.hidden, mean, rng);
+    let mut adams = coder.optimizers();
     let device = Device::flex().autodiff();
     for step in 0..a.steps {
         let idx: Vec<usize> = (0..a.batch.min(n)).map(|_| rng.random_range(0..n)).collect();
@@ -166,12 +112,11 @@ fn train(rows: &[f32], c: usize, k: usize, a: &Args, rng: &mut StdRng) -> Coder 
         let b = idx.len();
         let leaves = coder.leaves(&device);
         let x = tensor2(&x, [b, c], &device);
-        let z = x.clone().matmul(leaves[0].clone()) + leaves[1].clone();
-        let y = z.matmul(leaves[2].clone()) + leaves[3].clone();
+        let y = coder.decode_with(&leaves, coder.encode_with(&leaves, x.clone()));
         let loss = (y - x).square().mean() / var.max(1e-12);
         let value = loss.clone().into_data().try_to_vec::<f32>().expect("f32 loss")[0];
         let grads = loss.backward();
-        let lr = 1e-2 * 0.5 * (1.0 + (std::f32::consts::PI * step as f32 / a.steps as f32).cos());
+        let lr = a.lr * 0.5 * (1.0 + (std::f32::consts::PI * step as f32 / a.steps as f32).cos());
         coder.step(&leaves, &grads, &mut adams, lr);
         if step % 200 == 0 || step + 1 == a.steps {
             eprintln!("train: c′ {k}: step {step}: relative error {value:.4}");
@@ -180,30 +125,10 @@ fn train(rows: &[f32], c: usize, k: usize, a: &Args, rng: &mut StdRng) -> Coder 
     coder
 }
 
-/// Each code's quantization range: its 0.1st and 99.9th percentiles over `codes`.
-fn ranges(codes: &[f32], k: usize) -> Vec<(f32, f32)> {
-    (0..k)
-        .map(|j| {
-            let mut v: Vec<f32> = codes.iter().skip(j).step_by(k).copied().collect();
-            v.sort_by(f32::total_cmp);
-            let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
-            (at(0.001), at(0.999))
-        })
-        .collect()
-}
-
-fn quantize(z: &mut [f32], ranges: &[(f32, f32)], bits: u32) {
-    let levels = ((1u32 << bits) - 1) as f32;
-    for (i, v) in z.iter_mut().enumerate() {
-        let (lo, hi) = ranges[i % ranges.len()];
-        let step = ((hi - lo) / levels).max(1e-12);
-        *v = lo + ((*v - lo) / step).round().clamp(0.0, levels) * step;
-    }
-}
-
 /// Train `coder` further through the rest of the network (frozen, on autodiff's plain-op
-/// path): `T² · CE(softmax(z_t / T), softmax(z / T)) + 0.1 · relative squared error`, T = 2,
-/// with uniform noise of one step at `a.distill_bits` on the codes.
+/// path): `T² · CE(softmax(z_t / T), softmax(z / T)) + 0.1 · relative squared error + rate ·
+/// bits per original value`, T = 2, with uniform noise of one step at `a.distill_bits` on the
+/// codes.
 fn distill(
     coder: &mut Coder,
     range: &[(f32, f32)],
@@ -222,8 +147,9 @@ fn distill(
     let mean = data.rows.iter().sum::<f32>() / n;
     let var = data.rows.iter().map(|v| (v - mean).powi(2)).sum::<f32>() / n;
     let levels = ((1u32 << a.distill_bits) - 1) as f32;
+    let steps: Vec<f32> = range.iter().map(|(lo, hi)| (hi - lo) / levels).collect();
     let device = Device::flex().autodiff();
-    let mut adams = [Adam::new(c * k), Adam::new(k), Adam::new(k * c), Adam::new(c)];
+    let mut adams = coder.optimizers();
     for step in 0..a.distill_steps {
         let pick: Vec<usize> = (0..a.distill_batch).map(|_| rng.random_range(0..views)).collect();
         let b = pick.len();
@@ -235,24 +161,19 @@ fn distill(
             .iter()
             .flat_map(|&v| data.logits[v * classes..(v + 1) * classes].iter().copied())
             .collect();
-        let noise: Vec<f32> = (0..b * p * k)
-            .map(|i| {
-                let (lo, hi) = range[i % k];
-                (hi - lo) / levels * rng.random_range(-0.5..0.5)
-            })
-            .collect();
+        let noise: Vec<f32> =
+            (0..b * p * k).map(|i| steps[i % k] * rng.random_range(-0.5..0.5)).collect();
         let leaves = coder.leaves(&device);
         let xs = tensor2(&x, [b * p, c], &device);
-        let z = xs.clone().matmul(leaves[0].clone())
-            + leaves[1].clone()
-            + tensor2(&noise, [b * p, k], &device);
-        let y = z.matmul(leaves[2].clone()) + leaves[3].clone();
+        let z = coder.encode_with(&leaves, xs.clone()) + tensor2(&noise, [b * p, k], &device);
+        let rate = rate_bits(z.clone(), &steps) * (k as f32 / c as f32);
+        let y = coder.decode_with(&leaves, z);
         let rebuilt = (y.clone() - xs).square().mean() / var.max(1e-12);
         let map = y.reshape([b, p, c]).swap_dims(1, 2).reshape([b, c, h, w]);
         let logits = tail.forward_range(map, a.at, Boundary::LOGITS)?.reshape([b, classes]);
         let soft = softmax(tensor2(&teacher, [b, classes], &device) / T, 1);
         let cross = -(soft * log_softmax(logits / T, 1)).sum_dim(1).mean() * (T * T);
-        let loss = cross + rebuilt * 0.1;
+        let loss = cross + rebuilt * 0.1 + rate * a.rate;
         let value = loss.clone().into_data().try_to_vec::<f32>().expect("f32 loss")[0];
         let grads = loss.backward();
         let lr = 1e-3
@@ -316,9 +237,9 @@ pub fn run(a: Args) -> Result<()> {
         })
         .transpose()?;
     println!(
-        "| c′ | trained | bits | bits per original value | bytes per photo (before entropy coding) | top-1 agreement (held-back photos) |"
+        "| c′ | hidden | trained | bits | bits per original value, fixed / entropy coded | bytes per photo, fixed / entropy coded | top-1 agreement (held-back photos) |"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|");
     let mut runs = Vec::new();
     for &k in &a.widths {
         let coder = train(&data.rows, c, k, &a, &mut rng);
@@ -326,20 +247,33 @@ pub fn run(a: Args) -> Result<()> {
         if let Some(tail) = tail.as_ref().filter(|_| a.distill_widths.contains(&k)) {
             let mut distilled = coder.clone();
             distill(&mut distilled, &range, &data, tail, &a, &mut rng)?;
-            let after = ranges(&distilled.encode(&data.rows, &device), k);
+            // Trained with a rate, the codes keep their steps: new ranges would rescale them to
+            // as many levels as before and undo what the rate saved.
+            let after = if a.rate > 0.0 {
+                range.clone()
+            } else {
+                ranges(&distilled.encode(&data.rows, &device), k)
+            };
             runs.push((coder, range, "rebuild"));
-            runs.push((distilled, after, "+ distilled"));
+            runs.push((
+                distilled,
+                after,
+                if a.rate > 0.0 { "+ distilled, rate" } else { "+ distilled" },
+            ));
         } else {
             runs.push((coder, range, "rebuild"));
         }
     }
     for (coder, range, how) in &runs {
         let k = coder.k;
+        let train_codes = coder.encode(&data.rows, &device);
         for &bits in &a.bits {
-            let mut agree = 0u32;
+            // The entropy model's tables from the training views' levels.
+            let levels = LevelModel::fit(&quantize(&mut train_codes.clone(), range, bits), k, bits);
+            let (mut agree, mut coded_bits) = (0u32, 0f64);
             for (map, top) in &held_maps {
                 let mut z = coder.encode(map, &device);
-                quantize(&mut z, range, bits);
+                coded_bits += levels.bits(&quantize(&mut z, range, bits));
                 let back = coder.decode(&z, &device);
                 // Back to `[1, C, H, W]` for the rest of the network.
                 let mut chw = vec![0f32; c * h * w];
@@ -355,10 +289,14 @@ pub fn run(a: Args) -> Result<()> {
                 );
             }
             let n = held_maps.len() as u32;
+            let coded = coded_bits / f64::from(n);
             println!(
-                "| {k} | {how} | {bits} | {:.2} | {:.0} | {:.1}% ({agree}/{n}), ≥ {:.1}% |",
+                "| {k} | {} | {how} | {bits} | {:.2} / {:.2} | {:.0} / {:.0} | {:.1}% ({agree}/{n}), ≥ {:.1}% |",
+                a.hidden,
                 (k as f64 * f64::from(bits)) / c as f64,
+                coded / (c * h * w) as f64,
                 (k * h * w) as f64 * f64::from(bits) / 8.0,
+                coded / 8.0,
                 100.0 * f64::from(agree) / f64::from(n),
                 100.0 * wilson_lower(agree, n)
             );

@@ -1,6 +1,6 @@
 //! `./run.sh train <what>`: training in burn, by distillation from the whole network on the dev
 //! photos not held back ([`data`]). What it trains so far: early-exit heads (`exits`) and a
-//! linear bottleneck at a boundary (`bottleneck`).
+//! learned bottleneck at a boundary (`bottleneck`, its parts in `coder`).
 //!
 //! Training runs on burn's autodiff (`flex` wrapped in it, the plain-op path), which this
 //! crate builds only with its `train` feature: without it the command runs itself again from a
@@ -8,6 +8,8 @@
 
 #[cfg(feature = "train")]
 pub mod bottleneck;
+#[cfg(feature = "train")]
+mod coder;
 pub mod data;
 #[cfg(feature = "train")]
 pub mod exits;
