@@ -253,12 +253,23 @@ try {
       { timeout: STEP_TIMEOUT_MS });
 
     // Progressive: the light model's answer first (version 1, reduced), the server's after it.
+    // The link holds the server's answer until the light model's is out: a server that answers
+    // first (from its cache, on a loaded machine) leaves nothing progressive, by design.
     const progressive = await page.evaluate(async () => {
       const c = window.splitClient;
       const bytes = new Uint8Array(await (await fetch("samples/camera.png")).arrayBuffer());
       const id = "progressive-camera";
+      await window.setLink("blackhole");
+      const release = (async () => {
+        const light = () => (window.splitUpdates ?? []).some((u) => u.id === id && u.version === 1);
+        for (const until = performance.now() + 10_000; !light() && performance.now() < until;) {
+          await new Promise((f) => setTimeout(f, 10));
+        }
+        await window.setLink("up");
+      })();
       const t = performance.now();
       const r = await c.classify(bytes, "block5", { id, progressive: true });
+      await release;
       return { result: { version: r.version, quality: r.quality, top1: r.top[0].class, ms: performance.now() - t },
                updates: window.splitUpdates.filter((u) => u.id === id).map((u) => ({ version: u.version, quality: u.quality, top1: u.top[0].class })) };
     });
