@@ -107,7 +107,10 @@ for (const engine of ENGINES) {
     const warm = log.paths.slice(before);
     console.log(`offline: ${engine}: a warm start asked the server for [${warm}]`);
     assert.ok(warm.includes("/"), "the page itself is asked for");
-    assert.deepEqual(warm.filter((p) => /\.(js|wasm|css|html)$/.test(p)), [], `${engine}: no script, style or wasm is asked for`);
+    // Bar the service worker's own script: a navigation may make the browser check it for an
+    // update, from the network by design (Firefox did, now and then, on a loaded machine).
+    assert.deepEqual(warm.filter((p) => p !== "/sw.js" && /\.(js|wasm|css|html)$/.test(p)), [],
+      `${engine}: no script, style or wasm is asked for`);
 
     // The server killed: nothing listens on the origin. The reload starts from the cache.
     await server.stop();
