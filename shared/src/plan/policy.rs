@@ -239,14 +239,15 @@ impl AdaptivePolicy {
 
     /// A request came back (or ran locally).
     pub fn observe_request(&mut self, now: f64, r: RequestObservation) {
-        // A cloud-only request says what this client's inputs weigh (the table's figure is a
-        // typical photo's JPEG): the next is priced at it.
-        if r.bytes_sent > 0.0 && self.current() == Placement::CloudOnly {
-            for c in self.candidates.iter_mut().filter(|c| c.placement == Placement::CloudOnly) {
-                c.bytes = r.bytes_sent;
-            }
-        }
         if r.bytes_sent > 0.0 {
+            // A cloud-only request says what this client's inputs weigh (the table's figure is
+            // a typical photo's JPEG): the next is priced at it.
+            if self.current() == Placement::CloudOnly {
+                for c in self.candidates.iter_mut().filter(|c| c.placement == Placement::CloudOnly)
+                {
+                    c.bytes = r.bytes_sent;
+                }
+            }
             self.last_sent_ms = now;
             let network = r.round_trip_ms - r.server_ms;
             let base = self.base_rtt_ms.unwrap_or(network);
