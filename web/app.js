@@ -314,6 +314,8 @@ const CODECS = {
   s12: "s12 — a little coarser than s14",
   s10: "s10 — coarser still",
   s8: "s8 — the coarsest offered, fewest bytes",
+  learned4: "learned4 — trained bottleneck, 48 codes at 4 bits (block5 only)",
+  learned3: "learned3 — trained bottleneck, 48 codes at 3 bits (block5 only)",
 };
 
 function fillCodecs() {

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use anyhow::{Context, Result};
 use burn::tensor::Device;
 use split_shared::cache::LruCache;
-use split_shared::codec::Calibration;
+use split_shared::codec::{Calibration, Setting};
 use split_shared::labels::Prediction;
 use split_shared::model::{EfficientNetLite0, Lite0Split};
 use split_shared::runtime::{RuntimeError, SplitModel};
@@ -117,13 +117,15 @@ impl EngineSettings {
 pub const CACHE_ENTRY_COST: usize = 160;
 
 /// The cost table as served (its cloud figures scaled to this server unless `keep`,
-/// [`crate::retime`]) and the file's checksum (the site's version follows the file, not a
-/// start-up timing).
+/// [`crate::retime`]; its codec rows only those `calibration` can decode, so that no client
+/// plans a frame this server refuses) and the file's checksum (the site's version follows the
+/// file, not a start-up timing).
 fn load_cost_table(
     path: PathBuf,
     model: &EfficientNetLite0,
     device: &Device,
     keep: bool,
+    calibration: Option<&Calibration>,
 ) -> Result<Option<(Arc<String>, u64)>> {
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
@@ -138,12 +140,29 @@ fn load_cost_table(
         .and_then(|t| t.check_spec(&split_shared::model::lite0_spec()).map(|()| t))
         .map_err(anyhow::Error::msg)
         .with_context(|| format!("loading the cost table {}", path.display()))?;
+    let dropped = table.retain_codecs(|boundary, setting| {
+        calibration.is_some_and(|c| c.codes(boundary, setting))
+            || matches!(setting, Setting::F32 | Setting::Ranged(_))
+    });
+    if dropped > 0 {
+        log::warn!(
+            "cost table: {dropped} codec rows need tables the calibration does not have; \
+             they are not offered"
+        );
+    }
+    let as_is = |table: &split_shared::plan::CostTable| -> Result<Arc<String>> {
+        Ok(Arc::new(if dropped == 0 {
+            text.clone()
+        } else {
+            serde_json::to_string_pretty(table).context("writing the cost table")?
+        }))
+    };
     if keep {
-        return Ok(Some((Arc::new(text), checksum)));
+        return Ok(Some((as_is(&table)?, checksum)));
     }
     let Some(factor) = crate::retime::cloud_factor(model, device, &table) else {
         log::warn!("could not time this server against the cost table: serving it as it is");
-        return Ok(Some((Arc::new(text), checksum)));
+        return Ok(Some((as_is(&table)?, checksum)));
     };
     log::info!(
         "cost table: this server runs the network's tails in {factor:.2}× the table's time \
@@ -241,8 +260,13 @@ impl AppState {
             split_kernels::Isa::detect()
         );
         let calibration = load_calibration(config.calibration_path())?;
-        let cost_table =
-            load_cost_table(config.cost_table_path(), &model, &device, config.keep_cost_table)?;
+        let cost_table = load_cost_table(
+            config.cost_table_path(),
+            &model,
+            &device,
+            config.keep_cost_table,
+            calibration.as_ref().map(|(c, _)| &**c),
+        )?;
         let cost_table_checksum = cost_table.as_ref().map_or(0, |(_, sum)| *sum);
         let cost_table = cost_table.map(|(text, _)| text);
         let metrics = Arc::new(Metrics::new());

@@ -228,8 +228,19 @@ pub fn run(a: Args) -> Result<()> {
         encrypted: None,
     };
     // The encrypted placement is measured by its own command (`./run.sh encrypted
-    // --cost-table`): a table this one replaces keeps that part.
+    // --cost-table`), the learned bottleneck's rows by its trainer on the photos it held back
+    // (`./run.sh train bottleneck --cost-table`): a table this one replaces keeps those parts
+    // unless this run measured them itself.
     let old = std::fs::read_to_string(&out).ok().and_then(|t| CostTable::from_json(&t).ok());
+    if let Some(old) = &old {
+        for (rows, kept) in table.codecs.iter_mut().zip(&old.codecs) {
+            let learned = |c: &&CodecCost| matches!(c.codec, Setting::Learned(_));
+            let measured: Vec<Setting> = rows.iter().map(|c| c.codec).collect();
+            rows.extend(
+                kept.iter().filter(learned).filter(|c| !measured.contains(&c.codec)).cloned(),
+            );
+        }
+    }
     table.encrypted =
         old.and_then(|o| o.encrypted).filter(|e| table.boundaries.contains(&e.boundary));
     if let Some(path) = browser {

@@ -73,7 +73,7 @@ impl Workload {
                 let features = Features::from_tensor(*split, x)?;
                 let calibration = match codec {
                     Setting::F32 | Setting::Ranged(_) => None,
-                    Setting::Quant(_) | Setting::Alloc(_) => Some(
+                    Setting::Quant(_) | Setting::Alloc(_) | Setting::Learned(_) => Some(
                         Calibration::load(&split_paths::calibration_file())
                             .context("run `./run.sh setup`")?,
                     ),

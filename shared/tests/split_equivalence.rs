@@ -168,3 +168,38 @@ fn calibrated_codecs_keep_the_answer_at_every_boundary() {
         }
     }
 }
+
+/// The shipped calibration's trained bottleneck (`learned<bits>`, block5 today), at every depth
+/// it has tables for: through the wire format, the rest of the network on the decoder's map
+/// keeps the top-1 of both bundled fixtures.
+#[test]
+fn the_shipped_learned_coder_keeps_the_answer_of_the_bundled_photos() {
+    let calibration = Calibration::load(&split_paths::calibration_file())
+        .unwrap_or_else(|e| panic!("{e}; run `./run.sh setup`"));
+    let learned: Vec<(Boundary, Vec<u8>)> = calibration
+        .boundaries()
+        .filter_map(|b| {
+            let l = calibration.at(b)?.learned.as_ref()?;
+            Some((b.parse().unwrap(), l.tables.keys().copied().collect()))
+        })
+        .collect();
+    assert!(!learned.is_empty(), "the shipped calibration has a learned coder");
+    let device = Device::flex();
+    let model = model(&device);
+    for name in ["chelsea", "coffee"] {
+        let input = to_input_tensor(&fixture_image(name), &device);
+        let full_top1 = top_k(&values(model.forward(input.clone()).unwrap()), 1)[0].class;
+        for (k, depths) in &learned {
+            let edge = model.forward_range(input.clone(), Boundary::INPUT, *k).unwrap();
+            let edge = Features::from_tensor(*k, edge).unwrap();
+            for bits in depths {
+                let back = through_a_frame(&edge, Setting::Learned(*bits), Some(&calibration));
+                assert_eq!((back.boundary(), back.dims()), (*k, edge.dims()));
+                let logits = values(
+                    model.forward_range(back.to_tensor(&device), *k, Boundary::LOGITS).unwrap(),
+                );
+                assert_eq!(top_k(&logits, 1)[0].class, full_top1, "{name} at {k}, learned{bits}");
+            }
+        }
+    }
+}

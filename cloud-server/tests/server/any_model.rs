@@ -376,7 +376,10 @@ async fn a_model_brings_its_own_codec_calibration() {
             let setting: Setting = setting.parse().unwrap();
             let ctx = EncodeContext::new(Some(&calibration));
             let frame = encode_frame(&spec, &hidden, setting, ctx).unwrap();
-            assert!(matches!(frame.encoding, Encoding::Coded(_) | Encoding::Allocated(_)));
+            assert!(matches!(
+                frame.encoding,
+                Encoding::Coded(_) | Encoding::Allocated(_) | Encoding::Learned(_)
+            ));
             let bytes =
                 Request::Features { id: id * 10 + k as u64, frame }.to_bytes_for(TINY_CODED);
             let (reply, model) = call(&mut ws, bytes).await;
@@ -440,4 +443,36 @@ async fn the_cost_table_is_served_at_this_servers_speed_unless_kept() {
     assert_eq!((&served.edge, &served.codecs), (&written.edge, &written.codecs));
     let srv = common::serve(common::state(&["--keep-cost-table"]));
     assert_eq!(body(&srv, "/api/cost-table").await, file);
+}
+
+/// A server offers only the codecs its calibration decodes: with block11's tables alone, the
+/// table it serves keeps block11's rows and only the uncalibrated ones elsewhere.
+#[actix_web::test]
+async fn the_cost_table_offers_only_codecs_the_calibration_decodes() {
+    use split_shared::codec::{Calibration, Setting};
+    let file = include_str!("../../../profiles/cost-table.json");
+    let written = CostTable::from_json(file).unwrap();
+    let whole = Calibration::load(&split_paths::calibration_file()).unwrap();
+    let dir = std::env::temp_dir().join(format!("split-codecs-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let part = dir.join("block11.splc");
+    std::fs::write(&part, whole.part("block11").unwrap()).unwrap();
+    let srv = common::serve(common::state(&[
+        "--keep-cost-table",
+        "--calibration",
+        part.to_str().unwrap(),
+    ]));
+    let served = CostTable::from_json(&body(&srv, "/api/cost-table").await).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    for ((name, served), written) in
+        served.boundaries.iter().zip(&served.codecs).zip(&written.codecs)
+    {
+        let kept: Vec<_> = written
+            .iter()
+            .filter(|c| name == "block11" || matches!(c.codec, Setting::F32 | Setting::Ranged(_)))
+            .collect();
+        assert_eq!(served.iter().collect::<Vec<_>>(), kept, "at {name}");
+    }
+    let block11 = written.boundaries.iter().position(|b| b == "block11").unwrap();
+    assert!(written.codecs[block11].len() > 1, "block11 has calibrated rows to keep");
 }

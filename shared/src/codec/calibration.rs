@@ -17,6 +17,11 @@
 //! <b>.alloc.center      [C]         `s<level>` settings: mean per channel,
 //! <b>.alloc.spread      [C]         standard deviation per channel,
 //! <b>.alloc.weight      [C]         KL of the answer per unit noise variance on the channel
+//! <b>.learned.layer<i>.w [in, out]  `learned<bits>` settings: the trained coder's dense
+//! <b>.learned.layer<i>.b [out]      layers, encoder first ([`LearnedCoder`]),
+//! <b>.learned.encoder   [1]         how many of them are the encoder's,
+//! <b>.learned.command   text        the command line that trained it,
+//! <b>.learned.q<bits>.lo|hi|prob    tables over the codes, as above
 //! sensitivity_images    [1]         optional: images the `alloc.weight`s were measured on
 //! part_of               [4]         a part only: the whole file's id, 16 bits per value
 //! ```
@@ -35,8 +40,9 @@ use std::collections::BTreeMap;
 use super::CodecError;
 use super::alloc::AllocTable;
 use super::entropy::{self, Model, PRECISION};
+use super::learned::{Dense, LearnedCoder};
 use super::quant::{ClipRange, Projection};
-use super::setting::{AllocSetting, QuantSetting, SUPPORTED_BITS};
+use super::setting::{AllocSetting, QuantSetting, SUPPORTED_BITS, Setting};
 use crate::container::TensorFile;
 use crate::runtime::ModelSpec;
 
@@ -121,6 +127,17 @@ pub struct PcaTables {
     pub tables: BTreeMap<u8, QuantTable>,
 }
 
+/// A trained bottleneck and its per-bit-depth tables over the codes.
+#[derive(Clone, Debug)]
+pub struct LearnedTables {
+    /// The encoder and the decoder.
+    pub coder: LearnedCoder,
+    /// Tables over the codes, by bit depth.
+    pub tables: BTreeMap<u8, QuantTable>,
+    /// The command line that trained it.
+    pub command: String,
+}
+
 /// Everything calibrated at one boundary.
 #[derive(Clone, Debug, Default)]
 pub struct BoundaryTables {
@@ -130,6 +147,8 @@ pub struct BoundaryTables {
     pub pca: Option<PcaTables>,
     /// Per-channel statistics and sensitivities for the `s<level>` settings.
     pub alloc: Option<AllocTable>,
+    /// The trained bottleneck of the `learned<bits>` settings, when one was trained here.
+    pub learned: Option<LearnedTables>,
 }
 
 impl BoundaryTables {
@@ -141,7 +160,8 @@ impl BoundaryTables {
             .values()
             .map(|t| t.ranges.len())
             .chain(self.pca.as_ref().map(|p| p.projection.channels()))
-            .chain(self.alloc.as_ref().map(AllocTable::channels));
+            .chain(self.alloc.as_ref().map(AllocTable::channels))
+            .chain(self.learned.as_ref().map(|l| l.coder.channels()));
         let first = counts.next()?;
         counts.all(|c| c == first).then_some(first)
     }
@@ -288,6 +308,45 @@ impl Calibration {
         })
     }
 
+    /// The trained coder and the table over its codes a `learned<bits>` setting uses at
+    /// `boundary`.
+    ///
+    /// # Errors
+    /// [`CodecError::NotCalibrated`] when no bottleneck was trained there, or none for `bits`.
+    pub fn lookup_learned(
+        &self,
+        boundary: &str,
+        bits: u8,
+    ) -> Result<(&LearnedCoder, &QuantTable), CodecError> {
+        self.at(boundary)
+            .and_then(|b| b.learned.as_ref())
+            .and_then(|l| Some((&l.coder, l.tables.get(&bits)?)))
+            .ok_or_else(|| CodecError::NotCalibrated {
+                boundary: boundary.to_string(),
+                setting: Setting::Learned(bits).to_string(),
+            })
+    }
+
+    /// Whether frames under `setting` at `boundary` can be coded with these tables (settings that
+    /// need none always can).
+    pub fn codes(&self, boundary: &str, setting: Setting) -> bool {
+        match setting {
+            Setting::F32 | Setting::Ranged(_) => true,
+            Setting::Quant(q) => q.check().is_ok() && self.lookup(boundary, q).is_ok(),
+            Setting::Alloc(a) => a.check().is_ok() && self.lookup_alloc(boundary, a).is_ok(),
+            Setting::Learned(bits) => self.lookup_learned(boundary, bits).is_ok(),
+        }
+    }
+
+    /// The same calibration with `learned` as the trained bottleneck at `boundary` (a new id:
+    /// the file changes).
+    #[must_use]
+    pub fn with_learned(mut self, boundary: &str, learned: LearnedTables) -> Self {
+        self.entry(boundary).learned = Some(learned);
+        self.id = Self::checksum(&self.to_bytes());
+        self
+    }
+
     /// Serialize (deterministically: same tables, same bytes, same id).
     pub fn to_bytes(&self) -> Vec<u8> {
         self.write(|_| true, None)
@@ -362,6 +421,22 @@ impl Calibration {
                 f.insert(format!("{boundary}.alloc.spread"), vec![c], a.spread().to_vec());
                 f.insert(format!("{boundary}.alloc.weight"), vec![c], a.weight().to_vec());
             }
+            if let Some(l) = &b.learned {
+                for (i, layer) in l.coder.layers().iter().enumerate() {
+                    let (inputs, outputs) = (layer.inputs(), layer.outputs());
+                    let name = format!("{boundary}.learned.layer{i}");
+                    f.insert(format!("{name}.w"), vec![inputs, outputs], layer.w.clone());
+                    f.insert(format!("{name}.b"), vec![outputs], layer.b.clone());
+                }
+                let encoder = l.coder.encoder_layers() as f32;
+                f.insert(format!("{boundary}.learned.encoder"), vec![1], vec![encoder]);
+                if !l.command.is_empty() {
+                    f.insert_text(format!("{boundary}.learned.command"), &l.command);
+                }
+                for (bits, t) in &l.tables {
+                    put_table(&mut f, &format!("{boundary}.learned.q{bits}"), t);
+                }
+            }
         }
         f.to_bytes(CALIBRATION_MAGIC)
     }
@@ -426,7 +501,7 @@ impl Calibration {
                 .ok_or_else(|| bad(format!("unsupported bit depth in {name}")))?;
             let count = match (kind, dims) {
                 (_, [count, levels]) if *levels == 1 << bits => *count,
-                ("raw" | "pca", _) => {
+                ("raw" | "pca" | "learned", _) => {
                     return Err(bad(format!("{name} is not [count, {}]", 1 << bits)));
                 }
                 _ => return Err(bad(format!("unexpected tensor {name}"))),
@@ -444,6 +519,24 @@ impl Calibration {
             if kind == "raw" {
                 c.entry(b).raw.insert(bits, table);
                 continue;
+            }
+            if kind == "learned" {
+                let entry = c.entry(b);
+                if entry.learned.is_none() {
+                    entry.learned = Some(read_learned(&f, b)?);
+                }
+                let learned = entry.learned.as_mut().expect("just set");
+                if learned.coder.codes() != count {
+                    return Err(bad(format!(
+                        "{name} covers {count} codes; the coder at {b} makes {}",
+                        learned.coder.codes()
+                    )));
+                }
+                learned.tables.insert(bits, table);
+                continue;
+            }
+            if kind != "pca" {
+                return Err(bad(format!("unexpected tensor {name}")));
             }
             let basis_name = format!("{b}.pca.basis");
             let channels = match dims_of(&basis_name) {
@@ -490,6 +583,45 @@ fn check_boundary_name(b: &str, tensor: &str) -> Result<(), CodecError> {
         return Err(CodecError::BadCalibration(format!("no boundary name in {tensor}")));
     }
     Ok(())
+}
+
+/// The trained coder at boundary `b` (its tables are read with the others).
+fn read_learned(f: &TensorFile, b: &str) -> Result<LearnedTables, CodecError> {
+    let bad = |m: String| CodecError::BadCalibration(m);
+    let encoder =
+        f.tensor(&format!("{b}.learned.encoder"), &[1]).map_err(|e| bad(e.to_string()))?[0];
+    if encoder.fract() != 0.0 || !(1.0..super::learned::MAX_LAYERS as f32).contains(&encoder) {
+        return Err(bad(format!("{b}.learned.encoder is not a layer count")));
+    }
+    let mut layers = Vec::new();
+    loop {
+        let name = format!("{b}.learned.layer{}", layers.len());
+        let Some((_, dims, _)) = f.iter().find(|(n, _, _)| *n == format!("{name}.w")) else {
+            break;
+        };
+        let [inputs, outputs] = *dims else {
+            return Err(bad(format!("{name}.w is not [inputs, outputs]")));
+        };
+        let get = |what: &str, dims: &[usize]| {
+            f.tensor(&format!("{name}.{what}"), dims)
+                .map(<[f32]>::to_vec)
+                .map_err(|e| bad(e.to_string()))
+        };
+        layers.push(Dense { w: get("w", &[inputs, outputs])?, b: get("b", &[outputs])? });
+        if layers.len() > super::learned::MAX_LAYERS {
+            return Err(bad(format!(
+                "{b}.learned has more than {} layers",
+                super::learned::MAX_LAYERS
+            )));
+        }
+    }
+    let coder = LearnedCoder::new(layers, encoder as usize)?;
+    let command = match f.text(&format!("{b}.learned.command")) {
+        Ok(text) => text,
+        Err(crate::container::ContainerError::Missing(_)) => String::new(),
+        Err(e) => return Err(bad(e.to_string())),
+    };
+    Ok(LearnedTables { coder, tables: BTreeMap::new(), command })
 }
 
 fn get_pca(f: &TensorFile, b: &str, what: &str, dims: &[usize]) -> Result<Vec<f32>, CodecError> {

@@ -9,7 +9,9 @@
 //!
 //! and camera streams add keyframe + residual coding ([`StreamEncoder`]). The `s<level>`
 //! settings ([`alloc`]) replace stages 2 and 3: steps per channel from the channel's measured
-//! effect on the answer, and context-modelled binary range coding. Every table comes
+//! effect on the answer, and context-modelled binary range coding. The `learned<bits>`
+//! settings ([`learned`]) replace stage 1 with a trained nonlinear bottleneck and code its few
+//! numbers per position with stages 2 and 3. Every table comes
 //! from the calibration artefact ([`Calibration`]); none is compiled in. The browser encodes
 //! and the server decodes with this same code.
 //!
@@ -25,6 +27,7 @@ pub mod entropy;
 mod error;
 pub mod fit;
 mod hidden;
+pub mod learned;
 mod noise;
 pub mod quant;
 pub mod range;
@@ -35,10 +38,12 @@ mod stream;
 
 pub use alloc::AllocTable;
 pub use calibration::{
-    BoundaryTables, CALIBRATION_MAGIC, CALIBRATION_VERSION, Calibration, PcaTables, QuantTable,
+    BoundaryTables, CALIBRATION_MAGIC, CALIBRATION_VERSION, Calibration, LearnedTables, PcaTables,
+    QuantTable,
 };
 pub use error::CodecError;
 pub use hidden::{DEFAULT_HIDDEN_CODEC, HiddenCodec, HiddenCodecError};
+pub use learned::LearnedCoder;
 pub use noise::{Noise, NoiseKind};
 pub use quant::{ClipRange, Projection};
 pub use ranged::{RangedParams, decode_ranged, encode_ranged};
@@ -86,6 +91,15 @@ pub struct AllocParams {
     /// Version of the context model ([`alloc::CONTEXT_MODEL`] when this build codes).
     pub model: u8,
     /// Id of the calibration file used.
+    pub calibration: u64,
+}
+
+/// The parameters a learned-bottleneck (`learned<bits>`) frame carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LearnedParams {
+    /// Bits per code.
+    pub bits: u8,
+    /// Id of the calibration file used (it holds the trained coder).
     pub calibration: u64,
 }
 
@@ -360,5 +374,58 @@ pub fn decode_alloc(
     alloc::decode(payload, h, w, table, setting.level)
 }
 
+/// Encode one item's activations (`dims` `[1, C, …]`) at the boundary named `boundary` with
+/// the bottleneck trained there, its codes at `bits` bits, entropy coded per code.
+///
+/// # Errors
+/// [`CodecError::NoCalibration`], [`CodecError::NotCalibrated`] when no bottleneck (or none
+/// with tables at `bits`) was trained at the boundary, channels it does not take, or a batch
+/// of more than one item.
+pub fn encode_learned(
+    boundary: &str,
+    dims: &[usize],
+    values: &[f32],
+    bits: u8,
+    calibration: Option<&Calibration>,
+) -> Result<(LearnedParams, Vec<u8>), CodecError> {
+    let calibration = calibration.ok_or(CodecError::NoCalibration)?;
+    let (channels, _, _) = plane_of(dims, values)?;
+    let (coder, table) = calibration.lookup_learned(boundary, bits)?;
+    same_channels(boundary, coder.channels(), channels)?;
+    let codes = coder.encode(values);
+    let mut symbols = Vec::new();
+    quant::quantize(&codes, table.ranges(), 1 << bits, &mut symbols);
+    let mut payload = Vec::new();
+    entropy::encode(&symbols, table.models().iter(), &mut payload);
+    Ok((LearnedParams { bits, calibration: calibration.id() }, payload))
+}
+
+/// Decode a `learned<bits>` payload back to the f32 values of one item's activations (`dims`
+/// `[1, C, …]`) at the boundary named `boundary`: the decoder's map.
+///
+/// # Errors
+/// A [`CodecError`] for a missing or foreign calibration, no bottleneck at the boundary or
+/// bit depth, or a damaged payload.
+pub fn decode_learned(
+    boundary: &str,
+    dims: &[usize],
+    params: &LearnedParams,
+    payload: &[u8],
+    calibration: Option<&Calibration>,
+) -> Result<Vec<f32>, CodecError> {
+    let calibration = calibration.ok_or(CodecError::NoCalibration)?;
+    same_calibration(calibration, params.calibration)?;
+    let (channels, h, w) = plane(dims)?;
+    let (coder, table) = calibration.lookup_learned(boundary, params.bits)?;
+    same_channels(boundary, coder.channels(), channels)?;
+    let mut symbols = Vec::with_capacity(coder.codes() * h * w);
+    entropy::decode(payload, table.models().iter(), h * w, &mut symbols)?;
+    let mut codes = Vec::new();
+    quant::dequantize(&symbols, table.ranges(), 1 << params.bits, &mut codes);
+    Ok(coder.decode(&codes))
+}
+
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_learned;

@@ -24,6 +24,9 @@ pub enum Setting {
     /// this many bits (one of [`SUPPORTED_BITS`]): needs no calibration, so any model on the
     /// runtime can send it ([`super::ranged`]).
     Ranged(u8),
+    /// The learned bottleneck trained at the boundary ([`super::learned`]), its codes at this
+    /// many bits (one of [`SUPPORTED_BITS`] the calibration has tables for), entropy coded.
+    Learned(u8),
 }
 
 /// Parameters of the sensitivity-allocated codec: one quality level.
@@ -77,11 +80,12 @@ crate::serde_by_name!(Setting, "codec setting");
 
 impl fmt::Display for Setting {
     /// `f32`, `q<bits>[-r<rank>][-packed]` (e.g. `q4`, `q2-r16`, `q8-packed`), `s<level>` or
-    /// `ranged<bits>`.
+    /// `ranged<bits>` or `learned<bits>`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::F32 => f.write_str("f32"),
             Self::Ranged(bits) => write!(f, "ranged{bits}"),
+            Self::Learned(bits) => write!(f, "learned{bits}"),
             Self::Alloc(a) => write!(f, "s{}", a.level),
             Self::Quant(q) => {
                 write!(f, "q{}", q.bits)?;
@@ -111,6 +115,13 @@ impl FromStr for Setting {
                 return Err(CodecError::UnsupportedBits(bits));
             }
             return Ok(Self::Ranged(bits));
+        }
+        if let Some(bits) = s.strip_prefix("learned") {
+            let bits: u8 = digits(bits).ok_or_else(bad)?;
+            if !SUPPORTED_BITS.contains(&bits) {
+                return Err(CodecError::UnsupportedBits(bits));
+            }
+            return Ok(Self::Learned(bits));
         }
         if let Some(level) = s.strip_prefix('s') {
             let level = digits(level).ok_or_else(bad)?;
@@ -158,6 +169,8 @@ mod tests {
             "s24",
             "ranged8",
             "ranged2",
+            "learned4",
+            "learned2",
         ] {
             assert_eq!(name.parse::<Setting>().unwrap().to_string(), name);
         }
@@ -185,6 +198,10 @@ mod tests {
             "ranged5",
             "ranged+8",
             "ranged8-packed",
+            "learned",
+            "learned5",
+            "learned+4",
+            "learned4-packed",
         ] {
             assert!(name.parse::<Setting>().is_err(), "{name}");
         }

@@ -203,6 +203,18 @@ impl CostTable {
         self.cloud_device = format!("{} × {factor:.2} ({why})", self.cloud_device);
     }
 
+    /// Keep only the codec rows `codes(boundary, setting)` accepts (a server offering what its
+    /// calibration can decode); returns how many were dropped.
+    pub fn retain_codecs(&mut self, codes: impl Fn(&str, Setting) -> bool) -> usize {
+        let mut dropped = 0;
+        for (name, rows) in self.boundaries.iter().zip(&mut self.codecs) {
+            let before = rows.len();
+            rows.retain(|c| codes(name, c.codec));
+            dropped += before - rows.len();
+        }
+        dropped
+    }
+
     /// Whether the table describes the model `spec` describes: its name and its boundaries'
     /// names, in order.
     ///

@@ -40,7 +40,8 @@ impl FeaturesFrame {
     ///
     /// # Errors
     /// [`CodecError::NoCalibration`] for a quantized setting without a calibration in `ctx`, or
-    /// what [`codec::encode`], [`codec::encode_alloc`] or [`codec::encode_ranged`] report.
+    /// what [`codec::encode`], [`codec::encode_alloc`], [`codec::encode_ranged`] or
+    /// [`codec::encode_learned`] report.
     pub fn encode(
         x: FeatureView<'_>,
         setting: Setting,
@@ -62,6 +63,11 @@ impl FeaturesFrame {
             Setting::Ranged(bits) => {
                 let (params, payload) = codec::encode_ranged(x.dims, x.values, bits)?;
                 (Encoding::Ranged(params), payload)
+            }
+            Setting::Learned(bits) => {
+                let (params, payload) =
+                    codec::encode_learned(x.name, x.dims, x.values, bits, ctx.calibration)?;
+                (Encoding::Learned(params), payload)
             }
         };
         let shape = x.dims.iter().map(|d| *d as u32).collect();
@@ -102,6 +108,9 @@ impl FeaturesFrame {
                 codec::decode_alloc(name, &dims, params, &self.payload, ctx.calibration)
             }
             Encoding::Ranged(params) => codec::decode_ranged(&dims, *params, &self.payload),
+            Encoding::Learned(params) => {
+                codec::decode_learned(name, &dims, params, &self.payload, ctx.calibration)
+            }
         }
     }
 

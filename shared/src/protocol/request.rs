@@ -5,7 +5,9 @@
 //! [allocated only: level u8 | model u8 | reserved u16 | calibration u64] |
 //! payload_len u32 | payload`, where encoding 1 is little-endian f32, 2 the quantizing codec and
 //! 3 the sensitivity-allocated one (see [`crate::codec`]), 4 the calibration-free ranged one
-//! (`bits u8 | reserved u8 x 3` after the dims; [`crate::codec::ranged`]); flags bit 0 = entropy-coded, bit 1 =
+//! (`bits u8 | reserved u8 x 3` after the dims; [`crate::codec::ranged`]), 5 the learned
+//! bottleneck (`bits u8 | reserved u8 x 3 | calibration u64` after the dims;
+//! [`crate::codec::learned`]); flags bit 0 = entropy-coded, bit 1 =
 //! delta frame. The encoding byte versions the codec: a side that does not know an encoding
 //! answers `unsupported_codec`, and frames of the encodings it knows keep decoding.
 //! Image body: `payload_len u32 | payload` (JPEG or PNG bytes).
@@ -16,7 +18,9 @@ use super::{
     FeaturesFrame, HEADER_LEN, MAX_PAYLOAD_BYTES, MODEL_EFFICIENTNET_LITE0, WireError, finish,
     kind, read_header, write_header,
 };
-use crate::codec::{AllocParams, AllocSetting, CodedParams, QuantSetting, RangedParams, StreamPos};
+use crate::codec::{
+    AllocParams, AllocSetting, CodedParams, LearnedParams, QuantSetting, RangedParams, StreamPos,
+};
 use crate::container::Cursor;
 
 /// How a features payload is encoded.
@@ -30,6 +34,8 @@ pub enum Encoding {
     Allocated(AllocParams),
     /// Each channel quantized within its own range in this frame: no calibration needed.
     Ranged(RangedParams),
+    /// The learned bottleneck's codes, entropy coded.
+    Learned(LearnedParams),
 }
 
 mod encoding_id {
@@ -37,6 +43,7 @@ mod encoding_id {
     pub const CODED: u8 = 2;
     pub const ALLOCATED: u8 = 3;
     pub const RANGED: u8 = 4;
+    pub const LEARNED: u8 = 5;
 }
 const FLAG_ENTROPY: u8 = 1;
 const FLAG_DELTA: u8 = 2;
@@ -104,6 +111,7 @@ impl Request {
                     Encoding::Coded(_) => encoding_id::CODED,
                     Encoding::Allocated(_) => encoding_id::ALLOCATED,
                     Encoding::Ranged(_) => encoding_id::RANGED,
+                    Encoding::Learned(_) => encoding_id::LEARNED,
                 };
                 out.extend_from_slice(&[*boundary, code, shape.len() as u8, 0]);
                 for d in shape {
@@ -124,6 +132,10 @@ impl Request {
                 }
                 if let Encoding::Ranged(p) = encoding {
                     out.extend_from_slice(&[p.bits, 0, 0, 0]);
+                }
+                if let Encoding::Learned(p) = encoding {
+                    out.extend_from_slice(&[p.bits, 0, 0, 0]);
+                    out.extend_from_slice(&p.calibration.to_le_bytes());
                 }
                 out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
                 out.extend_from_slice(payload);
@@ -191,6 +203,11 @@ impl Request {
                         let bits = c.u8()?;
                         c.take(3)?;
                         Encoding::Ranged(RangedParams { bits })
+                    }
+                    encoding_id::LEARNED => {
+                        let bits = c.u8()?;
+                        c.take(3)?;
+                        Encoding::Learned(LearnedParams { bits, calibration: c.u64()? })
                     }
                     other => return Err(WireError::UnsupportedEncoding(other)),
                 };
@@ -313,11 +330,11 @@ mod tests {
         for cut in 0..bytes.len() {
             assert!(Request::decode(&bytes[..cut]).is_err(), "{cut}");
         }
-        // Byte 17 is the encoding: a later codec (5) is refused as unsupported.
+        // Byte 17 is the encoding: a later codec (6) is refused as unsupported.
         let mut b = bytes.clone();
-        b[17] = 5;
+        b[17] = 6;
         let err = Request::decode(&b).unwrap_err();
-        assert_eq!(err, WireError::UnsupportedEncoding(5));
+        assert_eq!(err, WireError::UnsupportedEncoding(6));
         assert_eq!(err.code(), crate::protocol::ErrorCode::UnsupportedCodec);
     }
 
@@ -347,6 +364,18 @@ mod tests {
                     encoding: Encoding::Ranged(RangedParams { bits: 6 }),
                     shape: vec![1, 4, 2],
                     payload: vec![9; 39],
+                },
+            },
+            Request::Features {
+                id: 12,
+                frame: FeaturesFrame {
+                    boundary: 7,
+                    encoding: Encoding::Learned(LearnedParams {
+                        bits: 4,
+                        calibration: 0x0bad_cafe_f00d_0001,
+                    }),
+                    shape: vec![1, 80, 14, 14],
+                    payload: vec![3; 17],
                 },
             },
             Request::Image { id: u64::MAX, payload: vec![0xff, 0xd8, 1, 2, 3] },

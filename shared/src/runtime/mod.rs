@@ -102,7 +102,10 @@ pub fn decode_frame(
 ) -> crate::Result<Activations> {
     let dims = frame.dims();
     spec.check(frame.boundary, &dims, spec.max_batch)?;
-    let calibrated = matches!(frame.encoding, Encoding::Coded(_) | Encoding::Allocated(_));
+    let calibrated = matches!(
+        frame.encoding,
+        Encoding::Coded(_) | Encoding::Allocated(_) | Encoding::Learned(_)
+    );
     if calibrated && calibration.is_none() {
         return Err(RuntimeError::NoCodec { model: spec.name.clone() }.into());
     }

@@ -15,6 +15,7 @@ use anyhow::{Result, bail};
 use burn::tensor::{Device, Tensor, TensorData};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use split_shared::codec::SUPPORTED_BITS;
 use split_shared::model::{Boundary, EfficientNetLite0, read_weights};
 use split_shared::plan::wilson_lower;
 
@@ -71,6 +72,21 @@ pub struct Args {
     /// not a fixed number of levels), so that what the rate saves is measured.
     #[arg(long, default_value_t = 0.0)]
     rate: f32,
+    /// Write the trained bottleneck (the one width of `--widths`, distilled when
+    /// `--distill-widths` names it) with tables over its codes at every bit depth of `--bits`
+    /// into a copy of the installed calibration at this path: the `learned<bits>` settings. Its
+    /// frames are then measured through the codec itself on the held-back photos.
+    #[arg(long)]
+    write: Option<std::path::PathBuf>,
+    /// With `--write`: put the `learned<bits>` settings, as measured on the held-back photos,
+    /// in this cost table's rows at the boundary (those rows only).
+    #[arg(long, requires = "write")]
+    cost_table: Option<std::path::PathBuf>,
+    /// Weigh each channel's rebuild error by its sensitivity (the KL of the answer per unit
+    /// noise the installed calibration measured there, the `s<level>` codecs' weights), so
+    /// that the error counts as it moves the answer; without it every channel counts alike.
+    #[arg(long)]
+    sensitivity: bool,
 }
 
 /// The training views: their maps (position-major rows, one view after another) and the
@@ -95,13 +111,25 @@ fn rows_of(t: Tensor<4>) -> (Vec<f32>, usize) {
     (out, c)
 }
 
-/// Train the coder on `rows` (`[n, c]`) to rebuild them.
-fn train(rows: &[f32], c: usize, k: usize, a: &Args, rng: &mut StdRng) -> Coder {
+/// Per channel, what its squared rebuild error counts (`weights`), scaled so that rebuilding
+/// every channel as its mean costs 1: the loss is relative.
+fn error_weights(rows: &[f32], c: usize, weights: &[f32]) -> (Vec<f32>, Vec<f32>) {
     let n = rows.len() / c;
     let mean: Vec<f32> =
         (0..c).map(|j| rows.iter().skip(j).step_by(c).sum::<f32>() / n as f32).collect();
-    let var = rows.iter().enumerate().map(|(i, v)| (v - mean[i % c]).powi(2)).sum::<f32>()
-        / rows.len() as f32;
+    let mut var = vec![0f32; c];
+    for (i, v) in rows.iter().enumerate() {
+        var[i % c] += (v - mean[i % c]).powi(2) / n as f32;
+    }
+    let total: f32 = weights.iter().zip(&var).map(|(w, v)| w * v).sum::<f32>() / c as f32;
+    (weights.iter().map(|w| w / total.max(1e-12)).collect(), mean)
+}
+
+/// Train the coder on `rows` (`[n, c]`) to rebuild them, each channel's squared error
+/// weighted by `weights`.
+fn train(rows: &[f32], c: usize, k: usize, weights: &[f32], a: &Args, rng: &mut StdRng) -> Coder {
+    let n = rows.len() / c;
+    let (weights, mean) = error_weights(rows, c, weights);
     let mut coder = Coder::new(c, k, a.hidden, mean, rng);
     let mut adams = coder.optimizers();
     let device = Device::flex().autodiff();
@@ -113,7 +141,7 @@ fn train(rows: &[f32], c: usize, k: usize, a: &Args, rng: &mut StdRng) -> Coder 
         let leaves = coder.leaves(&device);
         let x = tensor2(&x, [b, c], &device);
         let y = coder.decode_with(&leaves, coder.encode_with(&leaves, x.clone()));
-        let loss = (y - x).square().mean() / var.max(1e-12);
+        let loss = ((y - x).square() * tensor2(&weights, [1, c], &device)).mean();
         let value = loss.clone().into_data().try_to_vec::<f32>().expect("f32 loss")[0];
         let grads = loss.backward();
         let lr = a.lr * 0.5 * (1.0 + (std::f32::consts::PI * step as f32 / a.steps as f32).cos());
@@ -192,6 +220,14 @@ pub fn run(a: Args) -> Result<()> {
     if a.at <= Boundary::INPUT || a.at >= Boundary::POOL {
         bail!("--at: a boundary between stem and head");
     }
+    if a.write.is_some() {
+        if a.widths.len() != 1 {
+            bail!("--write: one width in --widths (the coder written)");
+        }
+        if let Some(b) = a.bits.iter().find(|b| !SUPPORTED_BITS.contains(&(**b as u8))) {
+            bail!("--write: {b} bits; the codec's depths are {SUPPORTED_BITS:?}");
+        }
+    }
     let weights = read_weights(&xtask::setup::ensure_weights()?)?;
     let device = Device::flex();
     let model = EfficientNetLite0::from_weights(&weights, &device)?;
@@ -229,6 +265,17 @@ pub fn run(a: Args) -> Result<()> {
         held.len()
     );
     let data = Training { rows, logits: train_logits, positions: h * w };
+    let channel_weights = if a.sensitivity {
+        let path = xtask::setup::ensure_calibration()?;
+        let cal = split_shared::codec::Calibration::load(&path)?;
+        let name = a.at.info().name;
+        let table = cal.at(name).and_then(|t| t.alloc.as_ref()).ok_or_else(|| {
+            anyhow::anyhow!("--sensitivity: {} measured no sensitivities at {name}", path.display())
+        })?;
+        table.weight().to_vec()
+    } else {
+        vec![1.0; c]
+    };
     let tail = (!a.distill_widths.is_empty())
         .then(|| {
             use burn::module::Module;
@@ -242,7 +289,7 @@ pub fn run(a: Args) -> Result<()> {
     println!("|---|---|---|---|---|---|---|");
     let mut runs = Vec::new();
     for &k in &a.widths {
-        let coder = train(&data.rows, c, k, &a, &mut rng);
+        let coder = train(&data.rows, c, k, &channel_weights, &a, &mut rng);
         let range = ranges(&coder.encode(&data.rows, &device), k);
         if let Some(tail) = tail.as_ref().filter(|_| a.distill_widths.contains(&k)) {
             let mut distilled = coder.clone();
@@ -301,6 +348,16 @@ pub fn run(a: Args) -> Result<()> {
                 100.0 * wilson_lower(agree, n)
             );
         }
+    }
+    if let Some(path) = &a.write {
+        let (coder, range, _) = runs.last().expect("one width trained");
+        let codes = coder.encode(&data.rows, &device);
+        let bits: Vec<u8> = a.bits.iter().map(|b| *b as u8).collect();
+        let held: Vec<(&[f32], usize)> =
+            held_maps.iter().map(|(m, t)| (m.as_slice(), *t)).collect();
+        let out =
+            super::learned::Outputs { calibration: path, cost_table: a.cost_table.as_deref() };
+        super::learned::write(&out, a.at, &bits, coder, range, &codes, &held, &model)?;
     }
     Ok(())
 }

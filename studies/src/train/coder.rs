@@ -110,6 +110,14 @@ impl Coder {
         }
     }
 
+    /// The codec's form of this coder: the same layers, as `learned<bits>` frames run them.
+    pub fn to_codec(&self) -> split_shared::codec::LearnedCoder {
+        use split_shared::codec::learned::Dense as Layer;
+        let layers = self.layers.iter().map(|l| Layer { w: l.w.clone(), b: l.b.clone() }).collect();
+        split_shared::codec::LearnedCoder::new(layers, self.encoder)
+            .expect("a trained coder's layers chain")
+    }
+
     /// Position-major rows to codes, on the plain device.
     pub fn encode(&self, x: &[f32], device: &Device) -> Vec<f32> {
         let n = x.len() / self.c;

@@ -15,6 +15,8 @@ pub mod data;
 pub mod exits;
 #[cfg(feature = "train")]
 pub mod head;
+#[cfg(feature = "train")]
+mod learned;
 
 use anyhow::Result;
 
