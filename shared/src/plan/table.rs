@@ -321,6 +321,34 @@ mod tests {
         assert!(wilson_lower(990, 1000) > wilson_lower(99, 100));
     }
 
+    /// The shipped table's learned bottleneck at block5 is a candidate like the others: under
+    /// the default floor its bound (134 held-back photos) keeps it out; with a floor it meets,
+    /// on a slow uplink with the edge held to block5's weights, it sends the fewest bytes.
+    #[test]
+    fn the_learned_codec_is_planned_when_the_floor_allows_it() {
+        use crate::plan::{Conditions, Constraints, plan};
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../profiles/cost-table.json"
+        ))
+        .unwrap();
+        let t = CostTable::from_json(&text).unwrap();
+        let k = t.boundaries.iter().position(|b| b == "block5").unwrap();
+        let slow = Conditions { rtt_ms: 50.0, uplink_bytes_per_ms: 1.0, ..Conditions::default() };
+        let budget =
+            Constraints { max_edge_param_bytes: Some(t.param_bytes[k]), ..Constraints::default() };
+        let chosen =
+            |k: &Constraints| plan(&t, "native-flex", &slow, k).unwrap()[0].placement.clone();
+        let Placement::Split { boundary, codec } = chosen(&budget) else { panic!("a split") };
+        assert_eq!(boundary, "block5");
+        assert!(!matches!(codec, Setting::Learned(_)), "{codec} under the default floor");
+        let loose = Constraints { min_agreement: 0.92, ..budget };
+        assert_eq!(
+            chosen(&loose),
+            Placement::Split { boundary: "block5".into(), codec: Setting::Learned(3) }
+        );
+    }
+
     /// The planner holds a setting's lower bound against the accuracy floor: 150 of 150 agreeing
     /// does not pass a 99% floor, 500 of 500 does; a table without the bound keeps its rate.
     #[test]
