@@ -4,7 +4,7 @@
 
 use split_shared::codec::{Calibration, StreamDecoder};
 use split_shared::model::lite0_spec;
-use split_shared::protocol::{Request, sample_frames};
+use split_shared::protocol::{Encoding, Request, sample_frames};
 use split_shared::runtime::decode_frame;
 
 fn calibration() -> Calibration {
@@ -34,6 +34,11 @@ fn valid_frames_decode_in_order() {
     let mut streams = StreamDecoder::new();
     let frames = sample_frames(&lite0_spec(), &calibration);
     assert!(frames.len() > 200, "{} sample frames", frames.len());
+    let learned = |f: &Vec<u8>| {
+        matches!(Request::decode(f), Ok(Request::Features { frame, .. })
+            if matches!(frame.encoding, Encoding::Learned(_)))
+    };
+    assert!(frames.iter().any(learned), "the shipped learned coder's frames are among them");
     for (i, f) in frames.iter().enumerate() {
         assert!(decode(f, &calibration, &mut streams), "sample frame {i} must decode");
     }

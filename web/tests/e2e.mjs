@@ -43,8 +43,14 @@ async function codecChecks(page, name) {
     }
     const standalone = [];
     for (const img of [coffee, chelsea]) standalone.push((await client.classify(img, "block11", { codec: "q3" })).top[0].class);
+    // The trained bottleneck, where the shipped calibration has one (block5).
+    const learned = [];
+    for (const codec of ["learned4", "learned3"]) {
+      const r = await client.classify(chelsea, "block5", { codec });
+      learned.push({ codec, mode: r.mode, top1: r.top[0].class, bytesSent: r.bytesSent });
+    }
     return { rows, repeat: { mode: repeat.mode, bytesSent: repeat.bytesSent, top1: repeat.top[0].class },
-             stream, standalone, defaultCodec: client.defaultCodec };
+             stream, standalone, learned, defaultCodec: client.defaultCodec };
   }, CODECS);
   console.table(out.rows);
   console.table(out.stream);
@@ -63,6 +69,14 @@ async function codecChecks(page, name) {
   assert.deepEqual(out.stream.map((s) => s.top1), [out.standalone[0], out.standalone[1], out.standalone[1], out.standalone[0]],
     `${name}: stream frames classify like standalone ones`);
   assert.equal(out.stream[2].mode, "cache", `${name}: a repeated stream frame is not recomputed`);
+  console.table(out.learned);
+  for (const r of out.learned) {
+    assert.equal(r.mode, "split", `${name}/${r.codec}: features were sent`);
+    assert.equal(r.top1, f32.top1, `${name}/${r.codec} at block5: top-1 differs from f32`);
+    // 48 codes a position at 3 or 4 bits, entropy coded: under 5 kB (q4 at block5: 6.8 kB).
+    assert.ok(r.bytesSent > 1000 && r.bytesSent < 5000, `${name}/${r.codec}: ${r.bytesSent} bytes`);
+  }
+  assert.ok(out.learned[1].bytesSent < out.learned[0].bytesSent, `${name}: learned3 sends fewer bytes than learned4`);
 }
 
 /** The encrypted classifier: the network to its pool here, the classifier on the server on
@@ -130,6 +144,8 @@ async function errorChecks(page, name) {
       unknownSplit: await attempt(() => client.classify(chelsea, "block99")),
       unknownCodec: await attempt(() => client.classify(chelsea, "block5", { codec: "q4-zzz" })),
       unsupportedBits: await attempt(() => client.classify(chelsea, "block5", { codec: "q5" })),
+      // A setting the calibration has no tables for at that boundary.
+      learnedElsewhere: await attempt(() => client.classify(chelsea, "block11", { codec: "learned4" })),
       unknownModel: await attempt(() => SplitClient.create({ backend: "cpu", worker: false, weights: "none", model: "no-such-model" })),
       afterwards: (await client.classify(chelsea, "block5", { codec: "q4" })).top[0].class,
       // The worker's client reported its WebSocket's state to the page, which shows it.
@@ -190,7 +206,8 @@ async function errorChecks(page, name) {
   }, UNREACHABLE);
   console.table(out);
   for (const [k, code] of [["notAnImage", "bad_image"], ["unknownSplit", "bad_option"], ["unknownCodec", "bad_option"],
-                           ["unsupportedBits", "bad_option"], ["unknownModel", "unknown_model"]]) {
+                           ["unsupportedBits", "bad_option"], ["learnedElsewhere", "unsupported_codec"],
+                           ["unknownModel", "unknown_model"]]) {
     assert.ok(out[k].thrown && out[k].splitError, `${name}/${k}: a SplitError: ${JSON.stringify(out[k])}`);
     assert.equal(out[k].code, code, `${name}/${k}: ${out[k].message}`);
     assert.ok(out[k].message.length > 0, `${name}/${k}: a message`);

@@ -32,7 +32,8 @@ pub fn synthetic_activations(spec: &ModelSpec, index: u8, seed: u32) -> Activati
 
 /// Encoded request frames, addressed to `spec`'s model, at every boundary `calibration` has
 /// tables for: f32, each bit depth (entropy-coded and packed), a projection, allocated levels
-/// from coarse to fine, and a keyframe followed by two residual frames of a stream.
+/// from coarse to fine, the learned bottleneck where one was trained, and a keyframe followed
+/// by two residual frames of a stream.
 pub fn sample_frames(spec: &ModelSpec, calibration: &Calibration) -> Vec<Vec<u8>> {
     let mut frames = Vec::new();
     let indices = calibration.boundaries().filter_map(|name| spec.index_of(name).ok());
@@ -47,6 +48,8 @@ pub fn sample_frames(spec: &ModelSpec, calibration: &Calibration) -> Vec<Vec<u8>
         for level in [2, 8, 12, 16, 24] {
             settings.push(Setting::Alloc(AllocSetting { level }));
         }
+        // Only the depths the calibration has tables for encode; the others are skipped below.
+        settings.extend(SUPPORTED_BITS.map(Setting::Learned));
         for (i, setting) in settings.into_iter().enumerate() {
             let id = (n * 100 + i) as u64;
             let ctx = EncodeContext::new(Some(calibration));
