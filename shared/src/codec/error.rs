@@ -6,7 +6,7 @@
 pub enum CodecError {
     /// A setting name that does not parse.
     #[error(
-        "unknown codec setting {0:?}; use f32, q<bits>[-r<rank>][-packed] or s<level 0-24>, e.g. q4, q2-r16, s12"
+        "unknown codec setting {0:?}; use f32, q<bits>[-r<rank>][-packed], s<level 0-24>, ranged<bits> or learned<bits>, e.g. q4, q2-r16, s12, learned4"
     )]
     BadSetting(String),
     /// A noise option that does not parse.
