@@ -323,12 +323,7 @@ pub fn run(a: Args) -> Result<()> {
                 coded_bits += levels.bits(&quantize(&mut z, range, bits));
                 let back = coder.decode(&z, &device);
                 // Back to `[1, C, H, W]` for the rest of the network.
-                let mut chw = vec![0f32; c * h * w];
-                for i in 0..h * w {
-                    for j in 0..c {
-                        chw[j * h * w + i] = back[i * c + j];
-                    }
-                }
+                let chw = super::learned::planes(&back, c);
                 let x = Tensor::<4>::from_data(TensorData::new(chw, [1, c, h, w]), &device);
                 let logits = model.forward_range(x, a.at, Boundary::LOGITS)?;
                 agree += u32::from(

@@ -17,7 +17,7 @@ use super::coder::Coder;
 use super::head::argmax;
 
 /// Position-major rows `[positions, c]` as the codec's plane-major `[c, positions]`.
-fn planes(rows: &[f32], c: usize) -> Vec<f32> {
+pub(super) fn planes(rows: &[f32], c: usize) -> Vec<f32> {
     let positions = rows.len() / c;
     let mut out = vec![0f32; rows.len()];
     for i in 0..positions {
