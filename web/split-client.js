@@ -34,7 +34,7 @@
 // `client/remote.js` (the worker and the page's handle on it), and this file (creation and
 // `classify`).
 
-import { Adaptive } from "./client/adaptive.js";
+import { Adaptive, timeUploadPrep } from "./client/adaptive.js";
 import { Connection } from "./client/connection.js";
 import { EncryptedLink, checkEncryptedAvailable } from "./client/encrypted.js";
 import { RemoteSplitClient } from "./client/remote.js";
@@ -214,6 +214,7 @@ export class SplitClient {
       // A phone is not the profiling machine: time this device (the stages loaded so far; all
       // of them again once they are) and scale the edge column.
       await client.profilePlanner(planner);
+      await timeUploadPrep(planner);
       if (options.constraints) await wasmCall(() => planner.setConstraints(constraints));
     }
     if (options.wsUrl) client.connection.url = new URL(options.wsUrl);

@@ -183,6 +183,29 @@ async fn serve_request(
     Ok(outcome)
 }
 
+/// The pong to a ping of `received` bytes: any model's, with the load of the one named, else
+/// of the first.
+fn pong(state: &AppState, id: u64, model: u8, received: usize) -> Reply {
+    let engine = state.models.get(model).unwrap_or(state.engine());
+    Reply::Pong { id, received: received as u32, load: state.priced(engine.load()) }
+}
+
+/// The pong to `frame` when it is a well-formed ping, answered without waiting for the
+/// session's request in progress (a ping needs nothing of the session); `None` for any other
+/// frame, and for a malformed ping, which [`answer`] refuses in its turn.
+pub fn answer_ping(state: &AppState, frame: &[u8]) -> Option<Reply> {
+    if !split_shared::protocol::peek_is_ping(frame) {
+        return None;
+    }
+    match Request::decode(frame) {
+        Ok(Request::Ping { id, payload }) => {
+            let model = peek_model(frame).unwrap_or(MODEL_EFFICIENTNET_LITE0);
+            Some(pong(state, id, model, payload.len()))
+        }
+        _ => None,
+    }
+}
+
 /// Answer one binary frame of `session`; never fails: every problem becomes an error reply.
 /// The reply goes back under the frame's model byte ([`Reply::to_bytes_for`]).
 pub async fn answer(state: &AppState, frame: &[u8], session: &mut Session) -> Reply {
@@ -191,11 +214,7 @@ pub async fn answer(state: &AppState, frame: &[u8], session: &mut Session) -> Re
     let engine = state.models.get(model);
     let start = std::time::Instant::now();
     let request = match Request::decode(frame) {
-        Ok(Request::Ping { payload, .. }) => {
-            // Any model's pong: the load of the one named, else of the first.
-            let load = state.priced(engine.unwrap_or(state.engine()).load());
-            return Reply::Pong { id, received: payload.len() as u32, load };
-        }
+        Ok(Request::Ping { payload, .. }) => return pong(state, id, model, payload.len()),
         Ok(r) => Ok(r),
         Err(e) => Err(ServeError::from(e)),
     };

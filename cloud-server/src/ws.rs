@@ -318,6 +318,19 @@ async fn serve_session(
                     tokio::select! {
                         reply = &mut work => break Some(reply),
                         next = stream.recv(), if ahead.is_none() => {
+                            // A ping is answered now rather than after the request: its pong
+                            // times the link, not this request's compute (a client planning
+                            // on it would see the server's work as round trip).
+                            if let Some(Ok(AggregatedMessage::Binary(ping))) = &next
+                                && state.rate.allow(admitted.ip, Instant::now())
+                                && let Some(pong) = crate::service::answer_ping(&state, ping)
+                            {
+                                state.metrics.received(ping.len());
+                                if !send(&mut session, pong.to_bytes_for(model_of(ping)), &state).await {
+                                    return;
+                                }
+                                continue;
+                            }
                             let going = continues(&next);
                             ahead = Some(next);
                             if !going {

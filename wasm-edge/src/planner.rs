@@ -132,6 +132,13 @@ impl AdaptivePlanner {
             .find(|c| matches!(c.placement, Placement::Encrypted { .. }))
     }
 
+    /// What making a cloud-only upload took on this device (decoding, cropping and encoding
+    /// the photo as JPEG), ms: cloud-only's edge time from now on.
+    #[wasm_bindgen(js_name = observeUploadPrep)]
+    pub fn observe_upload_prep(&mut self, ms: f64) {
+        self.policy.observe_upload_prep(ms);
+    }
+
     /// The server's congestion price, from a reply or a pong (`load.price`): what a
     /// millisecond of its compute costs now; goals that weigh the server's cost use it.
     #[wasm_bindgen(js_name = observePrice)]

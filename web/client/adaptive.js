@@ -12,6 +12,30 @@ const LINK_PROBE_BUDGET_MS = 3_000;
 /** Failures the edge would hit too: no point running locally after them. */
 const CALLER_ERRORS = new Set(["bad_image", "bad_option"]);
 
+/** Time making a cloud-only upload on this device once, before the first plan, so that the
+ * planner's first choice counts it (requests then replace it with their own): a 320x240
+ * gradient, encoded once to warm the encoder and then timed. Less than a photo costs, which
+ * the first cloud-only request corrects. */
+export async function timeUploadPrep(planner) {
+  if (typeof OffscreenCanvas === "undefined") return;
+  try {
+    const canvas = new OffscreenCanvas(320, 240);
+    const ctx = canvas.getContext("2d");
+    const gradient = ctx.createLinearGradient(0, 0, 320, 240);
+    gradient.addColorStop(0, "#2a6f4e");
+    gradient.addColorStop(1, "#d08c3c");
+    ctx.fillStyle = gradient;
+    ctx.fillRect(0, 0, 320, 240);
+    const png = new Uint8Array(await (await canvas.convertToBlob({ type: "image/png" })).arrayBuffer());
+    await modelInputJpeg(png);
+    const started = performance.now();
+    await modelInputJpeg(png);
+    planner.observeUploadPrep(performance.now() - started);
+  } catch {
+    // No canvas here (or no encoder): the first cloud-only request measures it.
+  }
+}
+
 export class Adaptive {
   /**
    * @param {import("../split-client.js").SplitClient} client
@@ -53,8 +77,14 @@ export class Adaptive {
         // (the device is faster) downloads the full weights instead.
         r = await resilience.answer(image, "edge", codec, options.id, options, undefined);
       } else {
-        // Cloud-only uploads a quality-90 JPEG of the 224x224 model input.
-        const upload = split === "cloud" ? await modelInputJpeg(image) : image;
+        // Cloud-only uploads a quality-90 JPEG of the 224x224 model input. Making it is
+        // cloud-only's work on this device, and the planner counts it.
+        let upload = image;
+        if (split === "cloud") {
+          const prepStarted = performance.now();
+          upload = await modelInputJpeg(image);
+          planner.observeUploadPrep(performance.now() - prepStarted);
+        }
         const deadlineMs = planner.deadlineMs(this.client.timeoutMs);
         r = await this.client.classify(upload, split, { ...options, codec, deadlineMs, modelInput: split === "cloud" });
       }

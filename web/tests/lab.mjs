@@ -81,7 +81,15 @@ const newClient = (page, wsUrl) => page.evaluate(async (wsUrl) => {
 const sample = (r, started, wall) => ({ start: started, total: wall, client_total: r.totalMs, bytes: r.bytesSent, edge: r.edgeMs,
   // What auto planned ("edge_only", "cloud_only" or a boundary); a timed-out request ran locally.
   placement: r.placement ? (r.fallback ? "fallback_edge" : r.placement.mode === "split" ? `${r.placement.boundary}:${r.placement.codec}` : r.placement.mode) : null,
-  fallback: r.fallback ?? null, top1: r.top[0].class });
+  fallback: r.fallback ?? null, top1: r.top[0].class,
+  // What auto's planner believed when it answered: the link it forecast and its two best
+  // placements' predicted totals (why it chose what it chose).
+  planned: r.explain ? planned(r.explain) : null });
+
+const planned = (x) => ({ rtt_ms: x.forecast.predicted.rttMs, uplink_bytes_per_ms: x.forecast.predicted.uplinkBytesPerMs,
+  edge_factor: x.forecast.predicted.edgeFactor, cloud_factor: x.forecast.predicted.cloudFactor, queue_ms: x.forecast.predicted.queueMs,
+  ranked: x.ranked.slice(0, 3).map((e) => ({ placement: e.placement.mode === "split" ? `${e.placement.boundary}:${e.placement.codec}` : e.placement.mode,
+    total_ms: e.totalMs, edge_ms: e.edgeMs, transfer_ms: e.transferMs, rtt_ms: e.rttMs, cloud_ms: e.cloudMs })) });
 
 async function staticLink(link) {
   const { child, addr } = await startLink(link);
@@ -99,7 +107,7 @@ async function staticLink(link) {
               const started = Date.now();
               const image = mode === "cloud" ? await window.plainUpload() : window.png;
               const r = await window.client.classify(image, mode, { modelInput: mode === "cloud" });
-              out.push({ r: { ...r, explain: undefined }, s: started, wall: Date.now() - started });
+              out.push({ r: { ...r, explain: r.explain ? { forecast: r.explain.forecast, ranked: r.explain.ranked } : undefined }, s: started, wall: Date.now() - started });
             }
             return out;
           }, { mode, n: REQUESTS });
@@ -132,7 +140,7 @@ async function trace(name) {
             const started = Date.now();
             const image = mode === "cloud" ? await window.plainUpload() : window.png;
             const r = await window.client.classify(image, mode, { modelInput: mode === "cloud" });
-            out.push({ r: { ...r, explain: undefined }, s: started, wall: Date.now() - started });
+            out.push({ r: { ...r, explain: r.explain ? { forecast: r.explain.forecast, ranked: r.explain.ranked } : undefined }, s: started, wall: Date.now() - started });
           }
           return { samples: out, durationMs };
         }, { mode, origin, scale: TRACE_SCALE });

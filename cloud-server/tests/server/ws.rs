@@ -681,3 +681,33 @@ async fn forwarded_addresses_count_only_from_a_trusted_proxy() {
     let spoofed = forwarded(&open, "198.51.100.1").await.err().expect("same address, new header");
     assert!(format!("{spoofed:?}").contains("503"), "{spoofed:?}");
 }
+
+/// A ping sent behind a request is answered while the request computes, not after it: its pong
+/// times the link, which is what the client's planner takes it for.
+#[actix_web::test]
+async fn a_ping_behind_a_request_is_answered_before_it() {
+    let srv = server();
+    let mut ws = connect(&srv).await;
+    // The whole network on a photo: milliseconds of compute, where a pong takes microseconds.
+    let image = Request::Image { id: 1, payload: CHELSEA.to_vec() }.to_bytes();
+    ws.send(Message::Binary(image.into())).await.unwrap();
+    ws.send(Message::Binary(Request::Ping { id: 2, payload: vec![] }.to_bytes().into()))
+        .await
+        .unwrap();
+    let mut order = Vec::new();
+    for _ in 0..2 {
+        match next_frame(&mut ws).await {
+            Frame::Binary(b) => match Reply::decode(&b).expect("reply decodes") {
+                Reply::Pong { id, .. } => order.push(("pong", id)),
+                Reply::Result { id, .. } => order.push(("result", id)),
+                other => panic!("{other:?}"),
+            },
+            other => panic!("expected a binary reply, got {other:?}"),
+        }
+    }
+    assert_eq!(order, [("pong", 2), ("result", 1)]);
+    // A malformed ping still waits its turn and is refused by the usual path.
+    let mut bad = Request::Ping { id: 3, payload: vec![1, 2, 3] }.to_bytes();
+    bad.truncate(bad.len() - 1);
+    expect_error(roundtrip(&mut ws, bad).await, 3, ErrorCode::Malformed);
+}

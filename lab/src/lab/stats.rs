@@ -21,6 +21,10 @@ pub struct Sample {
     pub top1: u32,
     /// Start time on the trace, ms (trace runs only).
     pub t: Option<f64>,
+    /// What auto's planner believed when it answered (auto only): the forecast link and its
+    /// best placements' predicted totals, as `web/tests/lab.mjs` records them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub planned: Option<serde_json::Value>,
 }
 
 /// One mode's requests in one repeat.
@@ -267,7 +271,7 @@ mod tests {
     use super::*;
 
     fn s(total: f64, t: f64) -> Sample {
-        Sample { total, bytes: 0.0, edge: 0.0, placement: None, top1: 282, t: Some(t) }
+        Sample { total, bytes: 0.0, edge: 0.0, placement: None, top1: 282, t: Some(t), planned: None }
     }
 
     fn run(mode: &str, repeat: usize, samples: Vec<Sample>) -> Run {

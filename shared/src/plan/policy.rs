@@ -33,6 +33,13 @@ pub struct ProbeConfig {
     /// round trip's jitter: it counts as taking that long, so it teaches "at least this fast"
     /// rather than a rate without bound (a 16 kB upload timed at 0.05 ms is 320 MB/s).
     pub upload_resolution: f64,
+    /// The round trip the planner uses is the shortest bare ping of this window, ms. A pong
+    /// can come back late, never early: one that waited behind the page's own work (an edge
+    /// run that started while it was out, a request queued before it at the server) reads
+    /// long, and in the browser lab on 4G such pings read 80-170 ms on a 55-65 ms link.
+    /// The window's minimum drops them; a lasting rise shows once the window has only new
+    /// pings (about two probe periods).
+    pub rtt_window_ms: f64,
 }
 
 impl Default for ProbeConfig {
@@ -46,6 +53,7 @@ impl Default for ProbeConfig {
             deadline_factor: 3.0,
             rtt_smoothing: 0.3,
             upload_resolution: 0.25,
+            rtt_window_ms: 5_000.0,
         }
     }
 }
@@ -115,6 +123,10 @@ pub struct AdaptivePolicy {
     seed: u64,
     base_rtt_ms: Option<f64>,
     last_bare_ping_ms: Option<f64>,
+    /// The bare pings of the last [`ProbeConfig::rtt_window_ms`]: (when, ms).
+    bare_pings: std::collections::VecDeque<(f64, f64)>,
+    /// The latest cloud-only uploads' preparation on this device, ms.
+    upload_prep: std::collections::VecDeque<f64>,
     last_sent_ms: f64,
     last_probe_ms: f64,
 }
@@ -133,6 +145,8 @@ impl AdaptivePolicy {
             seed: 0x9E37_79B9_7F4A_7C15,
             base_rtt_ms: None,
             last_bare_ping_ms: None,
+            bare_pings: std::collections::VecDeque::new(),
+            upload_prep: std::collections::VecDeque::new(),
             last_sent_ms: f64::NEG_INFINITY,
             last_probe_ms: f64::NEG_INFINITY,
         }
@@ -176,6 +190,7 @@ impl AdaptivePolicy {
     /// Scale the edge column by this device's speed relative to the profile's.
     pub fn set_edge_factor(&mut self, factor: f64) {
         self.monitor.set_edge_factor(factor);
+        self.price_upload_prep();
     }
 
     /// An edge run to the boundary at `depth` (in the model's forward order) took `ms` on this
@@ -196,6 +211,42 @@ impl AdaptivePolicy {
         };
         if nominal > 0.0 && nominal >= whole / 4.0 {
             self.monitor.observe_edge_ratio(ms / nominal);
+            self.price_upload_prep();
+        }
+    }
+
+    /// A cloud-only request's work on this device before anything was sent took `ms`: making
+    /// the upload (the photo decoded, cropped to the model's input and encoded as JPEG). That
+    /// is cloud-only's edge time: in the browser lab on 4G (4x CPU throttle) it was 27 ms of a
+    /// 122 ms answer, which a planner counting cloud-only's device time as 0 did not see.
+    /// The median of the last few counts, as measured: it does not follow the edge factor
+    /// (which the stages' runs move, and which the photo's encoding need not share).
+    pub fn observe_upload_prep(&mut self, ms: f64) {
+        if !(ms.is_finite() && ms >= 0.0) {
+            return;
+        }
+        if self.upload_prep.len() == super::monitor::EDGE_WINDOW {
+            self.upload_prep.pop_front();
+        }
+        self.upload_prep.push_back(ms);
+        self.price_upload_prep();
+    }
+
+    /// Cloud-only's edge time from the measured preparation. Candidates are at the table's
+    /// speed and the estimate multiplies them by the edge factor: the measured time is divided
+    /// by the factor in force, again whenever the factor moves.
+    fn price_upload_prep(&mut self) {
+        let mut sorted: Vec<f64> = self.upload_prep.iter().copied().collect();
+        if sorted.is_empty() {
+            return;
+        }
+        sorted.sort_by(f64::total_cmp);
+        let median = sorted[sorted.len() / 2];
+        let factor = self.forecast().now.edge_factor;
+        if factor > 0.0 {
+            for c in self.candidates.iter_mut().filter(|c| c.placement == Placement::CloudOnly) {
+                c.edge_ms = median / factor;
+            }
         }
     }
 
@@ -302,14 +353,27 @@ impl AdaptivePolicy {
             return;
         }
         if p.probe_bytes == 0 {
+            let rtt = self.windowed_rtt(now, p.ms);
             let a = self.probe.rtt_smoothing;
-            self.base_rtt_ms = Some(self.base_rtt_ms.map_or(p.ms, |b| (1.0 - a) * b + a * p.ms));
+            self.base_rtt_ms = Some(self.base_rtt_ms.map_or(rtt, |b| (1.0 - a) * b + a * rtt));
+            // The padded probe follows this ping at once, under the same conditions: its
+            // upload time is measured against this ping's own round trip.
             self.last_bare_ping_ms = Some(p.ms);
-            self.monitor.observe_rtt(now, p.ms);
+            self.monitor.observe_rtt(now, rtt);
         } else if let Some(rtt) = self.last_bare_ping_ms {
             let upload = self.resolved_upload_ms(p.ms - rtt);
             self.monitor.observe_upload(now, f64::from(p.probe_bytes), upload);
         }
+    }
+
+    /// The shortest bare ping of the window ending with this one (`ms` at `now`).
+    fn windowed_rtt(&mut self, now: f64, ms: f64) -> f64 {
+        let window = self.probe.rtt_window_ms;
+        while self.bare_pings.front().is_some_and(|(t, _)| now - t > window || *t > now) {
+            self.bare_pings.pop_front();
+        }
+        self.bare_pings.push_back((now, ms));
+        self.bare_pings.iter().map(|(_, ms)| *ms).fold(f64::INFINITY, f64::min)
     }
 
     /// The time an upload measured as `ms` beyond the round trip counts as: at least the
@@ -507,6 +571,61 @@ mod tests {
         p.observe_edge(usize::from(shallow.index()), 1_000.0);
         p.observe_edge(3, 1_000.0);
         assert!(!p.forecast().measured.edge_factor);
+    }
+
+    /// A pong that waited behind the page's own work reads long; the shortest ping of the
+    /// window is the round trip planned on, until the window holds only longer ones.
+    #[test]
+    fn a_late_pong_does_not_lengthen_the_round_trip_until_it_lasts() {
+        let mut p = AdaptivePolicy::new(candidates());
+        let ping = |ms| PingObservation { probe_bytes: 0, ms, queue_wait_ms: 0.0, skewed: false };
+        p.observe_ping(0.0, ping(60.0));
+        p.observe_ping(2_000.0, ping(140.0));
+        p.observe_ping(4_000.0, ping(130.0));
+        assert!((p.forecast().now.rtt_ms - 60.0).abs() < 1e-9, "{:?}", p.forecast().now);
+        // The 60 ms ping leaves the window: the link's round trip did rise.
+        p.observe_ping(6_000.0, ping(135.0));
+        let rtt = p.forecast().now.rtt_ms;
+        assert!(rtt > 75.0, "{rtt}");
+        // A shorter one counts at once.
+        p.observe_ping(8_000.0, ping(55.0));
+        assert!(p.forecast().now.rtt_ms < rtt, "{:?}", p.forecast().now);
+    }
+
+    /// Cloud-only's work on this device (making the upload) is what was measured, whatever
+    /// the edge factor does after.
+    #[test]
+    fn cloud_only_counts_the_uploads_preparation_as_measured() {
+        let mut all = candidates();
+        all.push(Candidate {
+            placement: Placement::CloudOnly,
+            depth: 0,
+            edge_ms: 0.0,
+            bytes: 16_000.0,
+            cloud_ms: 10.0,
+            agreement: 1.0,
+            edge_param_bytes: 0,
+        });
+        let mut p = AdaptivePolicy::new(all);
+        let cloud = |p: &AdaptivePolicy| {
+            let f = p.forecast().now;
+            let c = p.candidates.iter().find(|c| c.placement == Placement::CloudOnly).unwrap();
+            super::super::estimate_for(c, &f, &Default::default()).edge_ms
+        };
+        assert_eq!(cloud(&p), 0.0);
+        p.set_edge_factor(2.0);
+        for ms in [27.0, 25.0, 90.0] {
+            p.observe_upload_prep(ms);
+        }
+        assert!((cloud(&p) - 27.0).abs() < 1e-9, "the median: {}", cloud(&p));
+        let logits = usize::from(Boundary::LOGITS.index());
+        for _ in 0..3 {
+            p.observe_edge(logits, 800.0);
+        }
+        assert!(p.forecast().now.edge_factor > 3.0);
+        assert!((cloud(&p) - 27.0).abs() < 1e-9, "{}", cloud(&p));
+        p.observe_upload_prep(f64::NAN);
+        assert!((cloud(&p) - 27.0).abs() < 1e-9);
     }
 
     /// On a fast link a small upload takes less time than the round trip's jitter: measured

@@ -126,6 +126,13 @@ pub fn peek_model(frame: &[u8]) -> Option<u8> {
     (frame.len() >= HEADER_LEN && frame[..4] == MAGIC).then(|| frame[7])
 }
 
+/// Whether a frame's header names a ping (its body unread): a server answers pings at once,
+/// even while the connection's request before it is being computed, so that a pong times the
+/// link and not the server's work.
+pub fn peek_is_ping(frame: &[u8]) -> bool {
+    frame.len() >= HEADER_LEN && frame[..4] == MAGIC && frame[6] == kind::PING
+}
+
 /// The request id of a frame, if its header is readable: lets a server address an error reply
 /// to the request that caused it even when the body is malformed.
 pub fn peek_request_id(frame: &[u8]) -> Option<u64> {
