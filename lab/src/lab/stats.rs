@@ -271,7 +271,15 @@ mod tests {
     use super::*;
 
     fn s(total: f64, t: f64) -> Sample {
-        Sample { total, bytes: 0.0, edge: 0.0, placement: None, top1: 282, t: Some(t), planned: None }
+        Sample {
+            total,
+            bytes: 0.0,
+            edge: 0.0,
+            placement: None,
+            top1: 282,
+            t: Some(t),
+            planned: None,
+        }
     }
 
     fn run(mode: &str, repeat: usize, samples: Vec<Sample>) -> Run {
