@@ -302,6 +302,10 @@ export interface ClassifyResult {
   backend: "webgpu" | "cpu" | "server";
   top: Prediction[];
   edgeMs: number;
+  /** The edge run paused between its stages for a ping in flight (so that the pong is timed
+   * within a stage): `edgeMs` is longer than its compute, and auto's planner does not learn
+   * this device's speed from it. */
+  edgePaused?: boolean;
   bytesSent: number;
   /** NaN where the server does not say (encrypted: its answer carries no timing). */
   serverMs: number;

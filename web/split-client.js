@@ -266,6 +266,13 @@ export class SplitClient {
      * within a stage of its arrival, and the run is not counted here. */
     this.edgeRuns = 0;
     this.edgeRunning = false;
+    /** Pauses edge runs made for pings: a run that paused took longer than its compute. */
+    this.pauses = 0;
+    this.countedPause = () => {
+      const pause = turnOfEventLoop();
+      if (pause) this.pauses++;
+      return pause;
+    };
     /** Pings out; while any is, edge runs pause between stages. */
     this.pingsOut = 0;
     this.nextId = 1;
@@ -455,6 +462,7 @@ export class SplitClient {
       let frame;
       let delta = false;
       let edgeMs = 0;
+      let edgePaused = false;
       if (split === "cloud") {
         frame = options.modelInput ? wasm.encodeInputRequest(id, image) : wasm.encodeImageRequest(id, image);
       } else {
@@ -465,6 +473,7 @@ export class SplitClient {
           this.edgeRunning = true;
         }
         let out;
+        const pauses = this.pauses;
         try {
           out = await wasmCall(() => this.edge.run(image, split === "edge" ? "logits" : split, id, codec, Boolean(options.stream),
                                                    ...this.noiseArgs(options)));
@@ -472,11 +481,12 @@ export class SplitClient {
           if (holds) this.edgeRunning = false;
         }
         edgeMs = performance.now() - started;
+        edgePaused = this.pauses !== pauses;
         if (out.top) {
           const quality = out.quality ?? "full";
           return { id: resultId, version: 1, quality, model: quality === "full" ? "full" : this.weights.lightModel,
                    mode: out.cached ? "cache" : "edge", split: split === "edge" ? "logits" : split, codec,
-                   backend: this.backend, top: out.top, edgeMs, bytesSent: 0, serverMs: 0, queueMs: 0, serverCached: false,
+                   backend: this.backend, top: out.top, edgeMs, edgePaused, bytesSent: 0, serverMs: 0, queueMs: 0, serverCached: false,
                    roundTripMs: 0, totalMs: edgeMs, load: null };
         }
         frame = out.frame;
@@ -521,6 +531,7 @@ export class SplitClient {
         backend: split === "cloud" ? "server" : this.backend,
         top: reply.top,
         edgeMs,
+        edgePaused,
         bytesSent: frame.length,
         serverMs: t.queueMs + t.decodeMs + t.computeMs,
         queueMs: t.queueMs,
@@ -615,7 +626,7 @@ export class SplitClient {
     const id = this.nextId++;
     const runs = this.edgeRuns;
     const busy = this.edgeRunning;
-    if (this.pingsOut++ === 0) this.edge.setPause(turnOfEventLoop);
+    if (this.pingsOut++ === 0) this.edge.setPause(this.countedPause);
     const sent = performance.now();
     try {
       const pong = await this.connection.request(id, wasm.encodePing(id, probeBytes), timeoutMs);

@@ -102,8 +102,12 @@ export class Adaptive {
                            r.load ? r.load.waitMs : NaN, r.load ? r.queueMs : NaN);
     // What the edge's part cost here, the photo's decoding and the features' coding included:
     // the planner's edge factor follows it (the warm-up timed only the bare stages). The light
-    // model's runs, a fallback's and a cache hit's say nothing about the full model's speed.
-    if (r.quality === "full" && !r.fallback && (r.mode === "edge" || r.mode === "split")) {
+    // model's runs, a fallback's and a cache hit's say nothing about the full model's speed;
+    // nor does a run that paused for a ping: on a stalled link pings stay out for seconds and
+    // every run pauses between all its stages, which on the lab's throttled page doubled it
+    // (AT&T LTE driving: 304-343 ms runs against 165, and edge-only then priced at 304 ms for
+    // the next 12 s, docs/adaptive.md).
+    if (r.quality === "full" && !r.fallback && !r.edgePaused && (r.mode === "edge" || r.mode === "split")) {
       planner.observeEdge(r.mode === "edge" ? "logits" : r.split, r.edgeMs);
     }
     // The server's congestion price prices its compute (goals that weigh the server's cost).

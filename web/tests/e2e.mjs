@@ -162,16 +162,17 @@ async function errorChecks(page, name) {
         // held the thread end to end showed it only after one, marked skewed.
         const client = window.local;
         await client.ping(0, 10_000); // the socket open
-        await client.classify(chelsea, "edge"); // the stages loaded and warm
+        const unpaused = (await client.classify(chelsea, "edge")).edgePaused; // the stages loaded and warm
         let pong = null;
         const ping = client.ping(0, 10_000).then((p) => { pong = { at: performance.now(), skewed: p?.skewed ?? "lost" }; });
         const runs = [];
         for (let k = 0; k < 3; k++) {
           const r = await client.classify(chelsea, "edge");
-          runs.push({ end: performance.now(), top1: r.top[0].class });
+          runs.push({ end: performance.now(), top1: r.top[0].class, paused: r.edgePaused });
         }
         await ping;
-        return { pausedPing: { skewed: pong.skewed, beforeTheRunsEnded: pong.at < runs[2].end, top1s: runs.map((r) => r.top1) } };
+        return { pausedPing: { skewed: pong.skewed, beforeTheRunsEnded: pong.at < runs[2].end, top1s: runs.map((r) => r.top1),
+                               unpaused, anyPaused: runs.some((r) => r.paused === true) } };
       })()),
       ...(await (async () => {
         // A server that cannot be reached: the first request tries and fails, the next fails at
@@ -217,6 +218,10 @@ async function errorChecks(page, name) {
   assert.deepEqual([out.pausedPing.skewed, out.pausedPing.beforeTheRunsEnded], [false, true],
     `${name}: a ping out while the edge runs is timed between its stages: ${JSON.stringify(out.pausedPing)}`);
   assert.ok(out.pausedPing.top1s.every((c) => CATS.has(c)), `${name}: paused runs answer as usual`);
+  // A run the ping was out for says it paused (auto's planner does not time the device on
+  // it); one with no ping out says it did not.
+  assert.deepEqual([out.pausedPing.unpaused, out.pausedPing.anyPaused], [false, true],
+    `${name}: edgePaused ${JSON.stringify(out.pausedPing)}`);
   assert.ok(CATS.has(out.tokenProtocol.top), `${name}: classified over a token subprotocol`);
   assert.equal(out.tokenProtocol.protocol, "split.v1", `${name}: the server selected split.v1`);
   for (const k of ["unreachable", "backingOff"]) {
