@@ -321,9 +321,11 @@ async fn serve_session(
                             // A ping is answered now rather than after the request: its pong
                             // times the link, not this request's compute (a client planning
                             // on it would see the server's work as round trip).
+                            // Only a ping spends a request of the rate here: any other frame
+                            // spends it in its turn, once.
                             if let Some(Ok(AggregatedMessage::Binary(ping))) = &next
-                                && state.rate.allow(admitted.ip, Instant::now())
                                 && let Some(pong) = crate::service::answer_ping(&state, ping)
+                                && state.rate.allow(admitted.ip, Instant::now())
                             {
                                 state.metrics.received(ping.len());
                                 if !send(&mut session, pong.to_bytes_for(model_of(ping)), &state).await {
