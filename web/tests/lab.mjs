@@ -86,10 +86,12 @@ const sample = (r, started, wall) => ({ start: started, total: wall, client_tota
   // placements' predicted totals (why it chose what it chose).
   planned: r.explain ? planned(r.explain) : null });
 
-const planned = (x) => ({ rtt_ms: x.forecast.predicted.rttMs, uplink_bytes_per_ms: x.forecast.predicted.uplinkBytesPerMs,
-  edge_factor: x.forecast.predicted.edgeFactor, cloud_factor: x.forecast.predicted.cloudFactor, queue_ms: x.forecast.predicted.queueMs,
+// Tenths of a millisecond: the report keeps every auto sample's, and full doubles doubled its size.
+const r1 = (v) => (v == null ? v : Math.round(v * 10) / 10);
+const planned = (x) => ({ rtt_ms: r1(x.forecast.predicted.rttMs), uplink_bytes_per_ms: r1(x.forecast.predicted.uplinkBytesPerMs),
+  edge_factor: r1(x.forecast.predicted.edgeFactor), cloud_factor: r1(x.forecast.predicted.cloudFactor), queue_ms: r1(x.forecast.predicted.queueMs),
   ranked: x.ranked.slice(0, 3).map((e) => ({ placement: e.placement.mode === "split" ? `${e.placement.boundary}:${e.placement.codec}` : e.placement.mode,
-    total_ms: e.totalMs, edge_ms: e.edgeMs, transfer_ms: e.transferMs, rtt_ms: e.rttMs, cloud_ms: e.cloudMs })) });
+    total_ms: r1(e.totalMs), edge_ms: r1(e.edgeMs), transfer_ms: r1(e.transferMs), rtt_ms: r1(e.rttMs), cloud_ms: r1(e.cloudMs) })) });
 
 async function staticLink(link) {
   const { child, addr } = await startLink(link);
