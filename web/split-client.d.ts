@@ -302,6 +302,11 @@ export interface ClassifyResult {
   backend: "webgpu" | "cpu" | "server";
   top: Prediction[];
   edgeMs: number;
+  /** Of `edgeMs`, how long the network's stages took on this device (the rest decoded the
+   * photo and coded the features); absent where no stage ran here (cloud-only, a cached
+   * answer). Auto's planner scales the cost table by the stages' time and prices the rest
+   * apart. */
+  edgeStagesMs?: number;
   /** The edge run paused between its stages for a ping in flight (so that the pong is timed
    * within a stage): `edgeMs` is longer than its compute, and auto's planner does not learn
    * this device's speed from it. */

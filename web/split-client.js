@@ -463,6 +463,7 @@ export class SplitClient {
       let delta = false;
       let edgeMs = 0;
       let edgePaused = false;
+      let edgeStagesMs;
       if (split === "cloud") {
         frame = options.modelInput ? wasm.encodeInputRequest(id, image) : wasm.encodeImageRequest(id, image);
       } else {
@@ -482,11 +483,12 @@ export class SplitClient {
         }
         edgeMs = performance.now() - started;
         edgePaused = this.pauses !== pauses;
+        edgeStagesMs = out.stagesMs;
         if (out.top) {
           const quality = out.quality ?? "full";
           return { id: resultId, version: 1, quality, model: quality === "full" ? "full" : this.weights.lightModel,
                    mode: out.cached ? "cache" : "edge", split: split === "edge" ? "logits" : split, codec,
-                   backend: this.backend, top: out.top, edgeMs, edgePaused, bytesSent: 0, serverMs: 0, queueMs: 0, serverCached: false,
+                   backend: this.backend, top: out.top, edgeMs, edgeStagesMs, edgePaused, bytesSent: 0, serverMs: 0, queueMs: 0, serverCached: false,
                    roundTripMs: 0, totalMs: edgeMs, load: null };
         }
         frame = out.frame;
@@ -531,6 +533,7 @@ export class SplitClient {
         backend: split === "cloud" ? "server" : this.backend,
         top: reply.top,
         edgeMs,
+        edgeStagesMs,
         edgePaused,
         bytesSent: frame.length,
         serverMs: t.queueMs + t.decodeMs + t.computeMs,

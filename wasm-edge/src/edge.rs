@@ -296,12 +296,28 @@ impl EdgeRunner {
         options: RunOptions,
         id: u64,
     ) -> split_shared::Result<EdgeOutput> {
+        self.run_timed(image, options, id, || 0.0).await.map(|(out, _)| out)
+    }
+
+    /// [`Self::run`], and how long of it the network's stages took by the clock `now` (ms; 0
+    /// for an answer from the cache): the rest of the run (decoding the photo, coding the
+    /// features) does not scale with the stages, and the planner prices it apart.
+    ///
+    /// # Errors
+    /// As [`Self::run`].
+    pub async fn run_timed(
+        &self,
+        image: &[u8],
+        options: RunOptions,
+        id: u64,
+        now: fn() -> f64,
+    ) -> split_shared::Result<(EdgeOutput, f64)> {
         let key = self.key(image, options);
         if let Some(top) = self.state.borrow_mut().cache.get(&key) {
-            return Ok(EdgeOutput::Cached { top });
+            return Ok((EdgeOutput::Cached { top }, 0.0));
         }
         let img = split_shared::image::preprocess(image)?;
-        let out = self.run_pixels(&img, options, id).await?;
+        let (out, stages_ms) = self.run_pixels_timed(&img, options, id, now).await?;
         let mut state = self.state.borrow_mut();
         match &out {
             // A reduced answer is not remembered: the same image later deserves the full one.
@@ -315,7 +331,7 @@ impl EdgeRunner {
             }
             EdgeOutput::Cached { .. } => {}
         }
-        Ok(out)
+        Ok((out, stages_ms))
     }
 
     /// Run already-preprocessed pixels (224x224 RGB) up to the split, without the cache.
@@ -328,15 +344,26 @@ impl EdgeRunner {
         options: RunOptions,
         id: u64,
     ) -> split_shared::Result<EdgeOutput> {
+        self.run_pixels_timed(img, options, id, || 0.0).await.map(|(out, _)| out)
+    }
+
+    async fn run_pixels_timed(
+        &self,
+        img: &split_shared::image::RgbImage,
+        options: RunOptions,
+        id: u64,
+        now: fn() -> f64,
+    ) -> split_shared::Result<(EdgeOutput, f64)> {
+        let started = now();
         let x = split_shared::image::to_input_tensor(img, &self.device);
         let x = self.forward(x, Boundary::INPUT, options.split).await?;
+        // Reading the features back waits for the last stage (WebGPU is asynchronous).
         let features = read_features(options.split, x).await?;
+        let stages_ms = now() - started;
         if options.split == Boundary::LOGITS {
             let reduced = self.light_between(Boundary::INPUT, Boundary::LOGITS);
-            return Ok(EdgeOutput::Local {
-                top: top_k(&features.values()[..NUM_CLASSES], TOP_K),
-                reduced,
-            });
+            let top = top_k(&features.values()[..NUM_CLASSES], TOP_K);
+            return Ok((EdgeOutput::Local { top, reduced }, stages_ms));
         }
         let mut state = self.state.borrow_mut();
         let EdgeState { calibration, stream, .. } = &mut *state;
@@ -349,7 +376,8 @@ impl EdgeRunner {
             EncodeContext::new(calibration.as_ref()).with_stream(options.stream.then_some(stream));
         let frame = features.to_frame(options.setting, ctx)?;
         let delta = matches!(frame.encoding, Encoding::Coded(p) if p.pos.delta);
-        Ok(EdgeOutput::Remote { frame: Request::Features { id, frame }.to_bytes(), delta })
+        let frame = Request::Features { id, frame }.to_bytes();
+        Ok((EdgeOutput::Remote { frame, delta }, stages_ms))
     }
 
     /// Finish a request on this device: decode the features of `frame` (a standalone or key

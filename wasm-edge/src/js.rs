@@ -25,12 +25,13 @@ pub fn predictions(top: &[Prediction]) -> Array {
         .collect()
 }
 
-pub fn edge_output(out: &EdgeOutput) -> JsValue {
+pub fn edge_output(out: &EdgeOutput, stages_ms: f64) -> JsValue {
     let o = Object::new();
     match out {
         EdgeOutput::Local { top, reduced } => {
             set(&o, "top", predictions(top));
             set(&o, "quality", if *reduced { "reduced" } else { "full" });
+            set(&o, "stagesMs", stages_ms);
         }
         EdgeOutput::Cached { top } => {
             set(&o, "top", predictions(top));
@@ -39,6 +40,7 @@ pub fn edge_output(out: &EdgeOutput) -> JsValue {
         EdgeOutput::Remote { frame, delta } => {
             set(&o, "frame", Uint8Array::from(frame.as_slice()));
             set(&o, "delta", *delta);
+            set(&o, "stagesMs", stages_ms);
         }
     }
     o.into()

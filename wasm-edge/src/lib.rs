@@ -259,8 +259,10 @@ impl EdgeSession {
     /// session's camera stream (residuals against the previous frame). With `noise`
     /// (`"gauss:<scale>"` or `"laplace:<scale>"`), that noise is added to the features before
     /// they are coded, drawn from `seed` (pick one at random per request). Resolves to
-    /// `{ frame: Uint8Array, delta }` to send, `{ top }` when the split is `"logits"`, or
-    /// `{ top, cached: true }` for content already classified with the same options.
+    /// `{ frame: Uint8Array, delta, stagesMs }` to send, `{ top, stagesMs }` when the split is
+    /// `"logits"`, or `{ top, cached: true }` for content already classified with the same
+    /// options; `stagesMs` is how long the network's stages took of the run (the rest decoded
+    /// the photo and coded the features).
     #[allow(clippy::too_many_arguments)] // the positional arguments of the JS call
     pub fn run(
         &self,
@@ -282,8 +284,11 @@ impl EdgeSession {
                 .transpose()?
                 .map(|n| (n, seed.unwrap_or(0.0) as u64));
             let options = RunOptions { split, setting, stream: stream.unwrap_or(false), noise };
-            let out = runner.run(&image, options, request_id as u64).await.map_err(js_error)?;
-            Ok(js::edge_output(&out))
+            let (out, stages_ms) = runner
+                .run_timed(&image, options, request_id as u64, js::now_ms)
+                .await
+                .map_err(js_error)?;
+            Ok(js::edge_output(&out, stages_ms))
         })
     }
 

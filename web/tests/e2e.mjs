@@ -162,7 +162,11 @@ async function errorChecks(page, name) {
         // held the thread end to end showed it only after one, marked skewed.
         const client = window.local;
         await client.ping(0, 10_000); // the socket open
-        const unpaused = (await client.classify(chelsea, "edge")).edgePaused; // the stages loaded and warm
+        const warm = await client.classify(chelsea, "edge"); // the stages loaded and warm
+        const unpaused = warm.edgePaused;
+        const split = await client.classify(chelsea, "block5");
+        // Of a run's time, the stages' part (the rest decodes the photo, codes the features).
+        const stages = [warm, split].map((r) => ({ edgeMs: r.edgeMs, stagesMs: r.edgeStagesMs }));
         let pong = null;
         const ping = client.ping(0, 10_000).then((p) => { pong = { at: performance.now(), skewed: p?.skewed ?? "lost" }; });
         const runs = [];
@@ -172,7 +176,7 @@ async function errorChecks(page, name) {
         }
         await ping;
         return { pausedPing: { skewed: pong.skewed, beforeTheRunsEnded: pong.at < runs[2].end, top1s: runs.map((r) => r.top1),
-                               unpaused, anyPaused: runs.some((r) => r.paused === true) } };
+                               unpaused, anyPaused: runs.some((r) => r.paused === true), stages } };
       })()),
       ...(await (async () => {
         // A server that cannot be reached: the first request tries and fails, the next fails at
@@ -222,6 +226,8 @@ async function errorChecks(page, name) {
   // it); one with no ping out says it did not.
   assert.deepEqual([out.pausedPing.unpaused, out.pausedPing.anyPaused], [false, true],
     `${name}: edgePaused ${JSON.stringify(out.pausedPing)}`);
+  assert.ok(out.pausedPing.stages.every((s) => s.stagesMs > 0 && s.stagesMs < s.edgeMs),
+    `${name}: edge and split runs say how long their stages took of them: ${JSON.stringify(out.pausedPing.stages)}`);
   assert.ok(CATS.has(out.tokenProtocol.top), `${name}: classified over a token subprotocol`);
   assert.equal(out.tokenProtocol.protocol, "split.v1", `${name}: the server selected split.v1`);
   for (const k of ["unreachable", "backingOff"]) {

@@ -8,6 +8,7 @@
 //! the wasm module and the tests drive it through recorded or synthetic traces.
 
 mod controller;
+mod fixed;
 mod llm;
 mod monitor;
 pub mod objective;

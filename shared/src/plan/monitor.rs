@@ -99,6 +99,14 @@ pub struct Forecast {
     pub measured: Measured,
 }
 
+/// The median of `values`, the lower of the middle two when their number is even (so that one
+/// new sample beside one old cannot double it); `None` when there are none.
+pub(crate) fn lower_median(values: impl Iterator<Item = f64>) -> Option<f64> {
+    let mut sorted: Vec<f64> = values.collect();
+    sorted.sort_by(f64::total_cmp);
+    sorted.get(sorted.len().saturating_sub(1) / 2).copied()
+}
+
 /// Whether each condition has been observed yet.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -181,9 +189,7 @@ impl NetworkMonitor {
     }
 
     fn edge_factor(&self) -> Option<f64> {
-        let mut sorted: Vec<f64> = self.edge_samples.iter().copied().collect();
-        sorted.sort_by(f64::total_cmp);
-        sorted.get(sorted.len().saturating_sub(1) / 2).copied()
+        lower_median(self.edge_samples.iter().copied())
     }
 
     /// Something came back from the server (a pong whose timing is not the network's): the link

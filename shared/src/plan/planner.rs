@@ -63,8 +63,14 @@ pub struct Candidate {
     /// Index of the split's boundary in the model's forward order (0 = nothing on the edge),
     /// for the privacy floor.
     pub depth: usize,
-    /// Edge compute, ms, on the profiled edge.
+    /// Edge compute, ms, on the profiled edge: the network's stages, which the edge factor
+    /// scales to this device.
     pub edge_ms: f64,
+    /// The device's work per request that does not scale with the stages, ms, as measured
+    /// here: decoding the photo and coding the features (or making cloud-only's upload). The
+    /// table has none (0); the client's policy fills it in from its requests.
+    #[serde(default)]
+    pub edge_fixed_ms: f64,
     /// Bytes sent.
     pub bytes: f64,
     /// Cloud compute, ms.
@@ -251,7 +257,7 @@ pub fn estimate(c: &Candidate, conditions: &Conditions) -> Estimate {
 
 /// Cost of `c` under `conditions`, its energy and server terms and score by `objective`.
 pub fn estimate_for(c: &Candidate, conditions: &Conditions, objective: &Objective) -> Estimate {
-    let edge_ms = c.edge_ms * conditions.edge_factor;
+    let edge_ms = c.edge_ms * conditions.edge_factor + c.edge_fixed_ms;
     let remote = c.placement != Placement::EdgeOnly;
     let (transfer_ms, rtt_ms, queue_ms, cloud_ms) = if remote {
         let transfer = if conditions.uplink_bytes_per_ms > 0.0 {
@@ -392,6 +398,7 @@ mod tests {
                 },
                 depth: split,
                 edge_ms: compute[..split].iter().sum(),
+                edge_fixed_ms: 0.0,
                 bytes: sizes[split - 1],
                 cloud_ms: compute[split..].iter().sum::<f64>() / 18.0,
                 agreement: 1.0,
@@ -422,6 +429,7 @@ mod tests {
             placement: Placement::CloudOnly,
             depth: 0,
             edge_ms: 0.0,
+            edge_fixed_ms: 0.0,
             bytes: 10.0,
             cloud_ms: 1.0,
             agreement: 1.0,
@@ -459,6 +467,7 @@ mod tests {
             placement,
             depth,
             edge_ms,
+            edge_fixed_ms: 0.0,
             bytes,
             cloud_ms,
             agreement: 1.0,
@@ -554,6 +563,7 @@ mod tests {
             placement: Placement::EdgeOnly,
             depth: 28,
             edge_ms: 80.0,
+            edge_fixed_ms: 0.0,
             bytes: 0.0,
             cloud_ms: 0.0,
             agreement: 1.0,
@@ -575,6 +585,7 @@ mod tests {
             placement: Placement::Encrypted { boundary: "pool".into() },
             depth: 19,
             edge_ms: 40.0,
+            edge_fixed_ms: 0.0,
             bytes: 1_000.0,
             cloud_ms: 1.0,
             agreement: 0.99,

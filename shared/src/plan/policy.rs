@@ -5,6 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::fixed::FixedCosts;
 use super::{
     Candidate, Constraints, Controller, ControllerConfig, Decision, Estimate, Forecast,
     NetworkMonitor, Placement, plan_candidates,
@@ -125,8 +126,8 @@ pub struct AdaptivePolicy {
     last_bare_ping_ms: Option<f64>,
     /// The bare pings of the last [`ProbeConfig::rtt_window_ms`]: (when, ms).
     bare_pings: std::collections::VecDeque<(f64, f64)>,
-    /// The latest cloud-only uploads' preparation on this device, ms.
-    upload_prep: std::collections::VecDeque<f64>,
+    /// The device's measured work per request beside the stages.
+    fixed: FixedCosts,
     last_sent_ms: f64,
     last_probe_ms: f64,
 }
@@ -146,7 +147,7 @@ impl AdaptivePolicy {
             base_rtt_ms: None,
             last_bare_ping_ms: None,
             bare_pings: std::collections::VecDeque::new(),
-            upload_prep: std::collections::VecDeque::new(),
+            fixed: FixedCosts::default(),
             last_sent_ms: f64::NEG_INFINITY,
             last_probe_ms: f64::NEG_INFINITY,
         }
@@ -190,17 +191,21 @@ impl AdaptivePolicy {
     /// Scale the edge column by this device's speed relative to the profile's.
     pub fn set_edge_factor(&mut self, factor: f64) {
         self.monitor.set_edge_factor(factor);
-        self.price_upload_prep();
     }
 
     /// An edge run to the boundary at `depth` (in the model's forward order) took `ms` on this
-    /// device, all of it: decoding the photo, the stages, coding the features, pauses for a
-    /// ping. The edge factor follows these rather than the warm-up alone, which times the bare
-    /// stages on a blank image: in the browser lab a request cost 1.3-1.45x what the warm-up
-    /// predicted (docs/adaptive.md), and a device slows down (heat, another tab). Runs shorter
-    /// than a quarter of the whole network's nominal time teach nothing: fixed costs (the
-    /// photo's decoding) would dominate their ratio.
-    pub fn observe_edge(&mut self, depth: usize, ms: f64) {
+    /// device, all of it (decoding the photo, the stages, coding the features), `stages_ms` of
+    /// it in the network's stages when the caller timed them apart.
+    ///
+    /// With the stages timed, the edge factor follows their time against the table's (the
+    /// warm-up's measure: bare stages), and the rest is the run's fixed cost at that depth
+    /// ([`Candidate::edge_fixed_ms`]), so a shallow split's decoding does not inflate the
+    /// price of the whole network. Without, the whole run's ratio to the stages is the
+    /// factor's sample, from runs whose stages are at least a quarter of the whole network's
+    /// (a shallow run's fixed costs would dominate its ratio). Either way the factor follows
+    /// what requests cost rather than the warm-up alone: a device slows down (heat, another
+    /// tab).
+    pub fn observe_edge(&mut self, depth: usize, ms: f64, stages_ms: Option<f64>) {
         let local =
             |c: &&Candidate| matches!(c.placement, Placement::EdgeOnly | Placement::Split { .. });
         let whole = self.candidates.iter().filter(local).map(|c| c.edge_ms).fold(0.0, f64::max);
@@ -209,45 +214,33 @@ impl AdaptivePolicy {
         else {
             return;
         };
-        if nominal > 0.0 && nominal >= whole / 4.0 {
-            self.monitor.observe_edge_ratio(ms / nominal);
-            self.price_upload_prep();
+        if !(nominal > 0.0 && ms.is_finite()) {
+            return;
+        }
+        match stages_ms.filter(|s| s.is_finite() && *s > 0.0 && *s <= ms) {
+            Some(stages) => {
+                // A run of a stage or two is mostly the timer's and the first stage's noise.
+                if nominal >= whole / 8.0 {
+                    self.monitor.observe_edge_ratio(stages / nominal);
+                }
+                self.fixed.observe_local(depth, ms - stages);
+                self.fixed.apply(&mut self.candidates);
+            }
+            None if nominal >= whole / 4.0 => self.monitor.observe_edge_ratio(ms / nominal),
+            None => {}
         }
     }
 
     /// A cloud-only request's work on this device before anything was sent took `ms`: making
     /// the upload (the photo decoded, cropped to the model's input and encoded as JPEG). That
-    /// is cloud-only's edge time: in the browser lab on 4G (4x CPU throttle) it was 27 ms of a
-    /// 122 ms answer, which a planner counting cloud-only's device time as 0 did not see.
-    /// The median of the last few counts, as measured: it does not follow the edge factor
-    /// (which the stages' runs move, and which the photo's encoding need not share).
+    /// is cloud-only's device time: in the browser lab on 4G (4x CPU throttle) it was 27 ms of
+    /// a 122 ms answer, which a planner counting cloud-only's device time as 0 did not see.
+    /// The median of the last few counts, as measured: a fixed cost, which the edge factor
+    /// does not scale; before any local run, it also stands for a local run's (which decodes
+    /// and crops the same photo).
     pub fn observe_upload_prep(&mut self, ms: f64) {
-        if !(ms.is_finite() && ms >= 0.0) {
-            return;
-        }
-        if self.upload_prep.len() == super::monitor::EDGE_WINDOW {
-            self.upload_prep.pop_front();
-        }
-        self.upload_prep.push_back(ms);
-        self.price_upload_prep();
-    }
-
-    /// Cloud-only's edge time from the measured preparation. Candidates are at the table's
-    /// speed and the estimate multiplies them by the edge factor: the measured time is divided
-    /// by the factor in force, again whenever the factor moves.
-    fn price_upload_prep(&mut self) {
-        let mut sorted: Vec<f64> = self.upload_prep.iter().copied().collect();
-        if sorted.is_empty() {
-            return;
-        }
-        sorted.sort_by(f64::total_cmp);
-        let median = sorted[sorted.len() / 2];
-        let factor = self.forecast().now.edge_factor;
-        if factor > 0.0 {
-            for c in self.candidates.iter_mut().filter(|c| c.placement == Placement::CloudOnly) {
-                c.edge_ms = median / factor;
-            }
-        }
+        self.fixed.observe_upload_prep(ms);
+        self.fixed.apply(&mut self.candidates);
     }
 
     /// Conditions now and forecast over the controller's horizon.
@@ -424,6 +417,7 @@ mod tests {
                 placement: Placement::EdgeOnly,
                 depth: usize::from(Boundary::LOGITS.index()),
                 edge_ms: 200.0,
+                edge_fixed_ms: 0.0,
                 bytes: 0.0,
                 cloud_ms: 0.0,
                 agreement: 1.0,
@@ -436,6 +430,7 @@ mod tests {
                 },
                 depth: usize::from(b.index()),
                 edge_ms: 50.0,
+                edge_fixed_ms: 0.0,
                 bytes: 10_000.0,
                 cloud_ms: 30.0,
                 agreement: 0.99,
@@ -555,7 +550,7 @@ mod tests {
         assert_eq!(p.current(), Placement::EdgeOnly, "100 ms here against 113 for the split");
         let logits = usize::from(Boundary::LOGITS.index());
         for i in 1..=3 {
-            p.observe_edge(logits, 200.0);
+            p.observe_edge(logits, 200.0, None);
             let _ = p.tick(f64::from(i) * 10.0);
         }
         assert!((p.forecast().now.edge_factor - 1.0).abs() < 1e-9, "{:?}", p.forecast());
@@ -568,9 +563,40 @@ mod tests {
         let shallow = Boundary::block(1).unwrap();
         p.candidates_mut()[1].depth = usize::from(shallow.index());
         p.candidates_mut()[1].edge_ms = 20.0;
-        p.observe_edge(usize::from(shallow.index()), 1_000.0);
-        p.observe_edge(3, 1_000.0);
+        p.observe_edge(usize::from(shallow.index()), 1_000.0, None);
+        p.observe_edge(3, 1_000.0, None);
         assert!(!p.forecast().measured.edge_factor);
+    }
+
+    /// A shallow split's run is mostly work beside the stages (the photo's decoding, the
+    /// features' coding). Timed apart, that work is the split's fixed cost and the stages alone
+    /// move the edge factor: the whole network is not priced at the shallow run's ratio.
+    #[test]
+    fn a_shallow_splits_fixed_costs_do_not_inflate_the_whole_networks_price() {
+        let mut p = AdaptivePolicy::new(candidates());
+        p.set_edge_factor(1.0);
+        let split = usize::from(Boundary::block(5).unwrap().index());
+        let logits = usize::from(Boundary::LOGITS.index());
+        let edge = |p: &AdaptivePolicy, depth: usize| {
+            let f = p.forecast().now;
+            let c = p.candidates.iter().find(|c| c.depth == depth).unwrap();
+            super::super::estimate_for(c, &f, &Default::default()).edge_ms
+        };
+        for _ in 0..3 {
+            p.observe_edge(split, 150.0, Some(55.0));
+        }
+        let factor = p.forecast().now.edge_factor;
+        assert!((factor - 1.1).abs() < 1e-9, "the stages' ratio, not 150/50: {factor}");
+        assert!((edge(&p, split) - 150.0).abs() < 1e-9, "the split as it ran: {}", edge(&p, split));
+        // Edge-only, not run yet, borrows the split's fixed cost: 220 + 95, not 3 x 200.
+        assert!((edge(&p, logits) - 315.0).abs() < 1e-9, "{}", edge(&p, logits));
+        p.observe_edge(logits, 230.0, Some(220.0));
+        assert!((edge(&p, logits) - 230.0).abs() < 1e-9, "its own once run: {}", edge(&p, logits));
+        assert!((edge(&p, split) - 150.0).abs() < 1e-9, "{}", edge(&p, split));
+        // A breakdown that does not add up is the old observation: the whole run's ratio.
+        p.observe_edge(logits, 230.0, Some(500.0));
+        p.observe_edge(logits, 230.0, Some(f64::NAN));
+        assert!((edge(&p, logits) - 230.0).abs() < 1e-9, "{}", edge(&p, logits));
     }
 
     /// A pong that waited behind the page's own work reads long; the shortest ping of the
@@ -601,6 +627,7 @@ mod tests {
             placement: Placement::CloudOnly,
             depth: 0,
             edge_ms: 0.0,
+            edge_fixed_ms: 0.0,
             bytes: 16_000.0,
             cloud_ms: 10.0,
             agreement: 1.0,
@@ -620,7 +647,7 @@ mod tests {
         assert!((cloud(&p) - 27.0).abs() < 1e-9, "the median: {}", cloud(&p));
         let logits = usize::from(Boundary::LOGITS.index());
         for _ in 0..3 {
-            p.observe_edge(logits, 800.0);
+            p.observe_edge(logits, 800.0, None);
         }
         assert!(p.forecast().now.edge_factor > 3.0);
         assert!((cloud(&p) - 27.0).abs() < 1e-9, "{}", cloud(&p));
@@ -666,6 +693,7 @@ mod tests {
             placement: Placement::CloudOnly,
             depth: 0,
             edge_ms: 0.0,
+            edge_fixed_ms: 0.0,
             bytes: 20_000.0,
             cloud_ms: 20.0,
             agreement: 1.0,

@@ -309,3 +309,27 @@ fn pipeline_stages_and_relayed_requests_answer_like_the_server() {
     let stem: Boundary = "stem".parse().unwrap();
     assert!(block_on(runner.continue_features(&first, stem, "f32".parse().unwrap())).is_err());
 }
+
+fn clock_ms() -> f64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START.get_or_init(std::time::Instant::now).elapsed().as_secs_f64() * 1e3
+}
+
+#[test]
+fn a_timed_run_says_how_much_of_it_the_stages_took() {
+    let runner = runner();
+    let t = clock_ms();
+    let (out, stages_ms) =
+        block_on(runner.run_timed(&photo(), opts("block5", "q6", false), 1, clock_ms)).unwrap();
+    let whole_ms = clock_ms() - t;
+    // The photo's decoding and the features' coding are the rest.
+    assert!(stages_ms > 0.0 && stages_ms < whole_ms, "{stages_ms} of {whole_ms} ms");
+    let plain = block_on(runner.run(&photo(), opts("block5", "q6", false), 1)).unwrap();
+    assert_eq!(out, plain, "timing changes nothing of the output");
+    let (first, stages_ms) =
+        block_on(runner.run_timed(&photo(), opts("logits", "f32", false), 2, clock_ms)).unwrap();
+    assert!(matches!(first, EdgeOutput::Local { .. }) && stages_ms > 0.0);
+    let (cached, stages_ms) =
+        block_on(runner.run_timed(&photo(), opts("logits", "f32", false), 3, clock_ms)).unwrap();
+    assert!(matches!(cached, EdgeOutput::Cached { .. }) && stages_ms == 0.0, "{cached:?}");
+}
