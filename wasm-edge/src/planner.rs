@@ -70,16 +70,16 @@ impl AdaptivePlanner {
         factor
     }
 
-    /// A request's edge part ran here to `boundary` (`"logits"`: the whole network) in `ms`,
+    /// At `now`, a request's edge part ran here to `boundary` (`"logits"`: the whole network) in `ms`,
     /// everything on the device included, `stagesMs` of it in the network's stages (the
     /// `stagesMs` of `EdgeSession.run`; omitted: not timed apart). The edge factor follows
     /// the stages' time, and the rest is the run's fixed cost at that boundary (decoding the
     /// photo, coding the features), priced apart. Only the full model's runs count (not the
     /// light model's, not a cache hit).
     #[wasm_bindgen(js_name = observeEdge)]
-    pub fn observe_edge(&mut self, boundary: &str, ms: f64, stages_ms: Option<f64>) {
+    pub fn observe_edge(&mut self, now: f64, boundary: &str, ms: f64, stages_ms: Option<f64>) {
         if let Some(depth) = self.table.boundaries.iter().position(|b| b == boundary) {
-            self.policy.observe_edge(depth, ms, stages_ms);
+            self.policy.observe_edge(now, depth, ms, stages_ms);
         }
     }
 

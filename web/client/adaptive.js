@@ -108,7 +108,7 @@ export class Adaptive {
     // (AT&T LTE driving: 304-343 ms runs against 165, and edge-only then priced at 304 ms for
     // the next 12 s, docs/adaptive.md).
     if (r.quality === "full" && !r.fallback && !r.edgePaused && (r.mode === "edge" || r.mode === "split")) {
-      planner.observeEdge(r.mode === "edge" ? "logits" : r.split, r.edgeMs, r.edgeStagesMs);
+      planner.observeEdge(performance.now(), r.mode === "edge" ? "logits" : r.split, r.edgeMs, r.edgeStagesMs);
     }
     // The server's congestion price prices its compute (goals that weigh the server's cost).
     if (r.load) planner.observePrice(r.load.price);

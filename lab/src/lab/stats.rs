@@ -15,6 +15,12 @@ pub struct Sample {
     pub bytes: f64,
     /// Edge compute, ms.
     pub edge: f64,
+    /// Of `edge`, the network's stages, ms (absent where none ran on the device).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub edge_stages: Option<f64>,
+    /// Whether the edge run paused between its stages for a ping out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub edge_paused: Option<bool>,
     /// What auto planned (`edge_only`, `cloud_only`, `<boundary>:<codec>`, `fallback_edge`).
     pub placement: Option<String>,
     /// Top-1 class.
@@ -275,6 +281,8 @@ mod tests {
             total,
             bytes: 0.0,
             edge: 0.0,
+            edge_stages: None,
+            edge_paused: None,
             placement: None,
             top1: 282,
             t: Some(t),

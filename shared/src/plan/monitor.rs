@@ -16,9 +16,19 @@ const MAX_TREND_FACTOR: f64 = 4.0;
 /// Two samples in a row this far from the average are a new level: the average restarts there,
 /// so a step is followed within two samples instead of fading in. A single one is ignored.
 pub const LEVEL_SHIFT_FACTOR: f64 = 3.0;
+/// How many of the latest remote network times the slip is the mean of
+/// ([`NetworkMonitor::observe_network_time`]).
+pub const SLIP_WINDOW: usize = 10;
 /// How many of the latest edge-speed samples the edge factor is the median of: one slow run
 /// (a download it waited for, a shader compiled) moves nothing, three in a row do.
 pub const EDGE_WINDOW: usize = 5;
+/// How long a request's edge-speed sample counts, ms: past it the device's speed is the
+/// warm-up's again until a run says otherwise. A slowdown seen while running locally (heat,
+/// another tab, the page's own bursts) would otherwise price the edge for as long as the
+/// placement it drove away to lasts: in the browser lab on the AT&T trace, five slow runs in
+/// a row (270-317 ms, factor 6) kept edge-only priced at 278 ms for the trace's last 29 s,
+/// where edge-only ran in a median of 169.
+pub const EDGE_MAX_AGE_MS: f64 = 15_000.0;
 
 #[derive(Clone, Debug, Default)]
 struct Series {
@@ -127,11 +137,15 @@ pub struct NetworkMonitor {
     rtt: Series,
     uplink: Series,
     queue: Series,
-    /// The latest edge-speed samples, oldest first: the warm-up's factor, then each request's.
-    edge_samples: VecDeque<f64>,
+    /// The warm-up's edge factor.
+    edge_warmup: Option<f64>,
+    /// The latest requests' edge-speed samples, oldest first: (when, ratio).
+    edge_samples: VecDeque<(f64, f64)>,
     down_since: Option<f64>,
     /// The server's last published congestion price.
     price: Option<f64>,
+    /// The latest network times' excess over what the averages predicted, ms.
+    slip: VecDeque<f64>,
 }
 
 impl NetworkMonitor {
@@ -154,6 +168,33 @@ impl NetworkMonitor {
         }
     }
 
+    /// `bytes` went up and the answer came back in `ms` of network time (a request's round
+    /// trip less the server's part, or a padded probe's round trip). Before the averages learn
+    /// from it (call this first), it is held against what they predict for it: the slip
+    /// ([`Conditions::network_slip_ms`]) is the mean excess of the last [`SLIP_WINDOW`], each
+    /// counted at most as long as its prediction (one stall does not stand for a whole window),
+    /// and at least 0. A mean, not a median: the planner ranks expected times, and a link
+    /// whose slow transfers are rare but long costs them. While the placement sends nothing,
+    /// the idle uplink probes keep it current.
+    pub fn observe_network_time(&mut self, bytes: f64, ms: f64) {
+        let (Some(rtt), Some(uplink)) = (self.rtt.ewma, self.uplink.ewma) else { return };
+        if !(ms.is_finite() && bytes >= 0.0 && uplink > 0.0) {
+            return;
+        }
+        let predicted = rtt + bytes / uplink;
+        if self.slip.len() == SLIP_WINDOW {
+            self.slip.pop_front();
+        }
+        self.slip.push_back((ms - predicted).clamp(-predicted, predicted));
+    }
+
+    fn slip(&self) -> f64 {
+        if self.slip.is_empty() {
+            return 0.0;
+        }
+        (self.slip.iter().sum::<f64>() / self.slip.len() as f64).max(0.0)
+    }
+
     /// The server's reported queue wait.
     pub fn observe_queue(&mut self, t: f64, ms: f64) {
         self.queue.observe(t, ms);
@@ -172,24 +213,34 @@ impl NetworkMonitor {
     pub fn set_edge_factor(&mut self, factor: f64) {
         if factor.is_finite() && factor > 0.0 {
             self.edge_samples.clear();
-            self.edge_samples.push_back(factor);
+            self.edge_warmup = Some(factor);
         }
     }
 
     /// One request's edge time over the profile's for the same stages: the edge factor is the
     /// median of the last [`EDGE_WINDOW`] samples (the lower of the middle two when their
     /// number is even, so that one sample after the warm-up cannot double it).
-    pub fn observe_edge_ratio(&mut self, ratio: f64) {
+    /// The warm-up's factor counts as one of them until [`EDGE_WINDOW`] requests' have come;
+    /// samples older than [`EDGE_MAX_AGE_MS`] go ([`Self::forget_edge_before`]).
+    pub fn observe_edge_ratio(&mut self, t: f64, ratio: f64) {
         if ratio.is_finite() && ratio > 0.0 {
             if self.edge_samples.len() == EDGE_WINDOW {
                 self.edge_samples.pop_front();
             }
-            self.edge_samples.push_back(ratio);
+            self.edge_samples.push_back((t, ratio));
+        }
+    }
+
+    /// At `now`, the edge-speed samples older than [`EDGE_MAX_AGE_MS`] stop counting.
+    pub fn forget_edge_before(&mut self, now: f64) {
+        while self.edge_samples.front().is_some_and(|(t, _)| now - t > EDGE_MAX_AGE_MS) {
+            self.edge_samples.pop_front();
         }
     }
 
     fn edge_factor(&self) -> Option<f64> {
-        lower_median(self.edge_samples.iter().copied())
+        let warmup = (self.edge_samples.len() < EDGE_WINDOW).then_some(self.edge_warmup).flatten();
+        lower_median(warmup.into_iter().chain(self.edge_samples.iter().map(|(_, r)| *r)))
     }
 
     /// Something came back from the server (a pong whose timing is not the network's): the link
@@ -214,6 +265,7 @@ impl NetworkMonitor {
             edge_factor,
             cloud_factor: 1.0,
             server_price: self.price.unwrap_or(1.0),
+            network_slip_ms: self.slip(),
         };
         let predicted = Conditions {
             rtt_ms: self.rtt.forecast(horizon_ms).unwrap_or(now.rtt_ms),
@@ -231,7 +283,7 @@ impl NetworkMonitor {
             rtt: self.rtt.ewma.is_some(),
             uplink: self.uplink.ewma.is_some(),
             queue: self.queue.ewma.is_some(),
-            edge_factor: !self.edge_samples.is_empty(),
+            edge_factor: self.edge_warmup.is_some() || !self.edge_samples.is_empty(),
         };
         Forecast { now: down(now), predicted: down(predicted), link_up, measured }
     }
@@ -295,19 +347,52 @@ mod tests {
         let mut m = NetworkMonitor::new();
         assert!(!m.forecast(0.0).measured.edge_factor);
         m.set_edge_factor(2.5);
-        m.observe_edge_ratio(80.0); // the first run compiled shaders
+        m.observe_edge_ratio(0.0, 80.0); // the first run compiled shaders
         assert_eq!(m.forecast(0.0).now.edge_factor, 2.5, "one slow run alone moves nothing");
-        m.observe_edge_ratio(3.2);
-        m.observe_edge_ratio(3.3);
+        m.observe_edge_ratio(100.0, 3.2);
+        m.observe_edge_ratio(200.0, 3.3);
         assert_eq!(m.forecast(0.0).now.edge_factor, 3.2, "requests outvote the warm-up");
-        for _ in 0..EDGE_WINDOW {
-            m.observe_edge_ratio(6.0); // the device slowed down (heat, another tab)
+        for i in 0..EDGE_WINDOW {
+            // The device slowed down (heat, another tab).
+            m.observe_edge_ratio(1_000.0 + 100.0 * i as f64, 6.0);
         }
         assert_eq!(m.forecast(0.0).now.edge_factor, 6.0);
+        // No run for a while: the slowdown is no longer believed, the warm-up's figure is.
+        m.forget_edge_before(1_000.0 + EDGE_MAX_AGE_MS);
+        assert_eq!(m.forecast(0.0).now.edge_factor, 6.0, "the samples are not old yet");
+        m.forget_edge_before(2_000.0 + EDGE_MAX_AGE_MS);
+        assert_eq!(m.forecast(0.0).now.edge_factor, 2.5);
         m.set_edge_factor(2.0);
         assert_eq!(m.forecast(0.0).now.edge_factor, 2.0, "a new warm-up starts again");
-        m.observe_edge_ratio(f64::NAN);
-        m.observe_edge_ratio(-1.0);
+        m.observe_edge_ratio(0.0, f64::NAN);
+        m.observe_edge_ratio(0.0, -1.0);
         assert_eq!(m.forecast(0.0).now.edge_factor, 2.0);
+    }
+
+    /// On a link whose transfers vary, an average of throughputs misses the slow ones: the
+    /// slip is what the network took beyond the averages' prediction, on average.
+    #[test]
+    fn the_slip_is_the_mean_excess_of_network_times_over_the_prediction() {
+        let mut m = NetworkMonitor::new();
+        m.observe_network_time(10_000.0, 500.0);
+        assert_eq!(m.forecast(0.0).now.network_slip_ms, 0.0, "nothing to compare with yet");
+        m.observe_rtt(0.0, 50.0);
+        m.observe_upload(0.0, 10_000.0, 100.0); // 100 bytes/ms: 150 ms predicted
+        for ms in [150.0, 190.0, 170.0] {
+            m.observe_network_time(10_000.0, ms);
+        }
+        let slip = |m: &NetworkMonitor| m.forecast(1_000.0);
+        assert!((slip(&m).now.network_slip_ms - 20.0).abs() < 1e-9, "{:?}", slip(&m).now);
+        assert_eq!(slip(&m).predicted.network_slip_ms, slip(&m).now.network_slip_ms);
+        // A stall counts as at most its prediction.
+        m.observe_network_time(10_000.0, 5_000.0);
+        assert!((slip(&m).now.network_slip_ms - 52.5).abs() < 1e-9, "{:?}", slip(&m).now);
+        // Faster than predicted, for a whole window: no slip (never a negative one).
+        for _ in 0..SLIP_WINDOW {
+            m.observe_network_time(10_000.0, 120.0);
+        }
+        assert_eq!(slip(&m).now.network_slip_ms, 0.0);
+        m.observe_network_time(10_000.0, f64::NAN);
+        assert_eq!(slip(&m).now.network_slip_ms, 0.0);
     }
 }

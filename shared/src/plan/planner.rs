@@ -99,6 +99,12 @@ pub struct Conditions {
     /// publishes it (1 when it publishes none); the objective's server cost scales with it.
     #[serde(default = "one")]
     pub server_price: f64,
+    /// How much longer remote requests' network time has lately been than the round trip and
+    /// uplink averages predict, ms (0 when they hold): on a varying link the averages miss the
+    /// slow transfers and the round trip's jitter above its minimum. Added to every remote
+    /// placement's transfer.
+    #[serde(default)]
+    pub network_slip_ms: f64,
 }
 
 fn one() -> f64 {
@@ -114,6 +120,7 @@ impl Default for Conditions {
             edge_factor: 1.0,
             cloud_factor: 1.0,
             server_price: 1.0,
+            network_slip_ms: 0.0,
         }
     }
 }
@@ -261,7 +268,7 @@ pub fn estimate_for(c: &Candidate, conditions: &Conditions, objective: &Objectiv
     let remote = c.placement != Placement::EdgeOnly;
     let (transfer_ms, rtt_ms, queue_ms, cloud_ms) = if remote {
         let transfer = if conditions.uplink_bytes_per_ms > 0.0 {
-            c.bytes / conditions.uplink_bytes_per_ms
+            c.bytes / conditions.uplink_bytes_per_ms + conditions.network_slip_ms
         } else {
             f64::INFINITY
         };

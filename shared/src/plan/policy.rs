@@ -193,7 +193,7 @@ impl AdaptivePolicy {
         self.monitor.set_edge_factor(factor);
     }
 
-    /// An edge run to the boundary at `depth` (in the model's forward order) took `ms` on this
+    /// At `now`, an edge run to the boundary at `depth` (in the model's forward order) took `ms` on this
     /// device, all of it (decoding the photo, the stages, coding the features), `stages_ms` of
     /// it in the network's stages when the caller timed them apart.
     ///
@@ -205,7 +205,7 @@ impl AdaptivePolicy {
     /// (a shallow run's fixed costs would dominate its ratio). Either way the factor follows
     /// what requests cost rather than the warm-up alone: a device slows down (heat, another
     /// tab).
-    pub fn observe_edge(&mut self, depth: usize, ms: f64, stages_ms: Option<f64>) {
+    pub fn observe_edge(&mut self, now: f64, depth: usize, ms: f64, stages_ms: Option<f64>) {
         let local =
             |c: &&Candidate| matches!(c.placement, Placement::EdgeOnly | Placement::Split { .. });
         let whole = self.candidates.iter().filter(local).map(|c| c.edge_ms).fold(0.0, f64::max);
@@ -221,12 +221,12 @@ impl AdaptivePolicy {
             Some(stages) => {
                 // A run of a stage or two is mostly the timer's and the first stage's noise.
                 if nominal >= whole / 8.0 {
-                    self.monitor.observe_edge_ratio(stages / nominal);
+                    self.monitor.observe_edge_ratio(now, stages / nominal);
                 }
                 self.fixed.observe_local(depth, ms - stages);
                 self.fixed.apply(&mut self.candidates);
             }
-            None if nominal >= whole / 4.0 => self.monitor.observe_edge_ratio(ms / nominal),
+            None if nominal >= whole / 4.0 => self.monitor.observe_edge_ratio(now, ms / nominal),
             None => {}
         }
     }
@@ -250,6 +250,7 @@ impl AdaptivePolicy {
 
     /// Re-plan if due.
     pub fn tick(&mut self, now: f64) -> Decision {
+        self.monitor.forget_edge_before(now);
         let forecast = self.forecast();
         self.controller.tick(now, &self.candidates, &forecast, &self.constraints)
     }
@@ -296,6 +297,7 @@ impl AdaptivePolicy {
             let network = r.round_trip_ms - r.server_ms;
             let base = self.base_rtt_ms.unwrap_or(network);
             let upload = self.resolved_upload_ms(network - base);
+            self.monitor.observe_network_time(r.bytes_sent, network);
             self.monitor.observe_upload(now, r.bytes_sent, upload);
         }
         // The wait a new request would see: the larger of what the server forecasts and what
@@ -355,6 +357,7 @@ impl AdaptivePolicy {
             self.monitor.observe_rtt(now, rtt);
         } else if let Some(rtt) = self.last_bare_ping_ms {
             let upload = self.resolved_upload_ms(p.ms - rtt);
+            self.monitor.observe_network_time(f64::from(p.probe_bytes), p.ms);
             self.monitor.observe_upload(now, f64::from(p.probe_bytes), upload);
         }
     }
@@ -550,7 +553,7 @@ mod tests {
         assert_eq!(p.current(), Placement::EdgeOnly, "100 ms here against 113 for the split");
         let logits = usize::from(Boundary::LOGITS.index());
         for i in 1..=3 {
-            p.observe_edge(logits, 200.0, None);
+            p.observe_edge(f64::from(i) * 10.0, logits, 200.0, None);
             let _ = p.tick(f64::from(i) * 10.0);
         }
         assert!((p.forecast().now.edge_factor - 1.0).abs() < 1e-9, "{:?}", p.forecast());
@@ -563,8 +566,8 @@ mod tests {
         let shallow = Boundary::block(1).unwrap();
         p.candidates_mut()[1].depth = usize::from(shallow.index());
         p.candidates_mut()[1].edge_ms = 20.0;
-        p.observe_edge(usize::from(shallow.index()), 1_000.0, None);
-        p.observe_edge(3, 1_000.0, None);
+        p.observe_edge(0.0, usize::from(shallow.index()), 1_000.0, None);
+        p.observe_edge(0.0, 3, 1_000.0, None);
         assert!(!p.forecast().measured.edge_factor);
     }
 
@@ -583,19 +586,19 @@ mod tests {
             super::super::estimate_for(c, &f, &Default::default()).edge_ms
         };
         for _ in 0..3 {
-            p.observe_edge(split, 150.0, Some(55.0));
+            p.observe_edge(0.0, split, 150.0, Some(55.0));
         }
         let factor = p.forecast().now.edge_factor;
         assert!((factor - 1.1).abs() < 1e-9, "the stages' ratio, not 150/50: {factor}");
         assert!((edge(&p, split) - 150.0).abs() < 1e-9, "the split as it ran: {}", edge(&p, split));
         // Edge-only, not run yet, borrows the split's fixed cost: 220 + 95, not 3 x 200.
         assert!((edge(&p, logits) - 315.0).abs() < 1e-9, "{}", edge(&p, logits));
-        p.observe_edge(logits, 230.0, Some(220.0));
+        p.observe_edge(0.0, logits, 230.0, Some(220.0));
         assert!((edge(&p, logits) - 230.0).abs() < 1e-9, "its own once run: {}", edge(&p, logits));
         assert!((edge(&p, split) - 150.0).abs() < 1e-9, "{}", edge(&p, split));
         // A breakdown that does not add up is the old observation: the whole run's ratio.
-        p.observe_edge(logits, 230.0, Some(500.0));
-        p.observe_edge(logits, 230.0, Some(f64::NAN));
+        p.observe_edge(0.0, logits, 230.0, Some(500.0));
+        p.observe_edge(0.0, logits, 230.0, Some(f64::NAN));
         assert!((edge(&p, logits) - 230.0).abs() < 1e-9, "{}", edge(&p, logits));
     }
 
@@ -647,7 +650,7 @@ mod tests {
         assert!((cloud(&p) - 27.0).abs() < 1e-9, "the median: {}", cloud(&p));
         let logits = usize::from(Boundary::LOGITS.index());
         for _ in 0..3 {
-            p.observe_edge(logits, 800.0, None);
+            p.observe_edge(0.0, logits, 800.0, None);
         }
         assert!(p.forecast().now.edge_factor > 3.0);
         assert!((cloud(&p) - 27.0).abs() < 1e-9, "{}", cloud(&p));

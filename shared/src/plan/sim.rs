@@ -102,7 +102,7 @@ pub fn simulate(
         // What the client observes from this request: its edge part's time, as the browser
         // reports it (the truth's edge factor, which the policy starts without)...
         if matches!(chosen, Placement::EdgeOnly | Placement::Split { .. }) {
-            policy.observe_edge(c.depth, c.edge_ms * truth.edge_factor, None);
+            policy.observe_edge(t, c.depth, c.edge_ms * truth.edge_factor, None);
         }
         // ...and what the server's side took.
         if chosen != Placement::EdgeOnly {
@@ -315,7 +315,7 @@ pub fn simulate_shared(
             let chosen = policy.current();
             let c = candidates.iter().find(|c| c.placement == chosen).expect("a candidate");
             let edge_ms = c.edge_ms * client.edge_factor;
-            policy.observe_edge(c.depth, edge_ms, None);
+            policy.observe_edge(t, c.depth, edge_ms, None);
             if chosen == Placement::EdgeOnly {
                 result.latencies.push((t, edge_ms));
                 continue;
