@@ -78,9 +78,9 @@ const newClient = (page, wsUrl) => page.evaluate(async (wsUrl) => {
   window.client = await SplitClient.create({ backend: "cpu", wsUrl: wsUrl ?? undefined, cacheEntries: 0, worker: false });
 }, wsUrl);
 
-const sample = (r, started, wall) => ({ start: started, total: wall, client_total: r.totalMs, bytes: r.bytesSent, edge: r.edgeMs,
-  // Of the edge time, the network's stages; whether the run paused for a ping out.
-  edge_stages: r1(r.edgeStagesMs), edge_paused: r.edgePaused ?? null,
+const sample = (r, started, wall) => ({ start: started, total: wall, client_total: r.totalMs, bytes: r.bytesSent, edge: r1(r.edgeMs),
+  // Of the edge time, the network's stages; `edge_paused` only when the run paused for a ping.
+  edge_stages: r1(r.edgeStagesMs), edge_paused: r.edgePaused ? true : null,
   // What auto planned ("edge_only", "cloud_only" or a boundary); a timed-out request ran locally.
   placement: r.placement ? (r.fallback ? "fallback_edge" : r.placement.mode === "split" ? `${r.placement.boundary}:${r.placement.codec}` : r.placement.mode) : null,
   fallback: r.fallback ?? null, top1: r.top[0].class,

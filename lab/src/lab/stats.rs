@@ -18,7 +18,7 @@ pub struct Sample {
     /// Of `edge`, the network's stages, ms (absent where none ran on the device).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub edge_stages: Option<f64>,
-    /// Whether the edge run paused between its stages for a ping out.
+    /// `true` when the edge run paused between its stages for a ping out (absent otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub edge_paused: Option<bool>,
     /// What auto planned (`edge_only`, `cloud_only`, `<boundary>:<codec>`, `fallback_edge`).
