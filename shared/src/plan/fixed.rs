@@ -53,23 +53,33 @@ impl FixedCosts {
     /// not run yet, of every local run (the photo's decoding dominates; the features' coding
     /// differs by boundary); before any local run, the upload's preparation, which decodes and
     /// crops the same photo.
+    #[cfg(test)] // apply() computes the same with its fallbacks once for all candidates
     pub(crate) fn local(&self, depth: usize) -> Option<f64> {
-        self.local
-            .get(&depth)
-            .and_then(|w| lower_median(w.iter().copied()))
-            .or_else(|| lower_median(self.local.values().flatten().copied()))
-            .or_else(|| self.upload_prep())
+        self.own(depth).or_else(|| self.pooled()).or_else(|| self.upload_prep())
     }
 
     /// Write the fixed costs into the candidates (nothing measured: 0, the table's view).
     pub(crate) fn apply(&self, candidates: &mut [Candidate]) {
+        // The fallbacks, once for every candidate.
+        let prep = self.upload_prep();
+        let pooled = self.pooled().or(prep);
         for c in candidates {
             let fixed = match c.placement {
-                Placement::CloudOnly => self.upload_prep(),
-                _ => self.local(c.depth),
+                Placement::CloudOnly => prep,
+                _ => self.own(c.depth).or(pooled),
             };
             c.edge_fixed_ms = fixed.unwrap_or(0.0);
         }
+    }
+
+    /// The median of the runs to `depth`.
+    fn own(&self, depth: usize) -> Option<f64> {
+        self.local.get(&depth).and_then(|w| lower_median(w.iter().copied()))
+    }
+
+    /// The median of every local run.
+    fn pooled(&self) -> Option<f64> {
+        lower_median(self.local.values().flatten().copied())
     }
 }
 

@@ -381,18 +381,18 @@ mod tests {
         for ms in [150.0, 190.0, 170.0] {
             m.observe_network_time(10_000.0, ms);
         }
-        let slip = |m: &NetworkMonitor| m.forecast(1_000.0);
-        assert!((slip(&m).now.network_slip_ms - 20.0).abs() < 1e-9, "{:?}", slip(&m).now);
-        assert_eq!(slip(&m).predicted.network_slip_ms, slip(&m).now.network_slip_ms);
+        let forecast = |m: &NetworkMonitor| m.forecast(1_000.0);
+        assert!((forecast(&m).now.network_slip_ms - 20.0).abs() < 1e-9, "{:?}", forecast(&m).now);
+        assert_eq!(forecast(&m).predicted.network_slip_ms, forecast(&m).now.network_slip_ms);
         // A stall counts as at most its prediction.
         m.observe_network_time(10_000.0, 5_000.0);
-        assert!((slip(&m).now.network_slip_ms - 52.5).abs() < 1e-9, "{:?}", slip(&m).now);
+        assert!((forecast(&m).now.network_slip_ms - 52.5).abs() < 1e-9, "{:?}", forecast(&m).now);
         // Faster than predicted, for a whole window: no slip (never a negative one).
         for _ in 0..SLIP_WINDOW {
             m.observe_network_time(10_000.0, 120.0);
         }
-        assert_eq!(slip(&m).now.network_slip_ms, 0.0);
+        assert_eq!(forecast(&m).now.network_slip_ms, 0.0);
         m.observe_network_time(10_000.0, f64::NAN);
-        assert_eq!(slip(&m).now.network_slip_ms, 0.0);
+        assert_eq!(forecast(&m).now.network_slip_ms, 0.0);
     }
 }

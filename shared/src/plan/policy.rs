@@ -193,9 +193,9 @@ impl AdaptivePolicy {
         self.monitor.set_edge_factor(factor);
     }
 
-    /// At `now`, an edge run to the boundary at `depth` (in the model's forward order) took `ms` on this
-    /// device, all of it (decoding the photo, the stages, coding the features), `stages_ms` of
-    /// it in the network's stages when the caller timed them apart.
+    /// At `now`, an edge run to the boundary at `depth` (in the model's forward order) took
+    /// `ms` on this device, all of it (decoding the photo, the stages, coding the features),
+    /// `stages_ms` of it in the network's stages when the caller timed them apart.
     ///
     /// With the stages timed, the edge factor follows their time against the table's (the
     /// warm-up's measure: bare stages), and the rest is the run's fixed cost at that depth
