@@ -203,3 +203,31 @@ fn the_shipped_learned_coder_keeps_the_answer_of_the_bundled_photos() {
         }
     }
 }
+
+/// The same weights on a smaller input (the reduced-input light model): at 224 it is the
+/// network's own forward pass, smaller it still sees a cat, and what is not a square image
+/// of a size it runs is refused with a typed error.
+#[test]
+fn the_network_runs_on_a_smaller_input() {
+    let device = Device::flex();
+    let model = model(&device);
+    let img = fixture_image("chelsea");
+    let full = values(model.forward(to_input_tensor(&img, &device)).unwrap());
+    let same = values(model.forward_at(to_input_tensor(&img, &device)).unwrap());
+    assert_eq!(same, full, "at the full size it is the forward pass");
+    let smaller = split_shared::image::resize_bicubic(&img, 144, 144);
+    let small = values(model.forward_at(to_input_tensor(&smaller, &device)).unwrap());
+    assert_ne!(small, full);
+    // Tiger cat (282) at 224; at 144 Egyptian cat (285) first, the tiger cat among the five.
+    let top1 = top_k(&full, 1)[0].class;
+    assert!(top_k(&small, 5).iter().any(|c| c.class == top1), "{:?}", top_k(&small, 5));
+    for dims in
+        [[1, 3, 144, 128], [1, 3, 16, 16], [1, 3, 256, 256], [1, 4, 144, 144], [5, 3, 144, 144]]
+    {
+        let x = Tensor::<4>::zeros(dims, &device);
+        assert!(
+            matches!(model.forward_at(x), Err(ModelError::InputSize { .. })),
+            "{dims:?} refused"
+        );
+    }
+}

@@ -270,9 +270,9 @@ impl ErrorCode {
     /// The code for a model failure.
     pub fn of_model(e: &ModelError) -> Self {
         match e {
-            ModelError::ShapeMismatch { .. } | ModelError::LengthMismatch { .. } => {
-                Self::ShapeMismatch
-            }
+            ModelError::ShapeMismatch { .. }
+            | ModelError::LengthMismatch { .. }
+            | ModelError::InputSize { .. } => Self::ShapeMismatch,
             ModelError::UnknownBoundary(_) | ModelError::UnknownPrecision(_) => Self::Malformed,
             ModelError::BackwardRange { .. }
             | ModelError::BadWeights(_)

@@ -36,6 +36,14 @@ pub fn split(files: &[PathBuf]) -> (Vec<PathBuf>, Vec<PathBuf>) {
         .partition(|f| !held_back(f.file_name().and_then(|n| n.to_str()).unwrap_or_default()))
 }
 
+/// The held-back files in their two halves: those that choose (thresholds, or what to
+/// watch while training) and those reported.
+pub fn halves(held: &[PathBuf]) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    held.iter()
+        .cloned()
+        .partition(|f| chooses(f.file_name().and_then(|n| n.to_str()).unwrap_or_default()))
+}
+
 /// A random view of `img` at the network's input size.
 pub fn augment(img: &RgbImage, rng: &mut impl Rng) -> RgbImage {
     let (w, h) = (img.width as f64, img.height as f64);

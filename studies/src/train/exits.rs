@@ -19,7 +19,7 @@ use split_shared::container::TensorFile;
 use split_shared::model::{Boundary, EfficientNetLite0, NUM_CLASSES, read_weights};
 use split_shared::plan::wilson_lower;
 
-use super::data::{augment, chooses, split};
+use super::data::{augment, halves, split};
 use super::head::{Batch, Classifier, LinearHead, Loss, argmax};
 use crate::adam::Adam;
 
@@ -335,10 +335,7 @@ pub fn run(a: Args) -> Result<()> {
     let (files, _) = a.photos.read()?;
     let (train_files, held) = split(&files);
     // The held-back photos in two halves: one chooses the thresholds, the other is reported.
-    let (choose, report): (Vec<PathBuf>, Vec<PathBuf>) = held
-        .iter()
-        .cloned()
-        .partition(|f| chooses(f.file_name().and_then(|n| n.to_str()).unwrap_or_default()));
+    let (choose, report) = halves(&held);
     eprintln!(
         "train: {} photos trained on ({} views each), {} held back to choose thresholds, {} to report",
         train_files.len(),

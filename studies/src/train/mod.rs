@@ -1,6 +1,7 @@
 //! `./run.sh train <what>`: training in burn, by distillation from the whole network on the dev
-//! photos not held back ([`data`]). What it trains so far: early-exit heads (`exits`) and a
-//! learned bottleneck at a boundary (`bottleneck`, its parts in `coder`).
+//! photos not held back ([`data`]). What it trains so far: early-exit heads (`exits`), a
+//! learned bottleneck at a boundary (`bottleneck`, its parts in `coder`) and a light model for
+//! outages on a smaller input (`light`).
 //!
 //! Training runs on burn's autodiff (`flex` wrapped in it, the plain-op path), which this
 //! crate builds only with its `train` feature: without it the command runs itself again from a
@@ -17,6 +18,8 @@ pub mod exits;
 pub mod head;
 #[cfg(feature = "train")]
 mod learned;
+#[cfg(feature = "train")]
+pub mod light;
 
 use anyhow::Result;
 
@@ -33,12 +36,16 @@ enum What {
     Exits(ExitsArgs),
     /// A learned linear bottleneck at a boundary: agreement per width and bit depth.
     Bottleneck(BottleneckArgs),
+    /// A light model for outages: the whole network on a smaller input, its biases distilled.
+    Light(LightArgs),
 }
 
 #[cfg(feature = "train")]
 type ExitsArgs = exits::Args;
 #[cfg(feature = "train")]
 type BottleneckArgs = bottleneck::Args;
+#[cfg(feature = "train")]
+type LightArgs = light::Args;
 
 /// Without the `train` feature the arguments are passed on as they are.
 #[cfg(not(feature = "train"))]
@@ -51,6 +58,8 @@ struct Passed {
 type ExitsArgs = Passed;
 #[cfg(not(feature = "train"))]
 type BottleneckArgs = Passed;
+#[cfg(not(feature = "train"))]
+type LightArgs = Passed;
 
 /// `./run.sh train`.
 pub fn run(a: Args) -> Result<()> {
@@ -58,6 +67,7 @@ pub fn run(a: Args) -> Result<()> {
     return match a.what {
         What::Exits(e) => exits::run(e),
         What::Bottleneck(b) => bottleneck::run(b),
+        What::Light(l) => light::run(l),
     };
     #[cfg(not(feature = "train"))]
     {

@@ -11,6 +11,9 @@ use super::boundary::{Boundary, NUM_BOUNDARIES};
 pub const MAX_BATCH: usize = 4;
 /// Input resolution the weights were trained at.
 pub const INPUT_SIZE: usize = 224;
+/// Smallest input [`crate::model::EfficientNetLite0::forward_at`] runs (five stride-2 stages
+/// bring it to a 1×1 map).
+pub const MIN_INPUT_SIZE: usize = 32;
 /// Number of ImageNet classes.
 pub const NUM_CLASSES: usize = 1000;
 /// Channels after the 1x1 head convolution.
@@ -106,45 +109,54 @@ fn conv_cost(c_in: usize, c_out: usize, k: usize, groups: usize, out_hw: usize) 
 /// Metadata of every boundary, in order.
 pub fn boundary_table() -> &'static [BoundaryInfo; NUM_BOUNDARIES] {
     static TABLE: OnceLock<[BoundaryInfo; NUM_BOUNDARIES]> = OnceLock::new();
-    TABLE.get_or_init(|| {
-        let mut rows = Vec::with_capacity(NUM_BOUNDARIES);
-        let mut push = |shape: [usize; 3], macs: u64, bytes: u64| {
-            let (cm, cb) = rows
-                .last()
-                .map_or((0, 0), |r: &BoundaryInfo| (r.cumulative_macs, r.cumulative_param_bytes));
-            let name = Boundary::from_index(rows.len() as u8).expect("index in range").name();
-            rows.push(BoundaryInfo {
-                name,
-                shape,
-                stage_macs: macs,
-                cumulative_macs: cm + macs,
-                stage_param_bytes: bytes,
-                cumulative_param_bytes: cb + bytes,
-            });
-        };
-        push([3, INPUT_SIZE, INPUT_SIZE], 0, 0);
-        let mut hw = INPUT_SIZE.div_ceil(2);
-        let (m, b) = conv_cost(3, 32, 3, 1, hw);
-        push([32, hw, hw], m, b);
-        for spec in blocks() {
-            let (mut macs, mut bytes) = (0, 0);
-            if spec.expand != 1 {
-                let (m, b) = conv_cost(spec.c_in, spec.hidden(), 1, 1, hw);
-                macs += m;
-                bytes += b;
-            }
-            hw = hw.div_ceil(spec.stride);
-            let (m, b) = conv_cost(spec.hidden(), spec.hidden(), spec.kernel, spec.hidden(), hw);
-            let (m2, b2) = conv_cost(spec.hidden(), spec.c_out, 1, 1, hw);
-            push([spec.c_out, hw, hw], macs + m + m2, bytes + b + b2);
+    TABLE.get_or_init(|| table_at(INPUT_SIZE))
+}
+
+/// Multiply-accumulates of the whole network on a `size` × `size` input (the reduced-input
+/// light model's cost; [`INPUT_SIZE`] gives the logits' `cumulative_macs`).
+pub fn macs_at(size: usize) -> u64 {
+    table_at(size)[NUM_BOUNDARIES - 1].cumulative_macs
+}
+
+/// The boundary table of the network run on a `size` × `size` input.
+fn table_at(size: usize) -> [BoundaryInfo; NUM_BOUNDARIES] {
+    let mut rows = Vec::with_capacity(NUM_BOUNDARIES);
+    let mut push = |shape: [usize; 3], macs: u64, bytes: u64| {
+        let (cm, cb) = rows
+            .last()
+            .map_or((0, 0), |r: &BoundaryInfo| (r.cumulative_macs, r.cumulative_param_bytes));
+        let name = Boundary::from_index(rows.len() as u8).expect("index in range").name();
+        rows.push(BoundaryInfo {
+            name,
+            shape,
+            stage_macs: macs,
+            cumulative_macs: cm + macs,
+            stage_param_bytes: bytes,
+            cumulative_param_bytes: cb + bytes,
+        });
+    };
+    push([3, size, size], 0, 0);
+    let mut hw = size.div_ceil(2);
+    let (m, b) = conv_cost(3, 32, 3, 1, hw);
+    push([32, hw, hw], m, b);
+    for spec in blocks() {
+        let (mut macs, mut bytes) = (0, 0);
+        if spec.expand != 1 {
+            let (m, b) = conv_cost(spec.c_in, spec.hidden(), 1, 1, hw);
+            macs += m;
+            bytes += b;
         }
-        let (m, b) = conv_cost(320, HEAD_CHANNELS, 1, 1, hw);
-        push([HEAD_CHANNELS, hw, hw], m, b);
-        push([HEAD_CHANNELS, 1, 1], 0, 0);
-        let fc_weights = HEAD_CHANNELS * NUM_CLASSES;
-        push([NUM_CLASSES, 1, 1], fc_weights as u64, ((fc_weights + NUM_CLASSES) * 4) as u64);
-        rows.try_into().expect("21 boundaries")
-    })
+        hw = hw.div_ceil(spec.stride);
+        let (m, b) = conv_cost(spec.hidden(), spec.hidden(), spec.kernel, spec.hidden(), hw);
+        let (m2, b2) = conv_cost(spec.hidden(), spec.c_out, 1, 1, hw);
+        push([spec.c_out, hw, hw], macs + m + m2, bytes + b + b2);
+    }
+    let (m, b) = conv_cost(320, HEAD_CHANNELS, 1, 1, hw);
+    push([HEAD_CHANNELS, hw, hw], m, b);
+    push([HEAD_CHANNELS, 1, 1], 0, 0);
+    let fc_weights = HEAD_CHANNELS * NUM_CLASSES;
+    push([NUM_CLASSES, 1, 1], fc_weights as u64, ((fc_weights + NUM_CLASSES) * 4) as u64);
+    rows.try_into().expect("21 boundaries")
 }
 
 impl Boundary {
@@ -183,5 +195,17 @@ mod tests {
         // 4.65M parameters after folding BN (conv weights + per-channel biases + fc).
         let params = t[20].cumulative_param_bytes / 4;
         assert!((4_600_000..4_700_000).contains(&params), "{params}");
+    }
+
+    /// A smaller input costs less in proportion to its maps' area (the head's 1×1 map and the
+    /// classifier do not shrink); the whole input costs what the table says.
+    #[test]
+    fn macs_follow_the_input_size() {
+        assert_eq!(macs_at(INPUT_SIZE), Boundary::LOGITS.info().cumulative_macs);
+        let (full, half) = (macs_at(224) as f64, macs_at(112) as f64);
+        // Every map a quarter of the area (7×7 → 4×4 at the end, a third), the classifier's
+        // 1.28M whole.
+        assert!((0.25..0.30).contains(&(half / full)), "{}", half / full);
+        assert!(macs_at(128) < macs_at(144) && macs_at(144) < macs_at(224));
     }
 }

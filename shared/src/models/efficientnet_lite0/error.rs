@@ -35,6 +35,21 @@ pub enum ModelError {
         /// Largest batch accepted.
         max_batch: usize,
     },
+    /// An input for [`super::EfficientNetLite0::forward_at`] that is not a square image of a
+    /// size it runs.
+    #[error(
+        "shape {got:?} is not an input the network runs at another size: expected [n, 3, s, s] with 1 <= n <= {max_batch} and {min} <= s <= {max}"
+    )]
+    InputSize {
+        /// The shape received.
+        got: Vec<usize>,
+        /// Smallest side.
+        min: usize,
+        /// Largest side.
+        max: usize,
+        /// Largest batch accepted.
+        max_batch: usize,
+    },
     /// Values and shape disagree in length.
     #[error("{values} values do not fill shape {dims:?}")]
     LengthMismatch {

@@ -22,8 +22,8 @@ mod split;
 mod weights;
 
 pub use arch::{
-    BlockSpec, BoundaryInfo, HEAD_CHANNELS, INPUT_SIZE, MAX_BATCH, NUM_CLASSES, blocks,
-    boundary_table,
+    BlockSpec, BoundaryInfo, HEAD_CHANNELS, INPUT_SIZE, MAX_BATCH, MIN_INPUT_SIZE, NUM_CLASSES,
+    blocks, boundary_table, macs_at,
 };
 pub use boundary::{Boundary, NUM_BOUNDARIES, PRIVACY_FLOOR};
 pub use error::{ModelError, Result};

@@ -8,7 +8,7 @@ use burn::module::{Module, Param};
 use burn::nn::Linear;
 use burn::tensor::{Device, Tensor, TensorData};
 
-use super::arch::{HEAD_CHANNELS, NUM_CLASSES, blocks};
+use super::arch::{HEAD_CHANNELS, INPUT_SIZE, MAX_BATCH, MIN_INPUT_SIZE, NUM_CLASSES, blocks};
 use super::boundary::Boundary;
 use super::fused;
 use super::{ModelError, Result, check_shape};
@@ -323,6 +323,43 @@ impl EfficientNetLite0 {
     /// The whole network: normalized input `[n, 3, 224, 224]` to logits `[n, 1000, 1, 1]`.
     pub fn forward(&self, x: Tensor<4>) -> Result<Tensor<4>> {
         self.forward_range(x, Boundary::INPUT, Boundary::LOGITS)
+    }
+
+    /// The whole network on a square input of another size, `[n, 3, s, s]` with
+    /// `MIN_INPUT_SIZE <= s <= 224`, to logits `[n, 1000, 1, 1]`: every stage is a convolution
+    /// or a mean over the map, so the same weights run on any size, at a cost in proportion to
+    /// its area ([`super::macs_at`]). The reduced-input light model runs this way
+    /// (`./run.sh train light`); the boundaries in between do not have their table shapes, so
+    /// there is no split of such a run.
+    ///
+    /// # Errors
+    /// [`ModelError::InputSize`] for any other shape; [`ModelError::StageNotLoaded`] as
+    /// [`Self::forward_range`].
+    pub fn forward_at(&self, x: Tensor<4>) -> Result<Tensor<4>> {
+        let dims = x.dims();
+        let [n, c, h, w] = dims;
+        if !(1..=MAX_BATCH).contains(&n)
+            || c != 3
+            || h != w
+            || !(MIN_INPUT_SIZE..=INPUT_SIZE).contains(&h)
+        {
+            return Err(ModelError::InputSize {
+                got: dims.to_vec(),
+                min: MIN_INPUT_SIZE,
+                max: INPUT_SIZE,
+                max_batch: MAX_BATCH,
+            });
+        }
+        if let Some(missing) = Boundary::all().skip(1).find(|b| !self.has_stage(*b)) {
+            return Err(ModelError::StageNotLoaded {
+                stage: missing,
+                from: Boundary::INPUT,
+                to: Boundary::LOGITS,
+            });
+        }
+        let mut steps = Steps { x: Some(x), next: 1, to: Boundary::LOGITS.index(), nhwc: true };
+        while self.step(&mut steps) {}
+        Ok(steps.finish())
     }
 }
 
