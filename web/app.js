@@ -217,14 +217,16 @@ function drawNetwork() {
   $("network-figure").hidden = false;
 }
 
-// One request's time: edge compute (encoding included), the network both ways, the server.
+// One request's time: edge compute (encoding included; auto's cloud-only makes its upload), the
+// network both ways, the server.
 function drawWaterfall(r) {
   const network = Math.max(0, r.roundTripMs - r.serverMs);
   const parts = (r.mode === "encrypted"
     // The encrypted answer carries no server time: the round trip is network and server.
     ? [["edge", r.edgeMs, "edge compute"], ["edge", r.encryptMs, "encryption"],
        ["network", r.roundTripMs, "network and server on ciphertext"], ["edge", r.decryptMs, "decryption"]]
-    : [["edge", r.edgeMs, "edge compute"], ["network", network, "network"], ["server", r.serverMs, "server"]])
+    : [["edge", r.uploadPrepMs ?? 0, "making the upload"], ["edge", r.edgeMs, "edge compute"],
+       ["network", network, "network"], ["server", r.serverMs, "server"]])
     .filter(([, ms]) => ms > 0.05);
   const total = parts.reduce((t, [, ms]) => t + ms, 0) || 1;
   $("waterfall").replaceChildren(...parts.map(([kind, ms, label]) => {

@@ -311,6 +311,9 @@ export interface ClassifyResult {
    * within a stage): `edgeMs` is longer than its compute, and auto's planner does not learn
    * this device's speed from it. */
   edgePaused?: boolean;
+  /** Auto's cloud-only: the ms this device took to make the upload (a quality-90 JPEG of the
+   * 224×224 model input), which `totalMs` includes. */
+  uploadPrepMs?: number;
   bytesSent: number;
   /** NaN where the server does not say (encrypted: its answer carries no timing). */
   serverMs: number;

@@ -80,13 +80,20 @@ export class Adaptive {
         // Cloud-only uploads a quality-90 JPEG of the 224x224 model input. Making it is
         // cloud-only's work on this device, and the planner counts it.
         let upload = image;
+        let prepMs = 0;
         if (split === "cloud") {
           const prepStarted = performance.now();
           upload = await modelInputJpeg(image);
-          planner.observeUploadPrep(performance.now() - prepStarted);
+          prepMs = performance.now() - prepStarted;
+          planner.observeUploadPrep(prepMs);
         }
         const deadlineMs = planner.deadlineMs(this.client.timeoutMs);
         r = await this.client.classify(upload, split, { ...options, codec, deadlineMs, modelInput: split === "cloud" });
+        // The answer's time starts before the upload was made, as the planner's price does.
+        if (split === "cloud" && r.mode === "cloud") {
+          r.uploadPrepMs = prepMs;
+          r.totalMs += prepMs;
+        }
       }
     } catch (e) {
       // Whatever went wrong on the way or on the server (closed, slow, busy, internal, a

@@ -293,12 +293,22 @@ async function loadChecks(page, name) {
       const r = await c.classify(window.chelsea, "auto", {});
       // What the planner saw: the conditions, the placement in force and the two best.
       const why = r.explain && { now: r.explain.forecast.now, measured: r.explain.forecast.measured, predicted: r.explain.predicted, ranked: r.explain.ranked.slice(0, 2) };
-      rows.push({ mode: r.mode, placement: r.placement.mode, top1: r.top[0].class, fallback: r.fallback ?? null, connection: c.connectionState.state, why: JSON.stringify(why ?? null) });
+      rows.push({ mode: r.mode, placement: r.placement.mode, top1: r.top[0].class, fallback: r.fallback ?? null, connection: c.connectionState.state,
+                  prepMs: r.uploadPrepMs ?? null, totalMs: r.totalMs, roundTripMs: r.roundTripMs, why: JSON.stringify(why ?? null) });
       await new Promise((res) => setTimeout(res, 500));
     }
     return rows;
   });
   console.table(idle.map(({ why, ...row }) => row));
+  // Cloud-only's answer counts the upload this device made (a JPEG of the model input), as
+  // the planner's price of it does; no other placement makes one.
+  for (const r of idle) {
+    if (r.mode === "cloud") {
+      assert.ok(r.prepMs > 0 && r.totalMs >= r.roundTripMs + r.prepMs, `${name}: auto's cloud-only counts its upload: ${JSON.stringify(r)}`);
+    } else {
+      assert.equal(r.prepMs, null, `${name}: only cloud-only makes an upload: ${JSON.stringify(r)}`);
+    }
+  }
   // The planner learned the loopback link, and an idle server gets the work whenever the
   // planner's own forecast puts a placement with the server `MIN_GAIN` ahead of the edge (the
   // controller's threshold for a switch). On a fast CPU the whole network in the page can come
