@@ -191,6 +191,15 @@ export interface CreateOptions {
    */
   fallback?: "light" | "full";
   /**
+   * The side, in pixels, of the input the light model's answers run on (outages, and the first
+   * answer of a progressive request): 224 (default) runs it on the photo as the network takes
+   * it (or finishes the request's own features); smaller runs the stages this device holds on
+   * a smaller copy of the photo from the start, at a cost in proportion to its area (128: a
+   * third of the compute) and with less agreement (docs/training.md measures it). 32 to 224;
+   * anything else is refused with "bad_option".
+   */
+  lightInput?: number;
+  /**
    * The model, by the name `/api/info`'s `models` lists (default: the server's first,
    * "efficientnet-lite0"). A name the server does not host is refused with "unknown_model";
    * one it hosts without a browser half in this client (docs/models.md) with "bad_option".
@@ -264,6 +273,8 @@ export interface ResultUpdate {
   top: Prediction[];
   /** The light model's answer (version 1) of a progressive request. */
   partial?: true;
+  /** Version 1: the side of the input it ran on (`lightInput`, or 224). */
+  inputSize?: number;
   /** No later version will come. */
   final?: true;
   /** The answer this one replaces, and whether its top-1 differs. */
@@ -290,6 +301,8 @@ export interface ClassifyResult {
   model: string;
   /** The features of a reduced answer wait in the backlog for the server. */
   resumable?: boolean;
+  /** An answer of the light model's: the side of the input it ran on (`lightInput`, or 224). */
+  inputSize?: number;
   /** Version 2 of a progressive request: the light model's answer it replaced, and whether
    * its top-1 differs. */
   previousTop?: Prediction[];

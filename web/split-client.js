@@ -67,6 +67,10 @@ const EDGE_MODEL = "efficientnet-lite0";
 /** What a frame adds to its payload at most (`MAX_FRAME_BYTES - MAX_PAYLOAD_BYTES` in
  * shared/src/protocol). */
 const FRAME_HEADER_BYTES = 64;
+/** The side of the network's input, in pixels, and the smallest the light model's answers may
+ * run on (`lightInput`; five stride-2 stages leave a 1×1 map at 32). */
+const FULL_INPUT = 224;
+const MIN_LIGHT_INPUT = 32;
 /** Refuse `model` unless the server hosts it (`/api/info`'s `models`) and this client has its
  * browser half: "unknown_model" names what the server has. */
 function checkModel(model, info) {
@@ -139,6 +143,8 @@ export class SplitClient {
    *   (default: true on a page that can start one), onUpdate (a newer version of a result:
    *   the server's answer to one given reduced), fallback ("light", the default: outages are
    *   answered with the light model; "full": auto downloads every stage's full weights),
+   *   lightInput (the side in pixels of the input the light model's answers run on, 32 to 224,
+   *   default 224: smaller is faster and agrees less often),
    *   noise (added to every request's features before they leave: "gauss:<scale>" or
    *   "laplace:<scale>", a fraction of each channel's calibrated range)
    */
@@ -171,6 +177,13 @@ export class SplitClient {
       throw new SplitError("bad_option", `unknown fallback ${options.fallback}; use "light" or "full"`);
     }
     client.fallback = info.light_model ? options.fallback ?? "light" : "full";
+    const lightInput = options.lightInput ?? FULL_INPUT;
+    if (!Number.isInteger(lightInput) || lightInput < MIN_LIGHT_INPUT || lightInput > FULL_INPUT) {
+      throw new SplitError("bad_option", `lightInput is a whole number of pixels from ${MIN_LIGHT_INPUT} to ${FULL_INPUT}, not ${lightInput}`);
+    }
+    /** The side of the input the light model's answers run on: below 224, from the photo on a
+     * smaller copy of it (faster, agrees less), not from the request's features. */
+    client.lightInput = lightInput;
     // The privacy floor may be a boundary name: "that boundary and deeper only"; "default" is
     // the measured one (the earliest whose features no longer reconstruct into the photo).
     const unknown = Object.keys(options.constraints ?? {}).filter((k) => !CONSTRAINTS.includes(k));
@@ -581,13 +594,16 @@ export class SplitClient {
     }
     let replied = false;
     request.then(() => { replied = true; }, () => {});
-    const local = split === "cloud"
-      ? await wasmCall(() => this.edge.run(image, "logits", this.nextId++, "f32", false))
-      : await wasmCall(() => this.edge.finishLocally(frame));
+    const local = this.lightInput < FULL_INPUT
+      ? await wasmCall(() => this.edge.answerAt(image, this.lightInput))
+      : split === "cloud"
+        ? await wasmCall(() => this.edge.run(image, "logits", this.nextId++, "f32", false))
+        : await wasmCall(() => this.edge.finishLocally(frame));
     if (replied) return null;
     const quality = local.quality ?? "full";
     const answer = { id: resultId, version: 1, quality, partial: true, top: local.top,
-                     model: quality === "full" ? "full" : this.weights.lightModel, split, edgeMs: performance.now() - started };
+                     model: quality === "full" ? "full" : this.weights.lightModel, split,
+                     inputSize: local.inputSize ?? FULL_INPUT, edgeMs: performance.now() - started };
     this.resilience.announce(answer);
     return answer;
   }
@@ -601,7 +617,7 @@ export class SplitClient {
     }
     const totalMs = performance.now() - started;
     return { id: resultId, version: 1, quality: "reduced", model: partial.model, mode: "edge", split, codec,
-             backend: this.backend, top: partial.top, edgeMs: partial.edgeMs, bytesSent: 0, serverMs: 0,
+             inputSize: partial.inputSize, backend: this.backend, top: partial.top, edgeMs: partial.edgeMs, bytesSent: 0, serverMs: 0,
              queueMs: 0, serverCached: false, roundTripMs: 0, totalMs, load: null, fallback: reason, resumable };
   }
 

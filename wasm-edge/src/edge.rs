@@ -13,7 +13,10 @@ use split_shared::codec::{
     StreamEncoder,
 };
 use split_shared::labels::{Prediction, TOP_K, top_k};
-use split_shared::model::{Boundary, EfficientNetLite0, Features, ModelError, NUM_CLASSES};
+use split_shared::model::{
+    Boundary, EfficientNetLite0, Features, INPUT_SIZE, MAX_BATCH, MIN_INPUT_SIZE, ModelError,
+    NUM_CLASSES,
+};
 use split_shared::protocol::{Encoding, ErrorCode, FeaturesFrame, Reply, Request};
 
 /// Results the edge remembers by content.
@@ -76,8 +79,11 @@ pub struct LocalAnswer {
     pub top: Vec<Prediction>,
     /// Whether a stage of the light model took part.
     pub reduced: bool,
-    /// The boundary the frame's features were at.
+    /// The boundary the frame's features were at (`input` for [`EdgeRunner::answer_at`]).
     pub from: Boundary,
+    /// The side of the square input the network ran on: [`INPUT_SIZE`], or a smaller one for
+    /// the reduced-input answer.
+    pub input_size: usize,
 }
 
 /// What a run awaits between stages while it is set ([`EdgeRunner::set_pause`]): in the
@@ -401,7 +407,49 @@ impl EdgeRunner {
             top: top_k(&logits.values()[..NUM_CLASSES], TOP_K),
             reduced: self.light_between(from, Boundary::LOGITS),
             from,
+            input_size: INPUT_SIZE,
         })
+    }
+
+    /// Answer `image` here from the input on a smaller square input of side `size` (from
+    /// `MIN_INPUT_SIZE` to [`INPUT_SIZE`]): the stages loaded (full or light) run on it at a
+    /// cost in proportion to its area (`macs_at`); what an outage answers with when the page
+    /// trades agreement for speed. Below [`INPUT_SIZE`] the answer is reduced (the whole
+    /// network's answer is the one at full size). Also returns how long the stages took by the
+    /// clock `now` (ms). Not cached: the same image deserves the full answer later.
+    ///
+    /// # Errors
+    /// When the image does not decode, `size` is out of range, a stage is not loaded, or the
+    /// backend fails.
+    pub async fn answer_at(
+        &self,
+        image: &[u8],
+        size: usize,
+        now: fn() -> f64,
+    ) -> split_shared::Result<(LocalAnswer, f64)> {
+        // Checked before the resize, which would allocate whatever size it is asked for.
+        if !(MIN_INPUT_SIZE..=INPUT_SIZE).contains(&size) {
+            return Err(ModelError::InputSize {
+                got: vec![1, 3, size, size],
+                min: MIN_INPUT_SIZE,
+                max: INPUT_SIZE,
+                max_batch: MAX_BATCH,
+            }
+            .into());
+        }
+        let img = split_shared::image::decode(image)?;
+        let img = split_shared::image::center_crop_resize(&img, size);
+        let started = now();
+        let x = split_shared::image::to_input_tensor(&img, &self.device);
+        let x = self.model.borrow().forward_at(x)?;
+        let logits = read_features(Boundary::LOGITS, x).await?;
+        let answer = LocalAnswer {
+            top: top_k(&logits.values()[..NUM_CLASSES], TOP_K),
+            reduced: size != INPUT_SIZE || self.light_between(Boundary::INPUT, Boundary::LOGITS),
+            from: Boundary::INPUT,
+            input_size: size,
+        };
+        Ok((answer, now() - started))
     }
 
     /// Answer a request another member of a device group relayed here, as the server would:

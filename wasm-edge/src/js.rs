@@ -52,6 +52,7 @@ pub fn local_answer(a: &crate::edge::LocalAnswer) -> JsValue {
     set(&o, "top", predictions(&a.top));
     set(&o, "quality", if a.reduced { "reduced" } else { "full" });
     set(&o, "from", a.from.name());
+    set(&o, "inputSize", a.input_size as u32);
     o.into()
 }
 
@@ -219,7 +220,9 @@ pub fn shared_error(e: &split_shared::Error) -> JsValue {
             "bad_weights"
         }
         split_shared::Error::Model(ModelError::Backend(_)) => "backend",
-        split_shared::Error::Model(ModelError::UnknownPrecision(_)) => "bad_option",
+        split_shared::Error::Model(
+            ModelError::UnknownPrecision(_) | ModelError::InputSize { .. },
+        ) => "bad_option",
         split_shared::Error::Model(ModelError::StageNotLoaded { .. }) => "weights_missing",
         split_shared::Error::Codec(split_shared::codec::CodecError::BadCalibration(_)) => {
             "bad_calibration"

@@ -197,6 +197,24 @@ impl EdgeSession {
         })
     }
 
+    /// Answer `image` (JPEG or PNG bytes) here on a smaller square input, `size` pixels a side
+    /// (32 to 224), with the stages loaded, full or light: a third of the compute at 128, and
+    /// an answer that agrees with the whole network's less often (docs/training.md). Resolves
+    /// to `{ top, quality, from: "input", inputSize, stagesMs }`; `quality` is `"reduced"`
+    /// below 224. `bad_option` for a size out of range, `weights_missing` while a stage is
+    /// missing.
+    #[wasm_bindgen(js_name = answerAt)]
+    pub fn answer_at(&self, image: Vec<u8>, size: u32) -> js_sys::Promise {
+        let runner = Rc::clone(&self.runner);
+        wasm_bindgen_futures::future_to_promise(async move {
+            let (answer, stages_ms) =
+                runner.answer_at(&image, size as usize, js::now_ms).await.map_err(js_error)?;
+            let out = js::local_answer(&answer);
+            js_sys::Reflect::set(&out, &"stagesMs".into(), &stages_ms.into())?;
+            Ok(out)
+        })
+    }
+
     /// Answer a request frame another device relayed here (a device group's task or the
     /// last stage of a pipeline), as the server would: resolves to the reply frame's bytes, a
     /// result or a typed error.

@@ -15,6 +15,9 @@ import { Backlog } from "./backlog.js";
 import { SplitError, isPermanent, wasm, wasmCall } from "./wasm.js";
 import { boundaryIndex } from "./weights.js";
 
+/** The side of the network's input, in pixels (`SplitClient.lightInput` may be smaller). */
+const FULL_INPUT = 224;
+
 
 /** A result id: unique across reloads (the backlog outlives the page). */
 export function newResultId() {
@@ -89,11 +92,14 @@ export class Resilience {
     if (cut === "input") {
       // Nothing held in full (at or past the floor): the light model from the image; nothing
       // to finish later.
-      const out = await wasmCall(() => client.edge.run(image, "logits", id, "f32", false));
+      const out = await this.lightAnswer(image, () => client.edge.run(image, "logits", id, "f32", false));
       const edgeMs = performance.now() - started;
       return { ...base, mode: "edge", codec: "f32", top: out.top, quality: out.quality, model: weights.lightModel,
-               edgeMs, totalMs: edgeMs, resumable: false };
+               inputSize: out.inputSize, edgeMs, totalMs: edgeMs, resumable: false };
     }
+    // On a smaller input the answer comes from the photo first; the frame is still cut below,
+    // for the server to finish.
+    const small = client.lightInput < FULL_INPUT ? await this.lightAnswer(image) : null;
     // The codec's tables for this boundary, if they can be had; else the frame goes uncoded.
     let frameCodec = codec;
     if (frameCodec !== "f32") {
@@ -117,7 +123,7 @@ export class Resilience {
       return { ...base, mode: "cache", codec: frameCodec, top: out.top, quality: "full", model: "full",
                edgeMs, totalMs: edgeMs, resumable: false };
     }
-    const local = await wasmCall(() => client.edge.finishLocally(out.frame));
+    const local = small ?? await wasmCall(() => client.edge.finishLocally(out.frame));
     const edgeMs = performance.now() - started;
     const reduced = local.quality === "reduced";
     if (reduced) {
@@ -125,7 +131,16 @@ export class Resilience {
                         model: weights.lightModel, label: options.label });
     }
     return { ...base, mode: "edge", codec: frameCodec, top: local.top, quality: local.quality,
-             model: reduced ? weights.lightModel : "full", edgeMs, totalMs: edgeMs, resumable: reduced };
+             model: reduced ? weights.lightModel : "full", inputSize: local.inputSize ?? FULL_INPUT,
+             edgeMs, totalMs: edgeMs, resumable: reduced };
+  }
+
+  /** The light model's answer from the photo: on the client's `lightInput` when it is
+   * smaller than the network's input, else by `full` (the whole network at 224). */
+  async lightAnswer(image, full = null) {
+    const size = this.client.lightInput;
+    if (size < FULL_INPUT || !full) return wasmCall(() => this.client.edge.answerAt(image, size));
+    return { inputSize: FULL_INPUT, ...await wasmCall(full) };
   }
 
   /** Keep a reduced answer's frame for the server (`{ id, frame, split, codec, top, model,

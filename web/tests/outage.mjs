@@ -425,6 +425,52 @@ try {
     assert.match(out.refused.message, /privacy floor is head/, "the refusal names the measured floor");
     assert.deepEqual([out.taken.mode, out.taken.split], ["split", "head"], "a split at the floor is taken");
   });
+  // `lightInput: 128` (the page's `?light_input=128`): the light model's answers run on a
+  // 128×128 copy of the photo: a progressive request's first answer and an outage's answer say
+  // so and are still finished by the server; a size out of range is refused.
+  await onPage(async (page) => {
+    await page.exposeFunction("setLink", (mode) => link.set(mode));
+    await page.goto(`${pageUrl}&light_input=128`);
+    await ready(page);
+    const out = await page.evaluate(async () => {
+      const c = window.splitClient;
+      await c.setCacheEntries(0);
+      const image = async (s) => new Uint8Array(await (await fetch(`samples/${s}.png`)).arrayBuffer());
+      await c.classify(await image("chelsea"), "auto"); // the light model downloads after it
+      for (let i = 0; i < 600 && !(await c.weightsState()).light; i++) await new Promise((f) => setTimeout(f, 100));
+      const id = "small-progressive";
+      await window.setLink("blackhole");
+      const release = (async () => {
+        const first = () => (window.splitUpdates ?? []).some((u) => u.id === id && u.version === 1);
+        for (const until = performance.now() + 20_000; !first() && performance.now() < until;) {
+          await new Promise((f) => setTimeout(f, 10));
+        }
+        await window.setLink("up");
+      })();
+      const r = await c.classify(await image("coffee"), "block5", { id, progressive: true });
+      await release;
+      const updates = window.splitUpdates.filter((u) => u.id === id)
+        .map((u) => ({ version: u.version, quality: u.quality, inputSize: u.inputSize ?? null }));
+      await window.setLink("reset");
+      const outage = await c.classify(await image("camera"), "auto");
+      await window.setLink("up");
+      const { SplitClient } = await import("/split-client.js");
+      const refused = async (lightInput) => {
+        try { (await SplitClient.create({ weights: "none", worker: false, lightInput })).close(); return null; } catch (e) { return e.code; }
+      };
+      return { progressive: { version: r.version, quality: r.quality, updates },
+               outage: { id: outage.id, quality: outage.quality, inputSize: outage.inputSize, resumable: outage.resumable ?? false },
+               refused: [await refused(500), await refused(31), await refused(12.5), await refused(128)] };
+    });
+    console.log("outage: light input 128", JSON.stringify(out));
+    assert.deepEqual(out.progressive.updates, [{ version: 1, quality: "reduced", inputSize: 128 }, { version: 2, quality: "full", inputSize: null }],
+      "the first answer ran on 128×128, the server's replaced it");
+    assert.deepEqual([out.progressive.version, out.progressive.quality], [2, "full"]);
+    assert.deepEqual([out.outage.quality, out.outage.inputSize, out.outage.resumable], ["reduced", 128, true],
+      `an outage's answer ran on 128×128 and its features wait for the server: ${JSON.stringify(out.outage)}`);
+    await finished(page, [out.outage.id]);
+    assert.deepEqual(out.refused, ["bad_option", "bad_option", "bad_option", null], "a light input out of range is refused");
+  });
   // The client never hangs: a WebSocket handshake the link holds fails with "timeout" within
   // the connect deadline (and does not wedge the connection: the next attempt connects), and
   // a worker that died fails its calls, first with "timeout", then at once with "worker", and

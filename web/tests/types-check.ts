@@ -15,6 +15,7 @@ async function embed(bytes: Uint8Array): Promise<string> {
   if (offline && !offline.available) console.log(offline.reason, client.capabilities.offline.site);
   try {
     const r: ClassifyResult = await client.classify(bytes, "block5", { codec: "q6" });
+    if (r.quality === "reduced") console.log(`the light model ran on ${r.inputSize ?? 224} pixels`);
     const held: { through: string; bytes: number; total: number } = await client.weightsState();
     const auto = await client.classify(bytes, "auto");
     const where: Placement | undefined = auto.placement;
@@ -30,6 +31,8 @@ async function embed(bytes: Uint8Array): Promise<string> {
   }
 }
 
+// @ts-expect-error: the light model's input is a number of pixels.
+void SplitClient.create({ lightInput: "128" });
 // @ts-expect-error: the backend is one of three names.
 void SplitClient.create({ backend: "gpu" });
 // @ts-expect-error: classify takes bytes, not a URL.

@@ -333,3 +333,50 @@ fn a_timed_run_says_how_much_of_it_the_stages_took() {
         block_on(runner.run_timed(&photo(), opts("logits", "f32", false), 3, clock_ms)).unwrap();
     assert!(matches!(cached, EdgeOutput::Cached { .. }) && stages_ms == 0.0, "{cached:?}");
 }
+
+/// The reduced-input answer: at 224 it is the whole network's answer; smaller, it is reduced
+/// and cheaper, with the full weights or the light model's; a size out of range or a missing
+/// stage is a typed error before anything runs.
+#[test]
+fn a_smaller_input_answers_reduced_from_full_or_light_stages() {
+    let runner = runner();
+    let EdgeOutput::Local { top, .. } =
+        block_on(runner.run(&photo(), opts("logits", "f32", false), 1)).unwrap()
+    else {
+        panic!("edge-only answers here")
+    };
+    let (same, _) = block_on(runner.answer_at(&photo(), 224, clock_ms)).unwrap();
+    assert_eq!(
+        (same.top.clone(), same.reduced, same.from, same.input_size),
+        (top, false, Boundary::INPUT, 224)
+    );
+    let (small, stages_ms) = block_on(runner.answer_at(&photo(), 128, clock_ms)).unwrap();
+    assert!(small.reduced && small.input_size == 128 && stages_ms > 0.0, "{small:?}");
+    assert!((281..=285).contains(&small.top[0].class), "still a cat at 128: {:?}", small.top);
+
+    let weights = split_shared::model::read_weights(&split_paths::weights_file()).unwrap();
+    let light = EdgeRunner::empty(Device::flex());
+    let shards = split_shared::model::light_shards(&weights, split_shared::model::DEFAULT_LIGHT);
+    for (b, bytes) in &shards[..shards.len() - 1] {
+        light.load_light_stage(*b, bytes).unwrap();
+    }
+    let missing = block_on(light.answer_at(&photo(), 128, clock_ms)).unwrap_err();
+    assert!(
+        matches!(missing, split_shared::Error::Model(ModelError::StageNotLoaded { .. })),
+        "{missing}"
+    );
+    let (b, bytes) = shards.last().unwrap();
+    light.load_light_stage(*b, bytes).unwrap();
+    let (int8, _) = block_on(light.answer_at(&photo(), 128, clock_ms)).unwrap();
+    assert!(int8.reduced && (281..=285).contains(&int8.top[0].class), "{int8:?}");
+    let (int8_full_size, _) = block_on(light.answer_at(&photo(), 224, clock_ms)).unwrap();
+    assert!(int8_full_size.reduced, "the light model's answer is reduced at any size");
+
+    for size in [0, 31, 225, usize::MAX] {
+        let err = block_on(runner.answer_at(&photo(), size, clock_ms)).unwrap_err();
+        assert!(
+            matches!(err, split_shared::Error::Model(ModelError::InputSize { .. })),
+            "{size}: {err}"
+        );
+    }
+}
