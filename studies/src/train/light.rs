@@ -434,6 +434,8 @@ pub fn run(a: Args) -> Result<()> {
     for &size in &a.compare {
         rows.push(("untrained".into(), EfficientNetLite0::from_weights(&weights, &flex)?, size));
     }
+    // What the browser's `lightInput` runs: today's light model, untrained, on the smaller input.
+    rows.push(("int8 light model (today's), untrained".into(), int8(&weights)?, a.size));
     rows.push((trained_name.into(), EfficientNetLite0::from_weights(&trained, &flex)?, a.size));
     rows.push((format!("{trained_name}, int8"), int8(&trained)?, a.size));
     for (name, model, size) in rows {
