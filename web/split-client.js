@@ -38,7 +38,7 @@ import { Adaptive, timeUploadPrep } from "./client/adaptive.js";
 import { Connection } from "./client/connection.js";
 import { EncryptedLink, checkEncryptedAvailable } from "./client/encrypted.js";
 import { RemoteSplitClient } from "./client/remote.js";
-import { Resilience, newResultId } from "./client/resilience.js";
+import { FULL_INPUT, Resilience, newResultId } from "./client/resilience.js";
 import {
   SplitError, browserDecodedPng, capabilities, fetchCached, fetchWithProgress, isTransient, loadWasm, modelInputJpeg,
   serverUrl, wasm, wasmCall, webRtcCapability,
@@ -67,9 +67,8 @@ const EDGE_MODEL = "efficientnet-lite0";
 /** What a frame adds to its payload at most (`MAX_FRAME_BYTES - MAX_PAYLOAD_BYTES` in
  * shared/src/protocol). */
 const FRAME_HEADER_BYTES = 64;
-/** The side of the network's input, in pixels, and the smallest the light model's answers may
- * run on (`lightInput`; five stride-2 stages leave a 1×1 map at 32). */
-const FULL_INPUT = 224;
+/** The smallest input the light model's answers may run on (`lightInput`; five stride-2
+ * stages leave a 1×1 map at 32). */
 const MIN_LIGHT_INPUT = 32;
 /** Refuse `model` unless the server hosts it (`/api/info`'s `models`) and this client has its
  * browser half: "unknown_model" names what the server has. */
@@ -594,11 +593,9 @@ export class SplitClient {
     }
     let replied = false;
     request.then(() => { replied = true; }, () => {});
-    const local = this.lightInput < FULL_INPUT
-      ? await wasmCall(() => this.edge.answerAt(image, this.lightInput))
-      : split === "cloud"
-        ? await wasmCall(() => this.edge.run(image, "logits", this.nextId++, "f32", false))
-        : await wasmCall(() => this.edge.finishLocally(frame));
+    const local = await this.resilience.smallAnswer(image) ?? (split === "cloud"
+      ? await wasmCall(() => this.edge.run(image, "logits", this.nextId++, "f32", false))
+      : await wasmCall(() => this.edge.finishLocally(frame)));
     if (replied) return null;
     const quality = local.quality ?? "full";
     const answer = { id: resultId, version: 1, quality, partial: true, top: local.top,

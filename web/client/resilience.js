@@ -16,7 +16,7 @@ import { SplitError, isPermanent, wasm, wasmCall } from "./wasm.js";
 import { boundaryIndex } from "./weights.js";
 
 /** The side of the network's input, in pixels (`SplitClient.lightInput` may be smaller). */
-const FULL_INPUT = 224;
+export const FULL_INPUT = 224;
 
 
 /** A result id: unique across reloads (the backlog outlives the page). */
@@ -92,14 +92,14 @@ export class Resilience {
     if (cut === "input") {
       // Nothing held in full (at or past the floor): the light model from the image; nothing
       // to finish later.
-      const out = await this.lightAnswer(image, () => client.edge.run(image, "logits", id, "f32", false));
+      const out = await this.smallAnswer(image) ?? await wasmCall(() => client.edge.run(image, "logits", id, "f32", false));
       const edgeMs = performance.now() - started;
       return { ...base, mode: "edge", codec: "f32", top: out.top, quality: out.quality, model: weights.lightModel,
-               inputSize: out.inputSize, edgeMs, totalMs: edgeMs, resumable: false };
+               inputSize: out.inputSize ?? FULL_INPUT, edgeMs, totalMs: edgeMs, resumable: false };
     }
     // On a smaller input the answer comes from the photo first; the frame is still cut below,
     // for the server to finish.
-    const small = client.lightInput < FULL_INPUT ? await this.lightAnswer(image) : null;
+    const small = await this.smallAnswer(image);
     // The codec's tables for this boundary, if they can be had; else the frame goes uncoded.
     let frameCodec = codec;
     if (frameCodec !== "f32") {
@@ -135,12 +135,11 @@ export class Resilience {
              edgeMs, totalMs: edgeMs, resumable: reduced };
   }
 
-  /** The light model's answer from the photo: on the client's `lightInput` when it is
-   * smaller than the network's input, else by `full` (the whole network at 224). */
-  async lightAnswer(image, full = null) {
+  /** The light model's answer from the photo on a smaller copy of it (the client's
+   * `lightInput`); null when that is the network's own input (the caller's usual run). */
+  async smallAnswer(image) {
     const size = this.client.lightInput;
-    if (size < FULL_INPUT || !full) return wasmCall(() => this.client.edge.answerAt(image, size));
-    return { inputSize: FULL_INPUT, ...await wasmCall(full) };
+    return size < FULL_INPUT ? wasmCall(() => this.client.edge.answerAt(image, size)) : null;
   }
 
   /** Keep a reduced answer's frame for the server (`{ id, frame, split, codec, top, model,

@@ -135,13 +135,14 @@ impl ModuleMapper for FreezeWeights {
     }
 }
 
-/// One Adam step on every bias, from the gradients of a backward pass.
+/// One Adam step on every trained parameter (the biases, or all with `--all`), from the
+/// gradients of a backward pass.
 struct Step<'a> {
     path: Path,
     grads: &'a Gradients,
     adam: &'a mut HashMap<String, Adam>,
     lr: f32,
-    /// Biases moved.
+    /// Parameters moved.
     moved: usize,
 }
 
@@ -158,7 +159,7 @@ impl ModuleMapper for Step<'_> {
         let Some(grad) = value.grad(self.grads) else { return param };
         let dims = value.dims();
         let device = value.device();
-        let mut x = value.into_data().try_to_vec::<f32>().expect("f32 bias");
+        let mut x = value.into_data().try_to_vec::<f32>().expect("f32 parameter");
         let g = grad.into_data().try_to_vec::<f32>().expect("f32 gradient");
         self.adam.entry(name).or_insert_with(|| Adam::new(x.len())).step(&mut x, &g, self.lr);
         self.moved += 1;
@@ -423,19 +424,20 @@ pub fn run(a: Args) -> Result<()> {
     println!("| model | input | MACs | int8 bytes | agreement | ≥ (95%) | native ms an answer |");
     println!("|---|---|---|---|---|---|---|");
     let trained_name = if a.all { "all convolutions distilled" } else { "biases distilled" };
+    let today = int8(&weights)?;
     let mut rows: Vec<(String, EfficientNetLite0, usize)> = vec![
         (
             "whole network, f32".into(),
             EfficientNetLite0::from_weights(&weights, &flex)?,
             INPUT_SIZE,
         ),
-        ("int8 light model (today's)".into(), int8(&weights)?, INPUT_SIZE),
+        ("int8 light model (today's)".into(), today.clone(), INPUT_SIZE),
     ];
     for &size in &a.compare {
         rows.push(("untrained".into(), EfficientNetLite0::from_weights(&weights, &flex)?, size));
     }
     // What the browser's `lightInput` runs: today's light model, untrained, on the smaller input.
-    rows.push(("int8 light model (today's), untrained".into(), int8(&weights)?, a.size));
+    rows.push(("int8 light model (today's), untrained".into(), today, a.size));
     rows.push((trained_name.into(), EfficientNetLite0::from_weights(&trained, &flex)?, a.size));
     rows.push((format!("{trained_name}, int8"), int8(&trained)?, a.size));
     for (name, model, size) in rows {
