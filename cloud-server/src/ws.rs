@@ -316,7 +316,9 @@ async fn serve_session(
                 tokio::pin!(work);
                 let reply = loop {
                     tokio::select! {
-                        reply = &mut work => break Some(reply),
+                        // A frame already read is looked at before the finished work: a ping
+                        // sent behind a request is answered first even when both are ready.
+                        biased;
                         next = stream.recv(), if ahead.is_none() => {
                             // A ping is answered now rather than after the request: its pong
                             // times the link, not this request's compute (a client planning
@@ -339,6 +341,7 @@ async fn serve_session(
                                 break None;
                             }
                         }
+                        reply = &mut work => break Some(reply),
                     }
                 };
                 if let Some(reply) = reply
