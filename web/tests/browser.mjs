@@ -13,12 +13,32 @@ export const BASE_ARGS = ["--headless", "--no-sandbox", "--disable-quic", "--no-
 /** WebGPU through SwiftShader, or no GPU at all (the CPU fallback). */
 export const GPU_ARGS = { webgpu: ["--enable-unsafe-webgpu"], cpu: ["--disable-gpu"] };
 
+/** How many times a Chromium that dies while starting is started again. */
+const LAUNCH_TRIES = 3;
+
+/** Debian's Chromium with `args`, in the profile directory `profile`. Now and then it crashes
+ * before its first page (a SIGSEGV at start, seen once in many CI runs, with nothing of this
+ * project loaded yet); such a start is tried again, with a line saying so, and the last error
+ * is thrown. */
+export async function launchChromium(profile, args, options = {}) {
+  for (let tried = 1; ; tried++) {
+    try {
+      return await chromium.launchPersistentContext(profile, {
+        executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium", headless: true,
+        args: [...BASE_ARGS, ...args], ...options });
+    } catch (e) {
+      if (tried >= LAUNCH_TRIES) throw e;
+      console.log(`chromium died while starting (try ${tried} of ${LAUNCH_TRIES}): ${String(e.message).split("\n")[0]}`);
+      await new Promise((r) => setTimeout(r, 1000));
+    }
+  }
+}
+
 /** Run `body(page)` in a fresh profile with `args` (`options`: more of Playwright's context
  * options); always cleans up. */
 export async function withPage(args, body, options = {}) {
   const profile = mkdtempSync(join(tmpdir(), "split-browser-"));
-  const context = await chromium.launchPersistentContext(profile, {
-    executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium", headless: true, args: [...BASE_ARGS, ...args], ...options });
+  const context = await launchChromium(profile, args, options);
   try {
     const page = context.pages()[0] ?? (await context.newPage());
     // Which browser this is, for tools that look at its processes (`browserPids`).

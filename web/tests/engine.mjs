@@ -6,14 +6,12 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { chromium } from "playwright-core";
 import puppeteer from "puppeteer-core";
-import { BASE_ARGS, GPU_ARGS } from "./browser.mjs";
+import { GPU_ARGS, launchChromium } from "./browser.mjs";
 import { launchWebKit } from "./webkit.mjs";
 
-/** Where each engine's binary is (overridable for other machines). */
+/** Where Firefox is (overridable for other machines; Chromium: browser.mjs). */
 const FIREFOX = process.env.FIREFOX ?? "/usr/bin/firefox-esr";
-const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
 
 /** Firefox preferences for a closed network: no update checks, telemetry, safe-browsing lists
  * or captive-portal probes (each would dial a host this machine cannot reach). Nothing here
@@ -50,10 +48,7 @@ export async function withEngine(engine, body) {
     close = () => browser.close();
   } else if (engine === "chromium") {
     // The CPU fallback, as the other engines run here: SwiftShader's WebGPU is tested by e2e.mjs.
-    const context = await chromium.launchPersistentContext(profile, {
-      executablePath: CHROMIUM, headless: true,
-      args: [...BASE_ARGS, ...GPU_ARGS.cpu],
-    });
+    const context = await launchChromium(profile, GPU_ARGS.cpu);
     newPage = () => context.newPage();
     close = () => context.close();
   } else if (engine === "webkit") {
