@@ -513,7 +513,7 @@ export class SplitClient {
       const request = this.connection.request(id, frame, options.deadlineMs ?? this.timeoutMs);
       request.catch(() => {}); // awaited below, after the partial answer
       const partial = options.progressive && !delta
-        ? await this.partialAnswer(resultId, split, image, frame, request, started) : null;
+        ? await this.partialAnswer(resultId, split, image, frame, request, started, Boolean(options.modelInput)) : null;
       let reply;
       try {
         reply = await request;
@@ -585,7 +585,7 @@ export class SplitClient {
    * model is not loaded yet (its download starts) or the full weights hold every stage (the
    * local answer would be the final one: nothing progressive about it).
    */
-  async partialAnswer(resultId, split, image, frame, request, started) {
+  async partialAnswer(resultId, split, image, frame, request, started, modelInput) {
     if (this.weights.through === "logits") return null;
     if (!this.weights.hasLight) {
       if (this.weights.lightModel) this.weights.ensureLight().catch(() => {});
@@ -593,9 +593,12 @@ export class SplitClient {
     }
     let replied = false;
     request.then(() => { replied = true; }, () => {});
-    const local = await this.resilience.smallAnswer(image) ?? (split === "cloud"
-      ? await wasmCall(() => this.edge.run(image, "logits", this.nextId++, "f32", false))
-      : await wasmCall(() => this.edge.finishLocally(frame)));
+    // A model input (the upload auto's cloud-only requests and an oversized photo's make) is
+    // read as the server reads it, not cropped a second time as a photo.
+    const local = await this.resilience.smallAnswer(image, modelInput) ?? (split !== "cloud"
+      ? await wasmCall(() => this.edge.finishLocally(frame))
+      : modelInput ? await wasmCall(() => this.edge.answerAt(image, FULL_INPUT, true))
+        : await wasmCall(() => this.edge.run(image, "logits", this.nextId++, "f32", false)));
     if (replied) return null;
     const quality = local.quality ?? "full";
     const answer = { id: resultId, version: 1, quality, partial: true, top: local.top,

@@ -72,6 +72,16 @@ struct EdgeState {
     pending: HashMap<u64, ContentKey>,
 }
 
+/// What image bytes given to the edge hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ImageSource {
+    /// A photo: centre-cropped and resized to the network's input here.
+    Photo,
+    /// The network's 224x224 input itself, already cropped (the cloud-only upload
+    /// `encodeUploadJpeg` makes, sent as `Request::Input`): never cropped again.
+    ModelInput,
+}
+
 /// A run finished on this device from a features frame ([`EdgeRunner::finish_locally`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct LocalAnswer {
@@ -415,15 +425,18 @@ impl EdgeRunner {
     /// `MIN_INPUT_SIZE` to [`INPUT_SIZE`]): the stages loaded (full or light) run on it at a
     /// cost in proportion to its area (`macs_at`); what an outage answers with when the page
     /// trades agreement for speed. Below [`INPUT_SIZE`] the answer is reduced (the whole
-    /// network's answer is the one at full size). Also returns how long the stages took by the
-    /// clock `now` (ms). Not cached: the same image deserves the full answer later.
+    /// network's answer is the one at full size). A photo is centre-cropped first, as every
+    /// run crops it; a [`ImageSource::ModelInput`] is only resized, as the server reads it.
+    /// Also returns how long the stages took by the clock `now` (ms). Not cached: the same
+    /// image deserves the full answer later.
     ///
     /// # Errors
-    /// When the image does not decode, `size` is out of range, a stage is not loaded, or the
-    /// backend fails.
+    /// When the image does not decode (or a model input is not 224x224), `size` is out of
+    /// range, a stage is not loaded, or the backend fails.
     pub async fn answer_at(
         &self,
         image: &[u8],
+        source: ImageSource,
         size: usize,
         now: fn() -> f64,
     ) -> split_shared::Result<(LocalAnswer, f64)> {
@@ -437,8 +450,19 @@ impl EdgeRunner {
             }
             .into());
         }
-        let img = split_shared::image::decode(image)?;
-        let img = split_shared::image::center_crop_resize(&img, size);
+        let img = match source {
+            ImageSource::Photo => {
+                split_shared::image::center_crop_resize(&split_shared::image::decode(image)?, size)
+            }
+            ImageSource::ModelInput => {
+                let img = split_shared::image::decode_input(image)?;
+                if size == INPUT_SIZE {
+                    img
+                } else {
+                    split_shared::image::resize_bicubic(&img, size, size)
+                }
+            }
+        };
         let started = now();
         let x = split_shared::image::to_input_tensor(&img, &self.device);
         let x = self.model.borrow().forward_at(x)?;

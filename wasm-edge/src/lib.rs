@@ -32,7 +32,7 @@ use split_shared::model::{Boundary, Features};
 use split_shared::protocol::{ErrorCode, Reply, Request};
 use wasm_bindgen::prelude::*;
 
-pub use edge::{EdgeOutput, EdgeRunner, RunOptions};
+pub use edge::{EdgeOutput, EdgeRunner, ImageSource, RunOptions};
 #[cfg(feature = "encrypted")]
 pub use encrypted::EncryptedClient;
 pub use llm::LlmEdge;
@@ -199,16 +199,27 @@ impl EdgeSession {
 
     /// Answer `image` (JPEG or PNG bytes) here on a smaller square input, `size` pixels a side
     /// (32 to 224), with the stages loaded, full or light: a third of the compute at 128, and
-    /// an answer that agrees with the whole network's less often (docs/training.md). Resolves
-    /// to `{ top, quality, from: "input", inputSize, stagesMs }`; `quality` is `"reduced"`
-    /// below 224. `bad_option` for a size out of range, `weights_missing` while a stage is
-    /// missing.
+    /// an answer that agrees with the whole network's less often (docs/training.md). With
+    /// `model_input` true the image is the 224x224 model input (`encodeUploadJpeg`'s), resized
+    /// but not cropped again. Resolves to `{ top, quality, from: "input", inputSize, stagesMs }`;
+    /// `quality` is `"reduced"` below 224. `bad_option` for a size out of range,
+    /// `weights_missing` while a stage is missing, `bad_image` for a model input of another
+    /// size.
     #[wasm_bindgen(js_name = answerAt)]
-    pub fn answer_at(&self, image: Vec<u8>, size: u32) -> js_sys::Promise {
+    pub fn answer_at(
+        &self,
+        image: Vec<u8>,
+        size: u32,
+        model_input: Option<bool>,
+    ) -> js_sys::Promise {
         let runner = Rc::clone(&self.runner);
+        let source =
+            if model_input == Some(true) { ImageSource::ModelInput } else { ImageSource::Photo };
         wasm_bindgen_futures::future_to_promise(async move {
-            let (answer, stages_ms) =
-                runner.answer_at(&image, size as usize, js::now_ms).await.map_err(js_error)?;
+            let (answer, stages_ms) = runner
+                .answer_at(&image, source, size as usize, js::now_ms)
+                .await
+                .map_err(js_error)?;
             let out = js::local_answer(&answer);
             js_sys::Reflect::set(&out, &"stagesMs".into(), &stages_ms.into())?;
             Ok(out)

@@ -136,10 +136,12 @@ export class Resilience {
   }
 
   /** The light model's answer from the photo on a smaller copy of it (the client's
-   * `lightInput`); null when that is the network's own input (the caller's usual run). */
-  async smallAnswer(image) {
+   * `lightInput`); null when that is the network's own input (the caller's usual run).
+   * `modelInput`: the image is already the 224x224 model input (a cloud-only upload), resized
+   * but not cropped again. */
+  async smallAnswer(image, modelInput = false) {
     const size = this.client.lightInput;
-    return size < FULL_INPUT ? wasmCall(() => this.client.edge.answerAt(image, size)) : null;
+    return size < FULL_INPUT ? wasmCall(() => this.client.edge.answerAt(image, size, modelInput)) : null;
   }
 
   /** Keep a reduced answer's frame for the server (`{ id, frame, split, codec, top, model,

@@ -280,6 +280,41 @@ try {
       "the light model's answer, then the server's");
     assert.deepEqual([progressive.result.version, progressive.result.quality], [2, "full"]);
 
+    // The same for a model input uploaded cloud-only (what auto's cloud-only requests send):
+    // the first answer reads it as the server does, as it is, where a photo would be cropped
+    // first (and a model input cropped again loses its border).
+    const input = await page.evaluate(async () => {
+      const c = window.splitClient;
+      const { modelInputJpeg } = await import("/client/wasm.js");
+      const jpeg = await modelInputJpeg(new Uint8Array(await (await fetch("samples/coffee.png")).arrayBuffer()));
+      const id = "progressive-input";
+      await window.setLink("blackhole");
+      const release = (async () => {
+        const light = () => (window.splitUpdates ?? []).some((u) => u.id === id && u.version === 1);
+        for (const until = performance.now() + 10_000; !light() && performance.now() < until;) {
+          await new Promise((f) => setTimeout(f, 10));
+        }
+        await window.setLink("up");
+      })();
+      const r = await c.classify(jpeg, "cloud", { id, progressive: true, modelInput: true });
+      await release;
+      const top = (t) => ({ class: t[0].class, prob: t[0].prob });
+      const first = window.splitUpdates.find((u) => u.id === id && u.version === 1);
+      // The page's client lives in a worker: a client on this thread, holding the same
+      // stages (full to block5, the light model after), answers the two readings directly.
+      const { SplitClient } = await import("/split-client.js");
+      const here = await SplitClient.create({ weights: "block5", worker: false });
+      await here.weights.ensureLight();
+      const asInput = top((await here.edge.answerAt(jpeg, 224, true)).top);
+      const asPhoto = top((await here.edge.run(jpeg, "logits", 1e6, "f32", false)).top);
+      here.close();
+      return { result: [r.version, r.quality], first: first && [first.quality, top(first.top)], asInput, asPhoto };
+    });
+    console.log("outage: progressive model input", JSON.stringify(input));
+    assert.deepEqual(input.result, [2, "full"]);
+    assert.deepEqual(input.first, ["reduced", input.asInput], "the first answer is the model input's, not cropped again");
+    assert.notDeepEqual(input.asInput, input.asPhoto, "a second crop would answer otherwise");
+
     // A server killed (SIGKILL: no close frame, no goodbye) and started again.
     if (process.env.SPLIT_SERVER_CMD) {
       let own = await startOwnServer();

@@ -345,12 +345,14 @@ fn a_smaller_input_answers_reduced_from_full_or_light_stages() {
     else {
         panic!("edge-only answers here")
     };
-    let (same, _) = block_on(runner.answer_at(&photo(), 224, clock_ms)).unwrap();
+    let (same, _) =
+        block_on(runner.answer_at(&photo(), ImageSource::Photo, 224, clock_ms)).unwrap();
     assert_eq!(
         (same.top.clone(), same.reduced, same.from, same.input_size),
         (top, false, Boundary::INPUT, 224)
     );
-    let (small, stages_ms) = block_on(runner.answer_at(&photo(), 128, clock_ms)).unwrap();
+    let (small, stages_ms) =
+        block_on(runner.answer_at(&photo(), ImageSource::Photo, 128, clock_ms)).unwrap();
     assert!(small.reduced && small.input_size == 128 && stages_ms > 0.0, "{small:?}");
     assert!((281..=285).contains(&small.top[0].class), "still a cat at 128: {:?}", small.top);
 
@@ -360,23 +362,56 @@ fn a_smaller_input_answers_reduced_from_full_or_light_stages() {
     for (b, bytes) in &shards[..shards.len() - 1] {
         light.load_light_stage(*b, bytes).unwrap();
     }
-    let missing = block_on(light.answer_at(&photo(), 128, clock_ms)).unwrap_err();
+    let missing =
+        block_on(light.answer_at(&photo(), ImageSource::Photo, 128, clock_ms)).unwrap_err();
     assert!(
         matches!(missing, split_shared::Error::Model(ModelError::StageNotLoaded { .. })),
         "{missing}"
     );
     let (b, bytes) = shards.last().unwrap();
     light.load_light_stage(*b, bytes).unwrap();
-    let (int8, _) = block_on(light.answer_at(&photo(), 128, clock_ms)).unwrap();
+    let (int8, _) = block_on(light.answer_at(&photo(), ImageSource::Photo, 128, clock_ms)).unwrap();
     assert!(int8.reduced && (281..=285).contains(&int8.top[0].class), "{int8:?}");
-    let (int8_full_size, _) = block_on(light.answer_at(&photo(), 224, clock_ms)).unwrap();
+    let (int8_full_size, _) =
+        block_on(light.answer_at(&photo(), ImageSource::Photo, 224, clock_ms)).unwrap();
     assert!(int8_full_size.reduced, "the light model's answer is reduced at any size");
 
     for size in [0, 31, 225, usize::MAX] {
-        let err = block_on(runner.answer_at(&photo(), size, clock_ms)).unwrap_err();
+        let err =
+            block_on(runner.answer_at(&photo(), ImageSource::Photo, size, clock_ms)).unwrap_err();
         assert!(
             matches!(err, split_shared::Error::Model(ModelError::InputSize { .. })),
             "{size}: {err}"
         );
     }
+}
+
+/// A model input (the 224x224 upload a cloud-only request makes) is the network's input as it
+/// is: answered as the server reads it, not cropped a second time as a photo would be.
+#[test]
+fn a_model_input_is_answered_without_a_second_crop() {
+    let runner = runner();
+    let pixels = split_shared::image::preprocess(&photo()).unwrap();
+    let input = split_shared::image::encode_jpeg(&pixels, 90).unwrap();
+    let decoded = split_shared::image::decode_input(&input).unwrap();
+    let EdgeOutput::Local { top, .. } =
+        block_on(runner.run_pixels(&decoded, opts("logits", "f32", false), 1)).unwrap()
+    else {
+        panic!("edge-only answers here")
+    };
+    let (as_input, _) =
+        block_on(runner.answer_at(&input, ImageSource::ModelInput, 224, clock_ms)).unwrap();
+    assert_eq!((as_input.top.clone(), as_input.reduced), (top.clone(), false));
+    // Read as a photo, the same bytes lose their border to a second crop: another answer.
+    let (as_photo, _) =
+        block_on(runner.answer_at(&input, ImageSource::Photo, 224, clock_ms)).unwrap();
+    assert_ne!(as_photo.top, top);
+    let (small, _) =
+        block_on(runner.answer_at(&input, ImageSource::ModelInput, 128, clock_ms)).unwrap();
+    assert!(small.reduced && small.input_size == 128, "{small:?}");
+    assert!((281..=285).contains(&small.top[0].class), "still a cat at 128: {:?}", small.top);
+    // A photo is no model input: refused as the server refuses it.
+    let err =
+        block_on(runner.answer_at(&photo(), ImageSource::ModelInput, 128, clock_ms)).unwrap_err();
+    assert!(matches!(err, split_shared::Error::ImageDecode(_)), "{err}");
 }
