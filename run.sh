@@ -7,6 +7,18 @@ set -euo pipefail
 cd "$(dirname "$0")"
 export SPLIT_CACHE="${SPLIT_CACHE:-$HOME/.cache/splitinfer}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$SPLIT_CACHE/target}"
+# Cargo names a workspace crate's build by paths inside the workspace, so another checkout's
+# build of the same crates counts as current here whenever this checkout's files are older
+# than it (seen: a lab run in one clone served a module built from another clone's sources).
+# When a different checkout built last, this one's tracked files are marked changed and its
+# crates build again; the dependencies stay built.
+mkdir -p "$CARGO_TARGET_DIR"
+built_by="$CARGO_TARGET_DIR/.checkout"
+if [ -f "$built_by" ] && [ "$(cat "$built_by")" != "$PWD" ] && git rev-parse --git-dir >/dev/null 2>&1; then
+  echo "run.sh: $(cat "$built_by") built last in $CARGO_TARGET_DIR: rebuilding this checkout's crates" >&2
+  git ls-files -z | xargs -0 touch -c --
+fi
+echo "$PWD" > "$built_by"
 if ! command -v cargo >/dev/null; then
   echo "run.sh: cargo not found; install Rust from https://rustup.rs" >&2
   exit 1
