@@ -203,10 +203,12 @@ impl AdaptivePlanner {
         self.policy.observe_request(now, r);
     }
 
-    /// A request or a ping failed (closed, unreachable, past its deadline).
+    /// A request or a ping failed (closed, unreachable, past its deadline) at `now`; `sent`:
+    /// when it was sent (`now` when not given). One sent before something that was answered
+    /// does not mark the link down.
     #[wasm_bindgen(js_name = observeFailure)]
-    pub fn observe_failure(&mut self, now: f64) {
-        self.policy.observe_failure(now);
+    pub fn observe_failure(&mut self, now: f64, sent: Option<f64>) {
+        self.policy.observe_failure_of(now, sent.unwrap_or(now));
     }
 
     /// Whether the server is believed reachable: no failure since the last answer or pong.

@@ -100,7 +100,7 @@ export class Adaptive {
       // calibration it lacks), the edge can still answer; only the caller's own mistakes (an
       // undecodable image, an unknown option) would fail there too.
       if (!(e instanceof SplitError) || CALLER_ERRORS.has(e.code)) throw e;
-      planner.observeFailure(performance.now());
+      planner.observeFailure(performance.now(), started);
       // An encrypted request's features go nowhere else: the fallback runs the whole network.
       r = await resilience.answer(image, split === "encrypted" ? "edge" : split, codec, options.id, options, e.message);
       r.totalMs = performance.now() - started; // the wait for the server counts too
@@ -173,8 +173,9 @@ export class Adaptive {
   /** A ping the planner learns from (its round trip, or the failure). */
   async ping(probeBytes) {
     const timeoutMs = this.planner.pingTimeoutMs(probeBytes, this.client.timeoutMs);
+    const sent = performance.now();
     const p = await this.client.ping(probeBytes, timeoutMs);
-    if (p == null) this.planner.observeFailure(performance.now());
+    if (p == null) this.planner.observeFailure(performance.now(), sent);
     else this.planner.observePing(performance.now(), probeBytes, p.ms, p.load.waitMs, p.skewed);
     if (p?.load) this.planner.observePrice(p.load.price);
     return p;

@@ -130,6 +130,8 @@ pub struct AdaptivePolicy {
     fixed: FixedCosts,
     last_sent_ms: f64,
     last_probe_ms: f64,
+    /// When the latest attempt that got an answer (a reply or a pong) was sent.
+    last_answered_sent_ms: f64,
 }
 
 impl AdaptivePolicy {
@@ -150,6 +152,7 @@ impl AdaptivePolicy {
             fixed: FixedCosts::default(),
             last_sent_ms: f64::NEG_INFINITY,
             last_probe_ms: f64::NEG_INFINITY,
+            last_answered_sent_ms: f64::NEG_INFINITY,
         }
     }
 
@@ -285,6 +288,8 @@ impl AdaptivePolicy {
     /// A request came back (or ran locally).
     pub fn observe_request(&mut self, now: f64, r: RequestObservation) {
         if r.bytes_sent > 0.0 {
+            // The server answered it (a local answer sends nothing and says nothing of the link).
+            self.answered(now - r.round_trip_ms);
             // A cloud-only request says what this client's inputs weigh (the table's figure is
             // a typical photo's JPEG): the next is priced at it.
             if self.current() == Placement::CloudOnly {
@@ -313,7 +318,25 @@ impl AdaptivePolicy {
 
     /// A request or a ping failed: the link counts as down until something gets through.
     pub fn observe_failure(&mut self, now: f64) {
+        self.observe_failure_of(now, now);
+    }
+
+    /// A request or a ping sent at `sent` failed at `now`. Something sent after it that got
+    /// an answer is newer news of the link: the failure then says nothing (a ping that timed
+    /// out late, sent while the link was down, would otherwise mark down a link a later pong
+    /// had found up again).
+    pub fn observe_failure_of(&mut self, now: f64, sent: f64) {
+        if sent < self.last_answered_sent_ms {
+            return;
+        }
         self.monitor.observe_outage(now);
+    }
+
+    /// Something sent at `sent` was answered.
+    fn answered(&mut self, sent: f64) {
+        if sent.is_finite() {
+            self.last_answered_sent_ms = self.last_answered_sent_ms.max(sent);
+        }
     }
 
     /// Whether a probe is due at `now`. A periodic timer asks a little early (three quarters of
@@ -342,6 +365,7 @@ impl AdaptivePolicy {
     /// A pong came back: the link is up; unless an edge run overlapped it, its round trip is
     /// the network's.
     pub fn observe_ping(&mut self, now: f64, p: PingObservation) {
+        self.answered(now - p.ms);
         self.monitor.observe_queue(now, p.queue_wait_ms);
         self.monitor.observe_alive();
         if p.skewed {
@@ -480,6 +504,39 @@ mod tests {
         p.observe_ping(3.0, PingObservation { ms: 900.0, skewed: true, ..bare });
         assert!(p.forecast().link_up);
         assert!((p.forecast().now.rtt_ms - 40.0).abs() < 1e-9);
+    }
+
+    /// Pings overlap on a slow link (one every 2 s, each waiting up to 2 s): one sent while the
+    /// link was down may time out after a later one found it up again.
+    #[test]
+    fn a_failure_older_than_an_answer_does_not_mark_the_link_down() {
+        let mut p = AdaptivePolicy::new(candidates());
+        let bare = PingObservation { probe_bytes: 0, ms: 40.0, queue_wait_ms: 0.0, skewed: false };
+        p.observe_failure_of(1_000.0, 0.0);
+        assert!(!p.forecast().link_up);
+        // Sent at 1,500, answered at 1,540: up again.
+        p.observe_ping(1_540.0, bare);
+        assert!(p.forecast().link_up);
+        // A ping sent at 1,000 times out at 3,000: older than the answer, it changes nothing.
+        p.observe_failure_of(3_000.0, 1_000.0);
+        assert!(p.forecast().link_up, "a stale failure marked the link down");
+        // One sent after the answer did fail: down.
+        p.observe_failure_of(4_000.0, 2_000.0);
+        assert!(!p.forecast().link_up);
+        // A request's reply counts as an answer from when it was sent.
+        let reply = RequestObservation {
+            bytes_sent: 10_000.0,
+            round_trip_ms: 150.0,
+            server_ms: 20.0,
+            queue_wait_ms: None,
+            waited_ms: None,
+        };
+        p.observe_request(5_150.0, reply);
+        assert!(p.forecast().link_up);
+        p.observe_failure_of(6_000.0, 4_500.0);
+        assert!(p.forecast().link_up, "sent before the request that was answered");
+        p.observe_failure(6_100.0);
+        assert!(!p.forecast().link_up, "a failure with no send time is news");
     }
 
     #[test]
