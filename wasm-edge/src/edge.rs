@@ -12,6 +12,7 @@ use split_shared::codec::{
     Calibration, DEFAULT_KEYFRAME_INTERVAL, DecodeContext, EncodeContext, Noise, Setting,
     StreamEncoder,
 };
+use split_shared::image::RgbImage;
 use split_shared::labels::{Prediction, TOP_K, top_k};
 use split_shared::model::{
     Boundary, EfficientNetLite0, Features, INPUT_SIZE, MAX_BATCH, MIN_INPUT_SIZE, ModelError,
@@ -80,6 +81,21 @@ pub enum ImageSource {
     /// The network's 224x224 input itself, already cropped (the cloud-only upload
     /// `encodeUploadJpeg` makes, sent as `Request::Input`): never cropped again.
     ModelInput,
+}
+
+impl ImageSource {
+    /// Decode `bytes` to the network's input at `size` x `size` pixels: a photo centre-cropped
+    /// and resized, a model input (224x224, else [`split_shared::Error::ImageDecode`]) resized.
+    fn pixels(self, bytes: &[u8], size: usize) -> split_shared::Result<RgbImage> {
+        use split_shared::image::{center_crop_resize, decode, decode_input, resize_bicubic};
+        Ok(match self {
+            Self::Photo => center_crop_resize(&decode(bytes)?, size),
+            Self::ModelInput => {
+                let img = decode_input(bytes)?;
+                if size == INPUT_SIZE { img } else { resize_bicubic(&img, size, size) }
+            }
+        })
+    }
 }
 
 /// A run finished on this device from a features frame ([`EdgeRunner::finish_locally`]).
@@ -450,19 +466,7 @@ impl EdgeRunner {
             }
             .into());
         }
-        let img = match source {
-            ImageSource::Photo => {
-                split_shared::image::center_crop_resize(&split_shared::image::decode(image)?, size)
-            }
-            ImageSource::ModelInput => {
-                let img = split_shared::image::decode_input(image)?;
-                if size == INPUT_SIZE {
-                    img
-                } else {
-                    split_shared::image::resize_bicubic(&img, size, size)
-                }
-            }
-        };
+        let img = source.pixels(image, size)?;
         let started = now();
         let x = split_shared::image::to_input_tensor(&img, &self.device);
         let x = self.model.borrow().forward_at(x)?;
@@ -516,10 +520,10 @@ impl EdgeRunner {
             request @ (Request::Image { .. } | Request::Input { .. }) => {
                 let (id, img) = match request {
                     Request::Input { id, payload } => {
-                        (id, split_shared::image::decode_input(&payload))
+                        (id, ImageSource::ModelInput.pixels(&payload, INPUT_SIZE))
                     }
                     Request::Image { id, payload } => {
-                        (id, split_shared::image::preprocess(&payload))
+                        (id, ImageSource::Photo.pixels(&payload, INPUT_SIZE))
                     }
                     _ => unreachable!("matched above"),
                 };

@@ -121,7 +121,28 @@ const port = await link.listen();
 // all 18.5 MB), so the edge holds block5's stages and the light model covers the rest.
 const pageUrl = `http://127.0.0.1:${port}/?weights=block5&max_edge_mb=1`;
 
-const ready = (page) => page.waitForFunction(() => ["ready", "failed"].includes(document.body.dataset.state), null, { timeout: STEP_TIMEOUT_MS });
+/** The page started; it gains `holdLink(id, ms)`: the link goes silent (a black hole, through
+ * the page's `setLink`) and `{ released }` resolves once result `id`'s first answer (version 1)
+ * is announced, or `ms` pass, to the ms the link was held, with the link up again. So the
+ * server's answer cannot come before the light model's (from its cache, on a loaded machine),
+ * which would leave nothing progressive, by design. */
+const ready = async (page) => {
+  await page.waitForFunction(() => ["ready", "failed"].includes(document.body.dataset.state), null, { timeout: STEP_TIMEOUT_MS });
+  await page.evaluate(() => {
+    window.holdLink = async (id, ms) => {
+      await window.setLink("blackhole");
+      const held = performance.now();
+      const first = () => (window.splitUpdates ?? []).some((u) => u.id === id && u.version === 1);
+      const released = (async () => {
+        while (!first() && performance.now() - held < ms) await new Promise((f) => setTimeout(f, 10));
+        const heldMs = performance.now() - held;
+        await window.setLink("up");
+        return heldMs;
+      })();
+      return { released };
+    };
+  });
+};
 
 try {
   await onPage(async (page) => {
@@ -253,25 +274,15 @@ try {
       { timeout: STEP_TIMEOUT_MS });
 
     // Progressive: the light model's answer first (version 1, reduced), the server's after it.
-    // The link holds the server's answer until the light model's is out: a server that answers
-    // first (from its cache, on a loaded machine) leaves nothing progressive, by design.
+    // The link holds the server's answer until the light model's is out (`holdLink`).
     const progressive = await page.evaluate(async () => {
       const c = window.splitClient;
       const bytes = new Uint8Array(await (await fetch("samples/camera.png")).arrayBuffer());
       const id = "progressive-camera";
-      await window.setLink("blackhole");
+      const { released } = await window.holdLink(id, 10_000);
       const t = performance.now();
-      let lightMs = null;
-      const release = (async () => {
-        const light = () => (window.splitUpdates ?? []).some((u) => u.id === id && u.version === 1);
-        for (const until = performance.now() + 10_000; !light() && performance.now() < until;) {
-          await new Promise((f) => setTimeout(f, 10));
-        }
-        lightMs = performance.now() - t;
-        await window.setLink("up");
-      })();
       const r = await c.classify(bytes, "block5", { id, progressive: true });
-      await release;
+      const lightMs = await released;
       return { result: { version: r.version, quality: r.quality, top1: r.top[0].class, ms: performance.now() - t, lightMs },
                updates: window.splitUpdates.filter((u) => u.id === id).map((u) => ({ version: u.version, quality: u.quality, top1: u.top[0].class })) };
     });
@@ -288,16 +299,9 @@ try {
       const { modelInputJpeg } = await import("/client/wasm.js");
       const jpeg = await modelInputJpeg(new Uint8Array(await (await fetch("samples/coffee.png")).arrayBuffer()));
       const id = "progressive-input";
-      await window.setLink("blackhole");
-      const release = (async () => {
-        const light = () => (window.splitUpdates ?? []).some((u) => u.id === id && u.version === 1);
-        for (const until = performance.now() + 10_000; !light() && performance.now() < until;) {
-          await new Promise((f) => setTimeout(f, 10));
-        }
-        await window.setLink("up");
-      })();
+      const { released } = await window.holdLink(id, 10_000);
       const r = await c.classify(jpeg, "cloud", { id, progressive: true, modelInput: true });
-      await release;
+      await released;
       const top = (t) => ({ class: t[0].class, prob: t[0].prob });
       const first = window.splitUpdates.find((u) => u.id === id && u.version === 1);
       // The page's client lives in a worker: a client on this thread, holding the same
@@ -474,16 +478,9 @@ try {
       await c.classify(await image("chelsea"), "auto"); // the light model downloads after it
       for (let i = 0; i < 600 && !(await c.weightsState()).light; i++) await new Promise((f) => setTimeout(f, 100));
       const id = "small-progressive";
-      await window.setLink("blackhole");
-      const release = (async () => {
-        const first = () => (window.splitUpdates ?? []).some((u) => u.id === id && u.version === 1);
-        for (const until = performance.now() + 20_000; !first() && performance.now() < until;) {
-          await new Promise((f) => setTimeout(f, 10));
-        }
-        await window.setLink("up");
-      })();
+      const { released } = await window.holdLink(id, 20_000);
       const r = await c.classify(await image("coffee"), "block5", { id, progressive: true });
-      await release;
+      await released;
       const updates = window.splitUpdates.filter((u) => u.id === id)
         .map((u) => ({ version: u.version, quality: u.quality, inputSize: u.inputSize ?? null }));
       await window.setLink("reset");
