@@ -28,6 +28,8 @@ use super::head::{argmax, tensor2};
 pub struct Args {
     #[command(flatten)]
     photos: crate::eval::Photos,
+    #[command(flatten)]
+    extra: super::data::Extra,
     /// Where the bottleneck sits.
     #[arg(long, default_value = "block5")]
     at: Boundary,
@@ -232,7 +234,8 @@ pub fn run(a: Args) -> Result<()> {
     let device = Device::flex();
     let model = EfficientNetLite0::from_weights(&weights, &device)?;
     let (files, _) = a.photos.read()?;
-    let (train_files, held) = split(&files);
+    let (mut train_files, held) = split(&files);
+    train_files.extend(a.extra.files()?);
     let [c, h, w] = a.at.info().shape;
     let mut rng = StdRng::seed_from_u64(a.seed);
     let mut rows = Vec::new();

@@ -6,8 +6,13 @@
 //! photo's area, aspect 3:4 to 4:3), mirrored half the time, with brightness, contrast and
 //! saturation jittered by up to ±30%: the teacher sees the same view, so any view is a valid
 //! example.
+//!
+//! More photos may be trained on beside the dev set's (`--extra`): any natural photos serve,
+//! since no label is used. They are never held back and never measured.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
 
 use rand::Rng;
 use split_shared::container::fnv1a64;
@@ -42,6 +47,73 @@ pub fn halves(held: &[PathBuf]) -> (Vec<PathBuf>, Vec<PathBuf>) {
     held.iter()
         .cloned()
         .partition(|f| chooses(f.file_name().and_then(|n| n.to_str()).unwrap_or_default()))
+}
+
+/// Photos trained on beside the dev set's.
+#[derive(clap::Args, Debug, Default)]
+pub struct Extra {
+    /// A folder of more photos to train on, its subfolders included (e.g.
+    /// ../shared/data/caltech101): all trained on, none held back or measured.
+    #[arg(long)]
+    pub extra: Option<PathBuf>,
+    /// At most this many photos of each folder of `--extra`, the first by name (a collection
+    /// with a few large folders would otherwise be mostly those).
+    #[arg(long, default_value_t = 40)]
+    pub extra_per_folder: usize,
+}
+
+impl Extra {
+    /// The extra photos, sorted by path; none without `--extra`.
+    pub fn files(&self) -> Result<Vec<PathBuf>> {
+        let Some(root) = &self.extra else { return Ok(Vec::new()) };
+        let mut out = Vec::new();
+        collect(root, self.extra_per_folder, &mut out)?;
+        if out.is_empty() {
+            anyhow::bail!("--extra: no .jpg or .png images in {} or below", root.display());
+        }
+        Ok(out)
+    }
+}
+
+fn collect(dir: &Path, per_folder: usize, out: &mut Vec<PathBuf>) -> Result<()> {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    entries.sort();
+    let mut here = 0;
+    for path in entries {
+        if path.is_dir() {
+            collect(&path, per_folder, out)?;
+        } else if here < per_folder && is_image(&path) {
+            out.push(path);
+            here += 1;
+        }
+    }
+    Ok(())
+}
+
+fn is_image(p: &Path) -> bool {
+    p.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| matches!(e.to_ascii_lowercase().as_str(), "jpg" | "jpeg" | "png"))
+}
+
+/// How the photos trained on are listed (in a trained file's `meta.photos`, in cache keys):
+/// a dev photo by its file name, an extra one with its folder's name in front (collections
+/// reuse file names from folder to folder).
+pub fn listing(dev: &[PathBuf], extra: &[PathBuf]) -> String {
+    fn name(f: &Path) -> String {
+        f.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string()
+    }
+    fn folder(f: &Path) -> String {
+        f.parent().map(name).unwrap_or_default()
+    }
+    dev.iter()
+        .map(|f| name(f))
+        .chain(extra.iter().map(|f| format!("{}/{}", folder(f), name(f))))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// A random view of `img` at the network's input size.
@@ -107,6 +179,27 @@ mod tests {
         assert_eq!(train.len() + held.len(), 400);
         assert!((70..=130).contains(&held.len()), "{}", held.len());
         assert!(held.iter().all(|f| held_back(f.to_str().unwrap())));
+    }
+
+    /// Extra photos come from every folder, at most so many of each, listed with their folder.
+    #[test]
+    fn extra_photos_are_read_from_every_folder() {
+        let root = std::env::temp_dir().join(format!("split-extra-{}", std::process::id()));
+        for (dir, n) in [("a", 3), ("b", 1)] {
+            std::fs::create_dir_all(root.join(dir)).unwrap();
+            for i in 0..n {
+                std::fs::write(root.join(dir).join(format!("image_{i}.jpg")), b"").unwrap();
+            }
+            std::fs::write(root.join(dir).join("notes.txt"), b"").unwrap();
+        }
+        let extra = Extra { extra: Some(root.clone()), extra_per_folder: 2 };
+        let files = extra.files().unwrap();
+        let listed = listing(&[PathBuf::from("/dev/n1_x.JPEG")], &files);
+        assert_eq!(listed, "n1_x.JPEG\na/image_0.jpg\na/image_1.jpg\nb/image_0.jpg");
+        assert!(Extra::default().files().unwrap().is_empty());
+        let empty = Extra { extra: Some(root.join("a").join("notes.txt")), extra_per_folder: 2 };
+        assert!(empty.files().is_err());
+        std::fs::remove_dir_all(root).unwrap();
     }
 
     /// Views are the input size, differ from one another, and the same seed makes the same.

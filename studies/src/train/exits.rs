@@ -19,7 +19,7 @@ use split_shared::container::TensorFile;
 use split_shared::model::{Boundary, EfficientNetLite0, NUM_CLASSES, read_weights};
 use split_shared::plan::wilson_lower;
 
-use super::data::{augment, halves, split};
+use super::data::{augment, halves, listing, split};
 use super::head::{Batch, Classifier, LinearHead, Loss, argmax};
 use crate::adam::Adam;
 
@@ -37,6 +37,8 @@ pub const EXITS_MAGIC: [u8; 4] = *b"SPLX";
 pub struct Args {
     #[command(flatten)]
     photos: crate::eval::Photos,
+    #[command(flatten)]
+    extra: super::data::Extra,
     /// Boundaries to exit at.
     #[arg(long, value_delimiter = ',', default_value = "block11,block15")]
     at: Vec<Boundary>,
@@ -162,8 +164,7 @@ fn cached_views(
     centre: bool,
     seed: u64,
 ) -> Result<Views> {
-    let list: String =
-        files.iter().filter_map(|f| f.file_name()?.to_str()).collect::<Vec<_>>().join("\n");
+    let list: String = files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join("\n");
     let names: Vec<&str> = at.iter().map(|b| b.name()).collect();
     let key = format!("{name}|grid{GRID}|{list}|{}|{views}|{centre}|{seed}", names.join(","));
     let path = split_paths::cache_dir()
@@ -333,12 +334,15 @@ pub fn run(a: Args) -> Result<()> {
         FEATURES,
     );
     let (files, _) = a.photos.read()?;
-    let (train_files, held) = split(&files);
+    let (dev_train, held) = split(&files);
+    let extra = a.extra.files()?;
+    let train_files: Vec<PathBuf> = dev_train.iter().chain(&extra).cloned().collect();
     // The held-back photos in two halves: one chooses the thresholds, the other is reported.
     let (choose, report) = halves(&held);
     eprintln!(
-        "train: {} photos trained on ({} views each), {} held back to choose thresholds, {} to report",
+        "train: {} photos trained on ({} of them extra; {} views each), {} held back to choose thresholds, {} to report",
         train_files.len(),
+        extra.len(),
         a.views,
         choose.len(),
         report.len()
@@ -398,10 +402,7 @@ pub fn run(a: Args) -> Result<()> {
     let command =
         format!("./run.sh train {}", std::env::args().skip(2).collect::<Vec<_>>().join(" "));
     out.insert_text("meta.command", command.trim());
-    out.insert_text(
-        "meta.photos",
-        &train_files.iter().filter_map(|f| f.file_name()?.to_str()).collect::<Vec<_>>().join("\n"),
-    );
+    out.insert_text("meta.photos", &listing(&dev_train, &extra));
     let path = a.out.clone().unwrap_or_else(|| {
         split_paths::weights_file().with_file_name("efficientnet-lite0-exits.splx")
     });

@@ -32,7 +32,7 @@ use split_shared::model::{
 };
 use split_shared::plan::wilson_lower;
 
-use super::data::{augment, halves, split};
+use super::data::{augment, halves, listing, split};
 use super::head::argmax;
 use crate::adam::Adam;
 
@@ -44,6 +44,8 @@ const FIT_PHOTOS: usize = 100;
 pub struct Args {
     #[command(flatten)]
     photos: crate::eval::Photos,
+    #[command(flatten)]
+    extra: super::data::Extra,
     /// The input side the light model runs at (its cost in proportion to the maps' area).
     #[arg(long, default_value_t = 128)]
     size: usize,
@@ -335,12 +337,15 @@ pub fn run(a: Args) -> Result<()> {
     let flex = Device::flex();
     let teacher = EfficientNetLite0::from_weights(&weights, &flex)?;
     let (files, _) = a.photos.read()?;
-    let (train_files, held) = split(&files);
+    let (dev_train, held) = split(&files);
+    let extra = a.extra.files()?;
+    let train_files: Vec<PathBuf> = dev_train.iter().chain(&extra).cloned().collect();
     // The held-back photos in two halves: one watched while training, the other reported.
     let (watch, report) = halves(&held);
     eprintln!(
-        "train: {} photos trained on, {} held back to watch, {} to report; input {}×{}",
+        "train: {} photos trained on ({} of them extra), {} held back to watch, {} to report; input {}×{}",
         train_files.len(),
+        extra.len(),
         watch.len(),
         report.len(),
         a.size,
@@ -395,10 +400,7 @@ pub fn run(a: Args) -> Result<()> {
     let mut file = trained.clone();
     file.insert_text("meta.command", command.trim());
     file.insert("meta.input_size", vec![1], vec![a.size as f32]);
-    file.insert_text(
-        "meta.photos",
-        &train_files.iter().filter_map(|f| f.file_name()?.to_str()).collect::<Vec<_>>().join("\n"),
-    );
+    file.insert_text("meta.photos", &listing(&dev_train, &extra));
     let path = a.out.clone().unwrap_or_else(|| {
         split_paths::weights_file()
             .with_file_name(format!("efficientnet-lite0-light{}.splw", a.size))

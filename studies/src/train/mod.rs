@@ -47,9 +47,11 @@ type BottleneckArgs = bottleneck::Args;
 #[cfg(feature = "train")]
 type LightArgs = light::Args;
 
-/// Without the `train` feature the arguments are passed on as they are.
+/// Without the `train` feature the arguments are passed on as they are, `--help` included
+/// (the build with the feature knows the options).
 #[cfg(not(feature = "train"))]
 #[derive(clap::Args, Debug)]
+#[command(disable_help_flag = true)]
 struct Passed {
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     rest: Vec<String>,
