@@ -28,7 +28,7 @@ use xtask::{ci, cluster, docs, fuzz, server, setup, wasm_build};
     about,
     long_about = None,
     after_help = "The measuring tasks, each with its own --help:\n  \
-                  split-studies: calibrate, eval, encrypted, fusion, light, stream-eval, invert, adversarial,\n                 llm-invert, llm-codec\n  \
+                  split-studies: calibrate, eval, encrypted, fusion, light, stream-eval, invert, adversarial,\n                 llm-invert, llm-codec, train\n  \
                   split-lab:     lab, profile, plan-sim, onnx, chat, llm-crowd, llm-placements"
 )]
 struct Cli {
@@ -90,5 +90,33 @@ fn task(task: Task) -> Result<()> {
         Task::Test => ci::test_all(),
         Task::Fuzz(a) => fuzz::run(a),
         Task::Docs(a) => docs::run(a),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Every task `run.sh` sends to `split-studies` or `split-lab` is named in `./run.sh
+    /// help` (the list is written by hand; `train` was once missing from it).
+    #[test]
+    fn the_help_names_every_measuring_task() {
+        let run_sh = include_str!("../../run.sh");
+        let help = super::Cli::command().render_help().to_string();
+        let mut routed = 0;
+        for line in run_sh.lines().map(str::trim) {
+            let Some(patterns) = line.strip_suffix(')') else { continue };
+            if !patterns.contains(" | ") {
+                continue;
+            }
+            for task in patterns.split(" | ").map(str::trim) {
+                routed += 1;
+                let named = help
+                    .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+                    .any(|w| w == task);
+                assert!(named, "`./run.sh help` does not name `{task}`");
+            }
+        }
+        assert!(routed >= 10, "found {routed} routed tasks in run.sh");
     }
 }
