@@ -60,6 +60,10 @@ pub struct Extra {
     /// with a few large folders would otherwise be mostly those).
     #[arg(long, default_value_t = 40)]
     pub extra_per_folder: usize,
+    /// Also measure on up to this many more photos of each folder of `--extra`, the next by
+    /// name, never trained on: photos of the categories training saw (`exits` only).
+    #[arg(long, default_value_t = 0)]
+    pub extra_measured: usize,
 }
 
 impl Extra {
@@ -67,27 +71,39 @@ impl Extra {
     pub fn files(&self) -> Result<Vec<PathBuf>> {
         let Some(root) = &self.extra else { return Ok(Vec::new()) };
         let mut out = Vec::new();
-        collect(root, self.extra_per_folder, &mut out)?;
+        collect(root, 0..self.extra_per_folder, &mut out)?;
         if out.is_empty() {
             anyhow::bail!("--extra: no .jpg or .png images in {} or below", root.display());
         }
         Ok(out)
     }
+
+    /// The photos of `--extra-measured`: the next ones of each folder, not trained on.
+    pub fn measured(&self) -> Result<Vec<PathBuf>> {
+        let Some(root) = &self.extra else { return Ok(Vec::new()) };
+        let mut out = Vec::new();
+        let first = self.extra_per_folder;
+        collect(root, first..first.saturating_add(self.extra_measured), &mut out)?;
+        Ok(out)
+    }
 }
 
-fn collect(dir: &Path, per_folder: usize, out: &mut Vec<PathBuf>) -> Result<()> {
+/// The photos of `dir` and its subfolders whose rank by name in their folder is in `ranks`.
+fn collect(dir: &Path, ranks: std::ops::Range<usize>, out: &mut Vec<PathBuf>) -> Result<()> {
     let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
         .with_context(|| format!("reading {}", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .collect();
     entries.sort();
-    let mut here = 0;
+    let mut rank = 0;
     for path in entries {
         if path.is_dir() {
-            collect(&path, per_folder, out)?;
-        } else if here < per_folder && is_image(&path) {
-            out.push(path);
-            here += 1;
+            collect(&path, ranks.clone(), out)?;
+        } else if is_image(&path) {
+            if ranks.contains(&rank) {
+                out.push(path);
+            }
+            rank += 1;
         }
     }
     Ok(())
@@ -181,7 +197,8 @@ mod tests {
         assert!(held.iter().all(|f| held_back(f.to_str().unwrap())));
     }
 
-    /// Extra photos come from every folder, at most so many of each, listed with their folder.
+    /// Extra photos come from every folder, at most so many of each, listed with their folder;
+    /// the measured ones are the next of each folder.
     #[test]
     fn extra_photos_are_read_from_every_folder() {
         let root = std::env::temp_dir().join(format!("split-extra-{}", std::process::id()));
@@ -192,12 +209,17 @@ mod tests {
             }
             std::fs::write(root.join(dir).join("notes.txt"), b"").unwrap();
         }
-        let extra = Extra { extra: Some(root.clone()), extra_per_folder: 2 };
+        let extra = Extra { extra: Some(root.clone()), extra_per_folder: 2, extra_measured: 5 };
         let files = extra.files().unwrap();
         let listed = listing(&[PathBuf::from("/dev/n1_x.JPEG")], &files);
         assert_eq!(listed, "n1_x.JPEG\na/image_0.jpg\na/image_1.jpg\nb/image_0.jpg");
+        assert_eq!(extra.measured().unwrap(), [root.join("a").join("image_2.jpg")]);
         assert!(Extra::default().files().unwrap().is_empty());
-        let empty = Extra { extra: Some(root.join("a").join("notes.txt")), extra_per_folder: 2 };
+        let empty = Extra {
+            extra: Some(root.join("a").join("notes.txt")),
+            extra_per_folder: 2,
+            extra_measured: 0,
+        };
         assert!(empty.files().is_err());
         std::fs::remove_dir_all(root).unwrap();
     }

@@ -353,6 +353,14 @@ pub fn run(a: Args) -> Result<()> {
     let reported_views =
         cached_views(&model, "report-views", &report, &at, a.held_views, false, a.seed + 3)?;
 
+    // Photos of the extra folders' categories that training did not see (a diagnostic: how
+    // the exits answer photos of classes they were trained on).
+    let measured_files = a.extra.measured()?;
+    let measured = (!measured_files.is_empty())
+        .then(|| cached_views(&model, "extra-measured", &measured_files, &at, 0, true, a.seed + 5))
+        .transpose()?;
+    let mut measured_rows = Vec::new();
+
     let mut rng = StdRng::seed_from_u64(a.seed + 4);
     let mut out = TensorFile::new();
     let total = Boundary::LOGITS.info().cumulative_macs as f64;
@@ -395,9 +403,33 @@ pub fn run(a: Args) -> Result<()> {
             pct(fit, seen.n),
             seen.n,
         );
+        if let Some(m) = &measured {
+            let (early, ok, all) = tally(&exit_answers(&head, m, k, &classifier), t);
+            measured_rows.push(format!(
+                "| {b} | {t:.3} | {:.0}% ({early}/{}) | {} | {:.1}% ({all}/{}) |",
+                pct(early, m.n),
+                m.n,
+                bound(ok, early),
+                pct(all, m.n),
+                m.n,
+            ));
+        }
         out.insert(format!("{b}.weight"), vec![head.inputs, FEATURES], head.weight);
         out.insert(format!("{b}.bias"), vec![FEATURES], head.bias);
         out.insert(format!("{b}.threshold"), vec![1], vec![t]);
+    }
+    if !measured_rows.is_empty() {
+        println!(
+            "\nphotos of the extra folders' categories, not trained on ({}, centre crops):\n",
+            measured_files.len()
+        );
+        println!(
+            "| exit | threshold | answered early | of those agreeing | agreement without threshold |"
+        );
+        println!("|---|---|---|---|---|");
+        for row in measured_rows {
+            println!("{row}");
+        }
     }
     let command =
         format!("./run.sh train {}", std::env::args().skip(2).collect::<Vec<_>>().join(" "));
