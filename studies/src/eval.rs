@@ -131,12 +131,15 @@ pub(crate) fn image_files(dir: &std::path::Path) -> Result<Vec<PathBuf>> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .with_context(|| format!("reading {}", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            matches!(p.extension().and_then(|e| e.to_str()), Some("jpg" | "jpeg" | "png" | "JPEG"))
-        })
+        .filter(|p| is_image(p))
         .collect();
     files.sort();
     Ok(files)
+}
+
+/// Whether a file is a photo the tools read, by its extension.
+pub(crate) fn is_image(p: &std::path::Path) -> bool {
+    matches!(p.extension().and_then(|e| e.to_str()), Some("jpg" | "jpeg" | "png" | "JPEG"))
 }
 
 fn logits_of(t: Tensor<4>) -> Vec<f32> {

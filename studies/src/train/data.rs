@@ -60,10 +60,6 @@ pub struct Extra {
     /// with a few large folders would otherwise be mostly those).
     #[arg(long, default_value_t = 40)]
     pub extra_per_folder: usize,
-    /// Also measure on up to this many more photos of each folder of `--extra`, the next by
-    /// name, never trained on: photos of the categories training saw (`exits` only).
-    #[arg(long, default_value_t = 0)]
-    pub extra_measured: usize,
 }
 
 impl Extra {
@@ -78,12 +74,12 @@ impl Extra {
         Ok(out)
     }
 
-    /// The photos of `--extra-measured`: the next ones of each folder, not trained on.
-    pub fn measured(&self) -> Result<Vec<PathBuf>> {
+    /// Up to `n` more photos of each folder, the next by name: not trained on.
+    pub fn measured(&self, n: usize) -> Result<Vec<PathBuf>> {
         let Some(root) = &self.extra else { return Ok(Vec::new()) };
         let mut out = Vec::new();
         let first = self.extra_per_folder;
-        collect(root, first..first.saturating_add(self.extra_measured), &mut out)?;
+        collect(root, first..first.saturating_add(n), &mut out)?;
         Ok(out)
     }
 }
@@ -99,7 +95,7 @@ fn collect(dir: &Path, ranks: std::ops::Range<usize>, out: &mut Vec<PathBuf>) ->
     for path in entries {
         if path.is_dir() {
             collect(&path, ranks.clone(), out)?;
-        } else if is_image(&path) {
+        } else if crate::eval::is_image(&path) {
             if ranks.contains(&rank) {
                 out.push(path);
             }
@@ -107,12 +103,6 @@ fn collect(dir: &Path, ranks: std::ops::Range<usize>, out: &mut Vec<PathBuf>) ->
         }
     }
     Ok(())
-}
-
-fn is_image(p: &Path) -> bool {
-    p.extension()
-        .and_then(|e| e.to_str())
-        .is_some_and(|e| matches!(e.to_ascii_lowercase().as_str(), "jpg" | "jpeg" | "png"))
 }
 
 /// How the photos trained on are listed (in a trained file's `meta.photos`, in cache keys):
@@ -209,17 +199,13 @@ mod tests {
             }
             std::fs::write(root.join(dir).join("notes.txt"), b"").unwrap();
         }
-        let extra = Extra { extra: Some(root.clone()), extra_per_folder: 2, extra_measured: 5 };
+        let extra = Extra { extra: Some(root.clone()), extra_per_folder: 2 };
         let files = extra.files().unwrap();
         let listed = listing(&[PathBuf::from("/dev/n1_x.JPEG")], &files);
         assert_eq!(listed, "n1_x.JPEG\na/image_0.jpg\na/image_1.jpg\nb/image_0.jpg");
-        assert_eq!(extra.measured().unwrap(), [root.join("a").join("image_2.jpg")]);
+        assert_eq!(extra.measured(5).unwrap(), [root.join("a").join("image_2.jpg")]);
         assert!(Extra::default().files().unwrap().is_empty());
-        let empty = Extra {
-            extra: Some(root.join("a").join("notes.txt")),
-            extra_per_folder: 2,
-            extra_measured: 0,
-        };
+        let empty = Extra { extra: Some(root.join("a").join("notes.txt")), extra_per_folder: 2 };
         assert!(empty.files().is_err());
         std::fs::remove_dir_all(root).unwrap();
     }

@@ -39,6 +39,10 @@ pub struct Args {
     photos: crate::eval::Photos,
     #[command(flatten)]
     extra: super::data::Extra,
+    /// Also measure on up to this many more photos of each folder of `--extra`, the next by
+    /// name, never trained on: new photos of the categories training saw (a diagnostic).
+    #[arg(long, default_value_t = 0)]
+    extra_measured: usize,
     /// Boundaries to exit at.
     #[arg(long, value_delimiter = ',', default_value = "block11,block15")]
     at: Vec<Boundary>,
@@ -355,7 +359,7 @@ pub fn run(a: Args) -> Result<()> {
 
     // Photos of the extra folders' categories that training did not see (a diagnostic: how
     // the exits answer photos of classes they were trained on).
-    let measured_files = a.extra.measured()?;
+    let measured_files = a.extra.measured(a.extra_measured)?;
     let measured = (!measured_files.is_empty())
         .then(|| cached_views(&model, "extra-measured", &measured_files, &at, 0, true, a.seed + 5))
         .transpose()?;
