@@ -92,8 +92,12 @@ const PING_TIMEOUT_MS = 2_000;
 
 /** An edge run with a ping out yields to the event loop at the first stage boundary this
  * long after its last turn, ms: the pong is seen at most this (plus a stage) late, and a short
- * stage does not cost a turn of its own. */
-const PAUSE_EVERY_MS = 8;
+ * stage does not cost a turn of its own. On the lab's 4x throttled page a run with a bare ping
+ * out took 4% longer than one without at 32 ms, 8-11% at 8 ms (the setting before), its pong
+ * read 10-17 ms later (`tests/ping-bench.mjs`); the trace simulator puts auto within 4% of the
+ * oracle on every lab link at 32, 5-11% over it on six of them at 8 (docs/adaptive.md, "The
+ * lab's links, simulated"). */
+const PAUSE_EVERY_MS = 32;
 let lastTurn = 0;
 
 /** What edge runs await between stages while a ping is out: after `PAUSE_EVERY_MS`, a promise

@@ -6,7 +6,8 @@
 //!   mode; [`netem`] (binary `netem`): the link emulator both use;
 //! - [`lab`] (`./run.sh lab`): the whole lab in one command and its report;
 //! - [`profile`] (`./run.sh profile`): the planner's cost table; [`plan_sim`] (`./run.sh
-//!   plan-sim`): the adaptive controller on synthetic traces; [`onnx`] (`./run.sh onnx`): ONNX
+//!   plan-sim`): the adaptive controller on synthetic traces, and with [`trace_sim`] on the
+//!   browser lab's links, many runs of each; [`onnx`] (`./run.sh onnx`): ONNX
 //!   Runtime against burn; [`chat`] (`./run.sh chat`): SmolLM2 answering a message, timed;
 //!   [`llm_crowd`] (`./run.sh llm-crowd`): many split conversations on one server at once.
 //!
@@ -26,6 +27,7 @@ mod ops_profile;
 pub mod plan_sim;
 pub mod profile;
 pub mod recorded;
+pub mod trace_sim;
 mod workload;
 
 pub use loadgen::{LoadConfig, LoadReport, LoadRun, process_cpu_ms, quantile, run};

@@ -26,7 +26,8 @@ enum Task {
     Lab(lab::Args),
     /// Measure the planner's cost table (`profiles/cost-table.json`).
     Profile(profile::Args),
-    /// The adaptive controller on synthetic traces with the measured cost table.
+    /// The adaptive controller on synthetic traces (or, `--lab-links`, the lab's links, many
+    /// runs each) with the measured cost table.
     PlanSim(plan_sim::Args),
     /// ONNX export of the model and ONNX Runtime (CPU) against burn flex.
     Onnx(onnx::Args),

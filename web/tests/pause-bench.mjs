@@ -1,5 +1,5 @@
 // What pausing an edge run costs: while a ping is out, the client's edge runs yield a turn of
-// the event loop between stages (at most every 8 ms, `turnOfEventLoop` in split-client.js) so
+// the event loop between stages (at most every PAUSE_EVERY_MS, `turnOfEventLoop` in split-client.js) so
 // that the pong is seen when it arrives. This times edge-only runs of one photo on the page's
 // thread, CPU throttled 4x as in the lab, with no pause and with a pause at most every N ms,
 // the settings interleaved run by run so that the machine's drift falls on all of them.
