@@ -47,7 +47,7 @@ pub struct Args {
     #[arg(long)]
     lab_links: bool,
     /// Runs of each lab link (`--lab-links`), each with its own draws of device time.
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..))]
     seeds: u64,
     /// Only these lab links (`--lab-links`), comma-separated.
     #[arg(long, value_delimiter = ',')]
@@ -126,6 +126,12 @@ pub fn run(a: Args) -> Result<()> {
 /// The lab's links, each `seeds` times: auto against the lab report's oracle.
 fn lab_links(candidates: &[Candidate], seeds: u64, only: &[String], device: Device) -> Result<()> {
     let modes = trace_sim::lab_modes(candidates)?;
+    if let Some(unknown) = only.iter().find(|o| !trace_sim::LAB_LINKS.contains(&o.as_str())) {
+        anyhow::bail!(
+            "--links: {unknown:?} is none of the lab's links ({})",
+            trace_sim::LAB_LINKS.join(", ")
+        );
+    }
     println!(
         "{seeds} runs a link (seeds 0..{seeds}), device {device:?}; profiles 10 s a mode, traces 60 s"
     );
