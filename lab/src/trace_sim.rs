@@ -77,8 +77,8 @@ impl Default for Device {
 pub enum Mode {
     /// The lab's name for it and the placement.
     Fixed(&'static str, Placement),
-    /// `auto`, with this controller tuning and this policy tweak.
-    Auto(ControllerConfig, fn(&mut AdaptivePolicy)),
+    /// `auto`, with this controller tuning.
+    Auto(ControllerConfig),
 }
 
 /// A deterministic stream of draws (splitmix64).
@@ -168,6 +168,10 @@ impl Ord for Scheduled {
 }
 
 /// One client over `schedule` for `duration_ms`: its samples, stamped with their start.
+///
+/// # Panics
+/// Without edge-only among `candidates` (a request's fallback runs it), or with a fixed
+/// placement that is none of them.
 pub fn replay(
     schedule: &Schedule,
     candidates: &[Candidate],
@@ -185,15 +189,14 @@ pub fn replay(
             policy.set_placement(0.0, p.clone());
             false
         }
-        Mode::Auto(config, tweak) => {
+        Mode::Auto(config) => {
             policy.set_config(*config);
-            tweak(&mut policy);
             true
         }
     };
     let name = match mode {
         Mode::Fixed(name, _) => *name,
-        Mode::Auto(..) => "auto",
+        Mode::Auto(_) => "auto",
     };
     let full = candidates.iter().find(|c| c.placement == Placement::EdgeOnly).expect("edge-only");
     let mut link = Link { schedule, up_free_s: 0.0, ping_out_until: 0.0, busy_until: 0.0 };
@@ -470,7 +473,8 @@ pub const LAB_LINKS: [&str; 9] = [
 /// with `q6`, and `auto`.
 ///
 /// # Errors
-/// The table lacks one of the fixed splits.
+/// The table lacks one of the fixed modes. ([`replay`] needs edge-only among the candidates,
+/// for the fallback.)
 pub fn lab_modes(candidates: &[Candidate]) -> anyhow::Result<Vec<Mode>> {
     let find = |name: &str| {
         candidates
@@ -479,12 +483,17 @@ pub fn lab_modes(candidates: &[Candidate]) -> anyhow::Result<Vec<Mode>> {
             .map(|c| c.placement.clone())
             .ok_or_else(|| anyhow::anyhow!("the cost table has no {name}"))
     };
+    for tier in [Placement::EdgeOnly, Placement::CloudOnly] {
+        if !candidates.iter().any(|c| c.placement == tier) {
+            anyhow::bail!("the cost table has no {tier}");
+        }
+    }
     Ok(vec![
         Mode::Fixed("edge", Placement::EdgeOnly),
         Mode::Fixed("cloud", Placement::CloudOnly),
         Mode::Fixed("block5", find("block5/q6")?),
         Mode::Fixed("block11", find("block11/q6")?),
-        Mode::Auto(ControllerConfig::default(), |_| {}),
+        Mode::Auto(ControllerConfig::default()),
     ])
 }
 
@@ -637,14 +646,8 @@ mod tests {
         );
         let longest = totals(&cloud).into_iter().fold(0.0, f64::max);
         assert!(longest > 10_000.0, "a request sent in the outage waits it out: {longest}");
-        let auto = replay(
-            &schedule,
-            &cs,
-            &Mode::Auto(ControllerConfig::default(), |_| {}),
-            STEADY,
-            1,
-            60_000.0,
-        );
+        let auto =
+            replay(&schedule, &cs, &Mode::Auto(ControllerConfig::default()), STEADY, 1, 60_000.0);
         let during: Vec<&Sample> = auto
             .samples
             .iter()
@@ -672,7 +675,7 @@ mod tests {
         let modes = [
             Mode::Fixed("edge", Placement::EdgeOnly),
             Mode::Fixed("cloud", Placement::CloudOnly),
-            Mode::Auto(ControllerConfig::default(), |_| {}),
+            Mode::Auto(ControllerConfig::default()),
         ];
         let device = Device { jitter: 0.05, ..STEADY };
         for (name, placement) in [("fast-wifi", "cloud_only"), ("3g", "edge_only")] {
@@ -690,7 +693,7 @@ mod tests {
     fn a_seed_replays_its_run() {
         let schedule = netem::schedule("att-lte-driving").unwrap();
         let cs = candidates();
-        let mode = Mode::Auto(ControllerConfig::default(), |_| {});
+        let mode = Mode::Auto(ControllerConfig::default());
         let device = Device { jitter: 0.1, ..STEADY };
         let a = replay(&schedule, &cs, &mode, device, 3, 20_000.0);
         let b = replay(&schedule, &cs, &mode, device, 3, 20_000.0);
