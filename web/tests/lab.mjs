@@ -6,9 +6,9 @@
 // fixed splits, and the adaptive planner ("auto"), interleaved within each repeat.
 //
 // Static links: REPEATS rounds of REQUESTS requests per mode (after one warm-up each), a fresh
-// browser per link. Traces: for each trace and mode, a fresh emulator (its clock starts when the
-// client connects) and a fresh client; requests back to back until the trace ends, each stamped
-// with its time on the trace.
+// browser per link. Traces: TRACE_REPEATS rounds, in each for each mode a fresh emulator (its
+// clock starts when the client connects) and a fresh client; requests back to back until the
+// trace ends, each stamped with its time on the trace.
 //
 // Edge cost: the CPU time (user + system, every Chromium process: renderer, GPU, network) spent
 // during a mode's requests divided by their number, read from /proc. Not a test: `./run.sh lab`
@@ -16,7 +16,7 @@
 //
 //   SPLIT_URL=http://127.0.0.1:8080/ OUT=lab.json [LINKS=fast-wifi,4g] [MODES=edge,cloud,block5,auto]
 //     [REQUESTS=10] [REPEATS=3] [THROTTLE=4] [TRACES=degrading,outage,verizon-lte,…] [TRACE_MODES=...]
-//     [TRACE_SCALE=1] node tests/lab.mjs
+//     [TRACE_REPEATS=1] [TRACE_SCALE=1] node tests/lab.mjs
 // (server started with --cache-entries 0; `cargo build -p split-lab` builds netem)
 import { writeFileSync } from "node:fs";
 import { GPU_ARGS, browserCpuMs as allBrowserCpuMs, startNetem, withPage } from "./browser.mjs";
@@ -33,6 +33,8 @@ const TRACES = list(env.TRACES, "degrading,outage,verizon-lte,att-lte-driving,tm
 const TRACE_MODES = list(env.TRACE_MODES, "edge,cloud,block5,block11,auto");
 const REQUESTS = Number(env.REQUESTS ?? 10);
 const REPEATS = Number(env.REPEATS ?? 3);
+// A trace's run is one draw (where its stalls meet the requests): several say how far it moves.
+const TRACE_REPEATS = Number(env.TRACE_REPEATS ?? 1);
 const THROTTLE = Number(env.THROTTLE ?? 4);
 const TRACE_SCALE = Number(env.TRACE_SCALE ?? 1);
 const log = (...a) => console.error("lab:", ...a);
@@ -131,7 +133,7 @@ async function trace(name) {
   const runs = [];
   await withPage(GPU_ARGS.cpu, async (page) => {
     await preparePage(page);
-    for (const mode of TRACE_MODES) {
+    for (let repeat = 0; repeat < TRACE_REPEATS; repeat++) for (const mode of TRACE_MODES) {
       const { child, addr, clock } = await startLink(name);
       try {
         await newClient(page, `ws://${addr}/ws`);
@@ -149,9 +151,9 @@ async function trace(name) {
           return { samples: out, durationMs };
         }, { mode, origin, scale: TRACE_SCALE });
         const switches = await page.evaluate(() => window.client.switches.map((s) => ({ at_ms: s.atMs, reason: s.reason })));
-        runs.push({ repeat: 0, mode, origin, duration_ms: durationMs,
+        runs.push({ repeat, mode, origin, duration_ms: durationMs,
           switches, samples: samples.map(({ r, s, wall }) => ({ ...sample(r, s, wall), t: s - origin })) });
-        log(`trace ${name} ${mode}: ${samples.length} requests`);
+        log(`trace ${name} repeat ${repeat} ${mode}: ${samples.length} requests`);
       } finally {
         child.kill();
       }
@@ -199,7 +201,7 @@ async function edgeCost() {
   return { idle_cpu_ms_per_s: idleMsPerS, runs };
 }
 
-const report = { throttle: THROTTLE, requests: REQUESTS, repeats: REPEATS, chromium: null, links: [] };
+const report = { throttle: THROTTLE, requests: REQUESTS, repeats: REPEATS, trace_repeats: TRACE_REPEATS, chromium: null, links: [] };
 // What is measured so far is written after each link (`complete: false` until the end): a
 // failure late in a 45-minute run keeps what came before it.
 const save = () => writeFileSync(env.OUT ?? "lab.json", JSON.stringify(report));

@@ -14,6 +14,8 @@
 //!
 //! and writes `README.md` (tables), SVG charts and `data.json` (every figure) to the output folder
 //! (default `reports/lab`); `--from-data F` only rewrites the report from a run's `data.json`.
+//! `--trace-repeats N` runs each trace N times (one run is one draw of where its stalls meet the
+//! requests); `--traces-only` runs the browser over the traces alone (`reports/lab-traces`).
 //! `--quick` is one profile, one short trace and a few requests: the test
 //! suite runs it so the harness cannot rot, and checks what it measured (no timing asserted).
 
@@ -48,12 +50,27 @@ pub struct Options {
     pub repeats: usize,
     /// Requests per mode and repeat in the browser, per client in loadgen.
     pub requests: usize,
+    /// Runs of each trace and mode in the browser.
+    pub trace_repeats: usize,
+    /// Only the browser over the traces (and the edge's CPU cost): no load tests, constant
+    /// links or baselines.
+    pub traces_only: bool,
+    /// The modes run over the traces; `None`: the browser lab's own list.
+    pub trace_modes: Option<String>,
 }
 
 impl Options {
     /// The quick mode the test suite runs.
     pub fn quick(out: PathBuf) -> Self {
-        Self { quick: true, out, repeats: 1, requests: 2 }
+        Self {
+            quick: true,
+            out,
+            repeats: 1,
+            requests: 2,
+            trace_repeats: 1,
+            traces_only: false,
+            trace_modes: None,
+        }
     }
 }
 
@@ -354,21 +371,27 @@ pub fn lab(opts: &Options, command: &str) -> Result<Results> {
     let loadgen_bin = target_dir().join("debug/loadgen");
     let local = || Command::new(&loadgen_bin);
 
-    eprintln!("lab: cloud tier throughput");
-    let (workloads, clients): (&[&str], &[usize]) = if opts.quick {
+    let (workloads, clients): (&[&str], &[usize]) = if opts.traces_only {
+        (&[], &[])
+    } else if opts.quick {
         (&["jpeg224", "features:block11:q6"], &[1, 8])
     } else {
         (&["jpeg224", "features:block5:q6", "features:block11:q6"], &[1, 8, 64])
     };
     let mut throughput = Vec::new();
+    if !workloads.is_empty() {
+        eprintln!("lab: cloud tier throughput");
+    }
     for w in workloads {
         let job = Job { workload: w, clients, link: None, label: None, server_pid: Some(pid) };
         throughput.extend(loadgen(&local, &url, job, opts)?);
     }
 
-    eprintln!("lab: links, userspace emulator");
     let mut links = Vec::new();
-    for link in profiles(opts) {
+    if !workloads.is_empty() {
+        eprintln!("lab: links, userspace emulator");
+    }
+    for link in if opts.traces_only { Vec::new() } else { profiles(opts) } {
         for w in workloads {
             let job = Job {
                 workload: w,
@@ -380,15 +403,19 @@ pub fn lab(opts: &Options, command: &str) -> Result<Results> {
             links.extend(loadgen(&local, &url, job, opts)?);
         }
     }
-    eprintln!("lab: links, kernel tbf in a network namespace");
-    let kernel_unavailable = match kernel_links(opts, workloads) {
-        Ok(rows) => {
-            links.extend(rows);
-            None
-        }
-        Err(e) => {
-            eprintln!("lab: kernel shaping unavailable: {e:#}");
-            Some(format!("{e:#}"))
+    let kernel_unavailable = if opts.traces_only {
+        None
+    } else {
+        eprintln!("lab: links, kernel tbf in a network namespace");
+        match kernel_links(opts, workloads) {
+            Ok(rows) => {
+                links.extend(rows);
+                None
+            }
+            Err(e) => {
+                eprintln!("lab: kernel shaping unavailable: {e:#}");
+                Some(format!("{e:#}"))
+            }
         }
     };
 
@@ -409,12 +436,20 @@ pub fn lab(opts: &Options, command: &str) -> Result<Results> {
             ("TRACE_SCALE", "0.2".into()),
         ]);
     }
+    // After the quick mode's list: what is asked for wins (the child sees the last of a name).
+    env.push(("TRACE_REPEATS", opts.trace_repeats.to_string()));
+    if opts.traces_only {
+        env.push(("LINKS", String::new()));
+    }
+    if let Some(modes) = &opts.trace_modes {
+        env.push(("TRACE_MODES", modes.clone()));
+    }
     node("tests/lab.mjs", &server, &env)?;
     let browser: stats::BrowserLab = read_json(&raw)?;
     std::fs::remove_file(&raw)?; // every sample goes into data.json
 
     let (mut onnx_report, mut ort_web, mut cold_start) = (None, None, None);
-    if !opts.quick {
+    if !opts.quick && !opts.traces_only {
         eprintln!("lab: ONNX Runtime CPU against burn flex, per-op profiles");
         let r = onnx::measure(30, true, 1)?;
         std::fs::copy(&r.model, paths::repo_root().join("web/pkg/efficientnet-lite0.onnx"))?;
@@ -536,6 +571,18 @@ pub struct Args {
     /// Requests per client in the load tests.
     #[arg(long, default_value_t = 10)]
     requests: usize,
+    /// Runs of each time-varying trace and mode in the browser (a run is one draw of where the
+    /// trace's stalls meet the requests; each is rated against its own oracle).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=20))]
+    trace_repeats: u16,
+    /// Only the browser over the traces (and the edge's CPU cost): no load tests, constant
+    /// links or baselines; report in `reports/lab-traces` unless `--out` is given.
+    #[arg(long, conflicts_with_all = ["quick", "from_data"])]
+    traces_only: bool,
+    /// The modes run over the traces (edge, cloud, auto, a boundary such as block5); default:
+    /// edge, cloud, block5, block11 and auto. The oracle chooses among the fixed ones.
+    #[arg(long, value_delimiter = ',')]
+    trace_modes: Vec<String>,
     /// Only rewrite the report (tables and charts) from a run's `data.json`.
     #[arg(long)]
     from_data: Option<PathBuf>,
@@ -594,6 +641,28 @@ pub struct Args {
     prebuilt: bool,
 }
 
+/// `--trace-modes`: names the browser lab knows, at least one fixed mode for the oracle.
+fn check_trace_modes(modes: &[String]) -> Result<()> {
+    if modes.is_empty() {
+        return Ok(());
+    }
+    let known = |m: &str| {
+        matches!(m, "edge" | "cloud" | "auto")
+            || m.strip_prefix("block").is_some_and(|n| n.parse::<u8>().is_ok())
+    };
+    if let Some(bad) = modes.iter().find(|m| !known(m)) {
+        bail!(
+            "--trace-modes: unknown mode {bad:?} (edge, cloud, auto or a boundary such as block5)"
+        );
+    }
+    if modes.iter().all(|m| m == "auto") {
+        bail!(
+            "--trace-modes: the oracle needs a fixed mode (edge, cloud or a boundary) beside auto"
+        );
+    }
+    Ok(())
+}
+
 /// `./run.sh lab ...`: build what the lab needs, run it, write the report.
 pub fn run(a: Args) -> Result<()> {
     if let (true, Some(images)) = (a.progressive, &a.images) {
@@ -649,11 +718,16 @@ pub fn run(a: Args) -> Result<()> {
         return Ok(());
     }
     let out_given = a.out.is_some();
+    check_trace_modes(&a.trace_modes)?;
+    let default_out = if a.traces_only { "reports/lab-traces" } else { "reports/lab" };
     let mut opts = Options {
         quick: a.quick,
-        out: a.out.unwrap_or_else(|| paths::repo_root().join("reports/lab")),
+        out: a.out.unwrap_or_else(|| paths::repo_root().join(default_out)),
         repeats: a.repeats,
         requests: a.requests,
+        trace_repeats: usize::from(a.trace_repeats),
+        traces_only: a.traces_only,
+        trace_modes: (!a.trace_modes.is_empty()).then(|| a.trace_modes.join(",")),
     };
     let from_data = a.from_data;
     if let Some(data) = from_data {

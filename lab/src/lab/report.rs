@@ -130,7 +130,7 @@ pub fn write(r: &Results, dir: &Path) -> Result<()> {
     header(&mut md, r);
     goals(&mut md, r, &links);
     browser_links(&mut md, r, &links, dir)?;
-    varying_links(&mut md, &links, dir)?;
+    varying_links(&mut md, r, &links, dir)?;
     bytes_per_request(&mut md, &links, dir)?;
     edge_cost(&mut md, r);
     cloud_tier(&mut md, r);
@@ -151,8 +151,8 @@ fn header(md: &mut String, r: &Results) {
     let _ = writeln!(md, "# Performance lab{}\n", if r.quick { " (quick mode)" } else { "" });
     let _ = writeln!(
         md,
-        "Produced by `{}` on {} at commit `{}`. Figures are medians over {} repeat(s); every number below is in `data.json`.\n",
-        r.command, r.date, r.machine.commit, r.repeats
+        "Produced by `{}` on {} at commit `{}`. Figures are medians over {} repeat(s) on constant links and {} run(s) of each trace; every number below is in `data.json`.\n",
+        r.command, r.date, r.machine.commit, r.repeats, r.browser.trace_repeats
     );
     let m = &r.machine;
     let _ = writeln!(
@@ -235,7 +235,8 @@ fn browser_links(md: &mut String, r: &Results, links: &Links, dir: &Path) -> Res
          emulator (`netem`); {} request(s) per mode and repeat after a warm-up, modes interleaved. \
          `cloud` is a plain app: for each request it crops and resizes the photo to 224×224 with the browser's canvas and \
          uploads a quality-0.9 JPEG (encode time included) as a model-input frame; `auto` makes its own (wasm, quality 90) when it picks cloud-only. Latency is the page's wall time of `classify`. The oracle is the \
-         best fixed mode of each repeat; the best single tier is the faster of edge-only and cloud-only.\n",
+         best fixed mode of each repeat; the best single tier is the faster of edge-only and cloud-only. \
+         A ratio is the median of the repeats' ratios, each repeat's in brackets.\n",
         b.throttle, b.requests
     );
     md.push_str("| link | best single tier (P95 ms) | oracle P95 ms | auto / best single tier | auto / oracle |\n|---|---|---|---|---|\n");
@@ -247,7 +248,7 @@ fn browser_links(md: &mut String, r: &Results, links: &Links, dir: &Path) -> Res
             s.best_single.as_ref().map_or("–".into(), |(m, v)| format!("{m} ({v:.0})")),
             f0(s.oracle_p95),
             f2(s.auto_vs_best_single),
-            f2(s.auto_vs_oracle)
+            ratio_and_runs(s)
         );
     }
     for (s, link) in links.summaries.iter().zip(&links.profiles) {
@@ -275,9 +276,25 @@ fn browser_links(md: &mut String, r: &Results, links: &Links, dir: &Path) -> Res
     Ok(())
 }
 
+/// A link's auto / oracle: the median, and each repeat's where there were several.
+fn ratio_and_runs(s: &LinkSummary) -> String {
+    if s.auto_vs_oracle_runs.len() < 2 {
+        return f2(s.auto_vs_oracle);
+    }
+    let runs: Vec<String> = s.auto_vs_oracle_runs.iter().map(|&v| f2(v)).collect();
+    format!("{} ({})", f2(s.auto_vs_oracle), runs.join(", "))
+}
+
 /// Latency and placement over the time-varying traces.
-fn varying_links(md: &mut String, links: &Links, dir: &Path) -> Result<()> {
+fn varying_links(md: &mut String, r: &Results, links: &Links, dir: &Path) -> Result<()> {
     md.push_str("\n## Time-varying links\n\nEach mode runs back to back over the whole trace with a fresh emulator, whose clock starts when the client connects. The oracle picks, in each window of 3 s of trace time, the fixed mode whose requests starting there had the lowest mean latency. Per-request percentiles under-weight a stall: a fixed mode that waits out an outage does so in one long request while a mode that keeps answering logs many; read the tables with the timeline charts.\n");
+    let runs = r.browser.trace_repeats;
+    if runs > 1 {
+        let _ = writeln!(
+            md,
+            "\nEach trace ran {runs} times, modes interleaved within each run. A run is rated against its own oracle (runs meet the trace's stalls at other moments); the table above gives the median of the runs' auto / oracle and, in brackets, each run's; a mode's percentiles below are medians over runs; the charts show the first run.",
+        );
+    }
     for (s, link) in links.trace_summaries.iter().zip(&links.traces) {
         let scale = link.scale.unwrap_or(1.0);
         let recorded = crate::recorded::recorded().into_iter().find(|t| t.name == link.link);
@@ -302,9 +319,8 @@ fn varying_links(md: &mut String, links: &Links, dir: &Path) -> Result<()> {
             .unwrap_or_default();
         let _ = writeln!(md, "\n### {} ({segments})\n", s.link);
         mode_table(md, s);
-        let series: Vec<Series> = link
-            .runs
-            .iter()
+        let first = || link.runs.iter().filter(|run| run.repeat == 0);
+        let series: Vec<Series> = first()
             .map(|run| Series {
                 name: run.mode.clone(),
                 points: run.samples.iter().map(|x| (x.t.unwrap_or(0.0) / 1e3, x.total)).collect(),
@@ -319,7 +335,7 @@ fn varying_links(md: &mut String, links: &Links, dir: &Path) -> Result<()> {
             None,
         );
         write_svg(dir, &format!("trace-{}.svg", s.link), &svg, md, "latency over the trace")?;
-        if let Some(auto) = link.runs.iter().find(|r| r.mode == "auto") {
+        if let Some(auto) = first().find(|r| r.mode == "auto") {
             let mut labels: Vec<String> = Vec::new();
             for x in &auto.samples {
                 let p = x.placement.clone().unwrap_or_default();
@@ -359,6 +375,9 @@ fn varying_links(md: &mut String, links: &Links, dir: &Path) -> Result<()> {
 
 /// Bytes each mode sends.
 fn bytes_per_request(md: &mut String, links: &Links, dir: &Path) -> Result<()> {
+    if links.summaries.is_empty() {
+        return Ok(()); // a traces-only run: the trace tables give each mode's bytes
+    }
     md.push_str("\n## Bytes per request\n");
     let mut bars = Vec::new();
     for s in &links.summaries {
@@ -412,6 +431,9 @@ fn edge_cost(md: &mut String, r: &Results) {
 
 /// Server throughput, and the userspace emulator against kernel shaping.
 fn cloud_tier(md: &mut String, r: &Results) {
+    if r.throughput.is_empty() && r.links.is_empty() {
+        return; // a traces-only run
+    }
     md.push_str("\n## Cloud tier throughput\n\nNative clients (`loadgen`, the shared code), each one WebSocket with one request in flight, on loopback; server CPU from `/proc/PID/stat`.\n\n");
     load_table(md, &r.throughput.iter().collect::<Vec<_>>());
 
