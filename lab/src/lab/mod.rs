@@ -57,6 +57,8 @@ pub struct Options {
     pub traces_only: bool,
     /// The modes run over the traces; `None`: the browser lab's own list.
     pub trace_modes: Option<String>,
+    /// The traces; `None`: the browser lab's own list.
+    pub traces: Option<String>,
 }
 
 impl Options {
@@ -70,6 +72,7 @@ impl Options {
             trace_repeats: 1,
             traces_only: false,
             trace_modes: None,
+            traces: None,
         }
     }
 }
@@ -178,9 +181,6 @@ pub(crate) fn machine(browser: &str) -> Machine {
             .unwrap_or_default()
     };
     let kb: f64 = field(&meminfo, "MemTotal").trim_end_matches(" kB").parse().unwrap_or(0.0);
-    let root = paths::repo_root();
-    let root = root.to_string_lossy();
-    let dirty = !output("git", &["-C", &root, "status", "--porcelain"]).is_empty();
     Machine {
         cpu: field(&cpuinfo, "model name"),
         cores: std::thread::available_parallelism().map_or(0, usize::from),
@@ -192,12 +192,18 @@ pub(crate) fn machine(browser: &str) -> Machine {
         rustc: output("rustc", &["-V"]),
         node: output("node", &["-v"]),
         browser: browser.to_string(),
-        commit: format!(
-            "{}{}",
-            output("git", &["-C", &root, "rev-parse", "--short", "HEAD"]),
-            if dirty { "-dirty" } else { "" }
-        ),
+        commit: checkout_commit(),
     }
+}
+
+/// The checkout's commit, `-dirty` when a tracked file differs from it (the lab's own new
+/// report folder does not count).
+pub(crate) fn checkout_commit() -> String {
+    let root = paths::repo_root();
+    let root = root.to_string_lossy();
+    let status = output("git", &["-C", &root, "status", "--porcelain", "--untracked-files=no"]);
+    let head = output("git", &["-C", &root, "rev-parse", "--short", "HEAD"]);
+    format!("{head}{}", if status.is_empty() { "" } else { "-dirty" })
 }
 
 /// One loadgen measurement to make.
@@ -364,7 +370,8 @@ pub(crate) fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T
 /// A failing step (server, loadgen, browser) stops the lab with its message.
 pub fn lab(opts: &Options, command: &str) -> Result<Results> {
     std::fs::create_dir_all(&opts.out)?;
-    let date = output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]);
+    // Read before the run: the checkout the run was built from.
+    let (date, commit) = (output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]), checkout_commit());
     let server = start_server(&server_args(&[]))?;
     let url = ws_url(&server);
     let pid = server.pid();
@@ -444,6 +451,9 @@ pub fn lab(opts: &Options, command: &str) -> Result<Results> {
     if let Some(modes) = &opts.trace_modes {
         env.push(("TRACE_MODES", modes.clone()));
     }
+    if let Some(traces) = &opts.traces {
+        env.push(("TRACES", traces.clone()));
+    }
     node("tests/lab.mjs", &server, &env)?;
     let browser: stats::BrowserLab = read_json(&raw)?;
     std::fs::remove_file(&raw)?; // every sample goes into data.json
@@ -478,7 +488,7 @@ pub fn lab(opts: &Options, command: &str) -> Result<Results> {
         date,
         quick: opts.quick,
         repeats: opts.repeats,
-        machine: machine(browser.chromium.as_deref().unwrap_or("?")),
+        machine: Machine { commit, ..machine(browser.chromium.as_deref().unwrap_or("?")) },
         throughput,
         links,
         kernel_unavailable,
@@ -583,6 +593,9 @@ pub struct Args {
     /// edge, cloud, block5, block11 and auto. The oracle chooses among the fixed ones.
     #[arg(long, value_delimiter = ',')]
     trace_modes: Vec<String>,
+    /// The traces run in the browser (names as `netem` knows them); default: the lab's five.
+    #[arg(long, value_delimiter = ',', conflicts_with = "quick")]
+    traces: Vec<String>,
     /// Only rewrite the report (tables and charts) from a run's `data.json`.
     #[arg(long)]
     from_data: Option<PathBuf>,
@@ -719,6 +732,11 @@ pub fn run(a: Args) -> Result<()> {
     }
     let out_given = a.out.is_some();
     check_trace_modes(&a.trace_modes)?;
+    for t in &a.traces {
+        if !crate::netem::schedule(t)?.duration_s.is_finite() {
+            bail!("--traces: {t:?} is a constant link, not a trace");
+        }
+    }
     let default_out = if a.traces_only { "reports/lab-traces" } else { "reports/lab" };
     let mut opts = Options {
         quick: a.quick,
@@ -728,6 +746,7 @@ pub fn run(a: Args) -> Result<()> {
         trace_repeats: usize::from(a.trace_repeats),
         traces_only: a.traces_only,
         trace_modes: (!a.trace_modes.is_empty()).then(|| a.trace_modes.join(",")),
+        traces: (!a.traces.is_empty()).then(|| a.traces.join(",")),
     };
     let from_data = a.from_data;
     if let Some(data) = from_data {

@@ -151,8 +151,16 @@ fn header(md: &mut String, r: &Results) {
     let _ = writeln!(md, "# Performance lab{}\n", if r.quick { " (quick mode)" } else { "" });
     let _ = writeln!(
         md,
-        "Produced by `{}` on {} at commit `{}`. Figures are medians over {} repeat(s) on constant links and {} run(s) of each trace; every number below is in `data.json`.\n",
-        r.command, r.date, r.machine.commit, r.repeats, r.browser.trace_repeats
+        "Produced by `{}` on {} at commit `{}`. Figures are medians over {}{} run(s) of each trace; every number below is in `data.json`.\n",
+        r.command,
+        r.date,
+        r.machine.commit,
+        if has_profiles(r) {
+            format!("{} repeat(s) on constant links and ", r.repeats)
+        } else {
+            String::new()
+        },
+        r.browser.trace_repeats
     );
     let m = &r.machine;
     let _ = writeln!(
@@ -162,6 +170,11 @@ fn header(md: &mut String, r: &Results) {
          server started with `--cache-entries 0` so that every request computes.\n",
         m.cpu, m.cores, m.memory_gib, m.kernel, m.rustc, m.node, m.browser
     );
+}
+
+/// Whether the browser ran constant links (a traces-only run did not).
+fn has_profiles(r: &Results) -> bool {
+    r.browser.links.iter().any(|l| l.kind != "trace")
 }
 
 /// The issue goals, met or not.
@@ -227,9 +240,21 @@ fn goals(md: &mut String, r: &Results, links: &Links) {
 /// Latency of every mode through constant links, with CDF charts.
 fn browser_links(md: &mut String, r: &Results, links: &Links, dir: &Path) -> Result<()> {
     let b = &r.browser;
-    let _ = writeln!(
-        md,
-        "## The browser through emulated links, CPU throttled {}×\n\n\
+    if !has_profiles(r) {
+        let _ = writeln!(
+            md,
+            "## The browser over the traces, CPU throttled {}×\n\n\
+             The page's `SplitClient` in headless Chromium with the CPU throttled through the DevTools protocol \
+             (`Emulation.setCPUThrottlingRate`) before the client starts, its WebSocket through the userspace link \
+             emulator (`netem`). `cloud` is a plain app uploading a quality-0.9 JPEG of the 224×224 crop made with the \
+             browser's canvas; latency is the page's wall time of `classify`. The best single tier is the faster of \
+             edge-only and cloud-only. A ratio is the median of the runs' ratios, each run's in brackets.\n",
+            b.throttle
+        );
+    } else {
+        let _ = writeln!(
+            md,
+            "## The browser through emulated links, CPU throttled {}×\n\n\
          The page's `SplitClient` in headless Chromium with the CPU throttled through the DevTools protocol \
          (`Emulation.setCPUThrottlingRate`) before the client starts, its WebSocket through the userspace link \
          emulator (`netem`); {} request(s) per mode and repeat after a warm-up, modes interleaved. \
@@ -237,8 +262,9 @@ fn browser_links(md: &mut String, r: &Results, links: &Links, dir: &Path) -> Res
          uploads a quality-0.9 JPEG (encode time included) as a model-input frame; `auto` makes its own (wasm, quality 90) when it picks cloud-only. Latency is the page's wall time of `classify`. The oracle is the \
          best fixed mode of each repeat; the best single tier is the faster of edge-only and cloud-only. \
          A ratio is the median of the repeats' ratios, each repeat's in brackets.\n",
-        b.throttle, b.requests
-    );
+            b.throttle, b.requests
+        );
+    }
     md.push_str("| link | best single tier (P95 ms) | oracle P95 ms | auto / best single tier | auto / oracle |\n|---|---|---|---|---|\n");
     for s in links.summaries.iter().chain(&links.trace_summaries) {
         let _ = writeln!(
