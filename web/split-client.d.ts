@@ -624,8 +624,10 @@ export class SplitClient {
   /** Open the WebSocket now (it opens on the first request otherwise). */
   connect(): Promise<unknown>;
   /** A ping with `probeBytes` of padding: null when unanswered within `timeoutMs`; `skewed`
-   * when an edge run overlapped it. */
-  ping(probeBytes?: number, timeoutMs?: number): Promise<{ ms: number; load: ServerLoad; skewed: boolean } | null>;
+   * when an edge run overlapped it. With `pause` (the default), edge runs pause between
+   * stages while it is out so that its pong is timed within a stage; without, they run whole
+   * and its pong is read before the next run. */
+  ping(probeBytes?: number, timeoutMs?: number, pause?: boolean): Promise<{ ms: number; load: ServerLoad; skewed: boolean } | null>;
   /** Time the codec alone in this browser, per run. */
   benchCodec(image: Uint8Array, split: string, codec: string, repeats?: number):
     Promise<{ bytes: number; encodeMs: number; decodeMs: number }>;

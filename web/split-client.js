@@ -100,12 +100,18 @@ const PING_TIMEOUT_MS = 2_000;
 const PAUSE_EVERY_MS = 32;
 let lastTurn = 0;
 
-/** What edge runs await between stages while a ping is out: after `PAUSE_EVERY_MS`, a promise
- * that resolves once the event loop has run the tasks queued before it (a pong among them) —
- * a message through a fresh channel, which browsers do not clamp as they clamp nested
- * timers; before, nothing (the run goes on). */
+/** What edge runs await between stages while a ping is out: after `PAUSE_EVERY_MS`, a turn
+ * of the event loop ([`nextTurn`]); before, nothing (the run goes on). */
 function turnOfEventLoop() {
   if (performance.now() - lastTurn < PAUSE_EVERY_MS) return null;
+  return nextTurn();
+}
+
+/** A promise that resolves once the event loop has run the tasks queued before it (a pong
+ * among them): a message through a fresh channel, which browsers do not clamp as they clamp
+ * nested timers. Back-to-back requests that run on the device never leave this thread
+ * otherwise (their awaits are microtasks), so a message event waits for one of these. */
+function nextTurn() {
   return new Promise((resolve) => {
     const { port1, port2 } = new MessageChannel();
     port1.onmessage = () => {
@@ -289,8 +295,9 @@ export class SplitClient {
       if (pause) this.pauses++;
       return pause;
     };
-    /** Pings out; while any is, edge runs pause between stages. */
+    /** Pings out; while any that pauses is (`pausingPings`), edge runs pause between stages. */
     this.pingsOut = 0;
+    this.pausingPings = 0;
     this.nextId = 1;
   }
 
@@ -484,7 +491,10 @@ export class SplitClient {
         frame = options.modelInput ? wasm.encodeInputRequest(id, image) : wasm.encodeImageRequest(id, image);
       } else {
         await this.prepareEdge(split, codec);
-        const holds = this.pingsOut === 0;
+        // A ping out that does not pause runs (sent while the link was down): its pong, if it
+        // came during the last run, is read before this one, at the cost of one turn.
+        if (this.pingsOut > this.pausingPings) await nextTurn();
+        const holds = this.pausingPings === 0;
         if (holds) {
           this.edgeRuns++;
           this.edgeRunning = true;
@@ -643,13 +653,16 @@ export class SplitClient {
 
   /** Send a ping with `probeBytes` of padding; resolves to { ms, load, skewed } (null when
    * offline or unanswered within `timeoutMs`); `skewed`: an edge run that held the thread
-   * overlapped it, so `ms` is not the network's. Edge runs started while it is out pause
-   * between stages, so they may run meanwhile without skewing it by more than a stage. */
-  async ping(probeBytes = 0, timeoutMs = PING_TIMEOUT_MS) {
+   * overlapped it, so `ms` is not the network's. With `pause`, edge runs started while it is
+   * out pause between stages, so they may run meanwhile without skewing it by more than a
+   * stage; without, they run whole (the pauses cost a throttled run 4%, docs/adaptive.md) and
+   * its pong is read before the next run: for a ping that only asks whether the link is back. */
+  async ping(probeBytes = 0, timeoutMs = PING_TIMEOUT_MS, pause = true) {
     const id = this.nextId++;
     const runs = this.edgeRuns;
     const busy = this.edgeRunning;
-    if (this.pingsOut++ === 0) this.edge.setPause(this.countedPause);
+    this.pingsOut++;
+    if (pause && this.pausingPings++ === 0) this.edge.setPause(this.countedPause);
     const sent = performance.now();
     try {
       const pong = await this.connection.request(id, wasm.encodePing(id, probeBytes), timeoutMs);
@@ -658,7 +671,8 @@ export class SplitClient {
     } catch {
       return null;
     } finally {
-      if (--this.pingsOut === 0) this.edge.setPause(null);
+      this.pingsOut--;
+      if (pause && --this.pausingPings === 0) this.edge.setPause(null);
     }
   }
 

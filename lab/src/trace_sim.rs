@@ -110,6 +110,9 @@ struct Link<'a> {
     ping_out_until: f64,
     /// Until when the device runs the network's stages, ms.
     busy_until: f64,
+    /// Until when the current request's own work holds the thread, ms: a pong of a ping that
+    /// does not pause the runs (one sent while the link was down) is read after it.
+    held_until: f64,
 }
 
 impl Link<'_> {
@@ -142,7 +145,8 @@ enum Event {
     Timer,
     /// A pong, for a ping of `bytes` sent at `sent`; `then` is the uplink probe to follow a
     /// bare one.
-    Pong { sent: f64, bytes: u32, then: u32, skewed: bool },
+    /// `quiet`: sent while the link was down, so runs did not pause for it.
+    Pong { sent: f64, bytes: u32, then: u32, skewed: bool, quiet: bool },
     /// A ping went unanswered for its timeout.
     PingLost { sent: f64 },
 }
@@ -199,7 +203,8 @@ pub fn replay(
         Mode::Auto(_) => "auto",
     };
     let full = candidates.iter().find(|c| c.placement == Placement::EdgeOnly).expect("edge-only");
-    let mut link = Link { schedule, up_free_s: 0.0, ping_out_until: 0.0, busy_until: 0.0 };
+    let mut link =
+        Link { schedule, up_free_s: 0.0, ping_out_until: 0.0, busy_until: 0.0, held_until: 0.0 };
     let mut queue = BinaryHeap::new();
     let mut order = 0u64;
     let mut at = |q: &mut BinaryHeap<Scheduled>, t: f64, e: Event| {
@@ -211,7 +216,7 @@ pub fn replay(
         // `measureLink` before the first request: a bare ping and an uplink probe.
         let padding = policy.probe_config().upload_probe_bytes;
         policy.start_probe(0.0);
-        ping(&mut link, &mut queue, &mut at, 0.0, 0, padding, timeout);
+        ping(&mut link, &mut queue, &mut at, 0.0, (0, padding), timeout, false);
         at(&mut queue, policy.probe_config().period_ms, Event::Timer);
     } else {
         at(&mut queue, 0.0, Event::Start);
@@ -242,6 +247,7 @@ pub fn replay(
                 match placement {
                     Placement::EdgeOnly => {
                         let edge = stages + device.local_fixed_ms * draws.jitter(device.jitter);
+                        link.held_until = t + edge;
                         at(
                             &mut queue,
                             t + edge,
@@ -250,6 +256,7 @@ pub fn replay(
                     }
                     Placement::CloudOnly => {
                         let edge = device.upload_prep_ms * draws.jitter(device.jitter);
+                        link.held_until = t + edge;
                         at(
                             &mut queue,
                             t + edge,
@@ -258,6 +265,7 @@ pub fn replay(
                     }
                     _ => {
                         let edge = stages + device.local_fixed_ms * draws.jitter(device.jitter);
+                        link.held_until = t + edge;
                         at(
                             &mut queue,
                             t + edge,
@@ -301,7 +309,7 @@ pub fn replay(
                     // `web/client/adaptive.js`).
                     policy.observe_edge(t, c.depth, edge, Some(stages));
                 }
-                samples.push(sample(started, t, c, edge, false));
+                samples.push(sample(started, t, c, edge, (false, paused)));
                 at(&mut queue, t, Event::Start);
             }
             Event::Fallback { c: ci, started, sent, edge } => {
@@ -310,6 +318,7 @@ pub fn replay(
                 // The rest of the network on the device (all of it after cloud-only's upload).
                 let rest = (full.edge_ms - c.edge_ms) * device.factor * draws.jitter(device.jitter)
                     + if c.placement == Placement::CloudOnly { device.local_fixed_ms } else { 0.0 };
+                link.held_until = t + rest;
                 at(
                     &mut queue,
                     t + rest,
@@ -326,10 +335,11 @@ pub fn replay(
                 if !fallback && !paused {
                     policy.observe_edge(t, full.depth, edge, Some(stages));
                 }
-                samples.push(sample(started, t, full, edge, fallback));
+                samples.push(sample(started, t, full, edge, (fallback, paused)));
                 if auto && policy.probe_due(t) {
                     let padding = policy.start_probe(t);
-                    ping(&mut link, &mut queue, &mut at, t, 0, padding, timeout);
+                    let quiet = !policy.forecast().link_up;
+                    ping(&mut link, &mut queue, &mut at, t, (0, padding), timeout, quiet);
                 }
                 at(&mut queue, t, Event::Start);
             }
@@ -341,11 +351,18 @@ pub fn replay(
                 }
                 if policy.probe_due(t) {
                     let padding = policy.start_probe(t);
-                    ping(&mut link, &mut queue, &mut at, t, 0, padding, timeout);
+                    let quiet = !policy.forecast().link_up;
+                    ping(&mut link, &mut queue, &mut at, t, (0, padding), timeout, quiet);
                 }
                 at(&mut queue, t + policy.probe_config().period_ms, Event::Timer);
             }
-            Event::Pong { sent, bytes, then, skewed } => {
+            Event::Pong { sent, bytes, then, quiet, .. } if quiet && t < link.held_until => {
+                // No pauses for it: read once the request's work lets go of the thread, and
+                // a run overlapped it.
+                let pong = Event::Pong { sent, bytes, then, skewed: true, quiet };
+                at(&mut queue, link.held_until, pong);
+            }
+            Event::Pong { sent, bytes, then, skewed, .. } => {
                 // During an edge run the pong waits for the run's next turn of the event loop.
                 let late =
                     if t < link.busy_until { draws.unit() * device.pong_lateness_ms } else { 0.0 };
@@ -364,9 +381,12 @@ pub fn replay(
                         at(&mut queue, t, Event::Start);
                     }
                 }
-                if then > 0 {
+                // The uplink probe follows a bare ping that measured the link (as in
+                // `web/client/adaptive.js`).
+                if then > 0 && !skewed {
                     let wait = policy.ping_timeout_ms(then, FIXED_TIMEOUT_MS);
-                    ping(&mut link, &mut queue, &mut at, t, then, 0, wait);
+                    let quiet = !policy.forecast().link_up;
+                    ping(&mut link, &mut queue, &mut at, t, (then, 0), wait, quiet);
                 }
             }
             Event::PingLost { sent } => {
@@ -381,22 +401,24 @@ pub fn replay(
     Run { repeat: 0, mode: name.to_string(), samples, duration_ms: Some(duration_ms) }
 }
 
-/// Send a ping of `bytes` padding at `t`: its pong, or its loss after `wait` ms.
+/// Send a ping at `t` with `bytes` of padding, `then` the uplink probe to follow it: its pong,
+/// or its loss after `wait` ms. A `quiet` one (sent while the link is down) does not make runs
+/// pause.
 fn ping(
     link: &mut Link<'_>,
     queue: &mut BinaryHeap<Scheduled>,
     at: &mut impl FnMut(&mut BinaryHeap<Scheduled>, f64, Event),
     t: f64,
-    bytes: u32,
-    then: u32,
+    (bytes, then): (u32, u32),
     wait: f64,
+    quiet: bool,
 ) {
     // Sent while a run holds the thread (one that started before it, so does not pause for
     // it): the client marks it skewed and learns no round trip from it.
     let skewed = t < link.busy_until;
     let done = match link.exchange(t, PING_BYTES + f64::from(bytes), PONG_MS, PING_BYTES) {
         Some(back) if back - t <= wait => {
-            at(queue, back, Event::Pong { sent: t, bytes, then, skewed });
+            at(queue, back, Event::Pong { sent: t, bytes, then, skewed, quiet });
             back
         }
         _ => {
@@ -404,10 +426,18 @@ fn ping(
             t + wait
         }
     };
-    link.ping_out_until = link.ping_out_until.max(done);
+    if !quiet {
+        link.ping_out_until = link.ping_out_until.max(done);
+    }
 }
 
-fn sample(started: f64, t: f64, c: &Candidate, edge: f64, fallback: bool) -> Sample {
+fn sample(
+    started: f64,
+    t: f64,
+    c: &Candidate,
+    edge: f64,
+    (fallback, paused): (bool, bool),
+) -> Sample {
     let placement = if fallback {
         "fallback_edge".to_string()
     } else {
@@ -422,7 +452,7 @@ fn sample(started: f64, t: f64, c: &Candidate, edge: f64, fallback: bool) -> Sam
         bytes: if c.placement == Placement::EdgeOnly { 0.0 } else { c.bytes },
         edge,
         edge_stages: None,
-        edge_paused: None,
+        edge_paused: paused.then_some(true),
         placement: Some(placement),
         top1: 0,
         t: Some(started),
@@ -646,8 +676,10 @@ mod tests {
         );
         let longest = totals(&cloud).into_iter().fold(0.0, f64::max);
         assert!(longest > 10_000.0, "a request sent in the outage waits it out: {longest}");
+        // Pauses that cost something, to see which runs take them.
+        let device = Device { pause_cost: 0.05, ..STEADY };
         let auto =
-            replay(&schedule, &cs, &Mode::Auto(ControllerConfig::default()), STEADY, 1, 60_000.0);
+            replay(&schedule, &cs, &Mode::Auto(ControllerConfig::default()), device, 1, 60_000.0);
         let during: Vec<&Sample> = auto
             .samples
             .iter()
@@ -660,6 +692,10 @@ mod tests {
             "{:?}",
             during.iter().map(placement).collect::<Vec<_>>()
         );
+        // Once the link is down its pings only ask whether it is back: no run pauses for them.
+        let paused: Vec<f64> =
+            during.iter().filter(|s| s.edge_paused == Some(true)).filter_map(|s| s.t).collect();
+        assert!(paused.len() < 4, "of {} answers in the outage: {paused:?}", during.len());
         let worst = auto.samples.iter().map(|s| s.total).fold(0.0, f64::max);
         assert!(worst < 3_000.0, "no answer waits out the outage: {worst}");
         // Before it and after it the server is the faster place to answer, and auto goes back.

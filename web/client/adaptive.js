@@ -127,7 +127,8 @@ export class Adaptive {
     // Running locally, back-to-back requests keep this thread busy and the timer's probes may
     // never find it idle: start one here when it is due. The answer does not wait for it (a
     // ping stuck in an outage would hold it for the ping's whole timeout); the next requests'
-    // edge runs pause between stages while it is out, so its pong is timed within a stage.
+    // edge runs pause between stages while it is out, so its pong is timed within a stage
+    // (while the link is down they run whole, and its pong is read before the next run).
     if ((split === "edge" || r.fallback) && planner.probeDue(performance.now())) {
       this.probe().catch(() => {});
     }
@@ -170,11 +171,13 @@ export class Adaptive {
     await this.ping(padding);
   }
 
-  /** A ping the planner learns from (its round trip, or the failure). */
+  /** A ping the planner learns from (its round trip, or the failure). While the link is down
+   * the ping only asks whether it is back, so edge runs do not pause for it (an answer read a
+   * run late costs less than a pause in every run of the outage). */
   async ping(probeBytes) {
     const timeoutMs = this.planner.pingTimeoutMs(probeBytes, this.client.timeoutMs);
     const sent = performance.now();
-    const p = await this.client.ping(probeBytes, timeoutMs);
+    const p = await this.client.ping(probeBytes, timeoutMs, this.planner.linkUp);
     if (p == null) this.planner.observeFailure(performance.now(), sent);
     else this.planner.observePing(performance.now(), probeBytes, p.ms, p.load.waitMs, p.skewed);
     if (p?.load) this.planner.observePrice(p.load.price);

@@ -273,8 +273,8 @@ export class RemoteSplitClient {
     return this.call("classify", image, split, options);
   }
 
-  ping(probeBytes = 0, timeoutMs = undefined) {
-    return this.call("ping", probeBytes, timeoutMs);
+  ping(probeBytes = 0, timeoutMs = undefined, pause = true) {
+    return this.call("ping", probeBytes, timeoutMs, pause);
   }
 
   benchCodec(image, split, codec, repeats = 10) {

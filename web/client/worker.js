@@ -48,7 +48,7 @@ const methods = {
   /** What a bug in the module would do: the browser tests provoke a trap with it. */
   forcePanic: (message) => wasm.forcePanicForTests(message),
   classify: (image, split, options) => client.classify(image, split, options),
-  ping: (probeBytes, timeoutMs) => client.ping(probeBytes, timeoutMs),
+  ping: (probeBytes, timeoutMs, pause) => client.ping(probeBytes, timeoutMs, pause),
   benchCodec: (image, split, codec, repeats) => client.benchCodec(image, split, codec, repeats),
   profileEdge: (repeats) => client.profileEdge(repeats),
   explain: () => client.explain(),

@@ -179,6 +179,20 @@ async function errorChecks(page, name) {
                                unpaused, anyPaused: runs.some((r) => r.paused === true), stages } };
       })()),
       ...(await (async () => {
+        // A ping that does not pause the runs (auto's, while the link is down): they hold the
+        // thread whole, and its pong is read before the next run, not once they all ended.
+        const client = window.local;
+        let pong = null;
+        const ping = client.ping(0, 10_000, false).then((p) => { pong = { at: performance.now(), skewed: p?.skewed ?? "lost" }; });
+        const runs = [];
+        for (let k = 0; k < 3; k++) {
+          const r = await client.classify(chelsea, "edge");
+          runs.push({ end: performance.now(), paused: r.edgePaused });
+        }
+        await ping;
+        return { quietPing: { skewed: pong.skewed, beforeTheRunsEnded: pong.at < runs[2].end, anyPaused: runs.some((r) => r.paused) } };
+      })()),
+      ...(await (async () => {
         // A server that cannot be reached: the first request tries and fails, the next fails at
         // once (backoff) instead of trying again.
         const client = window.local;
@@ -226,6 +240,8 @@ async function errorChecks(page, name) {
   // it); one with no ping out says it did not.
   assert.deepEqual([out.pausedPing.unpaused, out.pausedPing.anyPaused], [false, true],
     `${name}: edgePaused ${JSON.stringify(out.pausedPing)}`);
+  assert.deepEqual(out.quietPing, { skewed: true, beforeTheRunsEnded: true, anyPaused: false },
+    `${name}: a ping that does not pause the runs is read between them and marked skewed`);
   assert.ok(out.pausedPing.stages.every((s) => s.stagesMs > 0 && s.stagesMs < s.edgeMs),
     `${name}: edge and split runs say how long their stages took of them: ${JSON.stringify(out.pausedPing.stages)}`);
   assert.ok(CATS.has(out.tokenProtocol.top), `${name}: classified over a token subprotocol`);
