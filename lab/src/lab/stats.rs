@@ -196,21 +196,10 @@ fn p95(samples: &[&Sample]) -> f64 {
 /// Summarize a constant link: ratios are computed per repeat, then the median is taken.
 pub fn summarize_profile(link: &LinkRuns) -> LinkSummary {
     let modes: Vec<String> = unique_modes(link);
-    let repeats = repeat_count(link);
-    let run =
-        |mode: &str, repeat: usize| link.runs.iter().find(|r| r.mode == mode && r.repeat == repeat);
-    let (mut vs_single, mut vs_oracle, mut oracle) = (Vec::new(), Vec::new(), Vec::new());
-    for repeat in 0..repeats {
-        let p = |m: &str| run(m, repeat).map(|r| p95(&r.samples.iter().collect::<Vec<_>>()));
-        let fixed: Vec<f64> = modes.iter().filter(|m| *m != "auto").filter_map(|m| p(m)).collect();
-        let best_fixed = fixed.iter().copied().fold(f64::INFINITY, f64::min);
-        let single = [p("edge"), p("cloud")].into_iter().flatten().fold(f64::INFINITY, f64::min);
-        oracle.push(best_fixed);
-        if let Some(a) = p("auto") {
-            vs_single.push(a / single);
-            vs_oracle.push(a / best_fixed);
-        }
-    }
+    let (oracle, vs_single, vs_oracle) = rate_repeats(link, |runs| {
+        let fixed = runs.iter().filter(|r| r.mode != "auto");
+        fixed.map(|r| p95(&r.samples.iter().collect::<Vec<_>>())).fold(f64::INFINITY, f64::min)
+    });
     let summaries: Vec<ModeSummary> = modes
         .iter()
         .map(|m| mode_summary(m, &link.runs.iter().filter(|r| &r.mode == m).collect::<Vec<_>>()))
@@ -229,6 +218,29 @@ pub fn summarize_profile(link: &LinkRuns) -> LinkSummary {
         auto_vs_oracle: median(&vs_oracle),
         auto_vs_oracle_runs: vs_oracle,
     }
+}
+
+/// Each repeat rated alone: its oracle's P95 (`oracle` of that repeat's runs), and where auto
+/// ran, auto's P95 over the best single tier's and over the oracle's.
+fn rate_repeats(
+    link: &LinkRuns,
+    oracle: impl Fn(&[&Run]) -> f64,
+) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let (mut best, mut vs_single, mut vs_oracle) = (Vec::new(), Vec::new(), Vec::new());
+    for repeat in 0..repeat_count(link) {
+        let runs: Vec<&Run> = link.runs.iter().filter(|r| r.repeat == repeat).collect();
+        let p = |m: &str| {
+            runs.iter().find(|r| r.mode == m).map(|r| p95(&r.samples.iter().collect::<Vec<_>>()))
+        };
+        let o = oracle(&runs);
+        let single = [p("edge"), p("cloud")].into_iter().flatten().fold(f64::INFINITY, f64::min);
+        best.push(o);
+        if let Some(a) = p("auto") {
+            vs_single.push(a / single);
+            vs_oracle.push(a / o);
+        }
+    }
+    (best, vs_single, vs_oracle)
 }
 
 /// The repeats a link's runs number (the highest index + 1).
@@ -282,20 +294,8 @@ fn mean(s: &[&Sample]) -> f64 {
 /// medians over repeats, as on constant links.
 pub fn summarize_trace(link: &LinkRuns, window_ms: f64) -> LinkSummary {
     let mut summary = summarize_profile(link);
-    let (mut oracle, mut vs_oracle, mut vs_single) = (Vec::new(), Vec::new(), Vec::new());
-    for repeat in 0..repeat_count(link) {
-        let runs: Vec<&Run> = link.runs.iter().filter(|r| r.repeat == repeat).collect();
-        let p = |m: &str| {
-            runs.iter().find(|r| r.mode == m).map(|r| p95(&r.samples.iter().collect::<Vec<_>>()))
-        };
-        let best = p95(&trace_oracle(&runs, window_ms));
-        let single = [p("edge"), p("cloud")].into_iter().flatten().fold(f64::INFINITY, f64::min);
-        oracle.push(best);
-        if let Some(a) = p("auto") {
-            vs_oracle.push(a / best);
-            vs_single.push(a / single);
-        }
-    }
+    let (oracle, vs_single, vs_oracle) =
+        rate_repeats(link, |runs| p95(&trace_oracle(runs, window_ms)));
     summary.oracle_p95 = median(&oracle);
     summary.auto_vs_oracle = median(&vs_oracle);
     summary.auto_vs_best_single = median(&vs_single);
