@@ -626,8 +626,12 @@ export class SplitClient {
   /** A ping with `probeBytes` of padding: null when unanswered within `timeoutMs`; `skewed`
    * when an edge run overlapped it. With `pause` (the default), edge runs pause between
    * stages while it is out so that its pong is timed within a stage; without, they run whole
-   * and its pong is read before the next run. */
-  ping(probeBytes?: number, timeoutMs?: number, pause?: boolean): Promise<{ ms: number; load: ServerLoad; skewed: boolean } | null>;
+   * and its pong is read before the next run. `gapMs`: the server's time between reading the
+   * frame sent before this ping and reading it (null for a connection's first frame); two
+   * pings sent back to back, a bare one and a padded one, arrive the padding's upload time
+   * apart. */
+  ping(probeBytes?: number, timeoutMs?: number, pause?: boolean):
+    Promise<{ ms: number; load: ServerLoad; skewed: boolean; gapMs: number | null } | null>;
   /** Time the codec alone in this browser, per run. */
   benchCodec(image: Uint8Array, split: string, codec: string, repeats?: number):
     Promise<{ bytes: number; encodeMs: number; decodeMs: number }>;

@@ -651,9 +651,11 @@ export class SplitClient {
     return { image, options };
   }
 
-  /** Send a ping with `probeBytes` of padding; resolves to { ms, load, skewed } (null when
-   * offline or unanswered within `timeoutMs`); `skewed`: an edge run that held the thread
-   * overlapped it, so `ms` is not the network's. With `pause`, edge runs started while it is
+  /** Send a ping with `probeBytes` of padding; resolves to { ms, load, skewed, gapMs } (null
+   * when offline or unanswered within `timeoutMs`); `skewed`: an edge run that held the thread
+   * overlapped it, so `ms` is not the network's; `gapMs`: the server's time between reading
+   * the frame sent before it and reading it (null for a connection's first), which no stall
+   * here skews: a padded ping sent right behind a bare one arrives its upload time later. With `pause`, edge runs started while it is
    * out pause between stages, so they may run meanwhile without skewing it by more than a
    * stage; without, they run whole (the pauses cost a throttled run 4%, docs/adaptive.md) and
    * its pong is read before the next run: for a ping that only asks whether the link is back. */
@@ -667,7 +669,7 @@ export class SplitClient {
     try {
       const pong = await this.connection.request(id, wasm.encodePing(id, probeBytes), timeoutMs);
       const ms = performance.now() - sent;
-      return { ms, load: pong.load, skewed: busy || this.edgeRunning || runs !== this.edgeRuns };
+      return { ms, load: pong.load, skewed: busy || this.edgeRunning || runs !== this.edgeRuns, gapMs: pong.gapMs };
     } catch {
       return null;
     } finally {

@@ -15,7 +15,8 @@ use std::sync::atomic::Ordering;
 use split_shared::cache::ContentKey;
 use split_shared::codec::StreamDecoder;
 use split_shared::protocol::{
-    MODEL_EFFICIENTNET_LITE0, Reply, Request, ServerTimings, WireError, peek_model, peek_request_id,
+    MODEL_EFFICIENTNET_LITE0, NO_GAP, Reply, Request, ServerTimings, WireError, peek_model,
+    peek_request_id,
 };
 use split_shared::runtime::SplitModel;
 
@@ -184,10 +185,11 @@ async fn serve_request(
 }
 
 /// The pong to a ping of `received` bytes: any model's, with the load of the one named, else
-/// of the first.
+/// of the first. Its `gap_us` is the socket's to stamp ([`NO_GAP`] here).
 fn pong(state: &AppState, id: u64, model: u8, received: usize) -> Reply {
     let engine = state.models.get(model).unwrap_or(state.engine());
-    Reply::Pong { id, received: received as u32, load: state.priced(engine.load()) }
+    let load = state.priced(engine.load());
+    Reply::Pong { id, received: received as u32, gap_us: NO_GAP, load }
 }
 
 /// The pong to `frame` when it is a well-formed ping, answered without waiting for the

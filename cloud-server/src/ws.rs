@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use actix_web::{HttpRequest, HttpResponse, rt, web};
 use actix_ws::{AggregatedMessage, CloseCode, CloseReason};
-use split_shared::protocol::{ErrorCode, MAX_FRAME_BYTES, Reply};
+use split_shared::protocol::{ErrorCode, MAX_FRAME_BYTES, NO_GAP, Reply};
 
 use crate::frame_guard::{FrameGuard, is_overflow};
 use crate::service::{Session, answer};
@@ -243,6 +243,16 @@ fn continues(msg: &Incoming) -> bool {
     matches!(msg, Some(Ok(m)) if !matches!(m, AggregatedMessage::Close(_)))
 }
 
+/// A pong stamped with the time since the connection's previous binary frame was read
+/// ([`Reply::Pong`]'s `gap_us`: a padded ping's upload time when it follows a bare one); any
+/// other reply as it is.
+fn with_gap(mut reply: Reply, gap: Option<Duration>) -> Reply {
+    if let Reply::Pong { gap_us, .. } = &mut reply {
+        *gap_us = gap.map_or(NO_GAP, |g| g.as_micros().min(u128::from(NO_GAP - 1)) as u32);
+    }
+    reply
+}
+
 /// The model a frame addresses, which its reply echoes (Lite0's byte for an unreadable header).
 fn model_of(frame: &[u8]) -> u8 {
     split_shared::protocol::peek_model(frame)
@@ -260,8 +270,10 @@ async fn serve_session(
     // Stream references live as long as the connection: a reconnect starts with a keyframe.
     let mut client = Session::new(&state);
     let mut tick = tokio::time::interval(HEARTBEAT_INTERVAL);
-    // One message read while a request was being answered, handled next.
-    let mut ahead: Option<Incoming> = None;
+    // One message read while a request was being answered, handled next, and when it was read.
+    let mut ahead: Option<(Incoming, Instant)> = None;
+    // When the last binary frame was read: a pong tells its ping's distance from it.
+    let mut last_frame: Option<Instant> = None;
     let mut rate_warned = false;
     state.metrics.session_opened();
     // Shutting down: close between requests with 1012, which clients take as "reconnect now".
@@ -271,11 +283,11 @@ async fn serve_session(
         description: Some("server shutting down: reconnect".into()),
     };
     let close = loop {
-        let msg = match ahead.take() {
-            Some(msg) => msg,
+        let (msg, arrived) = match ahead.take() {
+            Some(read) => read,
             None if *drain.borrow_and_update() => break Some(restart()),
             None => tokio::select! {
-                msg = stream.recv() => msg,
+                msg = stream.recv() => (msg, Instant::now()),
                 Ok(()) = drain.changed() => continue,
                 _ = tick.tick() => {
                     if last_seen.elapsed() > CLIENT_TIMEOUT {
@@ -293,6 +305,7 @@ async fn serve_session(
             Some(Ok(AggregatedMessage::Binary(frame)))
                 if !state.rate.allow(admitted.ip, Instant::now()) =>
             {
+                last_frame = Some(arrived);
                 state.metrics.received(frame.len());
                 state.metrics.refused("rate_limited");
                 let id = split_shared::protocol::peek_request_id(&frame).unwrap_or(0);
@@ -308,6 +321,7 @@ async fn serve_session(
                 }
             }
             Some(Ok(AggregatedMessage::Binary(frame))) => {
+                let gap = last_frame.replace(arrived).map(|before| arrived - before);
                 state.metrics.received(frame.len());
                 // Keep reading while the request is answered: when the client closes or drops
                 // the connection meanwhile, the answer is abandoned (the model skips queued work
@@ -320,6 +334,7 @@ async fn serve_session(
                         // sent behind a request is answered first even when both are ready.
                         biased;
                         next = stream.recv(), if ahead.is_none() => {
+                            let arrived = Instant::now();
                             // A ping is answered now rather than after the request: its pong
                             // times the link, not this request's compute (a client planning
                             // on it would see the server's work as round trip).
@@ -330,13 +345,15 @@ async fn serve_session(
                                 && state.rate.allow(admitted.ip, Instant::now())
                             {
                                 state.metrics.received(ping.len());
+                                let gap = last_frame.replace(arrived).map(|before| arrived - before);
+                                let pong = with_gap(pong, gap);
                                 if !send(&mut session, pong.to_bytes_for(model_of(ping)), &state).await {
                                     return;
                                 }
                                 continue;
                             }
                             let going = continues(&next);
-                            ahead = Some(next);
+                            ahead = Some((next, arrived));
                             if !going {
                                 break None;
                             }
@@ -345,7 +362,12 @@ async fn serve_session(
                     }
                 };
                 if let Some(reply) = reply
-                    && !send(&mut session, reply.to_bytes_for(model_of(&frame)), &state).await
+                    && !send(
+                        &mut session,
+                        with_gap(reply, gap).to_bytes_for(model_of(&frame)),
+                        &state,
+                    )
+                    .await
                 {
                     return;
                 }

@@ -522,6 +522,7 @@ async fn probe(
                         ms: ms(sent.elapsed()),
                         queue_wait_ms: load.expected_wait_ms(),
                         skewed: false,
+                        server_gap_ms: None,
                     },
                 );
             }

@@ -1,8 +1,8 @@
 //! A userspace network emulator: a TCP proxy that adds one-way delay and serializes each
 //! direction at a rate, for the link profiles the lab compares (this kernel has no `netem`).
-//! Each direction is a FIFO: a chunk leaves after the link finished sending the chunks before it
-//! (`bytes / rate`) plus the one-way delay, like a router queue with a propagation delay. Between
-//! two loopback endpoints it is the whole network.
+//! Each direction is a FIFO of packets ([`SEGMENT_BYTES`] at most): a packet leaves after the link
+//! finished sending the packets before it (`bytes / rate`) plus the one-way delay, like a router
+//! queue with a propagation delay. Between two loopback endpoints it is the whole network.
 //!
 //! A link can change over time ([`Schedule`]): a list of segments of fixed conditions. Its clock
 //! starts with the first connection, so a client that connects, warms up and then measures sees
@@ -18,6 +18,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
+
+/// The most bytes the link serializes as one packet (a TCP segment's payload on a 1500-byte
+/// MTU). One read from the socket can hold several messages: a small frame written just ahead
+/// of a big one must arrive first, its own serialization time after it was read, as on a
+/// router, not with the big one's last byte (the client's uplink probe is timed on that
+/// difference, at the server).
+pub const SEGMENT_BYTES: usize = 1448;
 
 /// A link: rates in kbit/s and the round-trip time.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
@@ -247,12 +254,17 @@ async fn direction(
                 Ok(0) | Err(_) => break,
                 Ok(n) => n,
             };
-            let start = free_s.max(clock.seconds(Instant::now()));
-            let Some(done) = clock.schedule.finish(start, n as f64 * 8.0, up) else { break };
-            free_s = done;
-            let at = clock.instant(done + clock.schedule.one_way_s(done));
-            if tx.send((at, buf[..n].to_vec())).await.is_err() {
-                break;
+            let read_at = clock.seconds(Instant::now());
+            for packet in buf[..n].chunks(SEGMENT_BYTES) {
+                let start = free_s.max(read_at);
+                let Some(done) = clock.schedule.finish(start, packet.len() as f64 * 8.0, up) else {
+                    return;
+                };
+                free_s = done;
+                let at = clock.instant(done + clock.schedule.one_way_s(done));
+                if tx.send((at, packet.to_vec())).await.is_err() {
+                    return;
+                }
             }
         }
     };
@@ -368,6 +380,30 @@ mod tests {
         // 8 kbit/s: 4,000 bits before 1 s, nothing 1–2 s, the rest from 2 s.
         assert_eq!(looped.finish(0.5, 8000.0, true), Some(2.5));
         assert_eq!(looped.one_way_s(2.2), 0.05);
+    }
+
+    /// Two frames written at once leave one packet at a time: the small one ahead arrives a
+    /// packet's serialization after it was sent, not with the big one's last byte.
+    #[tokio::test]
+    async fn a_small_frame_written_ahead_of_a_big_one_arrives_first() {
+        let sink = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        // 240 kbit/s: a packet in 48 ms, 16 KiB in 546.
+        let link = LinkProfile { name: "slow", up_kbps: 240.0, down_kbps: 240.0, rtt_ms: 0.0 };
+        let proxy = Proxy::start(sink.local_addr().unwrap(), link).await.unwrap();
+        let mut client = TcpStream::connect(proxy.addr).await.unwrap();
+        let (mut server, _) = sink.accept().await.unwrap();
+        let mut bytes = vec![1u8; 20];
+        bytes.extend(vec![2u8; 16 * 1024]);
+        let sent = Instant::now();
+        client.write_all(&bytes).await.unwrap();
+        let mut got = vec![0u8; bytes.len()];
+        server.read_exact(&mut got[..20]).await.unwrap();
+        let first = sent.elapsed();
+        server.read_exact(&mut got[20..]).await.unwrap();
+        let all = sent.elapsed();
+        assert_eq!(got, bytes);
+        assert!(first < Duration::from_millis(300), "{first:?}");
+        assert!(all > Duration::from_millis(450), "{all:?}");
     }
 
     #[test]

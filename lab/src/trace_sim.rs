@@ -119,13 +119,24 @@ impl Link<'_> {
     /// `up` bytes sent at `t_ms`, `server_ms` there, `down` bytes back: when the answer is in,
     /// ms; `None` if the link never carries them.
     fn exchange(&mut self, t_ms: f64, up: f64, server_ms: f64, down: f64) -> Option<f64> {
+        self.exchange_timed(t_ms, up, server_ms, down).map(|(_, back)| back)
+    }
+
+    /// As [`Link::exchange`], with when the server had the bytes: (arrived, answer in), ms.
+    fn exchange_timed(
+        &mut self,
+        t_ms: f64,
+        up: f64,
+        server_ms: f64,
+        down: f64,
+    ) -> Option<(f64, f64)> {
         let s = self.schedule;
         let start = self.up_free_s.max(t_ms / 1e3);
         let sent = s.finish(start, up * 8.0, true)?;
         self.up_free_s = sent;
-        let reply = sent + s.one_way_s(sent) + server_ms / 1e3;
-        let back = s.finish(reply, down * 8.0, false)?;
-        Some((back + s.one_way_s(back)) * 1e3)
+        let arrived = sent + s.one_way_s(sent);
+        let back = s.finish(arrived + server_ms / 1e3, down * 8.0, false)?;
+        Some((arrived * 1e3, (back + s.one_way_s(back)) * 1e3))
     }
 }
 
@@ -143,10 +154,10 @@ enum Event {
     Local { started: f64, edge: f64, stages: f64, fallback: bool, paused: bool },
     /// The page's probe timer.
     Timer,
-    /// A pong, for a ping of `bytes` sent at `sent`; `then` is the uplink probe to follow a
-    /// bare one.
-    /// `quiet`: sent while the link was down, so runs did not pause for it.
-    Pong { sent: f64, bytes: u32, then: u32, skewed: bool, quiet: bool },
+    /// A pong, for a ping of `bytes` sent at `sent`; `gap`: the server's time from the frame
+    /// before it to it (an uplink probe's, behind its bare ping). `quiet`: runs did not pause
+    /// for it (sent while the link was down, or an uplink probe).
+    Pong { sent: f64, bytes: u32, gap: Option<f64>, skewed: bool, quiet: bool },
     /// A ping went unanswered for its timeout.
     PingLost { sent: f64 },
 }
@@ -211,12 +222,10 @@ pub fn replay(
         order += 1;
         q.push(Scheduled(t, order, e));
     };
-    let timeout = policy.probe_config().ping_timeout_ms;
     if auto {
         // `measureLink` before the first request: a bare ping and an uplink probe.
-        let padding = policy.probe_config().upload_probe_bytes;
-        policy.start_probe(0.0);
-        ping(&mut link, &mut queue, &mut at, 0.0, (0, padding), timeout, false);
+        let padding = policy.start_probe(0.0);
+        probe(&mut link, &mut queue, &mut at, 0.0, padding, &policy, false);
         at(&mut queue, policy.probe_config().period_ms, Event::Timer);
     } else {
         at(&mut queue, 0.0, Event::Start);
@@ -339,7 +348,7 @@ pub fn replay(
                 if auto && policy.probe_due(t) {
                     let padding = policy.start_probe(t);
                     let quiet = !policy.forecast().link_up;
-                    ping(&mut link, &mut queue, &mut at, t, (0, padding), timeout, quiet);
+                    probe(&mut link, &mut queue, &mut at, t, padding, &policy, quiet);
                 }
                 at(&mut queue, t, Event::Start);
             }
@@ -352,17 +361,17 @@ pub fn replay(
                 if policy.probe_due(t) {
                     let padding = policy.start_probe(t);
                     let quiet = !policy.forecast().link_up;
-                    ping(&mut link, &mut queue, &mut at, t, (0, padding), timeout, quiet);
+                    probe(&mut link, &mut queue, &mut at, t, padding, &policy, quiet);
                 }
                 at(&mut queue, t + policy.probe_config().period_ms, Event::Timer);
             }
-            Event::Pong { sent, bytes, then, quiet, .. } if quiet && t < link.held_until => {
+            Event::Pong { sent, bytes, gap, quiet, .. } if quiet && t < link.held_until => {
                 // No pauses for it: read once the request's work lets go of the thread, and
                 // a run overlapped it.
-                let pong = Event::Pong { sent, bytes, then, skewed: true, quiet };
+                let pong = Event::Pong { sent, bytes, gap, skewed: true, quiet };
                 at(&mut queue, link.held_until, pong);
             }
-            Event::Pong { sent, bytes, then, skewed, .. } => {
+            Event::Pong { sent, bytes, gap, skewed, .. } => {
                 // During an edge run the pong waits for the run's next turn of the event loop.
                 let late =
                     if t < link.busy_until { draws.unit() * device.pong_lateness_ms } else { 0.0 };
@@ -373,20 +382,13 @@ pub fn replay(
                         ms: t - sent + late,
                         queue_wait_ms: 0.0,
                         skewed,
+                        server_gap_ms: gap,
                     },
                 );
-                if !started_first {
-                    started_first = then == 0;
-                    if started_first {
-                        at(&mut queue, t, Event::Start);
-                    }
-                }
-                // The uplink probe follows a bare ping that measured the link (as in
-                // `web/client/adaptive.js`).
-                if then > 0 && !skewed {
-                    let wait = policy.ping_timeout_ms(then, FIXED_TIMEOUT_MS);
-                    let quiet = !policy.forecast().link_up;
-                    ping(&mut link, &mut queue, &mut at, t, (then, 0), wait, quiet);
+                // `measureLink` ends with the uplink probe's pong.
+                if !started_first && bytes > 0 {
+                    started_first = true;
+                    at(&mut queue, t, Event::Start);
                 }
             }
             Event::PingLost { sent } => {
@@ -401,24 +403,49 @@ pub fn replay(
     Run { repeat: 0, mode: name.to_string(), samples, duration_ms: Some(duration_ms) }
 }
 
-/// Send a ping at `t` with `bytes` of padding, `then` the uplink probe to follow it: its pong,
-/// or its loss after `wait` ms. A `quiet` one (sent while the link is down) does not make runs
-/// pause.
+/// A probe at `t`, as `web/client/adaptive.js` sends it: a bare ping and, when the planner asks
+/// for `padding` and the link is up, the uplink probe right behind it, whose pong carries the
+/// server's time between the two arrivals. Runs pause for the bare ping unless it is `quiet`
+/// (sent while the link is down); never for the uplink probe.
+fn probe(
+    link: &mut Link<'_>,
+    queue: &mut BinaryHeap<Scheduled>,
+    at: &mut impl FnMut(&mut BinaryHeap<Scheduled>, f64, Event),
+    t: f64,
+    padding: u32,
+    policy: &AdaptivePolicy,
+    quiet: bool,
+) {
+    let timeout = policy.probe_config().ping_timeout_ms;
+    let bare = ping(link, queue, at, t, 0, timeout, quiet, None);
+    if padding > 0 && !quiet {
+        let wait = policy.ping_timeout_ms(padding, FIXED_TIMEOUT_MS);
+        ping(link, queue, at, t, padding, wait, true, bare);
+    }
+}
+
+/// Send a ping at `t` with `bytes` of padding: its pong, or its loss after `wait` ms. A `quiet`
+/// one does not make runs pause. `before`: when the frame ahead of it reached the server (its
+/// pong's gap is measured from there). Returns when this one reached the server, if it did.
+#[allow(clippy::too_many_arguments)]
 fn ping(
     link: &mut Link<'_>,
     queue: &mut BinaryHeap<Scheduled>,
     at: &mut impl FnMut(&mut BinaryHeap<Scheduled>, f64, Event),
     t: f64,
-    (bytes, then): (u32, u32),
+    bytes: u32,
     wait: f64,
     quiet: bool,
-) {
+    before: Option<f64>,
+) -> Option<f64> {
     // Sent while a run holds the thread (one that started before it, so does not pause for
     // it): the client marks it skewed and learns no round trip from it.
     let skewed = t < link.busy_until;
-    let done = match link.exchange(t, PING_BYTES + f64::from(bytes), PONG_MS, PING_BYTES) {
-        Some(back) if back - t <= wait => {
-            at(queue, back, Event::Pong { sent: t, bytes, then, skewed, quiet });
+    let exchange = link.exchange_timed(t, PING_BYTES + f64::from(bytes), PONG_MS, PING_BYTES);
+    let done = match exchange {
+        Some((arrived, back)) if back - t <= wait => {
+            let gap = before.map(|b| arrived - b);
+            at(queue, back, Event::Pong { sent: t, bytes, gap, skewed, quiet });
             back
         }
         _ => {
@@ -429,6 +456,7 @@ fn ping(
     if !quiet {
         link.ping_out_until = link.ping_out_until.max(done);
     }
+    exchange.map(|(arrived, _)| arrived)
 }
 
 fn sample(

@@ -3,7 +3,7 @@
 use js_sys::{Array, Object, Reflect, Uint8Array};
 use split_shared::labels::{Prediction, short_name};
 use split_shared::model::boundary_table;
-use split_shared::protocol::{Reply, ServerLoad};
+use split_shared::protocol::{NO_GAP, Reply, ServerLoad};
 use wasm_bindgen::JsValue;
 
 use crate::edge::EdgeOutput;
@@ -86,9 +86,12 @@ pub fn reply(r: &Reply) -> JsValue {
             set(&o, "timings", t);
             set(&o, "load", load_object(load));
         }
-        Reply::Pong { received, load, .. } => {
+        Reply::Pong { received, gap_us, load, .. } => {
             set(&o, "kind", "pong");
             set(&o, "received", *received);
+            // Since the frame before the ping reached the server, on its clock (null: none).
+            let gap = (*gap_us != NO_GAP).then(|| f64::from(*gap_us) / 1e3);
+            set(&o, "gapMs", gap.map_or(JsValue::NULL, JsValue::from));
             set(&o, "load", load_object(load));
         }
         Reply::Error { code, message, .. } => {

@@ -236,7 +236,8 @@ impl AdaptivePlanner {
         self.policy.ping_timeout_ms(probe_bytes, timeout_ms)
     }
 
-    /// A pong came back after `ms`; `skewed` when an edge run overlapped the ping.
+    /// A pong came back after `ms`; `skewed` when an edge run overlapped the ping; `gap_ms`,
+    /// the pong's `gapMs` (the server's time since the frame before the ping).
     #[wasm_bindgen(js_name = observePing)]
     pub fn observe_ping(
         &mut self,
@@ -245,8 +246,10 @@ impl AdaptivePlanner {
         ms: f64,
         queue_wait_ms: f64,
         skewed: bool,
+        gap_ms: Option<f64>,
     ) {
-        self.policy.observe_ping(now, PingObservation { probe_bytes, ms, queue_wait_ms, skewed });
+        let p = PingObservation { probe_bytes, ms, queue_wait_ms, skewed, server_gap_ms: gap_ms };
+        self.policy.observe_ping(now, p);
     }
 
     /// Conditions now and forecast, the current choice and its predicted breakdown, the best

@@ -163,23 +163,31 @@ export class Adaptive {
     }, this.planner.probePeriodMs);
   }
 
-  /** A bare ping (RTT, server load), then the uplink probe the planner asks for, if any. */
+  /** A bare ping (RTT, server load) and, right behind it, the uplink probe the planner asks
+   * for, if any and the link is up: the server times the probe's padding from the bare ping's
+   * arrival to its own (the pong's `gapMs`), so edge runs pause for the bare ping alone. On a
+   * slow uplink the probe is out for seconds (16 KiB at 240 kbit/s: 0.55 s plus the round
+   * trip), and pausing every run meanwhile cost the lab's T-Mobile trace most of its runs. */
   async probe() {
     const padding = this.planner.startProbe(performance.now());
-    const rtt = await this.ping(0);
-    if (rtt == null || rtt.skewed || padding === 0) return;
-    await this.ping(padding);
+    const bare = this.ping(0, this.planner.linkUp);
+    if (padding === 0 || !this.planner.linkUp) {
+      await bare;
+      return;
+    }
+    await Promise.all([bare, this.ping(padding, false)]);
   }
 
-  /** A ping the planner learns from (its round trip, or the failure). While the link is down
-   * the ping only asks whether it is back, so edge runs do not pause for it (an answer read a
-   * run late costs less than a pause in every run of the outage). */
-  async ping(probeBytes) {
+  /** A ping the planner learns from (its round trip, or the failure). With `pause` edge runs
+   * pause for it so that its pong is timed within a stage; while the link is down a ping only
+   * asks whether it is back, so runs do not pause for it (an answer read a run late costs less
+   * than a pause in every run of the outage), nor for an uplink probe the server times. */
+  async ping(probeBytes, pause) {
     const timeoutMs = this.planner.pingTimeoutMs(probeBytes, this.client.timeoutMs);
     const sent = performance.now();
-    const p = await this.client.ping(probeBytes, timeoutMs, this.planner.linkUp);
+    const p = await this.client.ping(probeBytes, timeoutMs, pause);
     if (p == null) this.planner.observeFailure(performance.now(), sent);
-    else this.planner.observePing(performance.now(), probeBytes, p.ms, p.load.waitMs, p.skewed);
+    else this.planner.observePing(performance.now(), probeBytes, p.ms, p.load.waitMs, p.skewed, p.gapMs ?? undefined);
     if (p?.load) this.planner.observePrice(p.load.price);
     return p;
   }

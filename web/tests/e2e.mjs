@@ -193,6 +193,13 @@ async function errorChecks(page, name) {
         return { quietPing: { skewed: pong.skewed, beforeTheRunsEnded: pong.at < runs[2].end, anyPaused: runs.some((r) => r.paused) } };
       })()),
       ...(await (async () => {
+        // The planner's uplink probe: a padded ping right behind a bare one, its pong saying
+        // how long after the bare ping the server read it (on loopback, within its round trip).
+        const client = window.local;
+        const [bare, padded] = await Promise.all([client.ping(0, 10_000), client.ping(16_384, 10_000, false)]);
+        return { uplinkProbe: { bare: bare != null, gapMs: padded?.gapMs, ms: padded?.ms } };
+      })()),
+      ...(await (async () => {
         // A server that cannot be reached: the first request tries and fails, the next fails at
         // once (backoff) instead of trying again.
         const client = window.local;
@@ -242,6 +249,9 @@ async function errorChecks(page, name) {
     `${name}: edgePaused ${JSON.stringify(out.pausedPing)}`);
   assert.deepEqual(out.quietPing, { skewed: true, beforeTheRunsEnded: true, anyPaused: false },
     `${name}: a ping that does not pause the runs is read between them and marked skewed`);
+  assert.ok(out.uplinkProbe.bare && typeof out.uplinkProbe.gapMs === "number"
+    && out.uplinkProbe.gapMs >= 0 && out.uplinkProbe.gapMs <= out.uplinkProbe.ms,
+    `${name}: an uplink probe's pong says how long after the bare ping it arrived: ${JSON.stringify(out.uplinkProbe)}`);
   assert.ok(out.pausedPing.stages.every((s) => s.stagesMs > 0 && s.stagesMs < s.edgeMs),
     `${name}: edge and split runs say how long their stages took of them: ${JSON.stringify(out.pausedPing.stages)}`);
   assert.ok(CATS.has(out.tokenProtocol.top), `${name}: classified over a token subprotocol`);

@@ -14,7 +14,8 @@ use split_shared::codec::{Calibration, EncodeContext, Setting, StreamEncoder};
 use split_shared::model::{Boundary, EfficientNetLite0, Features};
 use split_shared::protocol::FeaturesFrame;
 use split_shared::protocol::{
-    Encoding, ErrorCode, MAX_FRAME_BYTES, MAX_PAYLOAD_BYTES, PROTOCOL_VERSION, Reply, Request,
+    Encoding, ErrorCode, MAX_FRAME_BYTES, MAX_PAYLOAD_BYTES, NO_GAP, PROTOCOL_VERSION, Reply,
+    Request,
 };
 
 use crate::common::Socket;
@@ -682,6 +683,23 @@ async fn forwarded_addresses_count_only_from_a_trusted_proxy() {
     assert!(format!("{spoofed:?}").contains("503"), "{spoofed:?}");
 }
 
+/// A pong says how long after the connection's frame before it the server read its ping (how
+/// the client times its uplink probe behind a bare ping); a connection's first frame has none.
+#[actix_web::test]
+async fn a_pong_carries_the_time_since_the_frame_before_its_ping() {
+    let srv = server();
+    let mut ws = connect(&srv).await;
+    let gap = |reply: Reply| match reply {
+        Reply::Pong { gap_us, .. } => gap_us,
+        other => panic!("expected a pong, got {other:?}"),
+    };
+    let ping = |id| Request::Ping { id, payload: vec![0; 100] }.to_bytes();
+    assert_eq!(gap(roundtrip(&mut ws, ping(1)).await), NO_GAP);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let after = gap(roundtrip(&mut ws, ping(2)).await);
+    assert!((300_000..10_000_000).contains(&after), "{after} us");
+}
+
 /// A ping sent behind a request is answered while the request computes, not after it: its pong
 /// times the link, which is what the client's planner takes it for.
 #[actix_web::test]
@@ -701,7 +719,11 @@ async fn a_ping_behind_a_request_is_answered_before_it() {
     for _ in 0..2 {
         match next_frame(&mut ws).await {
             Frame::Binary(b) => match Reply::decode(&b).expect("reply decodes") {
-                Reply::Pong { id, .. } => order.push(("pong", id)),
+                Reply::Pong { id, gap_us, .. } => {
+                    // Read while the photo computed: stamped from the photo's arrival.
+                    assert_ne!(gap_us, NO_GAP);
+                    order.push(("pong", id));
+                }
                 Reply::Result { id, .. } => order.push(("result", id)),
                 other => panic!("{other:?}"),
             },

@@ -89,6 +89,11 @@ pub struct PingObservation {
     pub queue_wait_ms: f64,
     /// An edge run overlapped it (the page's thread was busy), so `ms` is not the network's.
     pub skewed: bool,
+    /// The server's time from reading the frame before this ping to reading this one, ms
+    /// (the pong's `gap_us`; `None` when the server sent none). For an uplink probe sent right
+    /// behind the probe's bare ping, its padding's upload time: timed on the server's clock, it
+    /// holds however late the page read the pong, so the probe need not pause edge runs.
+    pub server_gap_ms: Option<f64>,
 }
 
 /// What the page shows to explain the current choice.
@@ -349,6 +354,8 @@ impl AdaptivePolicy {
     /// ping, or 0 when the link carried a request recently enough to measure the uplink.
     pub fn start_probe(&mut self, now: f64) -> u32 {
         self.last_probe_ms = now;
+        // The uplink probe's round trip is rebuilt from this probe's own bare ping alone.
+        self.last_bare_ping_ms = None;
         if now - self.last_sent_ms > self.probe.idle_ms { self.probe.upload_probe_bytes } else { 0 }
     }
 
@@ -363,11 +370,25 @@ impl AdaptivePolicy {
     }
 
     /// A pong came back: the link is up; unless an edge run overlapped it, its round trip is
-    /// the network's.
+    /// the network's. An uplink probe's upload time is the server's gap when the pong has one
+    /// (skewed or not), else its round trip less the bare ping's.
     pub fn observe_ping(&mut self, now: f64, p: PingObservation) {
         self.answered(now - p.ms);
         self.monitor.observe_queue(now, p.queue_wait_ms);
         self.monitor.observe_alive();
+        if p.probe_bytes > 0
+            && let Some(gap) = p.server_gap_ms
+        {
+            let bytes = f64::from(p.probe_bytes);
+            // Its round trip, had the page read it on time: the bare ping's, which went the
+            // same way just ahead of it, plus the upload. Without an unskewed bare ping in this
+            // probe the slip learns nothing.
+            if let Some(rtt) = self.last_bare_ping_ms {
+                self.monitor.observe_network_time(bytes, rtt + gap);
+            }
+            self.monitor.observe_upload(now, bytes, self.resolved_upload_ms(gap));
+            return;
+        }
         if p.skewed {
             return;
         }
@@ -376,7 +397,7 @@ impl AdaptivePolicy {
             let a = self.probe.rtt_smoothing;
             self.base_rtt_ms = Some(self.base_rtt_ms.map_or(rtt, |b| (1.0 - a) * b + a * rtt));
             // The padded probe follows this ping at once, under the same conditions: its
-            // upload time is measured against this ping's own round trip.
+            // round trip is measured against this ping's own.
             self.last_bare_ping_ms = Some(p.ms);
             self.monitor.observe_rtt(now, rtt);
         } else if let Some(rtt) = self.last_bare_ping_ms {
@@ -437,6 +458,17 @@ mod tests {
     use super::*;
     use crate::model::Boundary;
 
+    /// A bare ping's pong after `ms`, read on time.
+    fn bare_ping(ms: f64) -> PingObservation {
+        PingObservation {
+            probe_bytes: 0,
+            ms,
+            queue_wait_ms: 0.0,
+            skewed: false,
+            server_gap_ms: None,
+        }
+    }
+
     fn candidates() -> Vec<Candidate> {
         let b = Boundary::block(5).unwrap();
         vec![
@@ -487,7 +519,7 @@ mod tests {
     #[test]
     fn pings_set_the_base_rtt_and_an_outage_shortens_nothing_but_the_link() {
         let mut p = AdaptivePolicy::new(candidates());
-        let bare = PingObservation { probe_bytes: 0, ms: 40.0, queue_wait_ms: 0.0, skewed: false };
+        let bare = bare_ping(40.0);
         p.observe_ping(0.0, bare);
         // 16 KiB in 164 ms - 40 ms of round trip: 132 bytes/ms.
         let padded = PingObservation { probe_bytes: 16_384, ms: 164.0, ..bare };
@@ -506,12 +538,43 @@ mod tests {
         assert!((p.forecast().now.rtt_ms - 40.0).abs() < 1e-9);
     }
 
+    /// An uplink probe read late (an edge run held the page's thread) still times the uplink
+    /// when the server says how long after the bare ping it arrived; without the gap it
+    /// teaches nothing.
+    #[test]
+    fn a_late_uplink_probe_is_timed_by_the_servers_gap() {
+        let bare = bare_ping(150.0);
+        // 16 KiB at 30 bytes/ms (240 kbit/s) arrived 546 ms after the bare ping; the page
+        // read its pong 170 ms late.
+        let padded = PingObservation {
+            probe_bytes: 16_384,
+            ms: 150.0 + 546.0 + 170.0,
+            skewed: true,
+            server_gap_ms: Some(16_384.0 / 30.0),
+            ..bare
+        };
+        let mut p = AdaptivePolicy::new(candidates());
+        p.start_probe(0.0);
+        p.observe_ping(150.0, bare);
+        p.observe_ping(866.0, padded);
+        let up = p.forecast().now.uplink_bytes_per_ms;
+        assert!((up - 30.0).abs() < 1e-6, "{up}");
+        let mut p = AdaptivePolicy::new(candidates());
+        p.start_probe(0.0);
+        p.observe_ping(150.0, bare);
+        p.observe_ping(866.0, PingObservation { server_gap_ms: None, ..padded });
+        assert_eq!(
+            p.forecast().now.uplink_bytes_per_ms,
+            AdaptivePolicy::new(candidates()).forecast().now.uplink_bytes_per_ms
+        );
+    }
+
     /// Pings overlap on a slow link (one every 2 s, each waiting up to 2 s): one sent while the
     /// link was down may time out after a later one found it up again.
     #[test]
     fn a_failure_older_than_an_answer_does_not_mark_the_link_down() {
         let mut p = AdaptivePolicy::new(candidates());
-        let bare = PingObservation { probe_bytes: 0, ms: 40.0, queue_wait_ms: 0.0, skewed: false };
+        let bare = bare_ping(40.0);
         p.observe_failure_of(1_000.0, 0.0);
         assert!(!p.forecast().link_up);
         // Sent at 1,500, answered at 1,540: up again.
@@ -664,7 +727,7 @@ mod tests {
     #[test]
     fn a_late_pong_does_not_lengthen_the_round_trip_until_it_lasts() {
         let mut p = AdaptivePolicy::new(candidates());
-        let ping = |ms| PingObservation { probe_bytes: 0, ms, queue_wait_ms: 0.0, skewed: false };
+        let ping = bare_ping;
         p.observe_ping(0.0, ping(60.0));
         p.observe_ping(2_000.0, ping(140.0));
         p.observe_ping(4_000.0, ping(130.0));
@@ -722,7 +785,7 @@ mod tests {
     #[test]
     fn an_upload_within_the_round_trips_jitter_does_not_read_as_an_unbounded_uplink() {
         let mut p = AdaptivePolicy::new(candidates());
-        let bare = PingObservation { probe_bytes: 0, ms: 10.0, queue_wait_ms: 0.0, skewed: false };
+        let bare = bare_ping(10.0);
         p.observe_ping(0.0, bare);
         let sent = |round_trip_ms| RequestObservation {
             bytes_sent: 16_000.0,

@@ -78,6 +78,7 @@ pub fn simulate(
                     ms: truth.rtt_ms + f64::from(probe_bytes) / truth.uplink_bytes_per_ms,
                     queue_wait_ms: truth.queue_ms,
                     skewed: false,
+                    server_gap_ms: None,
                 };
                 policy.observe_ping(t, ping(0));
                 if padding > 0 {
@@ -301,6 +302,7 @@ pub fn simulate_shared(
                             ms: client.rtt_ms + f64::from(probe_bytes) / client.uplink_bytes_per_ms,
                             queue_wait_ms: wait_ms,
                             skewed: false,
+                            server_gap_ms: None,
                         },
                     );
                 }

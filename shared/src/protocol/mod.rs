@@ -41,7 +41,7 @@ pub use llm::{
     Finish, HeadSampling, LLM_MAGIC, LLM_PROTOCOL_VERSION, LlmErrorCode, LlmFrame, LlmWireError,
     MAX_HIDDEN_ROWS, MAX_HIDDEN_WIDTH, MAX_LLM_FRAME_BYTES, MODEL_SMOLLM2, peek_llm_id,
 };
-pub use reply::{Reply, ServerLoad, ServerTimings};
+pub use reply::{NO_GAP, Reply, ServerLoad, ServerTimings};
 pub use request::{Encoding, Request};
 pub use samples::{sample_frames, synthetic_activations};
 
@@ -50,7 +50,7 @@ use crate::container::Cursor;
 /// First four bytes of every frame.
 pub const MAGIC: [u8; 4] = *b"SPLT";
 /// Version this build speaks. A peer with another version gets [`ErrorCode::UnsupportedVersion`].
-pub const PROTOCOL_VERSION: u16 = 3;
+pub const PROTOCOL_VERSION: u16 = 4;
 /// Bytes of the common header.
 pub const HEADER_LEN: usize = 16;
 /// EfficientNet-Lite0's model byte, which [`Request::encode`] and [`Reply::to_bytes`] write

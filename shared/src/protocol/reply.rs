@@ -3,7 +3,7 @@
 //! Result body: `boundary u8 | k u8 | k x (class u16, prob f32) | queue_us u32 | decode_us u32 |
 //! compute_us u32 | flags u8 (bit 0: cache hit) | queued u16 | workers u16 | recent_us u32 |
 //! price_milli u32`. Error body: `code u16 | len u16 | message utf-8`. Pong body: `received u32
-//! | queued u16 | workers u16 | recent_us u32 | price_milli u32`.
+//! | gap_us u32 | queued u16 | workers u16 | recent_us u32 | price_milli u32`.
 
 use super::{
     ErrorCode, MAX_MESSAGE_BYTES, MAX_TOP_K, MODEL_EFFICIENTNET_LITE0, WireError, kind,
@@ -11,6 +11,9 @@ use super::{
 };
 use crate::container::Cursor;
 use crate::labels::Prediction;
+
+/// A pong's `gap_us` when no frame came before its ping on the connection.
+pub const NO_GAP: u32 = u32::MAX;
 
 /// Where the server spent its time on one request, in microseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -75,6 +78,11 @@ pub enum Reply {
         id: u64,
         /// Probe bytes received.
         received: u32,
+        /// Microseconds between the server reading the frame before this ping on the same
+        /// connection and reading this ping ([`NO_GAP`] for a connection's first frame). A
+        /// padded ping sent right behind a bare one arrives this long after it: its padding's
+        /// upload time, on the server's clock, which no stall of the client's thread can skew.
+        gap_us: u32,
         /// Server load now.
         load: ServerLoad,
     },
@@ -133,9 +141,10 @@ impl Reply {
                 out.push(u8::from(timings.cached));
                 write_load(&mut out, load);
             }
-            Self::Pong { id, received, load } => {
+            Self::Pong { id, received, gap_us, load } => {
                 write_header(&mut out, kind::PONG, model, *id);
                 out.extend_from_slice(&received.to_le_bytes());
+                out.extend_from_slice(&gap_us.to_le_bytes());
                 write_load(&mut out, load);
             }
             Self::Error { id, code, message } => {
@@ -176,8 +185,8 @@ impl Reply {
                 Self::Result { id, from, top, timings, load }
             }
             kind::PONG => {
-                let received = c.u32()?;
-                Self::Pong { id, received, load: read_load(&mut c)? }
+                let (received, gap_us) = (c.u32()?, c.u32()?);
+                Self::Pong { id, received, gap_us, load: read_load(&mut c)? }
             }
             kind::ERROR => {
                 let code = ErrorCode::from_u16(c.u16()?);
@@ -229,6 +238,7 @@ mod tests {
         let pong = Reply::Pong {
             id: 8,
             received: 16_384,
+            gap_us: 41_250,
             load: ServerLoad { queued: 1, workers: 1, recent_us: 9, price_milli: 1_000 },
         };
         for r in [result, error, pong] {
