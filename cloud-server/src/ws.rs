@@ -253,6 +253,12 @@ fn with_gap(mut reply: Reply, gap: Option<Duration>) -> Reply {
     reply
 }
 
+/// A binary frame read at `now`: the time since the one before it ([`with_gap`]'s `gap`), and
+/// `now` kept as the last.
+fn since_last(last_frame: &mut Option<Instant>, now: Instant) -> Option<Duration> {
+    last_frame.replace(now).map(|before| now - before)
+}
+
 /// The model a frame addresses, which its reply echoes (Lite0's byte for an unreadable header).
 fn model_of(frame: &[u8]) -> u8 {
     split_shared::protocol::peek_model(frame)
@@ -305,7 +311,7 @@ async fn serve_session(
             Some(Ok(AggregatedMessage::Binary(frame)))
                 if !state.rate.allow(admitted.ip, Instant::now()) =>
             {
-                last_frame = Some(arrived);
+                since_last(&mut last_frame, arrived);
                 state.metrics.received(frame.len());
                 state.metrics.refused("rate_limited");
                 let id = split_shared::protocol::peek_request_id(&frame).unwrap_or(0);
@@ -321,7 +327,7 @@ async fn serve_session(
                 }
             }
             Some(Ok(AggregatedMessage::Binary(frame))) => {
-                let gap = last_frame.replace(arrived).map(|before| arrived - before);
+                let gap = since_last(&mut last_frame, arrived);
                 state.metrics.received(frame.len());
                 // Keep reading while the request is answered: when the client closes or drops
                 // the connection meanwhile, the answer is abandoned (the model skips queued work
@@ -345,8 +351,7 @@ async fn serve_session(
                                 && state.rate.allow(admitted.ip, Instant::now())
                             {
                                 state.metrics.received(ping.len());
-                                let gap = last_frame.replace(arrived).map(|before| arrived - before);
-                                let pong = with_gap(pong, gap);
+                                let pong = with_gap(pong, since_last(&mut last_frame, arrived));
                                 if !send(&mut session, pong.to_bytes_for(model_of(ping)), &state).await {
                                     return;
                                 }

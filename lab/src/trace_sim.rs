@@ -225,7 +225,7 @@ pub fn replay(
     if auto {
         // `measureLink` before the first request: a bare ping and an uplink probe.
         let padding = policy.start_probe(0.0);
-        probe(&mut link, &mut queue, &mut at, 0.0, padding, &policy, false);
+        probe(&mut link, &mut queue, &mut at, 0.0, padding, &policy);
         at(&mut queue, policy.probe_config().period_ms, Event::Timer);
     } else {
         at(&mut queue, 0.0, Event::Start);
@@ -347,8 +347,7 @@ pub fn replay(
                 samples.push(sample(started, t, full, edge, (fallback, paused)));
                 if auto && policy.probe_due(t) {
                     let padding = policy.start_probe(t);
-                    let quiet = !policy.forecast().link_up;
-                    probe(&mut link, &mut queue, &mut at, t, padding, &policy, quiet);
+                    probe(&mut link, &mut queue, &mut at, t, padding, &policy);
                 }
                 at(&mut queue, t, Event::Start);
             }
@@ -360,8 +359,7 @@ pub fn replay(
                 }
                 if policy.probe_due(t) {
                     let padding = policy.start_probe(t);
-                    let quiet = !policy.forecast().link_up;
-                    probe(&mut link, &mut queue, &mut at, t, padding, &policy, quiet);
+                    probe(&mut link, &mut queue, &mut at, t, padding, &policy);
                 }
                 at(&mut queue, t + policy.probe_config().period_ms, Event::Timer);
             }
@@ -405,8 +403,8 @@ pub fn replay(
 
 /// A probe at `t`, as `web/client/adaptive.js` sends it: a bare ping and, when the planner asks
 /// for `padding` and the link is up, the uplink probe right behind it, whose pong carries the
-/// server's time between the two arrivals. Runs pause for the bare ping unless it is `quiet`
-/// (sent while the link is down); never for the uplink probe.
+/// server's time between the two arrivals. Runs pause for the bare ping unless the planner
+/// holds the link for down (then it only asks whether it is back); never for the uplink probe.
 fn probe(
     link: &mut Link<'_>,
     queue: &mut BinaryHeap<Scheduled>,
@@ -414,8 +412,8 @@ fn probe(
     t: f64,
     padding: u32,
     policy: &AdaptivePolicy,
-    quiet: bool,
 ) {
+    let quiet = !policy.forecast().link_up;
     let timeout = policy.probe_config().ping_timeout_ms;
     let bare = ping(link, queue, at, t, 0, timeout, quiet, None);
     if padding > 0 && !quiet {
