@@ -248,8 +248,9 @@ fn browser_links(md: &mut String, r: &Results, links: &Links, dir: &Path) -> Res
              (`Emulation.setCPUThrottlingRate`) before the client starts, its WebSocket through the userspace link \
              emulator (`netem`). `cloud` is a plain app uploading a quality-0.9 JPEG of the 224×224 crop made with the \
              browser's canvas; latency is the page's wall time of `classify`. The best single tier is the faster of \
-             edge-only and cloud-only. A ratio is the median of the runs' ratios, each run's in brackets.\n",
-            b.throttle
+             edge-only and cloud-only. A ratio is the median of the runs' ratios, each run's in brackets. {}\n",
+            b.throttle,
+            device_note()
         );
     } else {
         let _ = writeln!(
@@ -259,22 +260,25 @@ fn browser_links(md: &mut String, r: &Results, links: &Links, dir: &Path) -> Res
          (`Emulation.setCPUThrottlingRate`) before the client starts, its WebSocket through the userspace link \
          emulator (`netem`); {} request(s) per mode and repeat after a warm-up, modes interleaved. \
          `cloud` is a plain app: for each request it crops and resizes the photo to 224×224 with the browser's canvas and \
-         uploads a quality-0.9 JPEG (encode time included) as a model-input frame; `auto` makes its own (wasm, quality 90) when it picks cloud-only. Latency is the page's wall time of `classify`. The oracle is the \
+         uploads a quality-0.9 JPEG (encode time included) as a model-input frame; `auto` makes the same JPEG when it picks cloud-only, its time counted. Latency is the page's wall time of `classify`. The oracle is the \
          best fixed mode of each repeat; the best single tier is the faster of edge-only and cloud-only. \
-         A ratio is the median of the repeats' ratios, each repeat's in brackets.\n",
-            b.throttle, b.requests
+         A ratio is the median of the repeats' ratios, each repeat's in brackets. {}\n",
+            b.throttle,
+            b.requests,
+            device_note()
         );
     }
-    md.push_str("| link | best single tier (P95 ms) | oracle P95 ms | auto / best single tier | auto / oracle |\n|---|---|---|---|---|\n");
+    md.push_str("| link | best single tier (P95 ms) | oracle P95 ms | auto / best single tier | auto / oracle | device during auto / during edge-only |\n|---|---|---|---|---|---|\n");
     for s in links.summaries.iter().chain(&links.trace_summaries) {
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} |",
             s.link,
             s.best_single.as_ref().map_or("–".into(), |(m, v)| format!("{m} ({v:.0})")),
             f0(s.oracle_p95),
             f2(s.auto_vs_best_single),
-            ratio_and_runs(s)
+            ratio_and_runs(s),
+            s.auto_device_vs_edge.map_or("–".into(), f2)
         );
     }
     for (s, link) in links.summaries.iter().zip(&links.profiles) {
@@ -300,6 +304,18 @@ fn browser_links(md: &mut String, r: &Results, links: &Links, dir: &Path) -> Res
         write_svg(dir, &name, &svg, md, &format!("latency CDF on {}", s.link))?;
     }
     Ok(())
+}
+
+/// What the summary table's last column says (`LinkSummary::auto_device_vs_edge`).
+fn device_note() -> String {
+    format!(
+        "The last column is the device's speed while auto ran against while fixed edge-only ran: the \
+         P95 stage time of auto's edge-only runs that did not pause for a ping over edge-only's (the \
+         same photo through the same stages; median over repeats, – where auto ran fewer than {} on the \
+         device). Above 1 the machine was slower during auto's run, which its P95 carries and the \
+         oracle's, made of the fixed modes' runs, does not.",
+        stats::MIN_DEVICE_RUNS
+    )
 }
 
 /// A link's auto / oracle: the median, and each repeat's where there were several.

@@ -164,6 +164,49 @@ pub struct LinkSummary {
     pub auto_vs_oracle: f64,
     /// Each repeat's adaptive P95 over its oracle's, in repeat order.
     pub auto_vs_oracle_runs: Vec<f64>,
+    /// The device's speed while auto ran against while fixed edge-only ran: the P95 stage time
+    /// of auto's own edge-only runs that did not pause for a ping, over edge-only's, per
+    /// repeat, then the median. The same photo through the same stages, so above 1 the machine
+    /// ran slower during auto's run, not the plan; a P95 because the goals rate P95s, and the
+    /// machine's slow spells set them. `None` where auto ran fewer than [`MIN_DEVICE_RUNS`]
+    /// such runs in every repeat.
+    pub auto_device_vs_edge: Option<f64>,
+}
+
+/// Edge runs a repeat's auto needs for its device speed to be compared (the constant links'
+/// 20 requests a repeat, less the runs that paused, leave 15-20; a P95 of 10 is already their
+/// slowest run).
+pub const MIN_DEVICE_RUNS: usize = 10;
+
+/// One repeat's [`LinkSummary::auto_device_vs_edge`].
+fn device_speed_ratio(runs: &[&Run]) -> Option<f64> {
+    let stages = |mode: &str, keep: fn(&Sample) -> bool| -> Vec<f64> {
+        runs.iter()
+            .filter(|r| r.mode == mode)
+            .flat_map(|r| &r.samples)
+            .filter(|s| keep(s))
+            .filter_map(|s| s.edge_stages)
+            .collect()
+    };
+    let auto = stages("auto", |s| {
+        s.placement.as_deref() == Some("edge_only") && s.edge_paused != Some(true)
+    });
+    let edge = stages("edge", |_| true);
+    if auto.len() < MIN_DEVICE_RUNS || edge.len() < MIN_DEVICE_RUNS {
+        return None;
+    }
+    Some(percentiles(&auto)[1] / percentiles(&edge)[1])
+}
+
+/// [`LinkSummary::auto_device_vs_edge`] over every repeat.
+fn device_speed(link: &LinkRuns) -> Option<f64> {
+    let ratios: Vec<f64> = (0..repeat_count(link))
+        .filter_map(|repeat| {
+            let runs: Vec<&Run> = link.runs.iter().filter(|r| r.repeat == repeat).collect();
+            device_speed_ratio(&runs)
+        })
+        .collect();
+    (!ratios.is_empty()).then(|| median(&ratios))
 }
 
 fn mode_summary(mode: &str, runs: &[&Run]) -> ModeSummary {
@@ -217,6 +260,7 @@ pub fn summarize_profile(link: &LinkRuns) -> LinkSummary {
         auto_vs_best_single: median(&vs_single),
         auto_vs_oracle: median(&vs_oracle),
         auto_vs_oracle_runs: vs_oracle,
+        auto_device_vs_edge: device_speed(link),
     }
 }
 
@@ -360,6 +404,47 @@ mod tests {
             sum.modes.iter().map(|m| m.mode.as_str()).collect::<Vec<_>>(),
             ["edge", "cloud", "block5", "auto"]
         );
+    }
+
+    #[test]
+    fn the_device_speed_compares_autos_unpaused_edge_runs_with_edge_onlys() {
+        let edge_run = |stages: f64, placement: Option<&str>, paused: Option<bool>| Sample {
+            edge_stages: Some(stages),
+            placement: placement.map(String::from),
+            edge_paused: paused,
+            ..s(stages + 30.0, 0.0)
+        };
+        let n = MIN_DEVICE_RUNS;
+        // Edge-only: runs of 100 ms with a slow tail from 120 (P95 = 120).
+        let edge: Vec<Sample> =
+            (0..n).map(|i| edge_run(if i + 2 >= n { 120.0 } else { 100.0 }, None, None)).collect();
+        // Auto: unpaused edge-only runs with a tail at 180 (P95 = 180), and what does not
+        // count, slower still: paused runs, a split's stages and a fallback's.
+        let mut auto: Vec<Sample> = (0..n)
+            .map(|i| edge_run(if i + 2 >= n { 180.0 } else { 100.0 }, Some("edge_only"), None))
+            .collect();
+        for _ in 0..5 {
+            auto.push(edge_run(900.0, Some("edge_only"), Some(true)));
+            auto.push(edge_run(900.0, Some("block5:s12"), None));
+            auto.push(edge_run(900.0, Some("fallback_edge"), None));
+        }
+        let few: Vec<Sample> =
+            (0..n - 1).map(|_| edge_run(300.0, Some("edge_only"), None)).collect();
+        let link = LinkRuns {
+            link: "x".into(),
+            kind: "profile".into(),
+            scale: None,
+            runs: vec![
+                run("edge", 0, edge.clone()),
+                run("auto", 0, auto),
+                // Too few of auto's runs on the device to compare: this repeat says nothing.
+                run("edge", 1, edge),
+                run("auto", 1, few),
+            ],
+        };
+        assert_eq!(summarize_profile(&link).auto_device_vs_edge, Some(1.5));
+        let cloud_only = LinkRuns { runs: link.runs[2..].to_vec(), ..link };
+        assert_eq!(summarize_profile(&cloud_only).auto_device_vs_edge, None);
     }
 
     #[test]
