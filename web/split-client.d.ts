@@ -369,7 +369,8 @@ export interface Explanation {
   /** Why nothing is ranked (no placement meets the constraints or the hard deadline). */
   refused: string | null;
   deadlineMs: number;
-  switches: Switch[];
+  /** The planner's newest placement changes, at most 64, oldest first. */
+  switches: Omit<Switch, "decision">[];
 }
 
 export interface Conditions {
@@ -611,7 +612,8 @@ export class SplitClient {
   backlogState(): Promise<{ entries: number; bytes: number; dropped: number; persistent: boolean }>;
   /** Time the edge on this device: cumulative median ms from the input to each boundary. */
   profileEdge(repeats?: number): Promise<{ names: string[]; ms: number[] }>;
-  /** Every placement change of auto mode. */
+  /** The newest placement changes of auto mode, at most 64, oldest first (`onSwitch` sees
+   * every one). */
   readonly switches: Switch[];
   /** The WebSocket's state now (as last reported, for a client in a worker). */
   readonly connectionState: ConnectionState;

@@ -432,7 +432,7 @@ export class SplitClient {
     return this.adaptive?.planner ?? null;
   }
 
-  /** Every placement change of the adaptive mode: { atMs, from, to, reason }. */
+  /** The newest placement changes of the adaptive mode (at most 64): { atMs, from, to, reason }. */
   get switches() {
     return this.adaptive?.switches ?? [];
   }

@@ -485,7 +485,7 @@ async fn client(cfg: &CrowdConfig, index: usize, start: Instant) -> (Vec<Sample>
         let _ = ws.close().await;
     }
     // The first plan is not a switch (a fixed mode's pinned placement is not logged at all).
-    (samples, policy.switches().len().saturating_sub(1))
+    (samples, policy.switch_count().saturating_sub(1))
 }
 
 /// A bare ping, then the uplink probe the policy asks for, as the browser client probes.

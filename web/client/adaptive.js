@@ -3,7 +3,7 @@
 // network; this part only carries bytes between it, the client and the clock.
 
 import { newResultId } from "./resilience.js";
-import { SplitError, modelInputJpeg } from "./wasm.js";
+import { SWITCHES_KEPT, SplitError, keepNewest, modelInputJpeg } from "./wasm.js";
 
 /** How long `create` waits for the link's first measurement, ms: a link that has not answered
  * by then is left to the probes that follow. */
@@ -46,7 +46,7 @@ export class Adaptive {
     this.client = client;
     this.planner = planner;
     this.onSwitch = onSwitch;
-    /** Every placement change: { atMs, from, to, reason }. */
+    /** The newest placement changes (`SWITCHES_KEPT`): { atMs, from, to, reason }. */
     this.switches = [];
     this.probeTimer = null;
   }
@@ -61,7 +61,7 @@ export class Adaptive {
     this.startProbing();
     const decision = planner.tick(performance.now());
     if (decision.decision === "switch") {
-      this.switches.push(decision);
+      keepNewest(this.switches, decision, SWITCHES_KEPT);
       this.onSwitch(decision);
     }
     const placement = planner.current();

@@ -4,7 +4,7 @@
 
 import { notAsked } from "./offline.js";
 import { PageLinks } from "./peer.js";
-import { SplitError, packageRoot, startModuleWorker, webRtcCapability } from "./wasm.js";
+import { SWITCHES_KEPT, SplitError, keepNewest, packageRoot, startModuleWorker, webRtcCapability } from "./wasm.js";
 
 /** How long a call into the worker may take before the page stops waiting (downloads, edge
  * compute and the server's reply each have deadlines of their own inside it). */
@@ -63,7 +63,8 @@ export class RemoteSplitClient {
     this.offline = notAsked();
     /** The worker's WebSocket state, as it last reported it. */
     this.connectionState = { state: "idle" };
-    /** Every placement change of the adaptive mode, as the worker reports them. */
+    /** The newest placement changes of the adaptive mode (`SWITCHES_KEPT`), as the worker
+     * reports them. */
     this.switches = [];
     this.onProgress = options.onProgress ?? (() => {});
     this.onSwitch = options.onSwitch ?? (() => {});
@@ -88,7 +89,7 @@ export class RemoteSplitClient {
       }
       if (data.event === "update") return this.onUpdate(data.value);
       if (data.event === "switch") {
-        this.switches.push(data.value);
+        keepNewest(this.switches, data.value, SWITCHES_KEPT);
         return this.onSwitch(data.value);
       }
       const call = this.pending.get(data.id);

@@ -239,6 +239,17 @@ export async function wasmCall(f) {
   }
 }
 
+/** Placement changes a client keeps (`client.switches`), the newest: as many as the planner's
+ * own log (`SWITCH_LOG_CAP`, shared/src/plan/controller.rs). A page open for hours switches
+ * thousands of times. */
+export const SWITCHES_KEPT = 64;
+
+/** Append `item` to `list`, dropping its oldest entries beyond `max`. */
+export function keepNewest(list, item, max) {
+  list.push(item);
+  if (list.length > max) list.splice(0, list.length - max);
+}
+
 /** A download that receives nothing for this long is abandoned (a link gone silent would
  * otherwise hold the request, and every request queued behind it, for good). */
 export const STALL_TIMEOUT_MS = 20_000;

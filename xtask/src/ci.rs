@@ -164,6 +164,8 @@ fn browser_tests((weights, calibration): &(PathBuf, PathBuf)) -> Result<()> {
     ensure_browser_tools(&web)?;
     // The Devices panel's QR encoder against an independent encoder's symbols.
     run(Command::new("node").arg("tests/qr.mjs").current_dir(&web))?;
+    // The client's pure helpers (what it keeps of its placement changes).
+    run(Command::new("node").arg("tests/units.mjs").current_dir(&web))?;
     // The client's TypeScript declarations against the way the README embeds it.
     run(Command::new(web.join("node_modules/.bin/tsc")).args(["-p", "."]).current_dir(&web))?;
     // ... and against the code: what they declare, the classes have.

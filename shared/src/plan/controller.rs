@@ -69,6 +69,10 @@ impl Coin {
     }
 }
 
+/// Switches the controller keeps for the page to show, the newest: a page open for hours
+/// switches thousands of times, and every request's explanation carries the log.
+pub const SWITCH_LOG_CAP: usize = 64;
+
 /// A logged change of placement.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -106,7 +110,10 @@ pub struct Controller {
     /// This placement's dwell (`min_dwell_ms` with jitter), ms.
     dwell_ms: f64,
     coin: Coin,
+    /// The newest switches, at most [`SWITCH_LOG_CAP`], oldest first.
     log: Vec<Switch>,
+    /// Every switch so far, including those the log no longer holds.
+    switches: usize,
 }
 
 fn jumped(a: &Conditions, b: &Conditions, factor: f64) -> Option<String> {
@@ -152,6 +159,7 @@ impl Controller {
             // xorshift needs a non-zero state.
             coin: Coin(seed | 1),
             log: Vec::new(),
+            switches: 0,
         }
     }
 
@@ -160,9 +168,14 @@ impl Controller {
         self.current.as_ref()
     }
 
-    /// Every switch so far, with its reason.
+    /// The newest switches (at most [`SWITCH_LOG_CAP`]), oldest first, with their reasons.
     pub fn log(&self) -> &[Switch] {
         &self.log
+    }
+
+    /// How many times the placement changed, the first choice included.
+    pub fn switch_count(&self) -> usize {
+        self.switches
     }
 
     /// Re-plan at the next tick, whatever the period (the constraints changed).
@@ -277,7 +290,11 @@ impl Controller {
                 let jitter = self.config.dwell_jitter.clamp(0.0, 1.0);
                 self.dwell_ms =
                     self.config.min_dwell_ms * (1.0 + jitter * (2.0 * self.coin.next() - 1.0));
+                if self.log.len() == SWITCH_LOG_CAP {
+                    self.log.remove(0);
+                }
                 self.log.push(switch.clone());
+                self.switches += 1;
                 Decision::Switch(switch)
             }
         }

@@ -17,7 +17,7 @@ mod policy;
 pub mod sim;
 mod table;
 
-pub use controller::{Controller, ControllerConfig, Decision, Switch};
+pub use controller::{Controller, ControllerConfig, Decision, SWITCH_LOG_CAP, Switch};
 pub use llm::{
     LlmEstimate, LlmLimits, LlmLink, LlmPlacement, LlmPlan, LlmPlanError, LlmRefusal, LlmShape,
     LlmSideCosts, LlmWorkload, estimate_llm, llm_candidates, llm_refusal, plan_llm,

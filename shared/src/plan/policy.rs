@@ -112,7 +112,7 @@ pub struct Explanation {
     pub refused: Option<String>,
     /// How long a request now waits for the server before running locally, ms.
     pub deadline_ms: f64,
-    /// Every change of placement so far.
+    /// The newest changes of placement (at most [`super::SWITCH_LOG_CAP`]), oldest first.
     pub switches: Vec<super::Switch>,
 }
 
@@ -273,9 +273,14 @@ impl AdaptivePolicy {
         self.controller.set(now, placement);
     }
 
-    /// Every logged change of placement.
+    /// The newest changes of placement (at most [`super::SWITCH_LOG_CAP`]), oldest first.
     pub fn switches(&self) -> &[super::Switch] {
         self.controller.log()
+    }
+
+    /// How many times the placement changed, the first choice included.
+    pub fn switch_count(&self) -> usize {
+        self.controller.switch_count()
     }
 
     /// How long a request placed now may wait for the server before it runs locally instead:
@@ -661,6 +666,34 @@ mod tests {
         p.set_constraints(Constraints { privacy_floor: 99, ..Default::default() });
         assert_eq!(p.tick(later + 1.0), Decision::Keep);
         assert_eq!(p.current(), Placement::EdgeOnly);
+    }
+
+    /// A page open for hours keeps the newest switches to show, not every one: the log is
+    /// bounded (every request's explanation carries it) while the count goes on.
+    #[test]
+    fn the_switch_log_keeps_the_newest_and_counts_them_all() {
+        let mut c = candidates();
+        let sealed = Placement::Encrypted { boundary: "pool".into() };
+        c.push(Candidate { placement: sealed, bytes: 600_000.0, ..c[1].clone() });
+        let mut p = AdaptivePolicy::new(c);
+        let dwell = 2.0 * ControllerConfig::default().min_dwell_ms;
+        let rounds = super::super::SWITCH_LOG_CAP + 20;
+        let mut last = None;
+        for i in 0..rounds {
+            // Encryption on and off: each tick must switch between the sealed placement and the
+            // split.
+            p.set_constraints(Constraints { encrypted: i % 2 == 0, ..Default::default() });
+            match p.tick(i as f64 * dwell) {
+                Decision::Switch(s) => last = Some(s),
+                Decision::Keep => panic!("round {i} kept {}", p.current()),
+            }
+        }
+        assert_eq!(p.switch_count(), rounds);
+        assert_eq!(p.switches().len(), super::super::SWITCH_LOG_CAP);
+        assert_eq!(p.switches().last(), last.as_ref());
+        let first_kept = p.switches()[0].at_ms;
+        assert_eq!(first_kept, (rounds - super::super::SWITCH_LOG_CAP) as f64 * dwell);
+        assert_eq!(p.explain(1_000.0).switches.len(), super::super::SWITCH_LOG_CAP);
     }
 
     /// The warm-up said this device was twice the profile's speed; its requests say it is

@@ -133,7 +133,7 @@ pub fn simulate(
         .fold((0, f64::INFINITY), |a, (i, s)| if *s < a.1 { (i, *s) } else { a });
     SimResult {
         trace: trace.name.to_string(),
-        switches: policy.switches().len().saturating_sub(1),
+        switches: policy.switch_count().saturating_sub(1),
         adaptive_ms: requests.iter().map(|r| r.2).sum(),
         oracle_ms: requests.iter().map(|r| r.3).sum(),
         best_fixed: (allowed[bi].placement.clone(), bsum),
@@ -347,7 +347,7 @@ pub fn simulate_shared(
         }
         t += DT;
     }
-    result.switches = policies.iter().map(|p| p.switches().len().saturating_sub(1)).collect();
+    result.switches = policies.iter().map(|p| p.switch_count().saturating_sub(1)).collect();
     result.server_rps = served as f64 / (duration_ms / 1e3);
     result
 }
