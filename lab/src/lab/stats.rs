@@ -200,12 +200,7 @@ fn device_speed_ratio(runs: &[&Run]) -> Option<f64> {
 
 /// [`LinkSummary::auto_device_vs_edge`] over every repeat.
 fn device_speed(link: &LinkRuns) -> Option<f64> {
-    let ratios: Vec<f64> = (0..repeat_count(link))
-        .filter_map(|repeat| {
-            let runs: Vec<&Run> = link.runs.iter().filter(|r| r.repeat == repeat).collect();
-            device_speed_ratio(&runs)
-        })
-        .collect();
+    let ratios: Vec<f64> = repeats(link).filter_map(|runs| device_speed_ratio(&runs)).collect();
     (!ratios.is_empty()).then(|| median(&ratios))
 }
 
@@ -271,8 +266,7 @@ fn rate_repeats(
     oracle: impl Fn(&[&Run]) -> f64,
 ) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
     let (mut best, mut vs_single, mut vs_oracle) = (Vec::new(), Vec::new(), Vec::new());
-    for repeat in 0..repeat_count(link) {
-        let runs: Vec<&Run> = link.runs.iter().filter(|r| r.repeat == repeat).collect();
+    for runs in repeats(link) {
         let p = |m: &str| {
             runs.iter().find(|r| r.mode == m).map(|r| p95(&r.samples.iter().collect::<Vec<_>>()))
         };
@@ -290,6 +284,11 @@ fn rate_repeats(
 /// The repeats a link's runs number (the highest index + 1).
 fn repeat_count(link: &LinkRuns) -> usize {
     link.runs.iter().map(|r| r.repeat).max().map_or(0, |m| m + 1)
+}
+
+/// Each repeat's runs, in repeat order (a repeat with none gives an empty list).
+fn repeats(link: &LinkRuns) -> impl Iterator<Item = Vec<&Run>> {
+    (0..repeat_count(link)).map(|repeat| link.runs.iter().filter(|r| r.repeat == repeat).collect())
 }
 
 fn unique_modes(link: &LinkRuns) -> Vec<String> {

@@ -672,12 +672,13 @@ mod tests {
     /// bounded (every request's explanation carries it) while the count goes on.
     #[test]
     fn the_switch_log_keeps_the_newest_and_counts_them_all() {
+        use crate::plan::SWITCH_LOG_CAP;
         let mut c = candidates();
         let sealed = Placement::Encrypted { boundary: "pool".into() };
         c.push(Candidate { placement: sealed, bytes: 600_000.0, ..c[1].clone() });
         let mut p = AdaptivePolicy::new(c);
         let dwell = 2.0 * ControllerConfig::default().min_dwell_ms;
-        let rounds = super::super::SWITCH_LOG_CAP + 20;
+        let rounds = SWITCH_LOG_CAP + 20;
         let mut last = None;
         for i in 0..rounds {
             // Encryption on and off: each tick must switch between the sealed placement and the
@@ -689,11 +690,11 @@ mod tests {
             }
         }
         assert_eq!(p.switch_count(), rounds);
-        assert_eq!(p.switches().len(), super::super::SWITCH_LOG_CAP);
+        assert_eq!(p.switches().len(), SWITCH_LOG_CAP);
         assert_eq!(p.switches().last(), last.as_ref());
         let first_kept = p.switches()[0].at_ms;
-        assert_eq!(first_kept, (rounds - super::super::SWITCH_LOG_CAP) as f64 * dwell);
-        assert_eq!(p.explain(1_000.0).switches.len(), super::super::SWITCH_LOG_CAP);
+        assert_eq!(first_kept, (rounds - SWITCH_LOG_CAP) as f64 * dwell);
+        assert_eq!(p.explain(1_000.0).switches.len(), SWITCH_LOG_CAP);
     }
 
     /// The warm-up said this device was twice the profile's speed; its requests say it is
