@@ -1,13 +1,19 @@
 #!/usr/bin/env python3
 """Export EfficientNet-Lite0 from the project's weights file (.splw) to ONNX, check it against the
-golden logits, and time ONNX Runtime on the CPU. Run by `./run.sh onnx` (xtask/src/onnx.rs), which
+golden logits, and time ONNX Runtime on the CPU. Run by `./run.sh onnx` (lab/src/onnx.rs), which
 passes the architecture (block specs from `split_shared::model::blocks()`) as JSON.
 
     python export_onnx.py --weights W.splw --arch arch.json --out DIR
-        [--fixture shared/tests/data/chelsea] [--repeats 30]
+        [--fixture shared/tests/data/chelsea] [--repeats 30] [--serve]
 
 Writes DIR/efficientnet-lite0.onnx (whole network) and DIR/tail-<boundary>.onnx (from a boundary
 to the logits, the cloud tier's part), and prints a JSON report on stdout.
+
+With --serve the report (on one line) leaves the timings out, and the script then times on
+request: each line `NAME THREADS REPEATS` on stdin (NAME: full, block5, block11) is answered
+by one line on stdout, the JSON list of that many run times in ms. The caller interleaves
+these with its own timings, so that both engines meet the same moments of a machine whose
+speed drifts (`./run.sh onnx` does).
 """
 import argparse
 import json
@@ -134,21 +140,41 @@ def build(weights, arch, start, batch=1):
     return model, shape
 
 
-def time_session(path, shape, threads, repeats):
+def session(path, threads):
     import onnxruntime as ort
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
-    sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+
+
+def run_times(sess, shape, repeats, warmup=3):
+    """Times of `repeats` runs after `warmup` untimed ones, ms."""
     x = np.random.default_rng(0).standard_normal(shape).astype("f4")
-    for _ in range(3):
+    for _ in range(warmup):
         sess.run(None, {"input": x})
     times = []
     for _ in range(repeats):
         t = time.perf_counter()
         sess.run(None, {"input": x})
         times.append((time.perf_counter() - t) * 1e3)
-    return statistics.median(times)
+    return times
+
+
+def time_session(path, shape, threads, repeats):
+    return statistics.median(run_times(session(path, threads), shape, repeats))
+
+
+def serve(models):
+    """Answer `NAME THREADS REPEATS` lines with the run times, until stdin closes."""
+    sessions = {}
+    for line in sys.stdin:
+        name, threads, repeats = line.split()
+        threads, repeats = int(threads), int(repeats)
+        path, shape = models[name]
+        if (name, threads) not in sessions:
+            sessions[(name, threads)] = session(path, threads)
+        print(json.dumps(run_times(sessions[(name, threads)], shape, repeats, warmup=2)), flush=True)
 
 
 def op_category(op, args):
@@ -210,6 +236,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--profile-ops", action="store_true", help="add ORT's per-op profile (1 thread)")
     ap.add_argument("--batch", type=int, default=1, help="images a run in the timed models (ms are per run)")
+    ap.add_argument("--serve", action="store_true", help="no timings in the report; time on request (see above)")
     a = ap.parse_args()
     import onnxruntime as ort
 
@@ -223,6 +250,7 @@ def main():
     got = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"input": x})[0][0]
     report["max_abs_logit_diff"] = float(np.abs(got - want).max())
     report["top1"] = [int(got.argmax()), int(want.argmax())]
+    models = {}
     for name, start in [("full", -1)] + [(b, i) for b, i in arch["tails"]]:
         if start >= 0 or a.batch != 1:
             model, shape = build(weights, arch, start, a.batch)
@@ -230,11 +258,17 @@ def main():
             onnx.save(model, path)
         else:
             path, shape = f"{a.out}/efficientnet-lite0.onnx", [1, 3, 224, 224]
-        report["models"][name] = {t: time_session(path, shape, t, a.repeats) for t in (1, 2)}
+        models[name] = (path, shape)
+        if not a.serve:
+            report["models"][name] = {t: time_session(path, shape, t, a.repeats) for t in (1, 2)}
     if a.profile_ops:
         report["ops"] = {t: profile_ops(f"{a.out}/efficientnet-lite0.onnx", t, a.repeats) for t in (1, 2)}
-    json.dump(report, sys.stdout, indent=1)
-    print()
+    if a.serve:
+        print(json.dumps(report), flush=True)
+        serve(models)
+    else:
+        json.dump(report, sys.stdout, indent=1)
+        print()
 
 
 if __name__ == "__main__":

@@ -5,19 +5,24 @@ use std::time::Instant;
 use serde::Deserialize;
 
 /// Median ms of `f` over `repeats` runs after two warm-up runs.
-pub fn median_ms(mut f: impl FnMut(), repeats: usize) -> f64 {
+pub fn median_ms(f: impl FnMut(), repeats: usize) -> f64 {
+    let mut t = times_ms(f, repeats);
+    t.sort_by(f64::total_cmp);
+    t[t.len() / 2]
+}
+
+/// The times of `repeats` runs of `f` after two untimed ones, ms.
+pub fn times_ms(mut f: impl FnMut(), repeats: usize) -> Vec<f64> {
     for _ in 0..2 {
         f();
     }
-    let mut t: Vec<f64> = (0..repeats)
+    (0..repeats)
         .map(|_| {
             let s = Instant::now();
             f();
             s.elapsed().as_secs_f64() * 1e3
         })
-        .collect();
-    t.sort_by(f64::total_cmp);
-    t[t.len() / 2]
+        .collect()
 }
 
 /// NaN: the serde default of a figure older reports lack.

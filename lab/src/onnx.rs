@@ -5,11 +5,19 @@
 //! (`--batch N`: both engines run N images at once, what the server does under load; the times
 //! are per image).
 //!
+//! The two engines are timed in turns: in each of [`ROUNDS`] rounds, for each part and thread
+//! count, a stretch of ONNX Runtime's runs (the script's `--serve` mode, a process kept open)
+//! and one of burn's, the order alternating from round to round; each engine's figure is the
+//! median of all its runs. This machine's speed drifts by 10–30% for seconds at a time (a
+//! virtual machine's neighbours), and timed one after the other the engines met different
+//! stretches of it.
+//!
 //! Python packages (`numpy`, `onnx`, `onnxruntime`) go into a virtual environment in the cache.
 
 use std::fmt::Write;
+use std::io::{BufRead, BufReader, Write as _};
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
@@ -34,6 +42,66 @@ fn python() -> Result<PathBuf> {
         anyhow::ensure!(status.success(), "pip install onnx onnxruntime failed");
     }
     Ok(py)
+}
+
+/// Rounds of turns in [`measure`]: each engine's runs of a part come in this many stretches.
+const ROUNDS: usize = 6;
+
+/// `tools/export_onnx.py --serve`, kept open: its report, then ONNX Runtime's run times on
+/// request.
+struct OrtTimer {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    report: serde_json::Value,
+}
+
+impl OrtTimer {
+    /// Start the script and read its report (the export and its check are done by then).
+    fn start(cmd: &mut Command) -> Result<Self> {
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("running tools/export_onnx.py")?;
+        let stdin = child.stdin.take().context("the script's stdin")?;
+        let mut stdout = BufReader::new(child.stdout.take().context("the script's stdout")?);
+        let mut line = String::new();
+        stdout.read_line(&mut line).context("reading export_onnx.py's report")?;
+        if line.trim().is_empty() {
+            let status = child.wait()?;
+            bail!("export_onnx.py failed ({status}); its errors are above");
+        }
+        let report = serde_json::from_str(&line).context("export_onnx.py report")?;
+        Ok(Self { child, stdin, stdout, report })
+    }
+
+    /// `repeats` timed runs of a model (`full`, `block5`, `block11`) on `threads` threads, ms.
+    fn times(&mut self, model: &str, threads: usize, repeats: usize) -> Result<Vec<f64>> {
+        writeln!(self.stdin, "{model} {threads} {repeats}").context("asking export_onnx.py")?;
+        self.stdin.flush()?;
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).context("reading export_onnx.py's times")?;
+        let times: Vec<f64> = serde_json::from_str(&line).with_context(|| {
+            format!("export_onnx.py's times for {model} on {threads}: {line:?}")
+        })?;
+        anyhow::ensure!(
+            times.len() == repeats,
+            "export_onnx.py timed {} runs, not {repeats}",
+            times.len()
+        );
+        Ok(times)
+    }
+
+    /// Close the script's input and wait for it to end.
+    fn finish(self) -> Result<()> {
+        let Self { mut child, stdin, .. } = self;
+        drop(stdin);
+        let status = child.wait()?;
+        anyhow::ensure!(status.success(), "export_onnx.py ended with {status}");
+        Ok(())
+    }
 }
 
 /// One part of the network timed on both engines, ms per image (a run of [`OnnxReport::batch`]
@@ -77,6 +145,10 @@ pub struct OnnxReport {
     /// Images a timed run (1 in reports from before it).
     #[serde(default = "one")]
     pub batch: usize,
+    /// Stretches each engine's runs came in, in turn with the other's (1: one engine's runs,
+    /// then the other's, as in reports from before 2026-12-07's).
+    #[serde(default = "one")]
+    pub rounds: usize,
 }
 
 fn one() -> usize {
@@ -119,12 +191,8 @@ pub fn measure(repeats: usize, ops: bool, batch: usize) -> Result<OnnxReport> {
     if ops {
         cmd.arg("--profile-ops");
     }
-    let output = cmd.output().context("running tools/export_onnx.py")?;
-    if !output.status.success() {
-        bail!("export_onnx.py failed:\n{}", String::from_utf8_lossy(&output.stderr));
-    }
-    let report: serde_json::Value =
-        serde_json::from_slice(&output.stdout).context("export_onnx.py report")?;
+    let mut ort = OrtTimer::start(cmd.arg("--serve"))?;
+    let report = ort.report.clone();
     let top1 = &report["top1"];
     let max_diff = report["max_abs_logit_diff"].as_f64().unwrap_or(f64::NAN);
     if top1[0] != top1[1] || max_diff.is_nan() || max_diff > 1e-3 {
@@ -146,27 +214,48 @@ pub fn measure(repeats: usize, ops: bool, batch: usize) -> Result<OnnxReport> {
             )
         }
     };
-    let mut parts = Vec::new();
-    for (name, from) in [
+    let names = [
         ("full", Boundary::INPUT),
         ("tail-block5", Boundary::block(5)?),
         ("tail-block11", Boundary::block(11)?),
-    ] {
-        let ort = &report["models"][name.trim_start_matches("tail-")];
-        let per_image = batch as f64;
-        split_kernels::set_max_threads(1);
-        let burn_ms = crate::measure::median_ms(run_from(from), repeats) / per_image;
-        split_kernels::set_max_threads(2);
-        let burn_2_ms = crate::measure::median_ms(run_from(from), repeats) / per_image;
-        split_kernels::set_max_threads(0);
-        parts.push(PartTiming {
-            part: name.into(),
-            burn_ms,
-            burn_2_ms,
-            ort_1_ms: ort["1"].as_f64().unwrap_or(f64::NAN) / per_image,
-            ort_2_ms: ort["2"].as_f64().unwrap_or(f64::NAN) / per_image,
-        });
+    ];
+    // [part][threads - 1]: every run of each engine, over the rounds.
+    let mut burn_runs = vec![[Vec::new(), Vec::new()]; names.len()];
+    let mut ort_runs = burn_runs.clone();
+    let per_round = repeats.div_ceil(ROUNDS).max(1);
+    for round in 0..ROUNDS {
+        for (i, (name, from)) in names.iter().enumerate() {
+            for threads in [1, 2] {
+                let burn = || {
+                    split_kernels::set_max_threads(threads);
+                    let t = crate::measure::times_ms(run_from(*from), per_round);
+                    split_kernels::set_max_threads(0);
+                    t
+                };
+                let model = name.trim_start_matches("tail-");
+                if round % 2 == 0 {
+                    ort_runs[i][threads - 1].extend(ort.times(model, threads, per_round)?);
+                    burn_runs[i][threads - 1].extend(burn());
+                } else {
+                    burn_runs[i][threads - 1].extend(burn());
+                    ort_runs[i][threads - 1].extend(ort.times(model, threads, per_round)?);
+                }
+            }
+        }
     }
+    ort.finish()?;
+    let per_image = |runs: &[f64]| crate::lab::stats::median(runs) / batch as f64;
+    let parts = names
+        .iter()
+        .zip(burn_runs.iter().zip(&ort_runs))
+        .map(|((name, _), (burn, ort))| PartTiming {
+            part: (*name).into(),
+            burn_ms: per_image(&burn[0]),
+            burn_2_ms: per_image(&burn[1]),
+            ort_1_ms: per_image(&ort[0]),
+            ort_2_ms: per_image(&ort[1]),
+        })
+        .collect();
     split_kernels::set_max_threads(2);
     let cpu0 = crate::measure::self_cpu_ms();
     let t0 = Instant::now();
@@ -208,13 +297,15 @@ pub fn measure(repeats: usize, ops: bool, batch: usize) -> Result<OnnxReport> {
         ops: op_rows,
         model: out.join("efficientnet-lite0.onnx"),
         batch,
+        rounds: ROUNDS,
     })
 }
 
 /// ONNX export of the model, ONNX Runtime (CPU) against burn flex.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Timed runs per measurement (the median is reported).
+    /// Timed runs of each engine per part and thread count, taken in six stretches in turn
+    /// with the other engine's (the median of them all is reported).
     #[arg(long, default_value_t = 30)]
     repeats: usize,
     /// Also time every operation alone, burn and ORT side by side.
@@ -293,4 +384,43 @@ pub fn tables(r: &OnnxReport) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stand-in for `export_onnx.py --serve` speaking the same lines: its report, then for
+    /// `NAME THREADS REPEATS` as many times (one fewer when the name is `short`).
+    fn script(body: &str) -> Command {
+        let mut cmd = Command::new("python3");
+        cmd.args(["-c", body]);
+        cmd
+    }
+
+    const SERVE: &str = r#"
+import json, sys
+print(json.dumps({"onnxruntime": "test"}), flush=True)
+for line in sys.stdin:
+    name, threads, repeats = line.split()
+    n = int(repeats) - (name == "short")
+    print(json.dumps([float(threads)] * n), flush=True)
+"#;
+
+    #[test]
+    fn the_timer_reads_the_report_then_answers_each_request_in_turn() {
+        let mut t = OrtTimer::start(&mut script(SERVE)).unwrap();
+        assert_eq!(t.report["onnxruntime"], "test");
+        assert_eq!(t.times("full", 2, 3).unwrap(), vec![2.0; 3]);
+        assert_eq!(t.times("block5", 1, 4).unwrap(), vec![1.0; 4]);
+        let err = t.times("short", 1, 4).unwrap_err().to_string();
+        assert!(err.contains("timed 3 runs, not 4"), "{err}");
+        t.finish().unwrap();
+    }
+
+    #[test]
+    fn a_script_that_fails_before_its_report_is_an_error() {
+        let err = OrtTimer::start(&mut script("import sys; sys.exit(3)")).err().unwrap();
+        assert!(err.to_string().contains("export_onnx.py failed"), "{err}");
+    }
 }

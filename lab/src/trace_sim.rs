@@ -398,7 +398,7 @@ pub fn replay(
             }
         }
     }
-    Run { repeat: 0, mode: name.to_string(), samples, duration_ms: Some(duration_ms) }
+    Run { repeat: 0, mode: name.to_string(), samples, duration_ms: Some(duration_ms), origin: None }
 }
 
 /// A probe at `t`, as `web/client/adaptive.js` sends it: a bare ping and, when the planner asks

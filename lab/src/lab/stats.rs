@@ -44,6 +44,10 @@ pub struct Run {
     pub samples: Vec<Sample>,
     /// Trace length, ms (trace runs only).
     pub duration_ms: Option<f64>,
+    /// When the trace's clock started, ms since the Unix epoch (trace runs only): samples start
+    /// at `origin + t`, to line them up with what was logged beside the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<f64>,
 }
 
 /// Every run over one link (a constant profile or a trace).
@@ -365,7 +369,7 @@ mod tests {
     }
 
     fn run(mode: &str, repeat: usize, samples: Vec<Sample>) -> Run {
-        Run { repeat, mode: mode.into(), samples, duration_ms: None }
+        Run { repeat, mode: mode.into(), samples, duration_ms: None, origin: None }
     }
 
     #[test]
