@@ -360,8 +360,16 @@ try {
         await page.waitForFunction(() => !document.querySelector("#classify").disabled, null, { timeout: STEP_TIMEOUT_MS });
         await page.click("#classify");
         // An answer or an error on screen, whichever comes: an error fails here with its text.
+        // Neither (seen once in Firefox in CI, not reproduced in 21 runs after it): fail with what
+        // the page showed instead, to tell a lost click from a request that never ended.
         await page.waitForFunction(() => document.querySelector("#result").dataset.quality || !document.querySelector("#error").hidden,
-          null, { timeout: deadlineMs + 30_000 });
+          null, { timeout: deadlineMs + 30_000 }).catch(async (e) => {
+          const seen = await page.evaluate(() => ({ state: document.body.dataset.state, status: document.querySelector("#status-text").textContent,
+            busy: !document.querySelector("#busy").hidden, classifyDisabled: document.querySelector("#classify").disabled,
+            image: document.body.dataset.image, mode: document.querySelector("#r-mode").textContent,
+            backlog: document.querySelector("#backlog")?.textContent?.slice(0, 200) })).catch((err) => ({ unreadable: err.message }));
+          throw new Error(`server killed: no answer and no error on the page within ${deadlineMs + 30_000} ms (${e.message}); the page: ${JSON.stringify(seen)}`);
+        });
         const shown = await page.evaluate(() => ({ quality: document.querySelector("#result").dataset.quality,
           error: document.querySelector("#error").hidden ? null : document.querySelector("#error").textContent,
           text: document.querySelector("#quality").textContent }));
