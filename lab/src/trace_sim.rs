@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, BinaryHeap};
 use split_shared::plan::{
     AdaptivePolicy, Candidate, ControllerConfig, PingObservation, Placement, RequestObservation,
 };
+use split_shared::rng::SplitMix64;
 
 use crate::lab::stats::{self, LinkRuns, Run, Sample};
 use crate::netem::Schedule;
@@ -81,16 +82,12 @@ pub enum Mode {
     Auto(ControllerConfig),
 }
 
-/// A deterministic stream of draws (splitmix64).
-struct Draws(u64);
+/// A deterministic stream of draws.
+struct Draws(SplitMix64);
 
 impl Draws {
     fn unit(&mut self) -> f64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+        self.0.unit_f64()
     }
 
     /// exp(N(0, sigma)) by Box–Muller.
@@ -195,7 +192,7 @@ pub fn replay(
     seed: u64,
     duration_ms: f64,
 ) -> Run {
-    let mut draws = Draws(seed);
+    let mut draws = Draws(SplitMix64::new(seed));
     let mut policy = AdaptivePolicy::new(candidates.to_vec());
     policy.set_seed(seed);
     policy.set_edge_factor(device.factor);

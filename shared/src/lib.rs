@@ -18,7 +18,8 @@
 //!   a language model read from GGUF, with its tokenizer and sampler;
 //! - [`container`]: byte reading and the tensor file the weights and calibration are stored in;
 //!   [`cache`]: the content-keyed LRU both sides use to skip repeated work; [`labels`]: ImageNet
-//!   class names and top-k.
+//!   class names and top-k; [`rng`]: the seedable stream of draws whatever must repeat from a
+//!   seed uses.
 //!
 //! Everything here builds for `wasm32-unknown-unknown` and natively, and reads no environment:
 //! where files live is the tools' and the server's business. The network itself (burn, the
@@ -57,6 +58,7 @@ pub use models::efficientnet_lite0 as model;
 pub mod models;
 pub mod plan;
 pub mod protocol;
+pub mod rng;
 pub mod runtime;
 
 pub use error::{Error, Result};

@@ -28,6 +28,7 @@ use serde::Serialize;
 use split_kernels::{Activation, Isa, PointwiseShape};
 use split_shared::codec::{DEFAULT_HIDDEN_CODEC, HiddenCodec};
 use split_shared::models::smollm2::{KvCache, Message, Smollm2, Tokenizer, argmax};
+use split_shared::rng::SplitMix64;
 
 use crate::llm::{Chat, command_line, read_prompts, write_report};
 
@@ -115,7 +116,7 @@ pub fn run(a: Args) -> Result<()> {
     }
 
     // The attacker's own data: random token sequences through the public blocks.
-    let mut rng = SplitMix(a.seed);
+    let mut rng = SplitMix64::new(a.seed);
     let mut train_tokens = Vec::new();
     let mut train = vec![Vec::new(); blocks.len()];
     for _ in 0..a.train_sequences {
@@ -293,19 +294,6 @@ fn apply(states: &[f32], w: &DMatrix<f64>, dim: usize) -> Vec<f32> {
     (x * w).transpose().iter().map(|&v| v as f32).collect()
 }
 
-/// SplitMix64: the training sequences' token ids (a fixed seed makes the report reproducible).
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -315,7 +303,7 @@ mod tests {
         // y = x · M exactly: the fitted map sends x to y (the ridge term is small).
         let dim = 4;
         let m = [2.0, 0.0, 0.0, 1.0, 0.0, -1.0, 0.5, 0.0, 0.0, 0.0, 3.0, 0.0, 1.0, 0.0, 0.0, 0.5];
-        let mut rng = SplitMix(7);
+        let mut rng = SplitMix64::new(7);
         let x: Vec<f32> =
             (0..64 * dim).map(|_| (rng.next_u64() % 1000) as f32 / 500.0 - 1.0).collect();
         let y: Vec<f32> = x

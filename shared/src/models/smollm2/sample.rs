@@ -1,6 +1,8 @@
 //! Choosing the next token from logits: greedy, or temperature and top-p with a seeded
 //! generator (the same seed gives the same answer on every machine).
 
+use crate::rng::SplitMix64;
+
 /// How the next token is chosen.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Sampling {
@@ -22,7 +24,7 @@ pub enum Sampling {
 #[derive(Clone, Debug)]
 pub struct Sampler {
     sampling: Sampling,
-    state: u64,
+    draws: SplitMix64,
 }
 
 impl Sampler {
@@ -36,11 +38,11 @@ impl Sampler {
             },
             greedy => greedy,
         };
-        let state = match sampling {
+        let seed = match sampling {
             Sampling::TopP { seed, .. } => seed,
             Sampling::Greedy => 0,
         };
-        Sampler { sampling, state }
+        Sampler { sampling, draws: SplitMix64::new(seed) }
     }
 
     /// The next token of `logits` (one row of the vocabulary's size).
@@ -74,7 +76,7 @@ impl Sampler {
                         break;
                     }
                 }
-                let mut r = self.uniform() * kept;
+                let mut r = self.draws.unit_f32() * kept;
                 for p in &probs[..n] {
                     r -= p.1;
                     if r <= 0.0 {
@@ -84,16 +86,6 @@ impl Sampler {
                 probs[n.saturating_sub(1)].0
             }
         }
-    }
-
-    /// SplitMix64, as a float in [0, 1).
-    fn uniform(&mut self) -> f32 {
-        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        (z >> 40) as f32 / (1u64 << 24) as f32
     }
 }
 
