@@ -38,6 +38,10 @@ const TRACE_REPEATS = Number(env.TRACE_REPEATS ?? 1);
 const THROTTLE = Number(env.THROTTLE ?? 4);
 const TRACE_SCALE = Number(env.TRACE_SCALE ?? 1);
 const log = (...a) => console.error("lab:", ...a);
+/** The modes of one repeat in the order they run: as listed, backwards on every other repeat,
+ * so that no mode always runs last (after the page has run the others for minutes) or always
+ * meets the same stretch of a machine whose speed drifts. */
+const inTurn = (modes, repeat) => (repeat % 2 ? [...modes].reverse() : modes);
 
 /** The emulator for a profile or trace, at the lab's trace scale. */
 const startLink = (link) => startNetem(url.host, link, TRACE_SCALE);
@@ -105,7 +109,7 @@ async function staticLink(link) {
       await preparePage(page);
       await newClient(page, `ws://${addr}/ws`);
       for (let repeat = 0; repeat < REPEATS; repeat++) {
-        for (const mode of MODES) {
+        for (const mode of inTurn(MODES, repeat)) {
           await page.evaluate(async ({ mode }) => window.client.classify(mode === "cloud" ? await window.plainUpload() : window.png, mode, { modelInput: mode === "cloud" }), { mode });
           const samples = await page.evaluate(async ({ mode, n }) => {
             const out = [];
@@ -133,7 +137,7 @@ async function trace(name) {
   const runs = [];
   await withPage(GPU_ARGS.cpu, async (page) => {
     await preparePage(page);
-    for (let repeat = 0; repeat < TRACE_REPEATS; repeat++) for (const mode of TRACE_MODES) {
+    for (let repeat = 0; repeat < TRACE_REPEATS; repeat++) for (const mode of inTurn(TRACE_MODES, repeat)) {
       const { child, addr, clock } = await startLink(name);
       try {
         await newClient(page, `ws://${addr}/ws`);

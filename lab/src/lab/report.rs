@@ -96,10 +96,6 @@ fn load_table(out: &mut String, rows: &[&LoadRow]) {
     }
 }
 
-/// Write README.md, the charts and data.json into `dir`.
-///
-/// # Errors
-/// When a file cannot be written.
 /// The browser runs, split by kind and summarised once for every section that reads them.
 struct Links<'a> {
     profiles: Vec<&'a LinkRuns>,
@@ -122,8 +118,11 @@ impl<'a> Links<'a> {
     }
 }
 
-/// Write the report (`README.md` with its charts, and `data.json`) into `dir`, one section after
-/// another.
+/// Write the report (`README.md` with its charts, and `data.json`: the results and their
+/// summaries as this code computes them) into `dir`, one section after another.
+///
+/// # Errors
+/// When a file cannot be written.
 pub fn write(r: &Results, dir: &Path) -> Result<()> {
     let links = Links::of(r);
     let mut md = String::new();
