@@ -4,7 +4,7 @@
     python3 tools/cpu_sample.py OUT.jsonl [--every 0.5]
     python3 tools/cpu_sample.py OUT.jsonl --windows LAB/data.json
 
-Every interval, one JSON line: `wall` (seconds since the Unix epoch), and `procs`, the CPU ms
+Every interval, one JSON line: `wall` (seconds since the Unix epoch), `cpus` (the machine's), and `procs`, the CPU ms
 spent since the line before, by process (Chromium's by role: chr-renderer, chr-gpu,
 chr-utility, chr-browser; others by executable name), by thread for the renderer, the cloud
 server and node (`chr-renderer|<thread name>`), and for the whole machine: `machine:busy`,
@@ -23,6 +23,7 @@ import os
 import time
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+CPUS = os.cpu_count() or 1
 BY_THREAD = ("chr-renderer", "cloud-server", "node")
 
 
@@ -88,8 +89,10 @@ def windows(log_path, data_path, width_s=5):
             origin_s = run["origin"] / 1000
             for start in range(0, int(run.get("duration_ms") or 60000) // 1000, width_s):
                 spent = {}
+                cpus = CPUS
                 for line in lines:
                     if start <= line["wall"] - origin_s < start + width_s:
+                        cpus = line.get("cpus", CPUS)  # logs from before the field: this machine's
                         for k, v in line["procs"].items():
                             spent[k] = spent.get(k, 0) + v
                 stages = sorted(s["edge_stages"] for s in run["samples"]
@@ -103,7 +106,7 @@ def windows(log_path, data_path, width_s=5):
                 median = f"{stages[len(stages) // 2]:5.0f} ms ({len(stages):2d})" if stages else "    – ms ( 0)"
                 print(f"{start:3d} s  stages {median}  busy {100 * spent.get('machine:busy', 0) / total:3.0f}%"
                       f"  steal {100 * spent.get('machine:steal', 0) / total:4.1f}%  "
-                      + "  ".join(f"{k} {100 * v / (total / 2):.0f}%" for v, k in busiest))
+                      + "  ".join(f"{k} {100 * v / (total / cpus):.0f}%" for v, k in busiest))
 
 
 def main():
@@ -125,7 +128,7 @@ def main():
                 if delta > 0:
                     spent[name] = spent.get(name, 0) + delta * 1000 / CLOCK_TICKS
             before = now
-            out.write(json.dumps({"wall": round(time.time(), 3), "procs": spent}) + "\n")
+            out.write(json.dumps({"wall": round(time.time(), 3), "cpus": CPUS, "procs": spent}) + "\n")
             out.flush()
 
 
