@@ -440,7 +440,7 @@ function showConnection(c) {
     open: "connected",
     reconnecting: "restarting; reconnecting…",
     // Attempts are made on demand (the next request, after a backoff), not on a timer.
-    unreachable: "unreachable; tried again on a later request (auto answers on this device)",
+    unreachable: "unreachable (retried later); this device answers",
     closed: `disconnected${c.code ? ` (${c.code}${c.reason ? `: ${c.reason}` : ""})` : ""}`,
   }[c.state] ?? c.state;
   $("connection").textContent = text;

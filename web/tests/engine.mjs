@@ -80,7 +80,32 @@ class PuppeteerPage {
   reload() { return this.page.reload(); }
   evaluate(fn, arg) { return this.page.evaluate(fn, arg); }
   waitForFunction(fn, arg, { timeout = 30_000 } = {}) { return this.page.waitForFunction(fn, { timeout, polling: 100 }, arg); }
-  click(selector) { return this.page.click(selector); }
+  /** Click `selector` as Playwright does: once it holds still (the same box in two animation
+   * frames) and is what lies under its centre. Puppeteer clicks where the element was when it
+   * asked, a round trip earlier, so a layout that moves in between clicks something else. */
+  async click(selector) {
+    const element = await this.page.waitForSelector(selector);
+    for (let tries = 0; ; tries++) {
+      const point = await element.evaluate(async (el) => {
+        el.scrollIntoView({ block: "nearest", inline: "nearest" });
+        const frame = () => new Promise((f) => requestAnimationFrame(f));
+        const box = () => {
+          const r = el.getBoundingClientRect();
+          return [r.left, r.top, r.width, r.height];
+        };
+        await frame();
+        const before = box();
+        await frame();
+        const [x, y, w, h] = box();
+        if (before.join() !== [x, y, w, h].join()) return null;
+        const hit = document.elementFromPoint(x + w / 2, y + h / 2);
+        return hit && el.contains(hit) ? { x: x + w / 2, y: y + h / 2 } : null;
+      });
+      if (point) return this.page.mouse.click(point.x, point.y);
+      if (tries === 100) throw new Error(`${selector} did not hold still under the pointer for 100 tries`);
+      await new Promise((f) => setTimeout(f, 50));
+    }
+  }
   async setInputFiles(selector, path) { await (await this.page.$(selector)).uploadFile(path); }
   selectOption(selector, value) { return this.page.select(selector, value); }
   /** The viewport; puppeteer 24.43 sends a screen orientation beside it, which Firefox 140
