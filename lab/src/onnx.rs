@@ -10,7 +10,8 @@
 //! and one of burn's, the order alternating from round to round; each engine's figure is the
 //! median of all its runs. This machine's speed drifts by 10–30% for seconds at a time (a
 //! virtual machine's neighbours), and timed one after the other the engines met different
-//! stretches of it.
+//! stretches of it. Each stretch starts after a pause ([`SETTLE`]), so that neither meets the
+//! other's threads still spinning.
 //!
 //! Python packages (`numpy`, `onnx`, `onnxruntime`) go into a virtual environment in the cache.
 
@@ -46,6 +47,13 @@ fn python() -> Result<PathBuf> {
 
 /// Rounds of turns in [`measure`]: each engine's runs of a part come in this many stretches.
 const ROUNDS: usize = 6;
+
+/// The pause before each stretch, so that it starts on a quiet machine. ONNX Runtime's
+/// intra-op threads spin on after a run (its default, which its speed relies on); burn's
+/// stretches started the moment ORT's 2-thread one ended ran their 2-thread tails at 1.3–2.3×
+/// their time in the other rounds, slower than on 1 thread (a helper holding a part on the
+/// core the spinning thread held). Tens of ms were seen; 100 ms clears them.
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// `tools/export_onnx.py --serve`, kept open: its report, then ONNX Runtime's run times on
 /// request.
@@ -149,6 +157,9 @@ pub struct OnnxReport {
     /// then the other's, as in reports from before 2026-12-07's).
     #[serde(default = "one")]
     pub rounds: usize,
+    /// The pause before each stretch, ms (0: none, as in reports from before it).
+    #[serde(default)]
+    pub settle_ms: u64,
 }
 
 fn one() -> usize {
@@ -227,18 +238,23 @@ pub fn measure(repeats: usize, ops: bool, batch: usize) -> Result<OnnxReport> {
         for (i, (name, from)) in names.iter().enumerate() {
             for threads in [1, 2] {
                 let burn = || {
+                    std::thread::sleep(SETTLE);
                     split_kernels::set_max_threads(threads);
                     let t = crate::measure::times_ms(run_from(*from), per_round);
                     split_kernels::set_max_threads(0);
                     t
                 };
                 let model = name.trim_start_matches("tail-");
+                let mut ort_times = || {
+                    std::thread::sleep(SETTLE);
+                    ort.times(model, threads, per_round)
+                };
                 if round % 2 == 0 {
-                    ort_runs[i][threads - 1].extend(ort.times(model, threads, per_round)?);
+                    ort_runs[i][threads - 1].extend(ort_times()?);
                     burn_runs[i][threads - 1].extend(burn());
                 } else {
                     burn_runs[i][threads - 1].extend(burn());
-                    ort_runs[i][threads - 1].extend(ort.times(model, threads, per_round)?);
+                    ort_runs[i][threads - 1].extend(ort_times()?);
                 }
             }
         }
@@ -298,6 +314,7 @@ pub fn measure(repeats: usize, ops: bool, batch: usize) -> Result<OnnxReport> {
         model: out.join("efficientnet-lite0.onnx"),
         batch,
         rounds: ROUNDS,
+        settle_ms: SETTLE.as_millis() as u64,
     })
 }
 

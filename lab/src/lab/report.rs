@@ -502,8 +502,16 @@ fn baselines(md: &mut String, r: &Results) {
             o.onnxruntime,
             if o.rounds > 1 {
                 format!(
-                    " of each engine, taken in {} stretches in turn with the other's (the machine's speed drifts for seconds at a time)",
-                    o.rounds
+                    " of each engine, taken in {} stretches in turn with the other's (the machine's speed drifts for seconds at a time){}",
+                    o.rounds,
+                    if o.settle_ms > 0 {
+                        format!(
+                            ", each after a {} ms pause (ONNX Runtime's threads spin on after a run)",
+                            o.settle_ms
+                        )
+                    } else {
+                        String::new()
+                    }
                 )
             } else {
                 " (one engine's, then the other's)".into()
