@@ -322,7 +322,7 @@ pub fn measure(repeats: usize, ops: bool, batch: usize) -> Result<OnnxReport> {
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Timed runs of each engine per part and thread count, taken in six stretches in turn
-    /// with the other engine's (the median of them all is reported).
+    /// with the other engine's, each after a 100 ms pause (the median of them all is reported).
     #[arg(long, default_value_t = 30)]
     repeats: usize,
     /// Also time every operation alone, burn and ORT side by side.
