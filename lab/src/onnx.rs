@@ -166,6 +166,29 @@ fn one() -> usize {
     1
 }
 
+impl OnnxReport {
+    /// How the runs were taken, as the report's sentence goes on after "medians of N runs":
+    /// reports say how they were timed, older ones included (their fields' serde defaults).
+    pub fn how_timed(&self) -> String {
+        if self.rounds <= 1 {
+            return " (one engine's, then the other's)".into();
+        }
+        let pause = if self.settle_ms > 0 {
+            format!(
+                ", each after a {} ms pause (ONNX Runtime's threads spin on after a run)",
+                self.settle_ms
+            )
+        } else {
+            String::new()
+        };
+        format!(
+            " of each engine, taken in {} stretches in turn with the other's (the machine's speed \
+             drifts for seconds at a time){pause}",
+            self.rounds
+        )
+    }
+}
+
 /// Export, check against the golden logits, and time both engines; with `ops`, the per-op
 /// profiles too.
 ///
@@ -439,5 +462,30 @@ for line in sys.stdin:
     fn a_script_that_fails_before_its_report_is_an_error() {
         let err = OrtTimer::start(&mut script("import sys; sys.exit(3)")).err().unwrap();
         assert!(err.to_string().contains("export_onnx.py failed"), "{err}");
+    }
+
+    /// A report says how its runs were taken: reports from before the turns (no `rounds`) and
+    /// before the pause (no `settle_ms`) read as they were timed, not as the code times now.
+    #[test]
+    fn a_report_says_how_it_was_timed_older_ones_included() {
+        let report = |extra: &str| -> OnnxReport {
+            serde_json::from_str(&format!(
+                r#"{{"onnxruntime": "1.32.0", "max_abs_logit_diff": 4e-6, "parts": [],
+                    "burn_cpu_per_wall": 1.9, "ops": [], "model": "m.onnx"{extra}}}"#
+            ))
+            .expect("a report")
+        };
+        assert_eq!(report("").how_timed(), " (one engine's, then the other's)");
+        let turns = report(r#", "rounds": 6"#).how_timed();
+        assert!(turns.contains("taken in 6 stretches in turn"), "{turns}");
+        assert!(!turns.contains("pause"), "{turns}");
+        let paused = report(r#", "rounds": 6, "settle_ms": 100"#).how_timed();
+        assert!(paused.contains("taken in 6 stretches in turn"), "{paused}");
+        assert!(
+            paused.ends_with(
+                "each after a 100 ms pause (ONNX Runtime's threads spin on after a run)"
+            ),
+            "{paused}"
+        );
     }
 }

@@ -500,22 +500,7 @@ fn baselines(md: &mut String, r: &Results) {
             "\n## ONNX Runtime CPU against burn `flex`\n\nThe model exported from the project's weights (`tools/export_onnx.py`; max |logit − golden| {:.1e} on `chelsea`), ONNX Runtime {} from PyPI, medians of 30 runs{}. burn used {:.2} CPU-seconds per second of the whole-network run (its thread pool).\n",
             o.max_abs_logit_diff,
             o.onnxruntime,
-            if o.rounds > 1 {
-                format!(
-                    " of each engine, taken in {} stretches in turn with the other's (the machine's speed drifts for seconds at a time){}",
-                    o.rounds,
-                    if o.settle_ms > 0 {
-                        format!(
-                            ", each after a {} ms pause (ONNX Runtime's threads spin on after a run)",
-                            o.settle_ms
-                        )
-                    } else {
-                        String::new()
-                    }
-                )
-            } else {
-                " (one engine's, then the other's)".into()
-            },
+            o.how_timed(),
             o.burn_cpu_per_wall
         );
         md.push_str(&crate::onnx::tables(o));
