@@ -744,7 +744,7 @@ async fn a_ping_behind_a_request_is_answered_before_it() {
         }
     }
     assert!(
-        orders.len() < 3 || orders[2][0].0 == "pong",
+        orders.last().is_some_and(|o| o[0].0 == "pong"),
         "the ping answered after the request in every try: {orders:?}"
     );
     // A malformed ping still waits its turn and is refused by the usual path.
