@@ -479,6 +479,7 @@ fn sample(
         placement: Some(placement),
         top1: 0,
         t: Some(started),
+        start: None,
         planned: None,
     }
 }
@@ -506,7 +507,13 @@ pub fn lab_run(
             )
         })
         .collect();
-    LinkRuns { link: schedule.name.clone(), kind: "trace".into(), scale: None, runs }
+    LinkRuns {
+        link: schedule.name.clone(),
+        kind: "trace".into(),
+        scale: None,
+        interleaved: None,
+        runs,
+    }
 }
 
 /// The links of the browser lab, in its order: its four profiles, then its five traces.

@@ -3,10 +3,10 @@
 // the link emulator (`netem`, lab/src/bin/netem.rs). Every mode runs on the same photo:
 // edge-only, cloud-only (a quality-90 JPEG of the 224x224 crop made with the browser's canvas per
 // request, as a plain app would upload),
-// fixed splits, and the adaptive planner ("auto"), interleaved within each repeat.
+// fixed splits, and the adaptive planner ("auto").
 //
-// Static links: REPEATS rounds of REQUESTS requests per mode (after one warm-up each), a fresh
-// browser per link. Traces: TRACE_REPEATS rounds, in each for each mode a fresh emulator (its
+// Static links: REPEATS rounds of REQUESTS requests per mode (after one warm-up each), each mode
+// in its own browser (fresh for each link), the modes taking turns request by request. Traces: TRACE_REPEATS rounds, in each for each mode a fresh emulator (its
 // clock starts when the client connects) and a fresh client; requests back to back until the
 // trace ends, each stamped with its time on the trace.
 //
@@ -49,10 +49,13 @@ const startLink = (link) => startNetem(url.host, link, TRACE_SCALE);
 /** A page with the CPU throttled before anything runs, holding the photo and its JPEG. */
 async function preparePage(page) {
   await page.goto(new URL("healthz", url).href);
-  const cdp = await page.context().newCDPSession(page);
-  await cdp.send("Emulation.setCPUThrottlingRate", { rate: THROTTLE });
+  page.cdp = await page.context().newCDPSession(page);
+  await throttle(page, THROTTLE);
   await preparePageImages(page);
 }
+
+/** Chromium's CPU throttle on `page` (1: off). */
+const throttle = (page, rate) => page.cdp.send("Emulation.setCPUThrottlingRate", { rate });
 
 async function preparePageImages(page) {
   await page.evaluate(async () => {
@@ -101,37 +104,63 @@ const planned = (x) => ({ rtt_ms: r1(x.forecast.predicted.rttMs), uplink_bytes_p
   ranked: x.ranked.slice(0, 3).map((e) => ({ placement: e.placement.mode === "split" ? `${e.placement.boundary}:${e.placement.codec}` : e.placement.mode,
     total_ms: r1(e.totalMs), edge_ms: r1(e.edgeMs), transfer_ms: r1(e.transferMs), rtt_ms: r1(e.rttMs), cloud_ms: r1(e.cloudMs) })) });
 
+/** One browser per mode on a constant link, the requests taking turns across them: request `i`
+ * of every mode, then request `i + 1` of every mode, the order reversed every other time. Each
+ * mode meets the same minutes of a machine whose speed drifts, so the oracle (made of the fixed
+ * modes) and auto are timed on the same machine; run one mode after the other, auto's P95 once
+ * carried a slow minute the fixed edge-only's did not (congested uplink, 1.08 with the same
+ * placement throughout, docs/perf-lab.md). Each mode its own client, in its own browser: auto
+ * learns only from its own requests, and its pings are answered by a thread no other mode's
+ * edge run holds. A page is throttled only while its own request runs (and while its client
+ * starts, so that the client times the slow device): Chromium's throttle keeps a core busy
+ * while it holds an idle page back. */
 async function staticLink(link) {
   const { child, addr } = await startLink(link);
   const runs = [];
   try {
-    await withPage(GPU_ARGS.cpu, async (page) => {
-      await preparePage(page);
-      await newClient(page, `ws://${addr}/ws`);
+    await withPagesFor(MODES, async (pages) => {
+      for (const [mode, page] of pages) {
+        await preparePage(page);
+        await newClient(page, `ws://${addr}/ws`);
+        await throttle(page, 1);
+      }
+      const one = async (mode) => {
+        const page = pages.get(mode);
+        await throttle(page, THROTTLE);
+        try {
+          return await page.evaluate(async ({ mode }) => {
+            const started = Date.now();
+            const image = mode === "cloud" ? await window.plainUpload() : window.png;
+            const r = await window.client.classify(image, mode, { modelInput: mode === "cloud" });
+            return { r: { ...r, explain: r.explain ? { forecast: r.explain.forecast, ranked: r.explain.ranked } : undefined }, s: started, wall: Date.now() - started };
+          }, { mode });
+        } finally {
+          await throttle(page, 1);
+        }
+      };
       for (let repeat = 0; repeat < REPEATS; repeat++) {
-        for (const mode of inTurn(MODES, repeat)) {
-          await page.evaluate(async ({ mode }) => window.client.classify(mode === "cloud" ? await window.plainUpload() : window.png, mode, { modelInput: mode === "cloud" }), { mode });
-          const samples = await page.evaluate(async ({ mode, n }) => {
-            const out = [];
-            for (let i = 0; i < n; i++) {
-              const started = Date.now();
-              const image = mode === "cloud" ? await window.plainUpload() : window.png;
-              const r = await window.client.classify(image, mode, { modelInput: mode === "cloud" });
-              out.push({ r: { ...r, explain: r.explain ? { forecast: r.explain.forecast, ranked: r.explain.ranked } : undefined }, s: started, wall: Date.now() - started });
-            }
-            return out;
-          }, { mode, n: REQUESTS });
-          runs.push({ repeat, mode, samples: samples.map(({ r, s, wall }) => sample(r, s, wall)) });
-          log(`${link} repeat ${repeat} ${mode}: median ${samples.map(({ wall }) => wall).sort((a, b) => a - b)[REQUESTS >> 1]} ms`);
+        for (const mode of inTurn(MODES, repeat)) await one(mode); // warm-up
+        const samples = new Map(MODES.map((m) => [m, []]));
+        for (let i = 0; i < REQUESTS; i++) {
+          for (const mode of inTurn(MODES, repeat + i)) samples.get(mode).push(await one(mode));
+        }
+        for (const mode of MODES) {
+          const got = samples.get(mode);
+          runs.push({ repeat, mode, samples: got.map(({ r, s, wall }) => sample(r, s, wall)) });
+          log(`${link} repeat ${repeat} ${mode}: median ${got.map(({ wall }) => wall).sort((a, b) => a - b)[REQUESTS >> 1]} ms`);
         }
       }
-      await page.evaluate(() => window.client.close());
+      for (const page of pages.values()) await page.evaluate(() => window.client.close());
     });
   } finally {
     child.kill();
   }
-  return { link, kind: "profile", runs };
+  return { link, kind: "profile", interleaved: "requests", runs };
 }
+
+/** `body(pages)` with a fresh browser for each of `modes` (a map from mode to its page). */
+const withPagesFor = (modes, body, pages = new Map()) => (modes.length === 0 ? body(pages)
+  : withPage(GPU_ARGS.cpu, (page) => withPagesFor(modes.slice(1), body, pages.set(modes[0], page))));
 
 async function trace(name) {
   const runs = [];

@@ -533,6 +533,13 @@ pub fn check(results: &Results, out: &Path) -> Result<()> {
             );
         }
     }
+    for link in results.browser.links.iter().filter(|l| l.kind == "profile") {
+        anyhow::ensure!(
+            link.interleaved.as_deref() == Some("requests") && stats::modes_took_turns(link),
+            "{}: the modes did not take turns request by request",
+            link.link
+        );
+    }
     let outage =
         results.browser.links.iter().find(|l| l.link == "outage").context("no outage trace")?;
     let auto =

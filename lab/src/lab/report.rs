@@ -257,13 +257,14 @@ fn browser_links(md: &mut String, r: &Results, links: &Links, dir: &Path) -> Res
             "## The browser through emulated links, CPU throttled {}×\n\n\
          The page's `SplitClient` in headless Chromium with the CPU throttled through the DevTools protocol \
          (`Emulation.setCPUThrottlingRate`) before the client starts, its WebSocket through the userspace link \
-         emulator (`netem`); {} request(s) per mode and repeat after a warm-up, modes interleaved. \
+         emulator (`netem`); {} request(s) per mode and repeat after a warm-up, {} \
          `cloud` is a plain app: for each request it crops and resizes the photo to 224×224 with the browser's canvas and \
          uploads a quality-0.9 JPEG (encode time included) as a model-input frame; `auto` makes the same JPEG when it picks cloud-only, its time counted. Latency is the page's wall time of `classify`. The oracle is the \
          best fixed mode of each repeat; the best single tier is the faster of edge-only and cloud-only. \
          A ratio is the median of the repeats' ratios, each repeat's in brackets. {}\n",
             b.throttle,
             b.requests,
+            turns(links),
             device_note()
         );
     }
@@ -303,6 +304,18 @@ fn browser_links(md: &mut String, r: &Results, links: &Links, dir: &Path) -> Res
         write_svg(dir, &name, &svg, md, &format!("latency CDF on {}", s.link))?;
     }
     Ok(())
+}
+
+/// How the modes of a constant link took turns ([`LinkRuns::interleaved`](stats::LinkRuns)).
+fn turns(links: &Links) -> &'static str {
+    if links.profiles.iter().all(|l| l.interleaved.as_deref() == Some("requests")) {
+        "each mode in its own browser (its own client, learning only from its own requests), the \
+         modes taking turns request by request (request i of every mode, then request i + 1, the \
+         order reversed every other time), so that every mode meets the same minutes of the \
+         machine; a page is throttled only while its own request runs."
+    } else {
+        "one client running the modes one after the other (in reverse order on every other repeat)."
+    }
 }
 
 /// What the summary table's last column says (`LinkSummary::auto_device_vs_edge`).

@@ -27,6 +27,9 @@ pub struct Sample {
     pub top1: u32,
     /// Start time on the trace, ms (trace runs only).
     pub t: Option<f64>,
+    /// When the request started, ms since the Unix epoch.
+    #[serde(default)]
+    pub start: Option<f64>,
     /// What auto's planner believed when it answered (auto only): the forecast link and its
     /// best placements' predicted totals, as `web/tests/lab.mjs` records them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -59,6 +62,11 @@ pub struct LinkRuns {
     pub kind: String,
     /// Time scale of a trace (1 = as defined).
     pub scale: Option<f64>,
+    /// How a constant link's modes took turns: `requests` when each mode had its own browser and
+    /// the modes took turns request by request; absent in reports from before 2026-12-08, whose
+    /// modes ran one after the other within each repeat (on one client).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interleaved: Option<String>,
     /// Runs, modes interleaved within each repeat.
     pub runs: Vec<Run>,
 }
@@ -181,6 +189,32 @@ pub struct LinkSummary {
 /// 20 requests a repeat, less the runs that paused, leave 15-20; a P95 of 10 is already their
 /// slowest run).
 pub const MIN_DEVICE_RUNS: usize = 10;
+
+/// Whether a constant link's modes took turns within every repeat: each mode's first request
+/// started before every other mode's last. Run one after the other, the first mode's last request
+/// starts before the next mode's first. `false` where a sample has no start time.
+pub fn modes_took_turns(link: &LinkRuns) -> bool {
+    let span = |run: &Run| {
+        let starts: Option<Vec<f64>> = run.samples.iter().map(|s| s.start).collect();
+        let starts = starts?;
+        let first = starts.iter().copied().reduce(f64::min)?;
+        Some((first, starts.iter().copied().reduce(f64::max)?))
+    };
+    let repeats: BTreeMap<usize, Vec<&Run>> =
+        link.runs.iter().fold(BTreeMap::new(), |mut by, run| {
+            by.entry(run.repeat).or_default().push(run);
+            by
+        });
+    repeats.values().all(|runs| {
+        let spans: Option<Vec<(f64, f64)>> = runs.iter().map(|r| span(r)).collect();
+        spans.is_some_and(|spans| {
+            spans
+                .iter()
+                .enumerate()
+                .all(|(i, a)| spans.iter().enumerate().all(|(j, b)| i == j || a.0 < b.1))
+        })
+    })
+}
 
 /// One repeat's [`LinkSummary::auto_device_vs_edge`].
 fn device_speed_ratio(runs: &[&Run]) -> Option<f64> {
@@ -364,6 +398,7 @@ mod tests {
             placement: None,
             top1: 282,
             t: Some(t),
+            start: None,
             planned: None,
         }
     }
@@ -387,6 +422,7 @@ mod tests {
             link: "x".into(),
             kind: "profile".into(),
             scale: None,
+            interleaved: None,
             runs: vec![
                 run("edge", 0, c(100.0)),
                 run("cloud", 0, c(200.0)),
@@ -437,6 +473,7 @@ mod tests {
             link: "x".into(),
             kind: "profile".into(),
             scale: None,
+            interleaved: None,
             runs: vec![
                 run("edge", 0, edge.clone()),
                 run("auto", 0, auto),
@@ -456,6 +493,7 @@ mod tests {
             link: "t".into(),
             kind: "trace".into(),
             scale: Some(1.0),
+            interleaved: None,
             runs: vec![
                 // cloud is fast, then stuck for the second window (no request starts there).
                 run(
@@ -481,6 +519,7 @@ mod tests {
             link: "t".into(),
             kind: "trace".into(),
             scale: Some(1.0),
+            interleaved: None,
             runs: vec![
                 run("edge", 0, c(100.0)),
                 run("auto", 0, c(100.0)),
@@ -496,5 +535,29 @@ mod tests {
         assert_eq!(sum.auto_vs_oracle, 1.5);
         assert_eq!(sum.oracle_p95, 75.0);
         assert_eq!(sum.auto_vs_best_single, 1.5);
+    }
+
+    #[test]
+    fn modes_that_ran_one_after_the_other_did_not_take_turns() {
+        let at = |mode: &str, starts: &[f64]| Run {
+            samples: starts.iter().map(|&t| Sample { start: Some(t), ..s(100.0, 0.0) }).collect(),
+            ..run(mode, 0, vec![])
+        };
+        let link = |runs| LinkRuns {
+            link: "x".into(),
+            kind: "profile".into(),
+            scale: None,
+            interleaved: None,
+            runs,
+        };
+        assert!(modes_took_turns(&link(vec![at("edge", &[0.0, 20.0]), at("auto", &[10.0, 30.0])])));
+        assert!(!modes_took_turns(&link(vec![
+            at("edge", &[0.0, 10.0]),
+            at("auto", &[20.0, 30.0])
+        ])));
+        // A sample without its start time proves nothing.
+        let mut unknown = link(vec![at("edge", &[0.0, 20.0]), at("auto", &[10.0, 30.0])]);
+        unknown.runs[1].samples[0].start = None;
+        assert!(!modes_took_turns(&unknown));
     }
 }
