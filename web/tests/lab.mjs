@@ -6,9 +6,10 @@
 // fixed splits, and the adaptive planner ("auto").
 //
 // Static links: REPEATS rounds of REQUESTS requests per mode (after one warm-up each), each mode
-// in its own browser (fresh for each link), the modes taking turns request by request. Traces: TRACE_REPEATS rounds, in each for each mode a fresh emulator (its
-// clock starts when the client connects) and a fresh client; requests back to back until the
-// trace ends, each stamped with its time on the trace.
+// in its own browser (fresh for each link), the modes taking turns request by request.
+// Traces: TRACE_REPEATS rounds, in each for each mode a fresh emulator (its clock starts when the
+// client connects) and a fresh client; requests back to back until the trace ends, each stamped
+// with its time on the trace.
 //
 // Edge cost: the CPU time (user + system, every Chromium process: renderer, GPU, network) spent
 // during a mode's requests divided by their number, read from /proc. Not a test: `./run.sh lab`
@@ -71,6 +72,14 @@ async function preparePageImages(page) {
       canvas.getContext("2d").drawImage(bitmap, (bitmap.width - side) / 2, (bitmap.height - side) / 2, side, side, 0, 0, 224, 224);
       return new Uint8Array(await (await canvas.convertToBlob({ type: "image/jpeg", quality: 0.9 })).arrayBuffer());
     };
+    /** One request in `mode` on the photo (`cloud`: the plain app's JPEG). */
+    window.classifyAs = async (mode) => window.client.classify(mode === "cloud" ? await window.plainUpload() : window.png, mode, { modelInput: mode === "cloud" });
+    /** `classifyAs` with its start and wall time, the planner's explanation cut to what the lab keeps. */
+    window.timedClassify = async (mode) => {
+      const started = Date.now();
+      const r = await window.classifyAs(mode);
+      return { r: { ...r, explain: r.explain ? { forecast: r.explain.forecast, ranked: r.explain.ranked } : undefined }, s: started, wall: Date.now() - started };
+    };
   });
 }
 
@@ -107,9 +116,8 @@ const planned = (x) => ({ rtt_ms: r1(x.forecast.predicted.rttMs), uplink_bytes_p
 /** One browser per mode on a constant link, the requests taking turns across them: request `i`
  * of every mode, then request `i + 1` of every mode, the order reversed every other time. Each
  * mode meets the same minutes of a machine whose speed drifts, so the oracle (made of the fixed
- * modes) and auto are timed on the same machine; run one mode after the other, auto's P95 once
- * carried a slow minute the fixed edge-only's did not (congested uplink, 1.08 with the same
- * placement throughout, docs/perf-lab.md). Each mode its own client, in its own browser: auto
+ * modes) and auto are timed on the same machine; run one mode after the other, auto's P95
+ * carried slow spells of the device the fixed modes' did not (docs/history.md). Each mode its own client, in its own browser: auto
  * learns only from its own requests, and its pings are answered by a thread no other mode's
  * edge run holds. A page is throttled only while its own request runs (and while its client
  * starts, so that the client times the slow device): Chromium's throttle keeps a core busy
@@ -128,12 +136,7 @@ async function staticLink(link) {
         const page = pages.get(mode);
         await throttle(page, THROTTLE);
         try {
-          return await page.evaluate(async ({ mode }) => {
-            const started = Date.now();
-            const image = mode === "cloud" ? await window.plainUpload() : window.png;
-            const r = await window.client.classify(image, mode, { modelInput: mode === "cloud" });
-            return { r: { ...r, explain: r.explain ? { forecast: r.explain.forecast, ranked: r.explain.ranked } : undefined }, s: started, wall: Date.now() - started };
-          }, { mode });
+          return await page.evaluate((mode) => window.timedClassify(mode), mode);
         } finally {
           await throttle(page, 1);
         }
@@ -175,12 +178,7 @@ async function trace(name) {
         const { samples, durationMs } = await page.evaluate(async ({ mode, origin, scale }) => {
           const durationMs = 60_000 * scale;
           const out = [];
-          while (Date.now() - origin < durationMs) {
-            const started = Date.now();
-            const image = mode === "cloud" ? await window.plainUpload() : window.png;
-            const r = await window.client.classify(image, mode, { modelInput: mode === "cloud" });
-            out.push({ r: { ...r, explain: r.explain ? { forecast: r.explain.forecast, ranked: r.explain.ranked } : undefined }, s: started, wall: Date.now() - started });
-          }
+          while (Date.now() - origin < durationMs) out.push(await window.timedClassify(mode));
           return { samples: out, durationMs };
         }, { mode, origin, scale: TRACE_SCALE });
         const switches = await page.evaluate(() => window.client.switches.map((s) => ({ at_ms: s.atMs, reason: s.reason })));
@@ -214,13 +212,11 @@ async function edgeCost() {
     idleMsPerS = (browserCpuMs() - idle0) / 3;
     for (let repeat = 0; repeat < REPEATS; repeat++) {
       for (const mode of MODES) {
-        await page.evaluate(async ({ mode }) => window.client.classify(mode === "cloud" ? await window.plainUpload() : window.png, mode, { modelInput: mode === "cloud" }), { mode });
+        await page.evaluate((mode) => window.classifyAs(mode), mode);
         const cpu0 = browserCpuMs();
         const t0 = Date.now();
         await page.evaluate(async ({ mode, n }) => {
-          for (let i = 0; i < n; i++) {
-            await window.client.classify(mode === "cloud" ? await window.plainUpload() : window.png, mode, { modelInput: mode === "cloud" });
-          }
+          for (let i = 0; i < n; i++) await window.classifyAs(mode);
         }, { mode, n: REQUESTS });
         const cpu = browserCpuMs() - cpu0;
         const wallMs = Date.now() - t0;

@@ -67,7 +67,7 @@ pub struct LinkRuns {
     /// modes ran one after the other within each repeat (on one client).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interleaved: Option<String>,
-    /// Runs, modes interleaved within each repeat.
+    /// Runs: one per mode and repeat.
     pub runs: Vec<Run>,
 }
 
@@ -194,11 +194,12 @@ pub const MIN_DEVICE_RUNS: usize = 10;
 /// started before every other mode's last. Run one after the other, the first mode's last request
 /// starts before the next mode's first. `false` where a sample has no start time.
 pub fn modes_took_turns(link: &LinkRuns) -> bool {
+    // The first and last start of a run's requests; `None` where one has no start time.
     let span = |run: &Run| {
-        let starts: Option<Vec<f64>> = run.samples.iter().map(|s| s.start).collect();
-        let starts = starts?;
-        let first = starts.iter().copied().reduce(f64::min)?;
-        Some((first, starts.iter().copied().reduce(f64::max)?))
+        run.samples.iter().try_fold(None, |span: Option<(f64, f64)>, s| {
+            let t = s.start?;
+            Some(Some(span.map_or((t, t), |(lo, hi)| (lo.min(t), hi.max(t)))))
+        })?
     };
     let repeats: BTreeMap<usize, Vec<&Run>> =
         link.runs.iter().fold(BTreeMap::new(), |mut by, run| {
